@@ -1,0 +1,1 @@
+//! arm64 (EL2) support.

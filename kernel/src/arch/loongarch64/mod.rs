@@ -1,0 +1,1 @@
+//! LoongArch64 (root mode) support.

@@ -1,0 +1,179 @@
+//! What kestrel knows about the machine it runs on: a board is data
+//! (addresses, CPUs, interrupt controller), filled in from the device tree
+//! (or, where there is none, by the arch's board table), never a code fork.
+
+use core::fmt;
+use heapless::{String, Vec};
+
+/// Most memory regions kept from the device tree.
+pub const MAX_MEM_REGIONS: usize = 8;
+
+/// The architecture kestrel was built for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arch {
+    Aarch64,
+    LoongArch64,
+}
+
+impl Arch {
+    pub const fn name(self) -> &'static str {
+        match self {
+            Arch::Aarch64 => "arm64",
+            Arch::LoongArch64 => "loongarch64",
+        }
+    }
+}
+
+/// One range of RAM.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemRegion {
+    pub base: u64,
+    pub size: u64,
+}
+
+impl MemRegion {
+    pub const fn end(&self) -> u64 {
+        self.base + self.size
+    }
+}
+
+/// One CPU as the firmware names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CpuDesc {
+    /// Hardware id: MPIDR affinity bits on arm64, physical CPU id on LoongArch.
+    pub hw_id: u64,
+}
+
+/// The interrupt controller and where it lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IrqChip {
+    /// GICv2 (GIC-400 on Juno): distributor, CPU interface, and (if the
+    /// virtualization extension is present) the GICH and GICV frames.
+    GicV2 {
+        gicd: u64,
+        gicc: u64,
+        gich: Option<u64>,
+        gicv: Option<u64>,
+    },
+    /// GICv3: distributor and the redistributor region.
+    GicV3 {
+        gicd: u64,
+        gicr: u64,
+        gicr_size: u64,
+    },
+    /// LoongArch: per-core CSR interrupts (timer, IPI) and the EIOINTC in IOCSR space.
+    LoongArchEiointc,
+}
+
+impl fmt::Display for IrqChip {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            IrqChip::GicV2 { gicd, gicc, .. } => {
+                write!(f, "GICv2 (dist {gicd:#x}, cpu {gicc:#x})")
+            }
+            IrqChip::GicV3 { gicd, gicr, .. } => {
+                write!(f, "GICv3 (dist {gicd:#x}, redist {gicr:#x})")
+            }
+            IrqChip::LoongArchEiointc => write!(f, "LoongArch CPU-INTC + EIOINTC (IOCSR)"),
+        }
+    }
+}
+
+/// The console UART.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UartKind {
+    Pl011,
+    Ns16550,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Uart {
+    pub kind: UartKind,
+    pub base: u64,
+}
+
+/// How PSCI calls are made (arm64).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PsciConduit {
+    Smc,
+    Hvc,
+}
+
+/// How guests will run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// arm64 hardware virtualization at EL2.
+    El2,
+    /// LoongArch with the LVZ extension.
+    LoongArchLvz,
+    /// LoongArch without LVZ: guests at PLV3, kestrel traps and emulates.
+    LoongArchTrapEmulate,
+}
+
+impl fmt::Display for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Backend::El2 => "EL2 (stage-2, virtual GIC)",
+            Backend::LoongArchLvz => "LVZ (hardware virtualization)",
+            Backend::LoongArchTrapEmulate => "trap-and-emulate (no LVZ: guests at PLV3)",
+        })
+    }
+}
+
+/// Everything the boot path learned about the machine.
+#[derive(Clone, Debug)]
+pub struct BoardInfo {
+    pub arch: Arch,
+    /// The board's model string (device tree `/model`, or the board table's).
+    pub model: String<64>,
+    pub memory: Vec<MemRegion, MAX_MEM_REGIONS>,
+    pub cpus: Vec<CpuDesc, { crate::MAX_CPUS }>,
+    /// CPUs the firmware listed beyond `MAX_CPUS` (left offline, reported).
+    pub cpus_ignored: usize,
+    pub irqchip: IrqChip,
+    pub uart: Option<Uart>,
+    /// Counter frequency in Hz (0 if the firmware did not say).
+    pub timer_hz: u64,
+    pub psci: Option<PsciConduit>,
+    pub backend: Backend,
+    /// The boot command line (`/chosen/bootargs` or the loader's string).
+    pub cmdline: String<256>,
+}
+
+impl BoardInfo {
+    /// Total RAM in bytes.
+    pub fn memory_bytes(&self) -> u64 {
+        self.memory.iter().map(|r| r.size).sum()
+    }
+
+    /// The logical index of the CPU whose hardware id is `hw_id`.
+    pub fn cpu_index(&self, hw_id: u64) -> Option<usize> {
+        self.cpus.iter().position(|c| c.hw_id == hw_id)
+    }
+}
+
+/// Copies `s` into a bounded string, cutting it at a character boundary.
+pub fn bounded<const N: usize>(s: &str) -> String<N> {
+    let mut out = String::new();
+    for c in s.chars() {
+        if out.push(c).is_err() {
+            break;
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bounded_cuts_long_strings_at_char_boundary() {
+        let s: String<4> = bounded("abcdé");
+        assert_eq!(s.as_str(), "abcd");
+        let s: String<5> = bounded("abcdé");
+        assert_eq!(s.as_str(), "abcd", "é needs two bytes, only one fits");
+        let s: String<8> = bounded("ab");
+        assert_eq!(s.as_str(), "ab");
+    }
+}

@@ -1,0 +1,110 @@
+//! kestrel's boot options, read from the command line the loader passes
+//! (`/chosen/bootargs` on arm64, the a1 string on LoongArch).
+//!
+//! | option                   | meaning                                              |
+//! |--------------------------|------------------------------------------------------|
+//! | `kestrel.exit=poweroff`  | power the machine off with a status when work is done |
+//! | `kestrel.tick_hz=N`      | timer tick frequency (default 100, 1..=10000)          |
+//!
+//! Unknown `kestrel.*` options are reported, never silently ignored.
+
+use heapless::Vec;
+
+/// What to do when kestrel's work is done.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnExit {
+    /// Stay up (idle CPUs), the default for interactive use.
+    Stay,
+    /// Power the machine off (PSCI SYSTEM_OFF / the virt power-off register).
+    PowerOff,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BootOptions<'a> {
+    pub on_exit: OnExit,
+    pub tick_hz: u32,
+    /// `kestrel.*` words that were not understood, to be reported.
+    pub unknown: Vec<&'a str, 8>,
+}
+
+impl Default for BootOptions<'_> {
+    fn default() -> Self {
+        BootOptions {
+            on_exit: OnExit::Stay,
+            tick_hz: 100,
+            unknown: Vec::new(),
+        }
+    }
+}
+
+impl<'a> BootOptions<'a> {
+    /// Parses a whitespace-separated command line. Words not starting with
+    /// `kestrel.` belong to someone else and are skipped.
+    pub fn parse(cmdline: &'a str) -> Self {
+        let mut opts = BootOptions::default();
+        for word in cmdline.split_ascii_whitespace() {
+            let Some(rest) = word.strip_prefix("kestrel.") else {
+                continue;
+            };
+            let (key, value) = rest.split_once('=').unwrap_or((rest, ""));
+            let ok = match key {
+                "exit" => match value {
+                    "poweroff" => {
+                        opts.on_exit = OnExit::PowerOff;
+                        true
+                    }
+                    "stay" => {
+                        opts.on_exit = OnExit::Stay;
+                        true
+                    }
+                    _ => false,
+                },
+                "tick_hz" => match value.parse::<u32>() {
+                    Ok(hz @ 1..=10_000) => {
+                        opts.tick_hz = hz;
+                        true
+                    }
+                    _ => false,
+                },
+                _ => false,
+            };
+            if !ok {
+                // Full list: the first eight are enough to tell the user.
+                let _ = opts.unknown.push(word);
+            }
+        }
+        opts
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_when_empty() {
+        let o = BootOptions::parse("");
+        assert_eq!(o, BootOptions::default());
+        assert_eq!(o.on_exit, OnExit::Stay);
+        assert_eq!(o.tick_hz, 100);
+    }
+
+    #[test]
+    fn parses_known_options_and_skips_foreign_words() {
+        let o = BootOptions::parse("console=ttyAMA0 kestrel.exit=poweroff  kestrel.tick_hz=250 quiet");
+        assert_eq!(o.on_exit, OnExit::PowerOff);
+        assert_eq!(o.tick_hz, 250);
+        assert!(o.unknown.is_empty());
+    }
+
+    #[test]
+    fn reports_bad_values_and_unknown_keys() {
+        let o = BootOptions::parse("kestrel.exit=maybe kestrel.tick_hz=0 kestrel.tick_hz=x kestrel.frob");
+        assert_eq!(o.on_exit, OnExit::Stay);
+        assert_eq!(o.tick_hz, 100);
+        assert_eq!(
+            o.unknown.as_slice(),
+            ["kestrel.exit=maybe", "kestrel.tick_hz=0", "kestrel.tick_hz=x", "kestrel.frob"]
+        );
+    }
+}

@@ -1,0 +1,60 @@
+//! The contract between the portable boot flow (`runtime`) and one
+//! architecture's boot code. The arch implements [`Platform`] once, as a
+//! `static`, and hands it to [`crate::runtime::primary_main`].
+
+/// How kestrel's run ended, reported when it powers the machine off.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExitStatus {
+    Success,
+    Failure,
+}
+
+impl ExitStatus {
+    pub const fn code(self) -> u32 {
+        match self {
+            ExitStatus::Success => 0,
+            ExitStatus::Failure => 1,
+        }
+    }
+}
+
+/// Why a secondary CPU could not be started.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StartError {
+    /// The firmware refused (PSCI error code, or mailbox failure).
+    Firmware(i64),
+    /// The CPU is already on.
+    AlreadyOn,
+    /// Not enough memory for the CPU's stack or per-CPU data.
+    NoMemory,
+}
+
+/// What one architecture provides to the portable boot flow.
+pub trait Platform: Sync {
+    /// Writes raw bytes to the boot console. Callers serialise (see `klog`).
+    fn console_write(&self, bytes: &[u8]);
+
+    /// The logical index (position in `BoardInfo::cpus`) of the calling CPU.
+    fn cpu_index(&self) -> usize;
+
+    /// Starts secondary CPU `index`. Once it runs Rust code on its own stack
+    /// the CPU calls [`crate::runtime::secondary_main`] with `index`.
+    fn start_cpu(&self, index: usize) -> Result<(), StartError>;
+
+    /// A free-running counter shared by all CPUs, and its frequency.
+    fn counter(&self) -> u64;
+    fn counter_hz(&self) -> u64;
+
+    /// Arms a periodic tick of `hz` on the calling CPU and unmasks
+    /// interrupts; each tick's handler calls [`crate::runtime::tick`].
+    fn start_tick(&self, hz: u32);
+
+    /// Idles the calling CPU until an interrupt arrives.
+    fn wait_for_interrupt(&self);
+
+    /// Powers the machine off, reporting `status` where the board can.
+    fn power_off(&self, status: ExitStatus) -> !;
+
+    /// Stops the calling CPU for good (interrupts masked).
+    fn halt(&self) -> !;
+}

@@ -1,0 +1,218 @@
+//! The boot flow both architectures share, once the arch has a console, a
+//! heap and a [`BoardInfo`]: start the secondary CPUs, start the tick, print
+//! the banner, then idle or power off.
+
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use log::{error, info, warn};
+use spin::Once;
+
+use crate::banner::{self, BootReport};
+use crate::board::BoardInfo;
+use crate::cmdline::{BootOptions, OnExit};
+use crate::platform::{ExitStatus, Platform};
+use crate::MAX_CPUS;
+
+/// Per-CPU state the boot flow tracks.
+pub struct PerCpu {
+    online: AtomicBool,
+    ticks: AtomicU64,
+}
+
+impl PerCpu {
+    const fn new() -> Self {
+        PerCpu {
+            online: AtomicBool::new(false),
+            ticks: AtomicU64::new(0),
+        }
+    }
+
+    pub fn is_online(&self) -> bool {
+        self.online.load(Ordering::Acquire)
+    }
+
+    pub fn ticks(&self) -> u64 {
+        self.ticks.load(Ordering::Relaxed)
+    }
+}
+
+static CPUS: [PerCpu; MAX_CPUS] = [const { PerCpu::new() }; MAX_CPUS];
+static BOARD: Once<BoardInfo> = Once::new();
+static PLATFORM: Once<&'static dyn Platform> = Once::new();
+
+/// How long a secondary CPU gets to come online.
+const CPU_START_TIMEOUT_MS: u64 = 1000;
+/// How long the boot CPU waits for every online CPU's tick.
+const TICK_TIMEOUT_MS: u64 = 2000;
+/// Ticks each CPU must take before the tick counts as working.
+const TICKS_REQUIRED: u64 = 3;
+
+/// The board, once the boot CPU has published it.
+pub fn board() -> Option<&'static BoardInfo> {
+    BOARD.get()
+}
+
+/// Per-CPU boot state of CPU `index`.
+pub fn cpu(index: usize) -> Option<&'static PerCpu> {
+    CPUS.get(index)
+}
+
+/// Called by the arch's timer interrupt handler on each tick.
+pub fn tick(cpu_index: usize) {
+    if let Some(c) = CPUS.get(cpu_index) {
+        c.ticks.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+fn wait_until(p: &dyn Platform, timeout_ms: u64, mut done: impl FnMut() -> bool) -> bool {
+    let hz = p.counter_hz().max(1);
+    let deadline = p.counter().saturating_add(hz.saturating_mul(timeout_ms) / 1000);
+    loop {
+        if done() {
+            return true;
+        }
+        if p.counter() >= deadline {
+            return done();
+        }
+        core::hint::spin_loop();
+    }
+}
+
+/// The boot CPU's path, entered by the arch with a console, MMU, heap and
+/// exception vectors already set up.
+pub fn primary_main(board: BoardInfo, platform: &'static dyn Platform) -> ! {
+    let platform = *PLATFORM.call_once(|| platform);
+    crate::klog::init(platform, log::LevelFilter::Info);
+    let board = BOARD.call_once(|| board);
+    let opts = BootOptions::parse(board.cmdline.as_str());
+    info!(
+        "kestrel {} on {} ({}), command line \"{}\"",
+        crate::VERSION,
+        board.arch.name(),
+        board.model,
+        board.cmdline
+    );
+    for word in &opts.unknown {
+        warn!("ignoring unknown or malformed boot option '{word}'");
+    }
+    if board.cpus_ignored > 0 {
+        warn!(
+            "firmware lists {} more CPUs than kestrel's limit of {MAX_CPUS}; they stay offline",
+            board.cpus_ignored
+        );
+    }
+
+    let me = platform.cpu_index();
+    CPUS[me].online.store(true, Ordering::Release);
+    platform.start_tick(opts.tick_hz);
+
+    for (index, desc) in board.cpus.iter().enumerate() {
+        if index == me {
+            continue;
+        }
+        match platform.start_cpu(index) {
+            Ok(()) => {
+                if !wait_until(platform, CPU_START_TIMEOUT_MS, || CPUS[index].is_online()) {
+                    warn!(
+                        "cpu{index} (hw id {:#x}) did not come online within {CPU_START_TIMEOUT_MS} ms; left offline",
+                        desc.hw_id
+                    );
+                }
+            }
+            Err(e) => warn!(
+                "cpu{index} (hw id {:#x}) could not be started ({e:?}); left offline",
+                desc.hw_id
+            ),
+        }
+    }
+
+    let online = || (0..board.cpus.len()).filter(|&i| CPUS[i].is_online());
+    let ticking = || online().filter(|&i| CPUS[i].ticks() >= TICKS_REQUIRED).count();
+    let cpus_online = online().count();
+    if !wait_until(platform, TICK_TIMEOUT_MS, || ticking() == cpus_online) {
+        for i in online().filter(|&i| CPUS[i].ticks() < TICKS_REQUIRED) {
+            warn!("cpu{i}: timer tick not seen ({} ticks)", CPUS[i].ticks());
+        }
+    }
+    let report = BootReport {
+        cpus_online,
+        tick_hz: opts.tick_hz,
+        cpus_ticking: ticking(),
+    };
+    let mut text = alloc::string::String::new();
+    // Writing to a String cannot fail.
+    let _ = banner::render(&mut text, board, &report);
+    crate::klog::print(format_args!("{text}"));
+
+    let ok = cpus_online == board.cpus.len() && report.cpus_ticking == cpus_online;
+    if !ok {
+        error!("boot incomplete: {cpus_online}/{} CPUs online, {} ticking", board.cpus.len(), report.cpus_ticking);
+    }
+    finish(if ok { ExitStatus::Success } else { ExitStatus::Failure }, opts.on_exit)
+}
+
+/// A secondary CPU's path, entered by the arch on the CPU's own stack with
+/// its MMU and vectors set up.
+pub fn secondary_main(index: usize) -> ! {
+    let Some(platform) = PLATFORM.get().copied() else {
+        // Cannot happen: secondaries are started from primary_main.
+        loop {
+            core::hint::spin_loop();
+        }
+    };
+    let opts = BOARD
+        .get()
+        .map(|b| BootOptions::parse(b.cmdline.as_str()))
+        .unwrap_or_default();
+    platform.start_tick(opts.tick_hz);
+    if let Some(c) = CPUS.get(index) {
+        c.online.store(true, Ordering::Release);
+    }
+    info!("cpu{index} online");
+    idle(platform)
+}
+
+fn idle(platform: &dyn Platform) -> ! {
+    loop {
+        platform.wait_for_interrupt();
+    }
+}
+
+/// Ends kestrel's work: powers off (printing the status the tests read)
+/// when the command line asked for it, otherwise idles.
+pub fn finish(status: ExitStatus, on_exit: OnExit) -> ! {
+    let platform = *PLATFORM.get().expect("finish before primary_main");
+    match on_exit {
+        OnExit::PowerOff => {
+            crate::kprintln!("kestrel: work done, powering off (status {})", status.code());
+            platform.power_off(status)
+        }
+        OnExit::Stay => {
+            info!("kestrel: boot done (status {}); idling", status.code());
+            idle(platform)
+        }
+    }
+}
+
+/// A fatal error after the console is up: says so, then powers off with a
+/// failure status when the command line asked for power-off (so tests end at
+/// once), or halts the CPU.
+pub fn fatal(args: core::fmt::Arguments) -> ! {
+    crate::klog::print_unlocked(format_args!("\nkestrel: FATAL: {args}\n"));
+    let on_exit = BOARD
+        .get()
+        .map(|b| BootOptions::parse(b.cmdline.as_str()).on_exit)
+        .unwrap_or(OnExit::Stay);
+    match PLATFORM.get() {
+        Some(p) if on_exit == OnExit::PowerOff => {
+            crate::klog::print_unlocked(format_args!(
+                "kestrel: powering off (status {})\n",
+                ExitStatus::Failure.code()
+            ));
+            p.power_off(ExitStatus::Failure)
+        }
+        Some(p) => p.halt(),
+        None => loop {
+            core::hint::spin_loop();
+        },
+    }
+}

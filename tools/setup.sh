@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Installs what kestrel needs to build and boot, if it is missing:
+#   - the Rust toolchain pinned in rust-toolchain.toml, with its targets and components
+#   - QEMU 10 (qemu-system-arm, qemu-system-misc) from Debian bookworm-backports
+# Safe to run repeatedly; does nothing when everything is present.
+set -euo pipefail
+
+need_qemu_major=10
+here=$(cd "$(dirname "$0")/.." && pwd)
+
+say() { printf 'setup: %s\n' "$*" >&2; }
+die() { printf 'setup: error: %s\n' "$*" >&2; exit 1; }
+
+qemu_ok() {
+    local bin=$1 v
+    command -v "$bin" >/dev/null 2>&1 || return 1
+    v=$("$bin" --version | sed -n 's/^QEMU emulator version \([0-9]*\).*/\1/p')
+    [ -n "$v" ] && [ "$v" -ge "$need_qemu_major" ]
+}
+
+install_qemu() {
+    if qemu_ok qemu-system-aarch64 && qemu_ok qemu-system-loongarch64; then
+        return 0
+    fi
+    local id="" codename=""
+    if [ -r /etc/os-release ]; then
+        # shellcheck disable=SC1091
+        . /etc/os-release
+        id=${ID:-}
+        codename=${VERSION_CODENAME:-}
+    fi
+    if [ "$id" != debian ]; then
+        die "QEMU >= $need_qemu_major (qemu-system-aarch64 and qemu-system-loongarch64) is missing. \
+This script installs it only on Debian; on ${id:-this system} install QEMU $need_qemu_major or newer yourself and re-run."
+    fi
+    if [ "$(id -u)" -ne 0 ]; then
+        die "QEMU >= $need_qemu_major is missing. Run as root (or: sudo $0), or install qemu-system-arm and qemu-system-misc >= $need_qemu_major yourself."
+    fi
+    export DEBIAN_FRONTEND=noninteractive
+    local extra=()
+    if [ "$codename" = bookworm ]; then
+        local list=/etc/apt/sources.list.d/kestrel-bookworm-backports.list
+        if ! grep -rqs 'bookworm-backports' /etc/apt/sources.list /etc/apt/sources.list.d/; then
+            say "enabling bookworm-backports for QEMU $need_qemu_major ($list)"
+            echo 'deb http://deb.debian.org/debian bookworm-backports main' >"$list"
+        fi
+        extra=(-t bookworm-backports)
+    fi
+    say "installing QEMU (apt-get ${extra[*]} install qemu-system-arm qemu-system-misc)"
+    apt-get update -qq
+    apt-get install -y -qq "${extra[@]}" --no-install-recommends qemu-system-arm qemu-system-misc >/dev/null
+    qemu_ok qemu-system-aarch64 && qemu_ok qemu-system-loongarch64 ||
+        die "installed QEMU is older than $need_qemu_major; install QEMU $need_qemu_major or newer"
+}
+
+install_rust() {
+    command -v rustup >/dev/null 2>&1 ||
+        die "rustup is missing: install it from your distribution or rustup.rs, then re-run"
+    # Reading rust-toolchain.toml makes rustup install the pinned toolchain with its
+    # listed targets and components.
+    (cd "$here" && rustup show active-toolchain >/dev/null 2>&1) ||
+        (cd "$here" && rustup toolchain install) ||
+        die "could not install the toolchain pinned in rust-toolchain.toml"
+    local tc
+    tc=$(cd "$here" && rustup show active-toolchain | cut -d' ' -f1)
+    (cd "$here" && rustup target add --toolchain "$tc" aarch64-unknown-none-softfloat >/dev/null 2>&1) ||
+        die "rustup could not add target aarch64-unknown-none-softfloat to $tc"
+    (cd "$here" && rustup component add --toolchain "$tc" rust-src llvm-tools clippy rustfmt >/dev/null 2>&1) ||
+        die "rustup could not add rust-src/llvm-tools/clippy/rustfmt to $tc"
+}
+
+case "${1:-all}" in
+    rust) install_rust ;;
+    qemu) install_qemu ;;
+    all) install_rust; install_qemu ;;
+    *) die "usage: $0 [all|rust|qemu]" ;;
+esac
