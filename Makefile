@@ -1,0 +1,71 @@
+# kestrel: one-command build, run and test. See README.md.
+#
+#   make run   [ARCH=aarch64|loongarch64] [SMP=N] [GIC=2|3] [APPEND="kestrel.exit=poweroff"]
+#   make test                 host unit tests + QEMU smoke tests on both architectures
+#   make image [ARCH=...]     build the bootable image and print its path
+#   make debug [ARCH=...]     boot under QEMU waiting for gdb on :1234
+#   make bench                deterministic benchmark tables
+#   make lint                 cargo fmt --check + clippy (host and both targets)
+#   make setup                install what is missing (toolchain targets, QEMU 10)
+#   make clean
+
+ARCH     ?= aarch64
+SMP      ?= 4
+GIC      ?= 3
+MEM      ?= 1024
+FEATURES ?=
+APPEND   ?=
+CARGO    ?= cargo
+
+XTASK_OPTS = --arch $(ARCH) --smp $(SMP) --gic $(GIC) --mem $(MEM) \
+             $(if $(FEATURES),--features "$(FEATURES)") $(if $(APPEND),--append "$(APPEND)")
+
+# build-std for LoongArch on the pinned stable toolchain
+LA_BUILD = RUSTC_BOOTSTRAP=1 $(CARGO) clippy -p kestrel-boot --target loongarch64-unknown-none-softfloat \
+           -Zbuild-std=core,alloc -Zbuild-std-features=compiler-builtins-mem
+
+.PHONY: all setup setup-rust run test test-host test-qemu image debug bench lint check-fp clean
+
+all: image
+
+setup:
+	@bash tools/setup.sh all
+
+setup-rust:
+	@bash tools/setup.sh rust
+
+image: setup-rust
+	@$(CARGO) xtask image $(XTASK_OPTS)
+
+run: setup
+	@$(CARGO) xtask run $(XTASK_OPTS)
+
+debug: setup
+	@$(CARGO) xtask debug $(XTASK_OPTS)
+
+test: setup
+	@$(MAKE) --no-print-directory test-host
+	@$(MAKE) --no-print-directory check-fp
+	@$(MAKE) --no-print-directory test-qemu
+
+test-host: setup-rust
+	$(CARGO) test
+
+test-qemu: setup
+	$(CARGO) xtask smoke
+
+check-fp: setup-rust
+	$(CARGO) xtask check-fp
+
+bench: setup-rust
+	$(CARGO) run --release -q -p kestrel-bench
+
+lint: setup-rust
+	$(CARGO) fmt --all --check
+	$(CARGO) clippy --all-targets -- -D warnings
+	$(CARGO) clippy -p kestrel-boot --target aarch64-unknown-none-softfloat -- -D warnings
+	$(LA_BUILD) -- -D warnings
+
+clean:
+	$(CARGO) clean
+	rm -rf build

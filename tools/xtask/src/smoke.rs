@@ -1,0 +1,328 @@
+//! QEMU smoke tests: boot each image, read what it printed on the serial
+//! port, decide pass/fail from that and from how QEMU ended.
+
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::{build_image, qemu, Arch, Opts};
+
+/// How a case must end.
+enum Ending {
+    /// The image powers QEMU off by itself, and QEMU exits with status 0.
+    PowerOff,
+    /// The image halts: the last expected line appears, then QEMU is stopped
+    /// by the test.
+    Halt,
+}
+
+struct Case {
+    name: &'static str,
+    opts: Opts,
+    ending: Ending,
+    /// Lines (substrings) the serial log must contain.
+    expect: Vec<&'static str>,
+    /// Substrings it must not contain.
+    reject: Vec<&'static str>,
+    /// Extra QEMU arguments.
+    extra: Vec<&'static str>,
+    /// Override the machine option (arm64 only).
+    machine: Option<&'static str>,
+}
+
+const TIMEOUT: Duration = Duration::from_secs(120);
+
+fn boot_ok(arch: Arch, gic: u32, irqchip: &'static str) -> Case {
+    let mut expect = vec![
+        " kestrel ",
+        " cpus:     4 of 4 online",
+        "ticking on 4 cpus",
+        irqchip,
+        "kestrel: work done, powering off (status 0)",
+    ];
+    match arch {
+        Arch::Aarch64 => expect.extend([" arch:     arm64", " backend:  EL2"]),
+        Arch::LoongArch64 => expect.extend([
+            " arch:     loongarch64",
+            " backend:  trap-and-emulate",
+            "LVZ absent",
+        ]),
+    }
+    Case {
+        name: match (arch, gic) {
+            (Arch::Aarch64, 3) => "arm64 GICv3 -smp 4 boot",
+            (Arch::Aarch64, _) => "arm64 GICv2 -smp 4 boot",
+            (Arch::LoongArch64, _) => "loongarch64 -smp 4 boot",
+        },
+        opts: Opts {
+            arch,
+            smp: 4,
+            gic,
+            append: "kestrel.exit=poweroff".into(),
+            ..Opts::default()
+        },
+        ending: Ending::PowerOff,
+        expect,
+        reject: vec!["FATAL", "panic", "did not come online", "ERROR"],
+        extra: vec![],
+        machine: None,
+    }
+}
+
+fn cases() -> Vec<Case> {
+    vec![
+        boot_ok(Arch::Aarch64, 3, " irqchip:  GICv3"),
+        boot_ok(Arch::Aarch64, 2, " irqchip:  GICv2"),
+        boot_ok(Arch::LoongArch64, 0, " irqchip:  LoongArch"),
+        // Bad input: without virtualization=on the CPU starts at EL1, where a
+        // hypervisor cannot run: kestrel must say so and halt.
+        Case {
+            name: "arm64 entered at EL1 is refused",
+            opts: Opts {
+                arch: Arch::Aarch64,
+                smp: 1,
+                append: "kestrel.exit=poweroff".into(),
+                ..Opts::default()
+            },
+            ending: Ending::Halt,
+            expect: vec!["EL1", "needs EL2"],
+            reject: vec![" cpus:"],
+            extra: vec![],
+            machine: Some("virt,gic-version=3"),
+        },
+    ]
+}
+
+/// What one boot printed and how it ended.
+struct Outcome {
+    log: String,
+    exit: Option<std::process::ExitStatus>,
+    timed_out: bool,
+}
+
+fn boot(case: &Case, image: &std::path::Path) -> Result<Outcome, String> {
+    let mut cmd: Command = qemu::command(&case.opts, image, true);
+    if let Some(m) = case.machine {
+        // Replace the "-M" value.
+        let args: Vec<String> = cmd.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
+        let mut fixed = Command::new(cmd.get_program());
+        let mut it = args.iter();
+        while let Some(a) = it.next() {
+            fixed.arg(a);
+            if a == "-M" {
+                it.next();
+                fixed.arg(m);
+            }
+        }
+        cmd = fixed;
+    }
+    cmd.args(&case.extra);
+    eprintln!("    $ {}", qemu::render(&cmd));
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot start QEMU: {e} (run `make setup`)"))?;
+    let log = Arc::new(Mutex::new(String::new()));
+    let mut readers = Vec::new();
+    for mut pipe in [
+        Box::new(child.stdout.take().unwrap()) as Box<dyn Read + Send>,
+        Box::new(child.stderr.take().unwrap()),
+    ] {
+        let log = Arc::clone(&log);
+        readers.push(std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = pipe.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                log.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]).replace('\r', ""));
+            }
+        }));
+    }
+    let start = Instant::now();
+    let (exit, timed_out) = loop {
+        if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
+            break (Some(status), false);
+        }
+        if matches!(case.ending, Ending::Halt) {
+            let text = log.lock().unwrap().clone();
+            if case.expect.iter().all(|e| text.contains(e)) {
+                // Give a wrongly continuing boot a moment to show itself.
+                std::thread::sleep(Duration::from_millis(500));
+                let _ = child.kill();
+                break (child.wait().ok(), false);
+            }
+        }
+        if start.elapsed() > TIMEOUT {
+            let _ = child.kill();
+            let _ = child.wait();
+            break (None, true);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    for r in readers {
+        let _ = r.join();
+    }
+    let log = log.lock().unwrap().clone();
+    Ok(Outcome { log, exit, timed_out })
+}
+
+fn judge(case: &Case, out: &Outcome) -> Vec<String> {
+    let mut problems = Vec::new();
+    if out.timed_out {
+        problems.push(format!("no ending within {} s", TIMEOUT.as_secs()));
+    }
+    for e in &case.expect {
+        if !out.log.contains(e) {
+            problems.push(format!("serial log lacks {e:?}"));
+        }
+    }
+    for r in &case.reject {
+        if out.log.contains(r) {
+            problems.push(format!("serial log contains {r:?}"));
+        }
+    }
+    if let Ending::PowerOff = case.ending {
+        match out.exit {
+            Some(s) if s.success() => {}
+            Some(s) => problems.push(format!("QEMU exited with {s}")),
+            None => {}
+        }
+    }
+    problems
+}
+
+/// Runs every smoke case; prints the serial log of each failure.
+pub fn run_all() -> Result<(), String> {
+    let cases = cases();
+    let mut images = std::collections::HashMap::new();
+    for arch in [Arch::Aarch64, Arch::LoongArch64] {
+        images.insert(arch, build_image(arch, &[])?);
+    }
+    let (mut passed, mut failed) = (0, 0);
+    for case in &cases {
+        eprintln!("smoke: {} ...", case.name);
+        let t = Instant::now();
+        let out = boot(case, &images[&case.opts.arch])?;
+        let problems = judge(case, &out);
+        if problems.is_empty() {
+            passed += 1;
+            println!("PASS {} ({:.1} s)", case.name, t.elapsed().as_secs_f64());
+        } else {
+            failed += 1;
+            println!("FAIL {}", case.name);
+            for p in &problems {
+                println!("    - {p}");
+            }
+            println!("---- serial log ----\n{}\n---- end of serial log ----", out.log);
+        }
+    }
+    println!("{passed} passed, {failed} failed");
+    if failed == 0 {
+        Ok(())
+    } else {
+        Err(format!("{failed} QEMU smoke test(s) failed"))
+    }
+}
+
+/// Disassembles the image and fails if any instruction names an FP/SIMD
+/// register: lazy FP switching is unsound if the hypervisor uses them.
+pub fn check_no_fp(arch: Arch) -> Result<(), String> {
+    let elf = crate::elf_path(arch);
+    if !elf.exists() {
+        build_image(arch, &[])?;
+    }
+    let out = Command::new(crate::llvm_tool("llvm-objdump")?)
+        .args(["-d", "--no-show-raw-insn"])
+        .arg(&elf)
+        .output()
+        .map_err(|e| format!("cannot run llvm-objdump: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("llvm-objdump failed on {}", elf.display()));
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut bad = Vec::new();
+    let mut insns = 0usize;
+    for line in text.lines() {
+        // "  addr: \tmnemonic\toperands  // comment" or "<sym>" headers.
+        let Some((_, insn)) = line.split_once(":\t") else { continue };
+        let insn = insn.split("//").next().unwrap_or("");
+        let insn = insn.split('#').next().unwrap_or("");
+        let insn = insn.split('<').next().unwrap_or("");
+        insns += 1;
+        if uses_fp(arch, insn) {
+            bad.push(line.trim().to_string());
+        }
+    }
+    if insns == 0 {
+        return Err(format!("{}: disassembly has no instructions", elf.display()));
+    }
+    if bad.is_empty() {
+        println!("check-fp: {}: {insns} instructions, none uses an FP/SIMD register", arch.name());
+        Ok(())
+    } else {
+        for b in bad.iter().take(20) {
+            eprintln!("    {b}");
+        }
+        Err(format!("{}: {} instructions use FP/SIMD registers", arch.name(), bad.len()))
+    }
+}
+
+fn uses_fp(arch: Arch, insn: &str) -> bool {
+    let mut parts = insn.split_whitespace();
+    let mnemonic = parts.next().unwrap_or("");
+    let tokens = insn.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '$' || c == '.'));
+    match arch {
+        Arch::Aarch64 => {
+            // No integer arm64 mnemonic starts with 'f'; vector registers
+            // appear as q/v/d/s/h/b followed by 0-31, or as FPCR/FPSR.
+            mnemonic.starts_with('f')
+                || tokens.skip(1).any(|t| {
+                    let t = t.split('.').next().unwrap_or("");
+                    let lower = t.to_ascii_lowercase();
+                    lower == "fpcr"
+                        || lower == "fpsr"
+                        || (t.len() >= 2
+                            && matches!(t.as_bytes()[0], b'q' | b'v' | b'd' | b's' | b'h' | b'b')
+                            && t[1..].parse::<u32>().is_ok_and(|n| n < 32))
+                })
+        }
+        Arch::LoongArch64 => tokens.skip(1).any(|t| {
+            let Some(r) = t.strip_prefix('$') else { return false };
+            let num = |p: &str| r.strip_prefix(p).is_some_and(|n| !n.is_empty() && n.parse::<u32>().is_ok());
+            num("f") || num("fa") || num("ft") || num("fs") || num("fcc") || num("fcsr") || num("vr") || num("xr")
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fp_detector_arm64() {
+        assert!(uses_fp(Arch::Aarch64, "fmov\td0, x1"));
+        assert!(uses_fp(Arch::Aarch64, "ldr\tq0, [x1]"));
+        assert!(uses_fp(Arch::Aarch64, "stp\tq0, q1, [sp, #-32]!"));
+        assert!(uses_fp(Arch::Aarch64, "movi\tv0.2d, #0000000000000000"));
+        assert!(uses_fp(Arch::Aarch64, "msr\tFPCR, x0"));
+        assert!(!uses_fp(Arch::Aarch64, "ldr\tx0, [x1, #8]"));
+        assert!(!uses_fp(Arch::Aarch64, "msr\ts3_0_c1_c0_0, x0"));
+        assert!(!uses_fp(Arch::Aarch64, "stp\tx29, x30, [sp, #-16]!"));
+        assert!(!uses_fp(Arch::Aarch64, "b.ne\t0x1234"));
+    }
+
+    #[test]
+    fn fp_detector_loongarch() {
+        assert!(uses_fp(Arch::LoongArch64, "fld.d\t$fa0, $a0, 0"));
+        assert!(uses_fp(Arch::LoongArch64, "vld\t$vr0, $a0, 0"));
+        assert!(uses_fp(Arch::LoongArch64, "movfcsr2gr\t$a0, $fcsr0"));
+        assert!(uses_fp(Arch::LoongArch64, "xvld\t$xr1, $a0, 0"));
+        assert!(!uses_fp(Arch::LoongArch64, "ld.d\t$fp, $sp, 16"));
+        assert!(!uses_fp(Arch::LoongArch64, "addi.d\t$sp, $sp, -32"));
+        assert!(!uses_fp(Arch::LoongArch64, "st.d\t$s0, $sp, 8"));
+    }
+}
