@@ -156,16 +156,12 @@ pub mod arm64 {
     pub const REVISION_MINOR: u64 = 0;
     /// kestrel's UUID `4b455354-524c-4e8a-9c1f-6b6573747265`, byte by byte.
     pub const KESTREL_UUID: [u8; 16] = [
-        0x4b, 0x45, 0x53, 0x54, 0x52, 0x4c, 0x4e, 0x8a, 0x9c, 0x1f, 0x6b, 0x65, 0x73, 0x74, 0x72, 0x65,
+        0x4b, 0x45, 0x53, 0x54, 0x52, 0x4c, 0x4e, 0x8a, 0x9c, 0x1f, 0x6b, 0x65, 0x73, 0x74, 0x72,
+        0x65,
     ];
     /// [`KESTREL_UUID`] as the four 32-bit words SMCCC returns in x0-x3
     /// (word `i` = bytes `4i..4i+4`, little-endian).
-    pub const KESTREL_UID: [u32; 4] = [
-        uid_word(0),
-        uid_word(1),
-        uid_word(2),
-        uid_word(3),
-    ];
+    pub const KESTREL_UID: [u32; 4] = [uid_word(0), uid_word(1), uid_word(2), uid_word(3)];
 
     const fn uid_word(i: usize) -> u32 {
         let b = &KESTREL_UUID;
@@ -268,7 +264,11 @@ impl IpiWindows {
             }
         }
         let done = self.current.take();
-        self.current = Some(IpiWindow { low: 1, high: 0, min: id });
+        self.current = Some(IpiWindow {
+            low: 1,
+            high: 0,
+            min: id,
+        });
         done
     }
 
@@ -312,9 +312,30 @@ mod tests {
             }
         }
         out[n] = p.finish();
-        assert_eq!(out[0], Some(IpiWindow { low: 1 | 1 << 63, high: 1 | 1 << 63, min: 0 }));
-        assert_eq!(out[1], Some(IpiWindow { low: 1, high: 0, min: 128 }));
-        assert_eq!(out[2], Some(IpiWindow { low: 1, high: 0, min: 300 }));
+        assert_eq!(
+            out[0],
+            Some(IpiWindow {
+                low: 1 | 1 << 63,
+                high: 1 | 1 << 63,
+                min: 0
+            })
+        );
+        assert_eq!(
+            out[1],
+            Some(IpiWindow {
+                low: 1,
+                high: 0,
+                min: 128
+            })
+        );
+        assert_eq!(
+            out[2],
+            Some(IpiWindow {
+                low: 1,
+                high: 0,
+                min: 300
+            })
+        );
         assert_eq!(out[3], None);
     }
 
@@ -322,6 +343,13 @@ mod tests {
     fn descending_ids_start_new_windows() {
         let mut p = IpiWindows::new();
         assert_eq!(p.push(10), None);
-        assert_eq!(p.push(5), Some(IpiWindow { low: 1, high: 0, min: 10 }));
+        assert_eq!(
+            p.push(5),
+            Some(IpiWindow {
+                low: 1,
+                high: 0,
+                min: 10
+            })
+        );
     }
 }
