@@ -22,6 +22,7 @@ pub mod runtime;
 pub mod fpu;
 pub mod hypercall;
 pub mod ipi;
+pub mod psci;
 pub mod sched;
 pub mod stats;
 pub mod vmid;
