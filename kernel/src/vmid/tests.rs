@@ -96,7 +96,7 @@ fn put_does_not_pin_an_index_across_rollover() {
     let a = VmidAllocator::new(2, 1);
     let vms: Vec<VmVmid> = (0..4).map(|_| VmVmid::new()).collect();
     for vm in &vms[..3] {
-        a.vcpu_load(0, vm, &no_flush);
+        let _ = a.vcpu_load(0, vm, &no_flush);
         a.vcpu_put(0);
     }
     // Rollover while cpu0 is idle (put): nothing is reserved but index 0.
@@ -112,10 +112,10 @@ fn put_does_not_pin_an_index_across_rollover() {
 fn stale_vm_keeps_its_index_if_still_free() {
     let a = VmidAllocator::new(2, 2);
     let (v1, v2, v3, v4) = (VmVmid::new(), VmVmid::new(), VmVmid::new(), VmVmid::new());
-    a.vcpu_load(0, &v1, &no_flush);
+    let _ = a.vcpu_load(0, &v1, &no_flush);
     a.vcpu_put(0);
-    a.vcpu_load(0, &v2, &no_flush); // cpu0 keeps v2 (index 2) active
-    a.vcpu_load(1, &v3, &no_flush); // index 3
+    let _ = a.vcpu_load(0, &v2, &no_flush); // cpu0 keeps v2 (index 2) active
+    let _ = a.vcpu_load(1, &v3, &no_flush); // index 3
     a.vcpu_put(1);
     let l4 = a.vcpu_load(1, &v4, &no_flush); // rollover; cpu1 was idle, takes index 1
     assert_eq!(l4.vmid, 1);

@@ -1,0 +1,304 @@
+//! FP engine tests: unit tests per policy and a property test over random
+//! schedules on simulated pCPUs whose "FP unit" is a plain array.
+
+use super::*;
+use alloc::vec::Vec;
+
+/// A simulated FP unit: four registers and a trap bit.
+#[derive(Default)]
+struct FakeUnit {
+    regs: [u64; 4],
+    trapping: bool,
+}
+
+impl FpHw for FakeUnit {
+    type State = [u64; 4];
+    fn save(&mut self, into: &mut [u64; 4]) {
+        *into = self.regs;
+    }
+    fn restore(&mut self, from: &[u64; 4]) {
+        self.regs = *from;
+    }
+    fn trap_on(&mut self) {
+        self.trapping = true;
+    }
+    fn trap_off(&mut self) {
+        self.trapping = false;
+    }
+}
+
+/// xorshift64*: deterministic, good enough for schedules.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
+const POLICIES: [FpPolicy; 3] = [FpPolicy::Eager, FpPolicy::SaveOnPut, FpPolicy::Lazy];
+
+fn vcpu(tag: u64) -> Arc<VcpuFp<[u64; 4]>> {
+    Arc::new(VcpuFp::new([tag; 4]))
+}
+
+/// Guest `fp` on the engine's pCPU uses FP: trap if needed, check it sees its
+/// own registers, then write `new`.
+fn use_fp(e: &mut FpEngine<FakeUnit>, expect: [u64; 4], new: [u64; 4]) {
+    if e.hw.trapping {
+        e.fp_trap();
+    }
+    assert!(!e.hw.trapping, "traps still on after fp_trap");
+    assert_eq!(
+        e.hw.regs, expect,
+        "vCPU sees registers that are not its own"
+    );
+    e.hw.regs = new;
+}
+
+#[test]
+fn policy_parse() {
+    assert_eq!(FpPolicy::parse("eager"), Some(FpPolicy::Eager));
+    assert_eq!(FpPolicy::parse("save-on-put"), Some(FpPolicy::SaveOnPut));
+    assert_eq!(FpPolicy::parse("lazy"), Some(FpPolicy::Lazy));
+    assert_eq!(FpPolicy::parse("fast"), None);
+    assert_eq!(FpPolicy::default(), FpPolicy::Lazy);
+}
+
+#[test]
+fn eager_switches_every_time_and_never_traps() {
+    let mut e = FpEngine::new(0, FpPolicy::Eager, FakeUnit::default());
+    let (a, b) = (vcpu(1), vcpu(2));
+    for _ in 0..3 {
+        assert_eq!(e.vcpu_load(&a), FpLoad::Ready);
+        assert!(!e.hw.trapping);
+        assert_eq!(e.hw.regs, [1; 4]);
+        e.vcpu_put();
+        assert_eq!(e.vcpu_load(&b), FpLoad::Ready);
+        assert_eq!(e.hw.regs, [2; 4]);
+        e.vcpu_put();
+    }
+    assert_eq!(
+        e.counters(),
+        FpCounters {
+            saves: 6,
+            restores: 6,
+            traps: 0
+        }
+    );
+}
+
+#[test]
+fn save_on_put_switches_only_after_use() {
+    let mut e = FpEngine::new(0, FpPolicy::SaveOnPut, FakeUnit::default());
+    let (a, b) = (vcpu(1), vcpu(2));
+    let _ = e.vcpu_load(&a);
+    assert!(e.hw.trapping);
+    e.vcpu_put(); // never used FP: nothing to save
+    let _ = e.vcpu_load(&b);
+    use_fp(&mut e, [2; 4], [20; 4]);
+    e.vcpu_put();
+    assert_eq!(
+        e.counters(),
+        FpCounters {
+            saves: 1,
+            restores: 1,
+            traps: 1
+        }
+    );
+    assert_eq!(b.with_saved(|s| *s), Some([20; 4]));
+    // Load again: trap again even on the same pCPU (state was saved, not kept).
+    let _ = e.vcpu_load(&b);
+    assert!(e.hw.trapping);
+}
+
+#[test]
+fn lazy_keeps_state_live_across_put_and_saves_on_contention() {
+    let mut e = FpEngine::new(0, FpPolicy::Lazy, FakeUnit::default());
+    let (a, b, idle) = (vcpu(1), vcpu(2), vcpu(3));
+    let _ = e.vcpu_load(&a);
+    use_fp(&mut e, [1; 4], [10; 4]);
+    e.vcpu_put();
+    assert_eq!(a.live_on(), Some(0));
+    assert_eq!(
+        a.with_saved(|_| ()),
+        None,
+        "memory copy is stale while live"
+    );
+    // A non-FP vCPU runs in between: nothing happens.
+    let _ = e.vcpu_load(&idle);
+    e.vcpu_put();
+    // a comes back: no trap at all.
+    let _ = e.vcpu_load(&a);
+    assert!(!e.hw.trapping);
+    use_fp(&mut e, [10; 4], [11; 4]);
+    e.vcpu_put();
+    assert_eq!(
+        e.counters(),
+        FpCounters {
+            saves: 0,
+            restores: 1,
+            traps: 1
+        }
+    );
+    // b uses FP: a's registers are saved first.
+    let _ = e.vcpu_load(&b);
+    use_fp(&mut e, [2; 4], [20; 4]);
+    assert_eq!(a.with_saved(|s| *s), Some([11; 4]));
+    assert_eq!(a.live_on(), None);
+    assert_eq!(b.live_on(), Some(0));
+    assert_eq!(
+        e.counters(),
+        FpCounters {
+            saves: 1,
+            restores: 2,
+            traps: 2
+        }
+    );
+}
+
+#[test]
+fn lazy_migration_requires_the_source_pcpu_to_save() {
+    let mut p0 = FpEngine::new(0, FpPolicy::Lazy, FakeUnit::default());
+    let mut p1 = FpEngine::new(1, FpPolicy::Lazy, FakeUnit::default());
+    let a = vcpu(1);
+    let _ = p0.vcpu_load(&a);
+    use_fp(&mut p0, [1; 4], [5; 4]);
+    p0.vcpu_put();
+    assert_eq!(p1.vcpu_load(&a), FpLoad::LiveOn(0));
+    assert!(p1.current.is_none(), "a refused load must not load");
+    assert!(!p1.vcpu_migrate(&a), "p1 does not hold a's registers");
+    assert!(p0.vcpu_migrate(&a));
+    assert!(!p0.vcpu_migrate(&a), "second migrate is a no-op");
+    assert_eq!(p1.vcpu_load(&a), FpLoad::Ready);
+    use_fp(&mut p1, [5; 4], [6; 4]);
+    assert_eq!(p0.counters().saves, 1);
+}
+
+#[test]
+fn trap_without_a_vcpu_keeps_trapping() {
+    let mut e = FpEngine::new(0, FpPolicy::Lazy, FakeUnit::default());
+    e.fp_trap();
+    assert!(e.hw.trapping);
+    assert_eq!(e.counters().restores, 0);
+}
+
+/// The property: over random schedules with random migrations and random FP
+/// use, under every policy, each vCPU always reads exactly what it last wrote
+/// and its final state is never lost.
+#[test]
+fn random_schedules_never_leak_or_lose_fp_state() {
+    for policy in POLICIES {
+        for seed in 1..=20u64 {
+            run_schedule(policy, seed, 4, 9, 4000);
+        }
+    }
+}
+
+fn run_schedule(policy: FpPolicy, seed: u64, pcpus: usize, vcpus: usize, steps: usize) {
+    let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let mut engines: Vec<_> = (0..pcpus)
+        .map(|p| FpEngine::new(p, policy, FakeUnit::default()))
+        .collect();
+    let fps: Vec<_> = (0..vcpus as u64).map(|v| vcpu(v << 32)).collect();
+    let mut shadow: Vec<[u64; 4]> = (0..vcpus as u64).map(|v| [v << 32; 4]).collect();
+    let mut running: Vec<Option<usize>> = vec![None; pcpus];
+    let mut fp_user: Vec<bool> = (0..vcpus).map(|_| rng.below(3) != 0).collect();
+    for step in 0..steps {
+        let p = rng.below(pcpus);
+        match rng.below(10) {
+            // Switch pCPU p to some vCPU not running elsewhere (maybe none).
+            0..=3 => {
+                if running[p].take().is_some() {
+                    engines[p].vcpu_put();
+                }
+                let v = rng.below(vcpus);
+                if running.contains(&Some(v)) || rng.below(8) == 0 {
+                    continue;
+                }
+                let mut load = engines[p].vcpu_load(&fps[v]);
+                if let FpLoad::LiveOn(q) = load {
+                    assert_ne!(q, p);
+                    assert!(
+                        engines[q].vcpu_migrate(&fps[v]),
+                        "LiveOn named a pCPU that does not own it"
+                    );
+                    load = engines[p].vcpu_load(&fps[v]);
+                }
+                assert_eq!(load, FpLoad::Ready);
+                running[p] = Some(v);
+            }
+            // The running vCPU uses FP (if it is an FP user this phase).
+            4..=8 => {
+                if let Some(v) = running[p] {
+                    // Non-FP guests never touch the unit, so never trap.
+                    if fp_user[v] {
+                        let new = [rng.next(), rng.next(), step as u64, v as u64];
+                        use_fp(&mut engines[p], shadow[v], new);
+                        shadow[v] = new;
+                    }
+                }
+            }
+            // Proactive migration of a random idle vCPU's registers, or a
+            // phase change of who uses FP.
+            _ => {
+                let v = rng.below(vcpus);
+                if !running.contains(&Some(v)) {
+                    let owner = fps[v].live_on();
+                    let saved = engines[p].vcpu_migrate(&fps[v]);
+                    assert_eq!(saved, owner == Some(p));
+                }
+                fp_user[v] = !fp_user[v];
+            }
+        }
+        // Cross-check the ownership invariant on every step.
+        for (v, fp) in fps.iter().enumerate() {
+            if let Some(q) = fp.live_on() {
+                assert!(
+                    engines[q].owns(fp),
+                    "vCPU {v} live on pCPU {q} that does not own it"
+                );
+                assert_eq!(
+                    engines[q].hw.regs, shadow[v],
+                    "live registers of vCPU {v} drifted"
+                );
+            }
+        }
+    }
+    // Drain: everything back to memory, nothing lost.
+    for (p, e) in engines.iter_mut().enumerate() {
+        if running[p].take().is_some() {
+            e.vcpu_put();
+        }
+        for fp in &fps {
+            e.vcpu_migrate(fp);
+        }
+    }
+    for (v, fp) in fps.iter().enumerate() {
+        assert_eq!(
+            fp.with_saved(|s| *s),
+            Some(shadow[v]),
+            "vCPU {v} lost writes ({policy:?}, seed {seed})"
+        );
+    }
+    let total = engines.iter().fold(FpCounters::default(), |t, e| {
+        let c = e.counters();
+        FpCounters {
+            saves: t.saves + c.saves,
+            restores: t.restores + c.restores,
+            traps: t.traps + c.traps,
+        }
+    });
+    match policy {
+        FpPolicy::Eager => assert_eq!(total.traps, 0),
+        _ => assert!(
+            total.restores <= total.traps,
+            "{policy:?} restored without a trap"
+        ),
+    }
+}
