@@ -13,6 +13,7 @@ extern crate alloc;
 pub mod banner;
 pub mod board;
 pub mod cmdline;
+pub mod console;
 pub mod dtb;
 pub mod klog;
 pub mod platform;

@@ -1,0 +1,227 @@
+//! The console multiplexer: many VMs, one physical UART.
+//!
+//! Output: each VM's bytes are collected into lines and written with a tag
+//! naming the VM (`[linux0] ...`), so interleaved guests stay readable and
+//! tests can tell who printed what. A partial line is flushed when it grows
+//! past [`LINE_MAX`] or when the VM ends.
+//!
+//! Input goes to the VM with the focus. The escape key **Ctrl-]** (0x1d)
+//! followed by:
+//!
+//! | key      | effect                                  |
+//! |----------|-----------------------------------------|
+//! | `0`-`9`  | focus VM number N (in config order)     |
+//! | `n`/Tab  | focus the next VM                       |
+//! | `?`      | list the VMs and who has the focus      |
+//! | Ctrl-]   | send one Ctrl-] to the focused VM       |
+//!
+//! Anything else after the escape is dropped. (Ctrl-A is QEMU's own escape
+//! under `-nographic`, so kestrel uses another.)
+
+use alloc::string::String;
+use alloc::vec::Vec;
+
+/// The escape byte: Ctrl-].
+pub const ESCAPE: u8 = 0x1d;
+/// Longest line kept before it is flushed anyway.
+pub const LINE_MAX: usize = 256;
+
+struct VmConsole {
+    name: String,
+    line: Vec<u8>,
+}
+
+/// Where input bytes go, as decided by [`ConsoleMux::input`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum InputAction {
+    /// Give this byte to VM `vm`.
+    Deliver { vm: usize, byte: u8 },
+    /// Print this message for the user (focus change, VM list).
+    Say(String),
+    /// Nothing (escape pending, or dropped).
+    None,
+}
+
+/// The multiplexer. Output is returned as text for the caller to write to
+/// the physical UART, so this stays free of hardware.
+pub struct ConsoleMux {
+    vms: Vec<VmConsole>,
+    focus: usize,
+    escape: bool,
+}
+
+impl ConsoleMux {
+    pub fn new() -> Self {
+        ConsoleMux {
+            vms: Vec::new(),
+            focus: 0,
+            escape: false,
+        }
+    }
+
+    /// Adds a VM; returns its console number.
+    pub fn add_vm(&mut self, name: &str) -> usize {
+        self.vms.push(VmConsole {
+            name: name.into(),
+            line: Vec::new(),
+        });
+        self.vms.len() - 1
+    }
+
+    /// The VM with the input focus.
+    pub fn focus(&self) -> usize {
+        self.focus
+    }
+
+    /// VM `vm` wrote `byte`. Returns a complete tagged line (with its
+    /// newline) when one is ready.
+    pub fn output(&mut self, vm: usize, byte: u8) -> Option<String> {
+        let c = self.vms.get_mut(vm)?;
+        match byte {
+            b'\r' => None,
+            b'\n' => Some(Self::take_line(c)),
+            _ => {
+                c.line.push(byte);
+                (c.line.len() >= LINE_MAX).then(|| Self::take_line(c))
+            }
+        }
+    }
+
+    /// Flushes VM `vm`'s partial line (when it ends).
+    pub fn flush(&mut self, vm: usize) -> Option<String> {
+        let c = self.vms.get_mut(vm)?;
+        (!c.line.is_empty()).then(|| Self::take_line(c))
+    }
+
+    fn take_line(c: &mut VmConsole) -> String {
+        let text = String::from_utf8_lossy(&c.line).into_owned();
+        c.line.clear();
+        let mut s = String::with_capacity(text.len() + c.name.len() + 4);
+        s.push('[');
+        s.push_str(&c.name);
+        s.push_str("] ");
+        // Control characters other than tab would garble the shared terminal.
+        s.extend(text.chars().map(|ch| if ch.is_control() && ch != '\t' { '.' } else { ch }));
+        s.push('\n');
+        s
+    }
+
+    /// A byte typed on the physical console.
+    pub fn input(&mut self, byte: u8) -> InputAction {
+        if self.vms.is_empty() {
+            return InputAction::None;
+        }
+        if !self.escape {
+            if byte == ESCAPE {
+                self.escape = true;
+                return InputAction::None;
+            }
+            return InputAction::Deliver { vm: self.focus, byte };
+        }
+        self.escape = false;
+        match byte {
+            ESCAPE => InputAction::Deliver {
+                vm: self.focus,
+                byte: ESCAPE,
+            },
+            b'0'..=b'9' => {
+                let n = (byte - b'0') as usize;
+                if n < self.vms.len() {
+                    self.focus = n;
+                    InputAction::Say(self.focus_message())
+                } else {
+                    InputAction::Say(alloc::format!("kestrel: no VM {n}; {} VMs\n", self.vms.len()))
+                }
+            }
+            b'n' | b'\t' => {
+                self.focus = (self.focus + 1) % self.vms.len();
+                InputAction::Say(self.focus_message())
+            }
+            b'?' => {
+                let mut s = String::from("kestrel: consoles (Ctrl-] N to switch):\n");
+                for (i, vm) in self.vms.iter().enumerate() {
+                    let mark = if i == self.focus { '*' } else { ' ' };
+                    s.push_str(&alloc::format!("  {mark}{i} {}\n", vm.name));
+                }
+                InputAction::Say(s)
+            }
+            _ => InputAction::None,
+        }
+    }
+
+    fn focus_message(&self) -> String {
+        alloc::format!("kestrel: console input now goes to VM {} ({})\n", self.focus, self.vms[self.focus].name)
+    }
+}
+
+impl Default for ConsoleMux {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mux() -> ConsoleMux {
+        let mut m = ConsoleMux::new();
+        m.add_vm("alpha");
+        m.add_vm("beta");
+        m
+    }
+
+    fn write(m: &mut ConsoleMux, vm: usize, s: &str) -> Vec<String> {
+        s.bytes().filter_map(|b| m.output(vm, b)).collect()
+    }
+
+    #[test]
+    fn interleaved_output_comes_out_as_tagged_lines() {
+        let mut m = mux();
+        let mut out = write(&mut m, 0, "hel");
+        out.extend(write(&mut m, 1, "other\r\n"));
+        out.extend(write(&mut m, 0, "lo\n"));
+        assert_eq!(out, ["[beta] other\n", "[alpha] hello\n"]);
+    }
+
+    #[test]
+    fn long_lines_and_control_bytes() {
+        let mut m = mux();
+        let long = "x".repeat(LINE_MAX + 3);
+        let out = write(&mut m, 0, &long);
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].len(), "[alpha] ".len() + LINE_MAX + 1);
+        assert_eq!(m.flush(0).as_deref(), Some("[alpha] xxx\n"));
+        assert_eq!(m.flush(0), None);
+        assert_eq!(write(&mut m, 1, "a\x1b[2Jb\n"), ["[beta] a.[2Jb\n"]);
+        assert_eq!(m.output(7, b'x'), None, "unknown VM is ignored");
+    }
+
+    #[test]
+    fn input_follows_focus_and_escape_switches_it() {
+        let mut m = mux();
+        assert_eq!(m.input(b'a'), InputAction::Deliver { vm: 0, byte: b'a' });
+        assert_eq!(m.input(ESCAPE), InputAction::None);
+        assert!(matches!(m.input(b'1'), InputAction::Say(s) if s.contains("VM 1 (beta)")));
+        assert_eq!(m.input(b'b'), InputAction::Deliver { vm: 1, byte: b'b' });
+        m.input(ESCAPE);
+        assert!(matches!(m.input(b'n'), InputAction::Say(_)));
+        assert_eq!(m.focus(), 0, "next wraps around");
+        m.input(ESCAPE);
+        assert_eq!(m.input(ESCAPE), InputAction::Deliver { vm: 0, byte: ESCAPE });
+        m.input(ESCAPE);
+        assert!(matches!(m.input(b'7'), InputAction::Say(s) if s.contains("no VM 7")));
+        assert_eq!(m.focus(), 0);
+        m.input(ESCAPE);
+        assert!(matches!(m.input(b'?'), InputAction::Say(s) if s.contains("*0 alpha") && s.contains(" 1 beta")));
+        m.input(ESCAPE);
+        assert_eq!(m.input(b'z'), InputAction::None);
+        assert_eq!(m.input(b'z'), InputAction::Deliver { vm: 0, byte: b'z' });
+    }
+
+    #[test]
+    fn no_vms_means_input_is_dropped() {
+        let mut m = ConsoleMux::new();
+        assert_eq!(m.input(b'a'), InputAction::None);
+    }
+}
