@@ -1,0 +1,123 @@
+//! kestrel's [`Platform`] on LoongArch64 root mode.
+
+use core::sync::atomic::{AtomicU64, Ordering};
+
+use crate::platform::{ExitStatus, Platform, StartError};
+
+use super::bootinfo::PowerOffReg;
+use super::ns16550::Ns16550;
+use super::{csr, dmw, iocsr, smp, timer};
+
+/// The logical index of the calling CPU, kept in CSR SAVE1 (written by the
+/// entry code of every CPU before any Rust code runs).
+pub fn current_cpu() -> usize {
+    csr::save1() as usize
+}
+
+pub struct LoongArchPlatform {
+    uart: Ns16550,
+    /// Counter frequency in Hz (from CPUCFG4/5).
+    counter_hz: AtomicU64,
+    /// Power-off register: physical address, and value | width << 32.
+    poweroff_pa: AtomicU64,
+    poweroff_val: AtomicU64,
+}
+
+/// The one instance handed to `runtime::primary_main`.
+pub static PLATFORM: LoongArchPlatform = LoongArchPlatform {
+    uart: Ns16550::new(),
+    counter_hz: AtomicU64::new(0),
+    poweroff_pa: AtomicU64::new(super::bootinfo::QEMU_VIRT_POWEROFF.pa),
+    poweroff_val: AtomicU64::new(
+        super::bootinfo::QEMU_VIRT_POWEROFF.value as u64 | (super::bootinfo::QEMU_VIRT_POWEROFF.width as u64) << 32,
+    ),
+};
+
+impl LoongArchPlatform {
+    /// Sends console output to the 16550 at physical `pa`.
+    pub fn set_console(&self, pa: u64) {
+        self.uart.set_base(pa);
+    }
+
+    pub fn console_pa(&self) -> u64 {
+        self.uart.base_pa()
+    }
+
+    pub fn set_counter_hz(&self, hz: u64) {
+        self.counter_hz.store(hz, Ordering::Release);
+    }
+
+    pub fn set_poweroff(&self, reg: PowerOffReg) {
+        self.poweroff_val
+            .store(reg.value as u64 | (reg.width as u64) << 32, Ordering::Release);
+        self.poweroff_pa.store(reg.pa, Ordering::Release);
+    }
+
+    fn poweroff_write(&self) {
+        let va = dmw::uncached(self.poweroff_pa.load(Ordering::Acquire));
+        let v = self.poweroff_val.load(Ordering::Acquire);
+        let (value, width) = (v as u32, (v >> 32) as u8);
+        // SAFETY: the address is the syscon power-off register the device
+        // tree names (or QEMU virt's GED register), mapped uncached; the
+        // access has the syscon's register width.
+        unsafe {
+            match width {
+                1 => core::ptr::write_volatile(va as *mut u8, value as u8),
+                2 => core::ptr::write_volatile(va as *mut u16, value as u16),
+                _ => core::ptr::write_volatile(va as *mut u32, value),
+            }
+        }
+    }
+}
+
+impl Platform for LoongArchPlatform {
+    fn console_write(&self, bytes: &[u8]) {
+        self.uart.write_bytes(bytes);
+    }
+
+    fn cpu_index(&self) -> usize {
+        current_cpu()
+    }
+
+    fn start_cpu(&self, index: usize) -> Result<(), StartError> {
+        let hw_id = crate::runtime::board()
+            .and_then(|b| b.cpus.get(index))
+            .map(|c| c.hw_id)
+            .ok_or(StartError::Firmware(-2))?;
+        smp::start(hw_id, index)
+    }
+
+    fn counter(&self) -> u64 {
+        csr::rdtime()
+    }
+
+    fn counter_hz(&self) -> u64 {
+        self.counter_hz.load(Ordering::Acquire)
+    }
+
+    fn start_tick(&self, hz: u32) {
+        timer::start_periodic(self.counter_hz(), hz);
+        iocsr::ipi_enable_all();
+        // SAFETY: unmasks the IPI line; the exception entry acknowledges IPIs.
+        unsafe { csr::xchg_ecfg(csr::INT_IPI, csr::INT_IPI) };
+        csr::irq_enable();
+    }
+
+    fn wait_for_interrupt(&self) {
+        csr::idle();
+    }
+
+    fn power_off(&self, _status: ExitStatus) -> ! {
+        // The GED register cannot carry a status: runtime prints it first.
+        csr::irq_disable();
+        self.poweroff_write();
+        self.halt()
+    }
+
+    fn halt(&self) -> ! {
+        csr::irq_disable();
+        loop {
+            csr::idle();
+        }
+    }
+}

@@ -1,0 +1,28 @@
+//! The per-core constant timer: TCFG (EN bit 0, PERIODIC bit 1, initial
+//! value [47:2]) counts TVAL down at the stable-counter frequency and raises
+//! ESTAT.IS[11]; writing TICLR bit 0 clears it.
+
+use super::csr;
+
+const TCFG_EN: u64 = 1 << 0;
+const TCFG_PERIODIC: u64 = 1 << 1;
+const TCFG_INIT_MASK: u64 = ((1 << 48) - 1) & !3;
+
+/// Arms a periodic interrupt every `counter_hz / hz` counter ticks and
+/// unmasks the timer line (ECFG.LIE[11]). CRMD.IE is left to the caller.
+pub fn start_periodic(counter_hz: u64, hz: u32) {
+    let period = (counter_hz / u64::from(hz.max(1))).max(4) & TCFG_INIT_MASK;
+    // SAFETY: programs this core's timer and unmasks its line; the
+    // exception entry handles TI (exceptions::init_cpu ran on this CPU).
+    unsafe {
+        csr::write_ticlr(1);
+        csr::write_tcfg(period | TCFG_PERIODIC | TCFG_EN);
+        csr::xchg_ecfg(csr::INT_TI, csr::INT_TI);
+    }
+}
+
+/// Acknowledges the timer interrupt (TICLR.CLR).
+pub fn ack() {
+    // SAFETY: TICLR bit 0 only clears the pending timer interrupt.
+    unsafe { csr::write_ticlr(1) };
+}
