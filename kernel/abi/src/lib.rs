@@ -66,6 +66,8 @@
 //! of target ids into windows for the guest side.
 #![no_std]
 
+pub mod package;
+
 /// Return codes, in a0 / x0 (sign-extended to 64 bits).
 pub mod ret {
     /// Success.

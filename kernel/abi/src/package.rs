@@ -1,0 +1,1149 @@
+//! The kestrel package: the VM configuration and guest images packed into the
+//! firmware by `make image CONFIG=file`, read by the hypervisor at boot.
+//!
+//! The host tool (`cargo xtask image --config FILE`) turns a TOML config into
+//! a package with [`Writer`] (feature `alloc`); the firmware embeds it and the
+//! hypervisor reads it in place with [`Package`], which never panics and
+//! never trusts a number it has not checked against the buffer.
+//!
+//! # Format (version 1, all integers little-endian)
+//!
+//! ```text
+//! offset  size                 what
+//! 0       64                   header
+//! 64      256 * vm_count       VM records, one per VM, in config order
+//! ...     padding to 4 KiB     zeros
+//! ...                          blobs (kernels, initrds, DTBs, command lines),
+//!                              each starting on a 4 KiB boundary
+//! ```
+//!
+//! Header (64 bytes):
+//!
+//! | off | type | field |
+//! |-----|------|-------|
+//! | 0 | `[u8; 8]` | magic `b"KSTRLPKG"` |
+//! | 8 | u16 | format version ([`VERSION`]) |
+//! | 10 | u16 | header size (64) |
+//! | 12 | u16 | record size (256) |
+//! | 14 | u16 | number of VMs (at most [`MAX_VMS`]) |
+//! | 16 | u64 | total size of the package in bytes |
+//! | 24 | u32 | flags (none defined: must be 0) |
+//! | 28 | u32 | CRC-32 of the 64 header bytes with this field taken as 0 |
+//! | 32 | u8 | FP/SIMD policy ([`FpPolicy`]) |
+//! | 33 | u8 | maximum pCPU count the config was checked against (1..=64) |
+//! | 34 | u16 | reserved, 0 |
+//! | 36 | u32 | hypervisor tick in Hz (0 = kestrel's default) |
+//! | 40 | 24 bytes | reserved, 0 |
+//!
+//! VM record (256 bytes):
+//!
+//! | off | type | field |
+//! |-----|------|-------|
+//! | 0 | `[u8; 32]` | name: `[a-z0-9_-]{1,32}`, NUL-padded |
+//! | 32 | u64 | guest RAM in bytes, a multiple of 2 MiB |
+//! | 40 | u64 | pCPU affinity mask (bit i = pCPU i; 0 = any pCPU) |
+//! | 48 | u16 | vCPU count, 1..=[`MAX_VCPUS`] |
+//! | 50 | u8 | guest kind ([`GuestKind`]) |
+//! | 51 | u8 | console device ([`ConsoleKind`]) |
+//! | 52 | u32 | flags: bit 0 = [`FLAG_PINNED`] (vCPU i owns the i-th CPU of the mask) |
+//! | 56 | 2 x u64 | kernel blob (offset, length); length > 0 |
+//! | 72 | 2 x u64 | initrd blob (offset, length); (0, 0) = none |
+//! | 88 | 2 x u64 | DTB blob (offset, length); (0, 0) = kestrel generates one |
+//! | 104 | 2 x u64 | command line blob (offset, length), UTF-8, no NUL |
+//! | 120 | u64 | kernel load offset from the start of guest RAM (2 MiB-aligned + text_offset) |
+//! | 128 | u64 | entry point, offset from the kernel load address |
+//! | 136 | u64 | kernel footprint: bytes the kernel occupies once running (>= its length) |
+//! | 144 | u32 | CRC-32 of this VM's blobs (kernel, initrd, DTB, command line, in that order) |
+//! | 148 | u32 | CRC-32 of the 256 record bytes with this field taken as 0 |
+//! | 152 | 104 bytes | reserved, 0 |
+//!
+//! Offsets are from the start of the package. Blobs lie after the record
+//! table and inside the package; kernel, initrd and DTB start on a 4 KiB
+//! boundary.
+//!
+//! # Failure granularity
+//!
+//! A bad header (magic, version, sizes, header CRC) refuses the whole package
+//! ([`PackageError`]). Everything about one VM — its record CRC, its fields,
+//! its blobs' bounds and CRC, whether its images fit its memory — is checked
+//! per VM ([`VmError`]), so the hypervisor refuses that VM with a message
+//! naming it, the field and the problem, and still starts the others.
+//!
+//! # Guest memory layout
+//!
+//! [`GuestLayout::compute`] is the one rule both the host tool (to reject a
+//! config before writing anything) and the hypervisor (to place the images)
+//! use: the kernel at its load offset, the DTB in the last 2 MiB of guest RAM,
+//! the initrd right below the DTB, 4 KiB-aligned, and above the kernel's
+//! footprint rounded up to 2 MiB.
+
+use core::fmt;
+
+/// The magic at offset 0.
+pub const MAGIC: [u8; 8] = *b"KSTRLPKG";
+/// The format version this module reads and writes.
+pub const VERSION: u16 = 1;
+/// Size of the header in bytes.
+pub const HEADER_SIZE: usize = 64;
+/// Size of one VM record in bytes.
+pub const RECORD_SIZE: usize = 256;
+/// Alignment of kernel, initrd and DTB blobs (and of the blob area).
+pub const BLOB_ALIGN: u64 = 4096;
+/// Most VMs in one package.
+pub const MAX_VMS: usize = 64;
+/// Most vCPUs in one VM.
+pub const MAX_VCPUS: u16 = 16;
+/// Most pCPUs an affinity mask can name.
+pub const MAX_PCPUS: u8 = 64;
+/// Length of the name field.
+pub const NAME_LEN: usize = 32;
+/// Guest RAM is a multiple of this (stage-2 block size, kernel alignment).
+pub const MEMORY_ALIGN: u64 = 2 << 20;
+/// The DTB lives in the last `DTB_SLOT` bytes of guest RAM; also its size limit
+/// (Linux arm64 refuses a DTB over 2 MiB).
+pub const DTB_SLOT: u64 = 2 << 20;
+/// Record flag: pinned affinity.
+pub const FLAG_PINNED: u32 = 1 << 0;
+/// Every record flag this version defines.
+pub const FLAGS_KNOWN: u32 = FLAG_PINNED;
+
+/// FP/SIMD switching policy for the whole hypervisor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum FpPolicy {
+    /// kestrel's default (lazy).
+    Default = 0,
+    /// Save and restore on every vCPU switch.
+    Eager = 1,
+    /// Restore lazily on first use, save on vcpu_put.
+    SaveOnPut = 2,
+    /// Switch on first guest access, save only when another context needs the registers.
+    Lazy = 3,
+}
+
+impl FpPolicy {
+    pub const fn from_u8(v: u8) -> Option<Self> {
+        Some(match v {
+            0 => FpPolicy::Default,
+            1 => FpPolicy::Eager,
+            2 => FpPolicy::SaveOnPut,
+            3 => FpPolicy::Lazy,
+            _ => return None,
+        })
+    }
+    /// The config spelling.
+    pub const fn name(self) -> &'static str {
+        match self {
+            FpPolicy::Default => "default",
+            FpPolicy::Eager => "eager",
+            FpPolicy::SaveOnPut => "save-on-put",
+            FpPolicy::Lazy => "lazy",
+        }
+    }
+}
+
+/// What the kernel blob is and how it boots.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum GuestKind {
+    /// arm64 Linux `Image` (header magic `ARM\x64` at 0x38): x0 = DTB, EL1h, MMU off.
+    LinuxArm64Image = 1,
+    /// LoongArch Linux ELF (`vmlinux`/`vmlinux.efi`'s ELF): loaded by program headers.
+    LinuxLoongArchElf = 2,
+    /// A raw binary test guest: copied to the load offset, entered at the entry offset.
+    TestRaw = 3,
+    /// An ELF test guest: loaded by program headers.
+    TestElf = 4,
+}
+
+impl GuestKind {
+    pub const fn from_u8(v: u8) -> Option<Self> {
+        Some(match v {
+            1 => GuestKind::LinuxArm64Image,
+            2 => GuestKind::LinuxLoongArchElf,
+            3 => GuestKind::TestRaw,
+            4 => GuestKind::TestElf,
+            _ => return None,
+        })
+    }
+    pub const fn name(self) -> &'static str {
+        match self {
+            GuestKind::LinuxArm64Image => "linux (arm64 Image)",
+            GuestKind::LinuxLoongArchElf => "linux (LoongArch ELF)",
+            GuestKind::TestRaw => "test-guest (raw binary)",
+            GuestKind::TestElf => "test-guest (ELF)",
+        }
+    }
+    /// Whether the guest is Linux (wants a DTB and the Linux boot protocol).
+    pub const fn is_linux(self) -> bool {
+        matches!(
+            self,
+            GuestKind::LinuxArm64Image | GuestKind::LinuxLoongArchElf
+        )
+    }
+}
+
+/// The console device the guest is given.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum ConsoleKind {
+    /// Arm PL011.
+    Pl011 = 1,
+    /// NS16550-compatible.
+    Ns16550 = 2,
+}
+
+impl ConsoleKind {
+    pub const fn from_u8(v: u8) -> Option<Self> {
+        Some(match v {
+            1 => ConsoleKind::Pl011,
+            2 => ConsoleKind::Ns16550,
+            _ => return None,
+        })
+    }
+    pub const fn name(self) -> &'static str {
+        match self {
+            ConsoleKind::Pl011 => "pl011",
+            ConsoleKind::Ns16550 => "ns16550",
+        }
+    }
+}
+
+/// CRC-32 (IEEE 802.3, reflected polynomial 0xEDB88320), as zlib's `crc32`.
+pub fn crc32(data: &[u8]) -> u32 {
+    crc32_update(0, data)
+}
+
+/// Continues a CRC-32: `crc32_update(crc32(a), b) == crc32(a ++ b)`.
+pub fn crc32_update(crc: u32, data: &[u8]) -> u32 {
+    let mut c = !crc;
+    for &b in data {
+        c = CRC_TABLE[((c ^ b as u32) & 0xFF) as usize] ^ (c >> 8);
+    }
+    !c
+}
+
+static CRC_TABLE: [u32; 256] = {
+    let mut t = [0u32; 256];
+    let mut i = 0;
+    while i < 256 {
+        let mut c = i as u32;
+        let mut k = 0;
+        while k < 8 {
+            c = if c & 1 != 0 {
+                0xEDB8_8320 ^ (c >> 1)
+            } else {
+                c >> 1
+            };
+            k += 1;
+        }
+        t[i] = c;
+        i += 1;
+    }
+    t
+};
+
+/// Why the whole package was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PackageError {
+    /// Shorter than a header.
+    Truncated { len: usize },
+    /// The first 8 bytes are not [`MAGIC`].
+    BadMagic,
+    /// A version this reader does not know.
+    UnsupportedVersion { found: u16 },
+    /// Header or record size differs from this version's.
+    BadLayout { header_size: u16, record_size: u16 },
+    /// More VMs than [`MAX_VMS`].
+    TooManyVms { count: u16 },
+    /// The header's total size is smaller than the header and records, or
+    /// larger than the buffer.
+    BadTotalSize { total: u64, buffer: usize },
+    /// The header CRC does not match.
+    HeaderChecksum { stored: u32, computed: u32 },
+    /// A header field out of range.
+    BadField { field: &'static str, value: u64 },
+}
+
+impl fmt::Display for PackageError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            PackageError::Truncated { len } => {
+                write!(f, "package truncated: {len} bytes, the header alone is {HEADER_SIZE}")
+            }
+            PackageError::BadMagic => f.write_str("not a kestrel package (bad magic, want \"KSTRLPKG\")"),
+            PackageError::UnsupportedVersion { found } => {
+                write!(f, "package version {found} is not supported (this kestrel reads version {VERSION})")
+            }
+            PackageError::BadLayout { header_size, record_size } => write!(
+                f,
+                "package header says header {header_size} / record {record_size} bytes, \
+                 version {VERSION} has {HEADER_SIZE} / {RECORD_SIZE}"
+            ),
+            PackageError::TooManyVms { count } => write!(f, "package lists {count} VMs, at most {MAX_VMS} allowed"),
+            PackageError::BadTotalSize { total, buffer } => write!(
+                f,
+                "package total size {total} is inconsistent (buffer {buffer} bytes, header + records need more)"
+            ),
+            PackageError::HeaderChecksum { stored, computed } => write!(
+                f,
+                "package header is corrupt: checksum {stored:#010x} stored, {computed:#010x} computed"
+            ),
+            PackageError::BadField { field, value } => {
+                write!(f, "package header field {field} has an invalid value {value:#x}")
+            }
+        }
+    }
+}
+
+/// A field of a VM record, for error messages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Field {
+    Record,
+    Name,
+    Memory,
+    Cpus,
+    Vcpus,
+    Kind,
+    Console,
+    Flags,
+    Kernel,
+    Initrd,
+    Dtb,
+    Cmdline,
+    LoadOffset,
+    EntryOffset,
+    KernelFootprint,
+    Data,
+    Reserved,
+}
+
+impl Field {
+    /// The name used in error messages (matches the config key where there is one).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Field::Record => "record",
+            Field::Name => "name",
+            Field::Memory => "memory",
+            Field::Cpus => "cpus",
+            Field::Vcpus => "vcpus",
+            Field::Kind => "kind",
+            Field::Console => "console",
+            Field::Flags => "flags",
+            Field::Kernel => "kernel",
+            Field::Initrd => "initrd",
+            Field::Dtb => "dtb",
+            Field::Cmdline => "cmdline",
+            Field::LoadOffset => "load offset",
+            Field::EntryOffset => "entry offset",
+            Field::KernelFootprint => "kernel footprint",
+            Field::Data => "data",
+            Field::Reserved => "reserved bytes",
+        }
+    }
+}
+
+/// What is wrong with a field.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Problem {
+    /// The record lies outside the package (a bad record count).
+    RecordOutOfBounds,
+    /// A CRC mismatch.
+    Checksum { stored: u32, computed: u32 },
+    /// Must not be zero / empty.
+    Zero,
+    /// Above the allowed maximum.
+    TooLarge { value: u64, max: u64 },
+    /// Not a multiple of `align`.
+    Misaligned { value: u64, align: u64 },
+    /// A value this version does not define.
+    Unknown { value: u64 },
+    /// Not UTF-8, or bytes outside the allowed set.
+    BadText,
+    /// A blob (offset, length) outside the package or over the record table.
+    OutOfBounds { offset: u64, len: u64, limit: u64 },
+    /// Bits set that must be clear.
+    NonZero,
+    /// The images do not fit the guest RAM: `need` bytes, `have` bytes.
+    DoesNotFit { need: u64, have: u64 },
+    /// Pinned with a mask whose CPU count differs from the vCPU count.
+    PinnedMismatch { vcpus: u16, cpus: u32 },
+    /// The entry point lies outside the kernel image.
+    EntryOutsideKernel { entry: u64, len: u64 },
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Problem::RecordOutOfBounds => f.write_str("record lies outside the package"),
+            Problem::Checksum { stored, computed } => {
+                write!(f, "corrupt: checksum {stored:#010x} stored, {computed:#010x} computed")
+            }
+            Problem::Zero => f.write_str("must not be zero or empty"),
+            Problem::TooLarge { value, max } => write!(f, "{value} is above the maximum {max}"),
+            Problem::Misaligned { value, align } => write!(f, "{value:#x} is not a multiple of {align:#x}"),
+            Problem::Unknown { value } => write!(f, "unknown value {value}"),
+            Problem::BadText => f.write_str("not valid text (name: [a-z0-9_-], NUL-padded; command line: UTF-8 without NUL)"),
+            Problem::OutOfBounds { offset, len, limit } => write!(
+                f,
+                "blob at {offset:#x}, {len:#x} bytes, lies outside the blob area (package is {limit:#x} bytes)"
+            ),
+            Problem::NonZero => f.write_str("reserved bits or bytes are set"),
+            Problem::DoesNotFit { need, have } => write!(
+                f,
+                "images do not fit guest memory: {need:#x} bytes needed, {have:#x} available"
+            ),
+            Problem::PinnedMismatch { vcpus, cpus } => {
+                write!(f, "pinned VM with {vcpus} vCPUs names {cpus} pCPUs (need one per vCPU)")
+            }
+            Problem::EntryOutsideKernel { entry, len } => {
+                write!(f, "entry offset {entry:#x} is outside the {len:#x}-byte kernel")
+            }
+        }
+    }
+}
+
+/// Why one VM record was refused; the other VMs are unaffected.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VmError {
+    /// Index of the record in the package.
+    pub index: usize,
+    /// The record's name bytes as stored (may be garbage: printed escaped).
+    pub name: [u8; NAME_LEN],
+    pub field: Field,
+    pub problem: Problem,
+}
+
+impl VmError {
+    /// The name, when it is valid.
+    pub fn name_str(&self) -> Option<&str> {
+        parse_name(&self.name)
+    }
+}
+
+impl fmt::Display for VmError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "vm[{}]", self.index)?;
+        match self.name_str() {
+            Some(n) => write!(f, " \"{n}\"")?,
+            None => {
+                // Unknown bytes: print them escaped so a corrupt name cannot
+                // inject control characters into the console.
+                f.write_str(" (name ")?;
+                let end = self.name.iter().position(|&b| b == 0).unwrap_or(NAME_LEN);
+                for &b in &self.name[..end] {
+                    if b.is_ascii_graphic() {
+                        write!(f, "{}", b as char)?;
+                    } else {
+                        write!(f, "\\x{b:02x}")?;
+                    }
+                }
+                f.write_str(")")?;
+            }
+        }
+        write!(f, ": {}: {}", self.field.name(), self.problem)
+    }
+}
+
+/// Settings for the hypervisor itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HypervisorSettings {
+    pub fp_policy: FpPolicy,
+    /// Highest pCPU count the config was checked against.
+    pub max_cpus: u8,
+    /// Tick in Hz; 0 = kestrel's default.
+    pub tick_hz: u32,
+}
+
+impl Default for HypervisorSettings {
+    fn default() -> Self {
+        HypervisorSettings {
+            fp_policy: FpPolicy::Default,
+            max_cpus: 16,
+            tick_hz: 0,
+        }
+    }
+}
+
+/// pCPU affinity of a VM.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Affinity {
+    /// Bit i = pCPU i. 0 = any pCPU kestrel chooses.
+    pub mask: u64,
+    /// vCPU i is pinned to the i-th set bit of `mask` (counting from bit 0),
+    /// and owns it.
+    pub pinned: bool,
+}
+
+impl Affinity {
+    /// The pCPU vCPU `vcpu` is pinned to, if pinned.
+    pub fn pinned_cpu(&self, vcpu: u16) -> Option<u32> {
+        if !self.pinned {
+            return None;
+        }
+        let mut m = self.mask;
+        for _ in 0..vcpu {
+            m &= m.checked_sub(1)?;
+        }
+        (m != 0).then(|| m.trailing_zeros())
+    }
+}
+
+/// Where a VM's images go, as offsets from the start of its guest RAM.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GuestLayout {
+    /// Kernel load offset.
+    pub kernel: u64,
+    /// Kernel footprint in bytes (file size, or the Image header's image_size).
+    pub kernel_size: u64,
+    /// Initrd offset (meaningful when `initrd_size > 0`).
+    pub initrd: u64,
+    pub initrd_size: u64,
+    /// DTB offset: the start of the last 2 MiB of RAM.
+    pub dtb: u64,
+}
+
+impl GuestLayout {
+    /// Places a kernel (`kernel_footprint` bytes at `load_offset`), an initrd
+    /// and the DTB slot in `memory` bytes of guest RAM; `Err` when they do not
+    /// fit, with the bytes needed and available.
+    pub fn compute(
+        memory: u64,
+        load_offset: u64,
+        kernel_footprint: u64,
+        initrd_len: u64,
+    ) -> Result<GuestLayout, Problem> {
+        const MB2: u64 = MEMORY_ALIGN;
+        let too_big = Problem::DoesNotFit {
+            need: u64::MAX,
+            have: memory,
+        };
+        let kernel_end = load_offset.checked_add(kernel_footprint).ok_or(too_big)?;
+        let kernel_end_2m = kernel_end.checked_add(MB2 - 1).ok_or(too_big)? & !(MB2 - 1);
+        let initrd_aligned =
+            initrd_len.checked_add(BLOB_ALIGN - 1).ok_or(too_big)? & !(BLOB_ALIGN - 1);
+        let need = kernel_end_2m
+            .checked_add(initrd_aligned)
+            .and_then(|n| n.checked_add(DTB_SLOT))
+            .ok_or(too_big)?;
+        if need > memory {
+            return Err(Problem::DoesNotFit { need, have: memory });
+        }
+        let dtb = (memory - DTB_SLOT) & !(BLOB_ALIGN - 1);
+        Ok(GuestLayout {
+            kernel: load_offset,
+            kernel_size: kernel_footprint,
+            initrd: dtb - initrd_aligned,
+            initrd_size: initrd_len,
+            dtb,
+        })
+    }
+}
+
+/// One validated VM: every slice is inside the package and checksummed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VmRecord<'a> {
+    pub index: usize,
+    pub name: &'a str,
+    pub memory: u64,
+    pub vcpus: u16,
+    pub affinity: Affinity,
+    pub kind: GuestKind,
+    pub console: ConsoleKind,
+    pub kernel: &'a [u8],
+    pub initrd: Option<&'a [u8]>,
+    /// A DTB from the config; `None` = kestrel generates one.
+    pub dtb: Option<&'a [u8]>,
+    pub cmdline: &'a str,
+    pub load_offset: u64,
+    pub entry_offset: u64,
+    pub kernel_footprint: u64,
+    /// Where the images go in guest RAM.
+    pub layout: GuestLayout,
+}
+
+fn le16(b: &[u8], off: usize) -> u16 {
+    let mut a = [0u8; 2];
+    if let Some(s) = b.get(off..off + 2) {
+        a.copy_from_slice(s);
+    }
+    u16::from_le_bytes(a)
+}
+
+fn le32(b: &[u8], off: usize) -> u32 {
+    let mut a = [0u8; 4];
+    if let Some(s) = b.get(off..off + 4) {
+        a.copy_from_slice(s);
+    }
+    u32::from_le_bytes(a)
+}
+
+fn le64(b: &[u8], off: usize) -> u64 {
+    let mut a = [0u8; 8];
+    if let Some(s) = b.get(off..off + 8) {
+        a.copy_from_slice(s);
+    }
+    u64::from_le_bytes(a)
+}
+
+/// CRC of `bytes` with the 4 bytes at `skip` read as zero.
+fn crc_skipping(bytes: &[u8], skip: usize) -> u32 {
+    let (a, rest) = bytes.split_at(skip.min(bytes.len()));
+    let c = crc32_update(0, a);
+    let c = crc32_update(c, &[0u8; 4][..rest.len().min(4)]);
+    crc32_update(c, rest.get(4..).unwrap_or(&[]))
+}
+
+/// `name` if it is 1..=32 bytes of `[a-z0-9_-]`, NUL-padded.
+pub fn parse_name(raw: &[u8; NAME_LEN]) -> Option<&str> {
+    let len = raw.iter().position(|&b| b == 0).unwrap_or(NAME_LEN);
+    if len == 0 || raw[len..].iter().any(|&b| b != 0) {
+        return None;
+    }
+    let name = &raw[..len];
+    if !name.iter().all(|&b| is_name_byte(b)) {
+        return None;
+    }
+    core::str::from_utf8(name).ok()
+}
+
+/// Bytes allowed in a VM name.
+pub const fn is_name_byte(b: u8) -> bool {
+    matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'_' | b'-')
+}
+
+// Record field offsets.
+const R_NAME: usize = 0;
+const R_MEMORY: usize = 32;
+const R_MASK: usize = 40;
+const R_VCPUS: usize = 48;
+const R_KIND: usize = 50;
+const R_CONSOLE: usize = 51;
+const R_FLAGS: usize = 52;
+const R_KERNEL: usize = 56;
+const R_INITRD: usize = 72;
+const R_DTB: usize = 88;
+const R_CMDLINE: usize = 104;
+const R_LOAD: usize = 120;
+const R_ENTRY: usize = 128;
+const R_FOOTPRINT: usize = 136;
+const R_DATA_CRC: usize = 144;
+const R_RECORD_CRC: usize = 148;
+const R_RESERVED: usize = 152;
+
+// Header field offsets.
+const H_VERSION: usize = 8;
+const H_HEADER_SIZE: usize = 10;
+const H_RECORD_SIZE: usize = 12;
+const H_COUNT: usize = 14;
+const H_TOTAL: usize = 16;
+const H_FLAGS: usize = 24;
+const H_CRC: usize = 28;
+const H_FP: usize = 32;
+const H_MAX_CPUS: usize = 33;
+const H_RESERVED16: usize = 34;
+const H_TICK: usize = 36;
+const H_RESERVED: usize = 40;
+
+/// Offset of the first blob: header and records rounded up to [`BLOB_ALIGN`].
+pub const fn blob_area_start(vm_count: usize) -> u64 {
+    let end = (HEADER_SIZE + vm_count * RECORD_SIZE) as u64;
+    (end + BLOB_ALIGN - 1) & !(BLOB_ALIGN - 1)
+}
+
+/// A package whose header has been checked, read in place.
+#[derive(Clone, Copy, Debug)]
+pub struct Package<'a> {
+    buf: &'a [u8],
+    vm_count: usize,
+    settings: HypervisorSettings,
+}
+
+impl<'a> Package<'a> {
+    /// Checks the header (magic, version, sizes, CRC). VM records are checked
+    /// one at a time by [`Package::vm`].
+    pub fn parse(buf: &'a [u8]) -> Result<Package<'a>, PackageError> {
+        let header = buf
+            .get(..HEADER_SIZE)
+            .ok_or(PackageError::Truncated { len: buf.len() })?;
+        if header[..8] != MAGIC {
+            return Err(PackageError::BadMagic);
+        }
+        let version = le16(header, H_VERSION);
+        if version != VERSION {
+            return Err(PackageError::UnsupportedVersion { found: version });
+        }
+        let (header_size, record_size) = (le16(header, H_HEADER_SIZE), le16(header, H_RECORD_SIZE));
+        if header_size as usize != HEADER_SIZE || record_size as usize != RECORD_SIZE {
+            return Err(PackageError::BadLayout {
+                header_size,
+                record_size,
+            });
+        }
+        let stored = le32(header, H_CRC);
+        let computed = crc_skipping(header, H_CRC);
+        if stored != computed {
+            return Err(PackageError::HeaderChecksum { stored, computed });
+        }
+        let count = le16(header, H_COUNT);
+        if count as usize > MAX_VMS {
+            return Err(PackageError::TooManyVms { count });
+        }
+        let total = le64(header, H_TOTAL);
+        let table_end = (HEADER_SIZE + count as usize * RECORD_SIZE) as u64;
+        if total > buf.len() as u64 || total < table_end {
+            return Err(PackageError::BadTotalSize {
+                total,
+                buffer: buf.len(),
+            });
+        }
+        let flags = le32(header, H_FLAGS);
+        if flags != 0 {
+            return Err(PackageError::BadField {
+                field: "flags",
+                value: flags as u64,
+            });
+        }
+        let fp = header[H_FP];
+        let fp_policy = FpPolicy::from_u8(fp).ok_or(PackageError::BadField {
+            field: "fp_policy",
+            value: fp as u64,
+        })?;
+        let max_cpus = header[H_MAX_CPUS];
+        if max_cpus == 0 || max_cpus > MAX_PCPUS {
+            return Err(PackageError::BadField {
+                field: "max_cpus",
+                value: max_cpus as u64,
+            });
+        }
+        if le16(header, H_RESERVED16) != 0 || header[H_RESERVED..].iter().any(|&b| b != 0) {
+            return Err(PackageError::BadField {
+                field: "reserved",
+                value: 0,
+            });
+        }
+        Ok(Package {
+            // `total <= buf.len()` was checked above.
+            buf: &buf[..total as usize],
+            vm_count: count as usize,
+            settings: HypervisorSettings {
+                fp_policy,
+                max_cpus,
+                tick_hz: le32(header, H_TICK),
+            },
+        })
+    }
+
+    /// The package bytes (`total size` long).
+    pub fn bytes(&self) -> &'a [u8] {
+        self.buf
+    }
+
+    /// Number of VM records (valid or not).
+    pub fn vm_count(&self) -> usize {
+        self.vm_count
+    }
+
+    /// The `[hypervisor]` settings.
+    pub fn settings(&self) -> HypervisorSettings {
+        self.settings
+    }
+
+    /// Validates and returns VM `index`. An `index` past the count gives
+    /// [`Problem::RecordOutOfBounds`].
+    pub fn vm(&self, index: usize) -> Result<VmRecord<'a>, VmError> {
+        let start = index
+            .checked_mul(RECORD_SIZE)
+            .and_then(|o| o.checked_add(HEADER_SIZE))
+            .filter(|_| index < self.vm_count);
+        let rec = start.and_then(|s| self.buf.get(s..s + RECORD_SIZE));
+        let mut name = [0u8; NAME_LEN];
+        let Some(rec) = rec else {
+            return Err(VmError {
+                index,
+                name,
+                field: Field::Record,
+                problem: Problem::RecordOutOfBounds,
+            });
+        };
+        name.copy_from_slice(&rec[R_NAME..R_NAME + NAME_LEN]);
+        let err = |field, problem| VmError {
+            index,
+            name,
+            field,
+            problem,
+        };
+
+        let stored = le32(rec, R_RECORD_CRC);
+        let computed = crc_skipping(rec, R_RECORD_CRC);
+        if stored != computed {
+            return Err(err(Field::Record, Problem::Checksum { stored, computed }));
+        }
+        let name_bytes: &'a [u8; NAME_LEN] = rec[R_NAME..R_NAME + NAME_LEN]
+            .try_into()
+            .map_err(|_| err(Field::Name, Problem::BadText))?;
+        let name_str = parse_name(name_bytes).ok_or(err(Field::Name, Problem::BadText))?;
+        if rec[R_RESERVED..].iter().any(|&b| b != 0) {
+            return Err(err(Field::Reserved, Problem::NonZero));
+        }
+
+        let vcpus = le16(rec, R_VCPUS);
+        if vcpus == 0 {
+            return Err(err(Field::Vcpus, Problem::Zero));
+        }
+        if vcpus > MAX_VCPUS {
+            return Err(err(
+                Field::Vcpus,
+                Problem::TooLarge {
+                    value: vcpus as u64,
+                    max: MAX_VCPUS as u64,
+                },
+            ));
+        }
+        let memory = le64(rec, R_MEMORY);
+        if memory == 0 {
+            return Err(err(Field::Memory, Problem::Zero));
+        }
+        if !memory.is_multiple_of(MEMORY_ALIGN) {
+            return Err(err(
+                Field::Memory,
+                Problem::Misaligned {
+                    value: memory,
+                    align: MEMORY_ALIGN,
+                },
+            ));
+        }
+        let kind = GuestKind::from_u8(rec[R_KIND]).ok_or(err(
+            Field::Kind,
+            Problem::Unknown {
+                value: rec[R_KIND] as u64,
+            },
+        ))?;
+        let console = ConsoleKind::from_u8(rec[R_CONSOLE]).ok_or(err(
+            Field::Console,
+            Problem::Unknown {
+                value: rec[R_CONSOLE] as u64,
+            },
+        ))?;
+        let flags = le32(rec, R_FLAGS);
+        if flags & !FLAGS_KNOWN != 0 {
+            return Err(err(Field::Flags, Problem::NonZero));
+        }
+        let mask = le64(rec, R_MASK);
+        let max_cpus = self.settings.max_cpus as u32;
+        if max_cpus < 64 && mask >> max_cpus != 0 {
+            return Err(err(
+                Field::Cpus,
+                Problem::TooLarge {
+                    value: 63 - mask.leading_zeros() as u64,
+                    max: max_cpus as u64 - 1,
+                },
+            ));
+        }
+        let pinned = flags & FLAG_PINNED != 0;
+        if pinned && mask.count_ones() != vcpus as u32 {
+            return Err(err(
+                Field::Cpus,
+                Problem::PinnedMismatch {
+                    vcpus,
+                    cpus: mask.count_ones(),
+                },
+            ));
+        }
+
+        let area = blob_area_start(self.vm_count);
+        let limit = self.buf.len() as u64;
+        let blob = |field: Field, off: usize, aligned: bool| -> Result<Option<&'a [u8]>, VmError> {
+            let (offset, len) = (le64(rec, off), le64(rec, off + 8));
+            if len == 0 {
+                return if offset == 0 {
+                    Ok(None)
+                } else {
+                    Err(err(field, Problem::NonZero))
+                };
+            }
+            if aligned && !offset.is_multiple_of(BLOB_ALIGN) {
+                return Err(err(
+                    field,
+                    Problem::Misaligned {
+                        value: offset,
+                        align: BLOB_ALIGN,
+                    },
+                ));
+            }
+            let oob = err(field, Problem::OutOfBounds { offset, len, limit });
+            let end = offset.checked_add(len).ok_or(oob)?;
+            if offset < area || end > limit {
+                return Err(oob);
+            }
+            // Both bounds are <= buf.len(), so they fit usize.
+            Ok(self.buf.get(offset as usize..end as usize))
+        };
+        let kernel =
+            blob(Field::Kernel, R_KERNEL, true)?.ok_or(err(Field::Kernel, Problem::Zero))?;
+        let initrd = blob(Field::Initrd, R_INITRD, true)?;
+        let dtb = blob(Field::Dtb, R_DTB, true)?;
+        let cmdline_bytes = blob(Field::Cmdline, R_CMDLINE, false)?.unwrap_or(&[]);
+
+        let stored = le32(rec, R_DATA_CRC);
+        let mut computed = crc32_update(0, kernel);
+        for b in [initrd, dtb, Some(cmdline_bytes)].into_iter().flatten() {
+            computed = crc32_update(computed, b);
+        }
+        if stored != computed {
+            return Err(err(Field::Data, Problem::Checksum { stored, computed }));
+        }
+        let cmdline = core::str::from_utf8(cmdline_bytes)
+            .ok()
+            .filter(|s| !s.contains('\0'))
+            .ok_or(err(Field::Cmdline, Problem::BadText))?;
+        if let Some(d) = dtb {
+            if d.len() as u64 > DTB_SLOT {
+                return Err(err(
+                    Field::Dtb,
+                    Problem::TooLarge {
+                        value: d.len() as u64,
+                        max: DTB_SLOT,
+                    },
+                ));
+            }
+        }
+
+        let load_offset = le64(rec, R_LOAD);
+        if load_offset >= memory {
+            return Err(err(
+                Field::LoadOffset,
+                Problem::TooLarge {
+                    value: load_offset,
+                    max: memory - 1,
+                },
+            ));
+        }
+        let kernel_footprint = le64(rec, R_FOOTPRINT);
+        if kernel_footprint < kernel.len() as u64 {
+            return Err(err(
+                Field::KernelFootprint,
+                Problem::DoesNotFit {
+                    need: kernel.len() as u64,
+                    have: kernel_footprint,
+                },
+            ));
+        }
+        let entry_offset = le64(rec, R_ENTRY);
+        if entry_offset >= kernel_footprint {
+            return Err(err(
+                Field::EntryOffset,
+                Problem::EntryOutsideKernel {
+                    entry: entry_offset,
+                    len: kernel_footprint,
+                },
+            ));
+        }
+        let layout = GuestLayout::compute(
+            memory,
+            load_offset,
+            kernel_footprint,
+            initrd.map_or(0, |i| i.len() as u64),
+        )
+        .map_err(|p| err(Field::Memory, p))?;
+
+        Ok(VmRecord {
+            index,
+            name: name_str,
+            memory,
+            vcpus,
+            affinity: Affinity { mask, pinned },
+            kind,
+            console,
+            kernel,
+            initrd,
+            dtb,
+            cmdline,
+            load_offset,
+            entry_offset,
+            kernel_footprint,
+            layout,
+        })
+    }
+
+    /// Every VM in order, each validated on its own.
+    pub fn vms(&self) -> impl Iterator<Item = Result<VmRecord<'a>, VmError>> + '_ {
+        (0..self.vm_count).map(move |i| self.vm(i))
+    }
+}
+
+#[cfg(any(feature = "alloc", test))]
+pub use writer::{VmInput, Writer};
+
+#[cfg(any(feature = "alloc", test))]
+mod writer {
+    extern crate alloc;
+    use super::*;
+    use alloc::vec::Vec;
+
+    /// One VM to pack. The writer copies the slices.
+    #[derive(Clone, Debug)]
+    pub struct VmInput<'a> {
+        pub name: &'a str,
+        pub memory: u64,
+        pub vcpus: u16,
+        pub affinity: Affinity,
+        pub kind: GuestKind,
+        pub console: ConsoleKind,
+        pub kernel: &'a [u8],
+        pub initrd: Option<&'a [u8]>,
+        pub dtb: Option<&'a [u8]>,
+        pub cmdline: &'a str,
+        pub load_offset: u64,
+        pub entry_offset: u64,
+        /// 0 = the kernel's length.
+        pub kernel_footprint: u64,
+    }
+
+    /// Builds a package. It does not validate VM contents beyond what it
+    /// needs to lay them out: the config checker does that first, and the
+    /// reader checks everything again at boot.
+    #[derive(Clone, Debug, Default)]
+    pub struct Writer<'a> {
+        pub settings: HypervisorSettings,
+        pub vms: Vec<VmInput<'a>>,
+    }
+
+    fn put(buf: &mut [u8], off: usize, bytes: &[u8]) {
+        buf[off..off + bytes.len()].copy_from_slice(bytes);
+    }
+
+    fn align_vec(out: &mut Vec<u8>) {
+        let pad = (BLOB_ALIGN as usize - out.len() % BLOB_ALIGN as usize) % BLOB_ALIGN as usize;
+        out.resize(out.len() + pad, 0);
+    }
+
+    impl<'a> Writer<'a> {
+        pub fn new(settings: HypervisorSettings) -> Self {
+            Writer {
+                settings,
+                vms: Vec::new(),
+            }
+        }
+
+        /// The package bytes. Panics if there are more than [`MAX_VMS`] VMs
+        /// or a name is longer than [`NAME_LEN`] (host-side programming errors).
+        pub fn finish(&self) -> Vec<u8> {
+            assert!(self.vms.len() <= MAX_VMS, "too many VMs");
+            let mut out = alloc::vec![0u8; HEADER_SIZE + self.vms.len() * RECORD_SIZE];
+            align_vec(&mut out);
+            if self.vms.is_empty() {
+                out.truncate(HEADER_SIZE);
+            }
+            let mut records = Vec::new();
+            for vm in &self.vms {
+                let mut rec = [0u8; RECORD_SIZE];
+                assert!(vm.name.len() <= NAME_LEN, "name too long");
+                put(&mut rec, R_NAME, vm.name.as_bytes());
+                put(&mut rec, R_MEMORY, &vm.memory.to_le_bytes());
+                put(&mut rec, R_MASK, &vm.affinity.mask.to_le_bytes());
+                put(&mut rec, R_VCPUS, &vm.vcpus.to_le_bytes());
+                rec[R_KIND] = vm.kind as u8;
+                rec[R_CONSOLE] = vm.console as u8;
+                let flags = if vm.affinity.pinned { FLAG_PINNED } else { 0 };
+                put(&mut rec, R_FLAGS, &flags.to_le_bytes());
+                let mut crc = 0;
+                for (field, data, aligned) in [
+                    (R_KERNEL, Some(vm.kernel), true),
+                    (R_INITRD, vm.initrd, true),
+                    (R_DTB, vm.dtb, true),
+                    (R_CMDLINE, Some(vm.cmdline.as_bytes()), false),
+                ] {
+                    let Some(data) = data.filter(|d| !d.is_empty()) else {
+                        continue;
+                    };
+                    if aligned {
+                        align_vec(&mut out);
+                    }
+                    put(&mut rec, field, &(out.len() as u64).to_le_bytes());
+                    put(&mut rec, field + 8, &(data.len() as u64).to_le_bytes());
+                    out.extend_from_slice(data);
+                    crc = crc32_update(crc, data);
+                }
+                put(&mut rec, R_LOAD, &vm.load_offset.to_le_bytes());
+                put(&mut rec, R_ENTRY, &vm.entry_offset.to_le_bytes());
+                let footprint = if vm.kernel_footprint == 0 {
+                    vm.kernel.len() as u64
+                } else {
+                    vm.kernel_footprint
+                };
+                put(&mut rec, R_FOOTPRINT, &footprint.to_le_bytes());
+                put(&mut rec, R_DATA_CRC, &crc.to_le_bytes());
+                let rcrc = crc_skipping(&rec, R_RECORD_CRC);
+                put(&mut rec, R_RECORD_CRC, &rcrc.to_le_bytes());
+                records.push(rec);
+            }
+            for (i, rec) in records.iter().enumerate() {
+                put(&mut out, HEADER_SIZE + i * RECORD_SIZE, rec);
+            }
+            put(&mut out, 0, &MAGIC);
+            put(&mut out, H_VERSION, &VERSION.to_le_bytes());
+            put(&mut out, H_HEADER_SIZE, &(HEADER_SIZE as u16).to_le_bytes());
+            put(&mut out, H_RECORD_SIZE, &(RECORD_SIZE as u16).to_le_bytes());
+            put(&mut out, H_COUNT, &(self.vms.len() as u16).to_le_bytes());
+            let total = out.len() as u64;
+            put(&mut out, H_TOTAL, &total.to_le_bytes());
+            out[H_FP] = self.settings.fp_policy as u8;
+            out[H_MAX_CPUS] = self.settings.max_cpus;
+            put(&mut out, H_TICK, &self.settings.tick_hz.to_le_bytes());
+            let hcrc = crc_skipping(&out[..HEADER_SIZE], H_CRC);
+            put(&mut out, H_CRC, &hcrc.to_le_bytes());
+            out
+        }
+    }
+
+    /// Rewrites the header and record CRCs after a test or tool changed
+    /// fields in place (blob CRCs are left alone).
+    pub fn reseal(pkg: &mut [u8]) {
+        if pkg.len() < HEADER_SIZE {
+            return;
+        }
+        let count = (le16(pkg, H_COUNT) as usize).min(MAX_VMS);
+        for i in 0..count {
+            let s = HEADER_SIZE + i * RECORD_SIZE;
+            if let Some(rec) = pkg.get_mut(s..s + RECORD_SIZE) {
+                let c = crc_skipping(rec, R_RECORD_CRC);
+                put(rec, R_RECORD_CRC, &c.to_le_bytes());
+            }
+        }
+        let c = crc_skipping(&pkg[..HEADER_SIZE], H_CRC);
+        put(pkg, H_CRC, &c.to_le_bytes());
+    }
+}
+
+#[cfg(any(feature = "alloc", test))]
+pub use writer::reseal;
+
+/// Record field offsets, for tools and tests that patch records.
+pub mod offsets {
+    pub const NAME: usize = super::R_NAME;
+    pub const MEMORY: usize = super::R_MEMORY;
+    pub const MASK: usize = super::R_MASK;
+    pub const VCPUS: usize = super::R_VCPUS;
+    pub const KIND: usize = super::R_KIND;
+    pub const CONSOLE: usize = super::R_CONSOLE;
+    pub const FLAGS: usize = super::R_FLAGS;
+    pub const KERNEL: usize = super::R_KERNEL;
+    pub const INITRD: usize = super::R_INITRD;
+    pub const DTB: usize = super::R_DTB;
+    pub const CMDLINE: usize = super::R_CMDLINE;
+    pub const LOAD: usize = super::R_LOAD;
+    pub const ENTRY: usize = super::R_ENTRY;
+    pub const FOOTPRINT: usize = super::R_FOOTPRINT;
+    pub const DATA_CRC: usize = super::R_DATA_CRC;
+    pub const RECORD_CRC: usize = super::R_RECORD_CRC;
+    /// Header: number of VMs (u16).
+    pub const H_COUNT: usize = super::H_COUNT;
+    /// Header: total size (u64).
+    pub const H_TOTAL: usize = super::H_TOTAL;
+    /// Header: CRC (u32).
+    pub const H_CRC: usize = super::H_CRC;
+}
+
+#[cfg(test)]
+mod tests;

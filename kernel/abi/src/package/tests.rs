@@ -1,0 +1,469 @@
+extern crate alloc;
+extern crate std;
+
+use super::*;
+use alloc::format;
+use alloc::string::ToString;
+use alloc::vec;
+use alloc::vec::Vec;
+
+const MB: u64 = 1 << 20;
+
+fn kernel(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+fn vm<'a>(name: &'a str, k: &'a [u8]) -> VmInput<'a> {
+    VmInput {
+        name,
+        memory: 64 * MB,
+        vcpus: 2,
+        affinity: Affinity {
+            mask: 0,
+            pinned: false,
+        },
+        kind: GuestKind::LinuxArm64Image,
+        console: ConsoleKind::Pl011,
+        kernel: k,
+        initrd: None,
+        dtb: None,
+        cmdline: "console=ttyAMA0",
+        load_offset: 0,
+        entry_offset: 0,
+        kernel_footprint: 0,
+    }
+}
+
+/// Three VMs: one with an initrd and a DTB, one pinned, one plain.
+fn sample() -> Vec<u8> {
+    let (k0, k1, k2) = (kernel(10_000, 1), kernel(5000, 2), kernel(4096, 3));
+    let initrd = kernel(3000, 9);
+    let dtb = kernel(700, 7);
+    let mut w = Writer::new(HypervisorSettings {
+        fp_policy: FpPolicy::Lazy,
+        max_cpus: 8,
+        tick_hz: 250,
+    });
+    w.vms.push(VmInput {
+        initrd: Some(&initrd),
+        dtb: Some(&dtb),
+        ..vm("linux0", &k0)
+    });
+    w.vms.push(VmInput {
+        affinity: Affinity {
+            mask: 0b1100,
+            pinned: true,
+        },
+        kind: GuestKind::TestRaw,
+        console: ConsoleKind::Ns16550,
+        cmdline: "",
+        entry_offset: 0x40,
+        kernel_footprint: 0x10_0000,
+        ..vm("test-1", &k1)
+    });
+    w.vms.push(vm("third_vm", &k2));
+    w.finish()
+}
+
+#[test]
+fn crc32_matches_the_standard_check_value() {
+    assert_eq!(crc32(b"123456789"), 0xCBF4_3926);
+    assert_eq!(crc32(b""), 0);
+    assert_eq!(crc32_update(crc32(b"1234"), b"56789"), 0xCBF4_3926);
+}
+
+#[test]
+fn round_trip_preserves_every_field() {
+    let bytes = sample();
+    assert_eq!(&bytes[..8], b"KSTRLPKG");
+    let pkg = Package::parse(&bytes).unwrap();
+    assert_eq!(pkg.vm_count(), 3);
+    assert_eq!(
+        pkg.settings(),
+        HypervisorSettings {
+            fp_policy: FpPolicy::Lazy,
+            max_cpus: 8,
+            tick_hz: 250
+        }
+    );
+    assert_eq!(pkg.bytes().len(), bytes.len());
+
+    let v0 = pkg.vm(0).unwrap();
+    assert_eq!(v0.index, 0);
+    assert_eq!(v0.name, "linux0");
+    assert_eq!(v0.memory, 64 * MB);
+    assert_eq!(v0.vcpus, 2);
+    assert_eq!(v0.kind, GuestKind::LinuxArm64Image);
+    assert_eq!(v0.console, ConsoleKind::Pl011);
+    assert_eq!(v0.kernel, &kernel(10_000, 1)[..]);
+    assert_eq!(v0.initrd, Some(&kernel(3000, 9)[..]));
+    assert_eq!(v0.dtb, Some(&kernel(700, 7)[..]));
+    assert_eq!(v0.cmdline, "console=ttyAMA0");
+    assert_eq!(v0.kernel_footprint, 10_000);
+    assert_eq!(
+        v0.affinity,
+        Affinity {
+            mask: 0,
+            pinned: false
+        }
+    );
+    for blob in [v0.kernel, v0.initrd.unwrap(), v0.dtb.unwrap()] {
+        let off = blob.as_ptr() as usize - bytes.as_ptr() as usize;
+        assert_eq!(off % BLOB_ALIGN as usize, 0, "blobs are 4 KiB aligned");
+        assert!(off as u64 >= blob_area_start(3));
+    }
+
+    let v1 = pkg.vm(1).unwrap();
+    assert_eq!(v1.name, "test-1");
+    assert_eq!(
+        v1.affinity,
+        Affinity {
+            mask: 0b1100,
+            pinned: true
+        }
+    );
+    assert_eq!(v1.affinity.pinned_cpu(0), Some(2));
+    assert_eq!(v1.affinity.pinned_cpu(1), Some(3));
+    assert_eq!(v1.affinity.pinned_cpu(2), None);
+    assert_eq!(
+        (v1.kind, v1.console),
+        (GuestKind::TestRaw, ConsoleKind::Ns16550)
+    );
+    assert_eq!((v1.entry_offset, v1.kernel_footprint), (0x40, 0x10_0000));
+    assert_eq!(v1.initrd, None);
+    assert_eq!(v1.dtb, None);
+    assert_eq!(v1.cmdline, "");
+
+    let names: Vec<_> = pkg.vms().map(|v| v.unwrap().name).collect();
+    assert_eq!(names, ["linux0", "test-1", "third_vm"]);
+    assert_eq!(pkg.vm(3).unwrap_err().problem, Problem::RecordOutOfBounds);
+}
+
+#[test]
+fn empty_package_is_valid() {
+    let bytes = Writer::new(HypervisorSettings::default()).finish();
+    assert_eq!(bytes.len(), HEADER_SIZE);
+    let pkg = Package::parse(&bytes).unwrap();
+    assert_eq!(pkg.vm_count(), 0);
+    assert_eq!(pkg.vms().count(), 0);
+    assert_eq!(pkg.settings().fp_policy, FpPolicy::Default);
+}
+
+#[test]
+fn layout_places_dtb_at_top_and_initrd_below_it() {
+    let l = GuestLayout::compute(64 * MB, 0, 10 * MB + 5, 3 * MB + 1).unwrap();
+    assert_eq!(l.dtb, 62 * MB);
+    assert_eq!(l.initrd, 62 * MB - (3 * MB + 4096));
+    assert_eq!(l.initrd_size, 3 * MB + 1);
+    assert!(
+        l.initrd >= 12 * MB,
+        "above the kernel footprint rounded to 2 MiB"
+    );
+    // Exactly fits: kernel 2 MiB + initrd 2 MiB + DTB slot 2 MiB = 6 MiB.
+    assert!(GuestLayout::compute(6 * MB, 0, 2 * MB, 2 * MB).is_ok());
+    assert_eq!(
+        GuestLayout::compute(6 * MB, 0, 2 * MB, 2 * MB + 1),
+        Err(Problem::DoesNotFit {
+            need: 6 * MB + 4096,
+            have: 6 * MB
+        })
+    );
+    assert!(matches!(
+        GuestLayout::compute(8 * MB, u64::MAX - 1, 10, 0),
+        Err(Problem::DoesNotFit { .. })
+    ));
+}
+
+fn header_err(bytes: &[u8]) -> PackageError {
+    Package::parse(bytes).unwrap_err()
+}
+
+#[test]
+fn header_corruption_refuses_the_whole_package() {
+    let good = sample();
+    assert_eq!(header_err(&good[..10]), PackageError::Truncated { len: 10 });
+
+    let mut b = good.clone();
+    b[0] = b'X';
+    assert_eq!(header_err(&b), PackageError::BadMagic);
+
+    let mut b = good.clone();
+    b[8] = 2;
+    assert_eq!(
+        header_err(&b),
+        PackageError::UnsupportedVersion { found: 2 }
+    );
+
+    let mut b = good.clone();
+    b[12] = 128; // record size 256 -> 128
+    b[13] = 0;
+    assert_eq!(
+        header_err(&b),
+        PackageError::BadLayout {
+            header_size: 64,
+            record_size: 128
+        }
+    );
+
+    // A flipped bit in the tick field: the header CRC catches it.
+    let mut b = good.clone();
+    b[36] ^= 1;
+    assert!(matches!(
+        header_err(&b),
+        PackageError::HeaderChecksum { .. }
+    ));
+
+    // Truncated buffer: total size larger than what we have.
+    let short = &good[..good.len() - 1];
+    assert_eq!(
+        header_err(short),
+        PackageError::BadTotalSize {
+            total: good.len() as u64,
+            buffer: good.len() - 1
+        }
+    );
+
+    // Count that needs more records than the total size holds (resealed so only the count is wrong).
+    let mut b = good[..blob_area_start(3) as usize].to_vec();
+    let total = b.len() as u64;
+    b[offsets::H_TOTAL..offsets::H_TOTAL + 8].copy_from_slice(&total.to_le_bytes());
+    b[offsets::H_COUNT..offsets::H_COUNT + 2].copy_from_slice(&64u16.to_le_bytes());
+    reseal(&mut b);
+    assert!(matches!(header_err(&b), PackageError::BadTotalSize { .. }));
+
+    let mut b = good.clone();
+    b[offsets::H_COUNT..offsets::H_COUNT + 2].copy_from_slice(&65u16.to_le_bytes());
+    reseal(&mut b);
+    assert_eq!(header_err(&b), PackageError::TooManyVms { count: 65 });
+
+    let mut b = good.clone();
+    b[32] = 9;
+    reseal(&mut b);
+    assert_eq!(
+        header_err(&b),
+        PackageError::BadField {
+            field: "fp_policy",
+            value: 9
+        }
+    );
+    assert!(header_err(&b).to_string().contains("fp_policy"));
+}
+
+/// Patches record `i` of `bytes` with `f` and reseals the CRCs.
+fn patched(i: usize, f: impl FnOnce(&mut [u8])) -> Vec<u8> {
+    let mut b = sample();
+    let s = HEADER_SIZE + i * RECORD_SIZE;
+    f(&mut b[s..s + RECORD_SIZE]);
+    reseal(&mut b);
+    b
+}
+
+fn set64(rec: &mut [u8], off: usize, v: u64) {
+    rec[off..off + 8].copy_from_slice(&v.to_le_bytes());
+}
+
+/// The error of VM `i`, checking that the other two VMs still validate.
+fn vm_err(bytes: &[u8], i: usize) -> VmError {
+    let pkg = Package::parse(bytes).expect("header stays valid");
+    for j in 0..3 {
+        if j != i {
+            assert!(
+                pkg.vm(j).is_ok(),
+                "vm[{j}] must still start when vm[{i}] is bad"
+            );
+        }
+    }
+    pkg.vm(i).unwrap_err()
+}
+
+#[test]
+fn corrupt_kernel_data_refuses_only_that_vm() {
+    let mut b = sample();
+    let pkg = Package::parse(&b).unwrap();
+    let off = pkg.vm(1).unwrap().kernel.as_ptr() as usize - b.as_ptr() as usize;
+    b[off + 100] ^= 0x40;
+    let e = vm_err(&b, 1);
+    assert_eq!((e.index, e.field), (1, Field::Data));
+    assert!(matches!(e.problem, Problem::Checksum { .. }));
+    let msg = e.to_string();
+    assert!(
+        msg.starts_with("vm[1] \"test-1\": data: corrupt: checksum"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn corrupt_record_refuses_only_that_vm() {
+    let mut b = sample();
+    b[HEADER_SIZE + 2 * RECORD_SIZE + offsets::MEMORY] ^= 0x80; // not resealed
+    let e = vm_err(&b, 2);
+    assert_eq!(e.field, Field::Record);
+    assert!(matches!(e.problem, Problem::Checksum { .. }));
+}
+
+#[test]
+fn kernel_blob_out_of_bounds() {
+    let b = patched(0, |r| set64(r, offsets::KERNEL, !(BLOB_ALIGN - 1)));
+    let e = vm_err(&b, 0);
+    assert_eq!(e.field, Field::Kernel);
+    assert!(matches!(e.problem, Problem::OutOfBounds { .. }), "{e}");
+    assert!(e.to_string().contains("vm[0] \"linux0\": kernel: blob at"));
+
+    // Pointing into the record table is refused too.
+    let b = patched(0, |r| set64(r, offsets::KERNEL, 0));
+    assert!(matches!(
+        vm_err(&b, 0).problem,
+        Problem::OutOfBounds { offset: 0, .. }
+    ));
+
+    // Length running past the end.
+    let total = sample().len() as u64;
+    let b = patched(2, |r| set64(r, offsets::KERNEL + 8, total));
+    assert!(matches!(vm_err(&b, 2).problem, Problem::OutOfBounds { .. }));
+}
+
+#[test]
+fn per_field_checks() {
+    let cases: Vec<(usize, Vec<u8>, Field)> = vec![
+        (0, patched(0, |r| r[offsets::NAME] = b'A'), Field::Name),
+        (
+            0,
+            patched(0, |r| r[offsets::NAME..offsets::NAME + 32].fill(0)),
+            Field::Name,
+        ),
+        (
+            1,
+            patched(1, |r| r[offsets::VCPUS..offsets::VCPUS + 2].fill(0)),
+            Field::Vcpus,
+        ),
+        (1, patched(1, |r| r[offsets::VCPUS] = 17), Field::Vcpus),
+        (
+            2,
+            patched(2, |r| set64(r, offsets::MEMORY, 0)),
+            Field::Memory,
+        ),
+        (
+            2,
+            patched(2, |r| set64(r, offsets::MEMORY, 3 * MB)),
+            Field::Memory,
+        ),
+        (
+            2,
+            patched(2, |r| set64(r, offsets::MEMORY, 2 * MB)),
+            Field::Memory,
+        ),
+        (0, patched(0, |r| r[offsets::KIND] = 0), Field::Kind),
+        (0, patched(0, |r| r[offsets::CONSOLE] = 7), Field::Console),
+        (0, patched(0, |r| r[offsets::FLAGS] = 0x80), Field::Flags),
+        (
+            0,
+            patched(0, |r| set64(r, offsets::MASK, 1 << 8)),
+            Field::Cpus,
+        ),
+        (
+            1,
+            patched(1, |r| set64(r, offsets::MASK, 0b111)),
+            Field::Cpus,
+        ),
+        (
+            0,
+            patched(0, |r| set64(r, offsets::INITRD, 4097)),
+            Field::Initrd,
+        ),
+        (0, patched(0, |r| set64(r, offsets::DTB + 8, 0)), Field::Dtb),
+        (
+            2,
+            patched(2, |r| set64(r, offsets::LOAD, 64 * MB)),
+            Field::LoadOffset,
+        ),
+        (
+            2,
+            patched(2, |r| set64(r, offsets::FOOTPRINT, 10)),
+            Field::KernelFootprint,
+        ),
+        (
+            1,
+            patched(1, |r| set64(r, offsets::ENTRY, 0x10_0000)),
+            Field::EntryOffset,
+        ),
+        (0, patched(0, |r| r[200] = 1), Field::Reserved),
+    ];
+    for (i, bytes, field) in cases {
+        let e = vm_err(&bytes, i);
+        assert_eq!(e.field, field, "vm[{i}]: {e}");
+        assert!(
+            e.to_string().contains(&format!(": {}: ", field.name())),
+            "{e}"
+        );
+    }
+}
+
+#[test]
+fn bad_name_is_printed_escaped() {
+    let b = patched(0, |r| {
+        r[offsets::NAME..offsets::NAME + 3].copy_from_slice(b"a\x1bZ")
+    });
+    let e = vm_err(&b, 0);
+    assert_eq!(e.field, Field::Name);
+    assert_eq!(e.name_str(), None);
+    assert!(
+        e.to_string().starts_with("vm[0] (name a\\x1bZux0): name:"),
+        "{e}"
+    );
+}
+
+#[test]
+fn cmdline_must_be_utf8_without_nul() {
+    let k = kernel(100, 0);
+    let mut w = Writer::new(HypervisorSettings::default());
+    w.vms.push(VmInput {
+        cmdline: "a\0b",
+        ..vm("x", &k)
+    });
+    let b = w.finish();
+    let e = Package::parse(&b).unwrap().vm(0).unwrap_err();
+    assert_eq!((e.field, e.problem), (Field::Cmdline, Problem::BadText));
+}
+
+#[test]
+fn hostile_bytes_never_panic() {
+    // Deterministic xorshift fuzz: random bit flips and random garbage, with
+    // and without resealing, over every record.
+    let good = sample();
+    let mut x: u64 = 0x2545_F491_4F6C_DD1D;
+    let mut next = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    for round in 0..3000 {
+        let mut b = good.clone();
+        let flips = 1 + next() % 8;
+        for _ in 0..flips {
+            let limit = if round % 2 == 0 {
+                blob_area_start(3) as usize
+            } else {
+                b.len()
+            };
+            let i = (next() as usize) % limit;
+            b[i] = next() as u8;
+        }
+        if round % 3 == 0 {
+            reseal(&mut b);
+        }
+        let cut = if round % 5 == 0 {
+            (next() as usize) % b.len()
+        } else {
+            b.len()
+        };
+        if let Ok(pkg) = Package::parse(&b[..cut]) {
+            for r in pkg.vms() {
+                let _ = r.map(|v| v.kernel.len()).map_err(|e| e.to_string());
+            }
+            let _ = pkg.vm(usize::MAX);
+        }
+    }
+}
