@@ -25,6 +25,7 @@ pub mod hypercall;
 pub mod ipi;
 pub mod psci;
 pub mod sched;
+pub mod vdev;
 pub mod stats;
 pub mod vmid;
 
