@@ -1,0 +1,217 @@
+//! The arm64 boot sequence in Rust, called by the boot crate's entry code.
+//!
+//! [`primary_early`] runs with the MMU off (so: no atomic read-modify-write,
+//! no locks, no heap): it checks the exception level and the DTB, reads the
+//! board, builds the identity map and turns the MMU on. The boot crate then
+//! initialises the heap and calls [`primary_run`], which sets up the
+//! platform and the GIC and enters `runtime::primary_main`.
+
+use core::fmt;
+
+use crate::board::{Arch, BoardInfo, UartKind};
+use crate::dtb;
+
+use super::gic::Gic;
+use super::{exceptions, mmu, percpu, pl011, platform, timer};
+
+/// What the entry assembly hands over.
+#[derive(Clone, Copy, Debug)]
+pub struct BootArgs {
+    /// x0 at entry: the DTB's physical address (Linux boot protocol).
+    pub dtb: usize,
+    /// CurrentEL.EL at entry.
+    pub current_el: u64,
+    /// Relocations of a type other than R_AARCH64_RELATIVE (not applied).
+    pub bad_relocs: u64,
+    /// Where the loader put the image (the relocation offset).
+    pub load_addr: usize,
+    /// The image in memory, .bss included.
+    pub image_start: usize,
+    pub image_end: usize,
+    /// Physical address of the secondary CPUs' entry (PSCI CPU_ON).
+    pub secondary_entry: usize,
+    /// The heap's (used, free) bytes, for the boot log.
+    pub heap_usage: fn() -> (usize, usize),
+}
+
+/// Least RAM kestrel boots with.
+pub const MIN_MEMORY: u64 = 64 << 20;
+/// Largest device tree accepted (the Linux boot protocol's limit).
+const MAX_DTB: usize = 2 << 20;
+
+/// Prints a fatal boot error on the early console and halts, for errors
+/// before the platform (and `klog`) exist.
+fn die(args: fmt::Arguments) -> ! {
+    pl011::early_print(format_args!("\nkestrel: FATAL: {args}\nkestrel: halting\n"));
+    loop {
+        // SAFETY: masking interrupts and waiting; valid at any EL.
+        unsafe { core::arch::asm!("msr daifset, #0xf", "wfi", options(nomem, nostack)) };
+    }
+}
+
+/// The DTB the loader passed, as a slice of its header's total size.
+fn dtb_blob(pa: usize) -> Result<&'static [u8], &'static str> {
+    if pa == 0 {
+        return Err(
+            "no device tree: x0 was 0 at entry (boot with a loader that passes one, \
+                    e.g. QEMU -kernel with the raw Image, U-Boot booti)",
+        );
+    }
+    if !pa.is_multiple_of(8) {
+        return Err("device tree address in x0 is not 8-byte aligned");
+    }
+    // SAFETY: the loader passes the DTB's address in x0 (Linux boot
+    // protocol); with the MMU off any physical address may be read, and the
+    // 8 header bytes are read before the length they give is trusted.
+    let header: [u8; 8] = unsafe { core::ptr::read_volatile(pa as *const [u8; 8]) };
+    let size = dtb::total_size(&header).ok_or("x0 does not point at a device tree (bad magic)")?;
+    if size > MAX_DTB {
+        return Err("device tree claims to be larger than 2 MiB");
+    }
+    // SAFETY: `size` bytes from `pa` are the blob the header describes; the
+    // loader keeps it in RAM and nothing in kestrel writes there.
+    Ok(unsafe { core::slice::from_raw_parts(pa as *const u8, size) })
+}
+
+/// The first PL011 in a tree that `dtb::parse` refused (for the message).
+fn find_pl011(blob: &[u8]) -> Option<usize> {
+    let fdt = fdt::Fdt::new(blob).ok()?;
+    let node = fdt.find_compatible(&["arm,pl011"])?;
+    Some(node.reg()?.next()?.starting_address as usize)
+}
+
+/// Boot CPU, MMU off: checks, board, identity map, MMU on. Never returns on
+/// error: prints why and halts.
+pub fn primary_early(args: &BootArgs) -> BoardInfo {
+    let blob = dtb_blob(args.dtb);
+    let parsed = blob.map(|b| dtb::parse(b, Arch::Aarch64));
+    // The console: the DTB's UART if the tree says, else the guess.
+    match (&blob, &parsed) {
+        (_, Ok(Ok(board))) => {
+            if let Some(u) = board.uart.filter(|u| u.kind == UartKind::Pl011) {
+                pl011::set_early(u.base as usize);
+            }
+        }
+        (Ok(b), _) => {
+            if let Some(base) = find_pl011(b) {
+                pl011::set_early(base);
+            }
+        }
+        _ => {}
+    }
+    if args.current_el != 2 {
+        die(format_args!(
+            "kestrel is a hypervisor and must be entered at EL2, but the loader entered it \
+             at EL{}; configure the firmware/loader to start the kernel at EL2 \
+             (QEMU: -M virt,virtualization=on)",
+            args.current_el
+        ));
+    }
+    percpu::set_index(0);
+    exceptions::install();
+    if args.bad_relocs != 0 {
+        die(format_args!(
+            "{} relocations of unsupported type in the image (only R_AARCH64_RELATIVE is handled)",
+            args.bad_relocs
+        ));
+    }
+    if !args.image_start.is_multiple_of(4096) {
+        die(format_args!(
+            "image loaded at {:#x}: not 4 KiB aligned",
+            args.image_start
+        ));
+    }
+    let mut board = match parsed {
+        Err(why) => die(format_args!("{why}")),
+        Ok(Err(e)) => die(format_args!("{e}")),
+        Ok(Ok(board)) => board,
+    };
+    if board.timer_hz == 0 {
+        board.timer_hz = timer::frequency();
+    }
+    let total = board.memory_bytes();
+    if total < MIN_MEMORY {
+        die(format_args!(
+            "only {} MiB of RAM in the device tree; kestrel needs at least {} MiB",
+            total >> 20,
+            MIN_MEMORY >> 20
+        ));
+    }
+    let (start, end) = (args.image_start as u64, args.image_end as u64);
+    if !board
+        .memory
+        .iter()
+        .any(|r| r.base <= start && end <= r.end())
+    {
+        die(format_args!(
+            "the image [{start:#x}-{end:#x}) does not lie inside a RAM region of the device tree"
+        ));
+    }
+    let mpidr = percpu::mpidr_affinity();
+    let Some(me) = board.cpu_index(mpidr) else {
+        die(format_args!(
+            "the boot CPU (MPIDR {mpidr:#x}) is not listed under /cpus in the device tree"
+        ));
+    };
+    percpu::set_index(me);
+
+    let map = match mmu::build(&board.memory) {
+        Ok(map) => map,
+        Err(e) => die(format_args!("cannot build the EL2 page tables: {e:?}")),
+    };
+    mmu::invalidate_dcache_range(args.image_start, args.image_end);
+    // SAFETY: `map` is an identity map of all RAM (which holds the image,
+    // its stack and page tables) as Normal memory and of the devices as
+    // Device memory; stale lines over the image were just invalidated.
+    unsafe { mmu::enable(&map.config) };
+    mmu::publish(map.config);
+    if map.ram_unmapped != 0 {
+        pl011::early_print(format_args!(
+            "kestrel: warning: {} MiB of RAM above 512 GiB is not mapped\n",
+            map.ram_unmapped >> 20
+        ));
+    }
+    board
+}
+
+/// Boot CPU, MMU on, heap ready: platform, GIC, then the portable boot flow.
+pub fn primary_run(board: BoardInfo, args: &BootArgs) -> ! {
+    let Some(gic) = Gic::from_board(&board.irqchip) else {
+        die(format_args!(
+            "interrupt controller {} is not an arm GIC",
+            board.irqchip
+        ));
+    };
+    platform::init(&board, gic, args.secondary_entry);
+    crate::klog::init(&platform::PLATFORM, log::LevelFilter::Info);
+    log::info!(
+        "arm64: EL2, image at {:#x}-{:#x} (load offset {:#x}), DTB at {:#x}, MMU and caches on",
+        args.image_start,
+        args.image_end,
+        args.load_addr,
+        args.dtb
+    );
+    let (used, free) = (args.heap_usage)();
+    log::info!("heap: {} KiB used, {} KiB free", used >> 10, free >> 10);
+    if board.psci.is_none() {
+        log::warn!("no PSCI node in the device tree: secondary CPUs cannot start, no power-off");
+    }
+    if board.uart.is_some_and(|u| u.kind != UartKind::Pl011) {
+        log::warn!("console UART is not a PL011: kestrel only drives the PL011");
+    }
+    gic.init_distributor();
+    if let Err(why) = gic.init_cpu(percpu::index()) {
+        crate::runtime::fatal(format_args!("GIC: {why}"));
+    }
+    crate::runtime::primary_main(board, &platform::PLATFORM)
+}
+
+/// A secondary CPU, MMU and vectors on, on its own stack.
+pub fn secondary_run(index: usize) -> ! {
+    if let Some(gic) = platform::gic() {
+        if let Err(why) = gic.init_cpu(index) {
+            crate::runtime::fatal(format_args!("GIC on cpu{index}: {why}"));
+        }
+    }
+    crate::runtime::secondary_main(index)
+}

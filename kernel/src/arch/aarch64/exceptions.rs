@@ -1,0 +1,195 @@
+//! EL2 exception vectors. Every entry saves the general registers (never
+//! FP/SIMD), ELR_EL2 and SPSR_EL2 in a [`Frame`] on the current stack and
+//! calls [`kestrel_exception`]. IRQs go to the GIC and the tick; everything
+//! else is a crash: a register dump, then `runtime::fatal` (power-off in test
+//! mode) or a halt of this CPU.
+
+use aarch64_cpu::registers::*;
+use core::fmt::Write;
+
+use super::{gic, percpu, pl011, platform, timer};
+
+core::arch::global_asm!(
+    r#"
+    .equ KESTREL_FRAME_SIZE, 272
+
+    .macro kestrel_ventry kind
+    .balign 0x80
+    sub     sp, sp, #KESTREL_FRAME_SIZE
+    stp     x0, x1, [sp, #0]
+    mov     x1, #\kind
+    b       kestrel_exception_common
+    .endm
+
+    .section .text.kestrel_vectors, "ax"
+    .balign 2048
+    .global kestrel_el2_vectors
+kestrel_el2_vectors:
+    kestrel_ventry 0
+    kestrel_ventry 1
+    kestrel_ventry 2
+    kestrel_ventry 3
+    kestrel_ventry 4
+    kestrel_ventry 5
+    kestrel_ventry 6
+    kestrel_ventry 7
+    kestrel_ventry 8
+    kestrel_ventry 9
+    kestrel_ventry 10
+    kestrel_ventry 11
+    kestrel_ventry 12
+    kestrel_ventry 13
+    kestrel_ventry 14
+    kestrel_ventry 15
+
+kestrel_exception_common:
+    stp     x2, x3, [sp, #16]
+    stp     x4, x5, [sp, #32]
+    stp     x6, x7, [sp, #48]
+    stp     x8, x9, [sp, #64]
+    stp     x10, x11, [sp, #80]
+    stp     x12, x13, [sp, #96]
+    stp     x14, x15, [sp, #112]
+    stp     x16, x17, [sp, #128]
+    stp     x18, x19, [sp, #144]
+    stp     x20, x21, [sp, #160]
+    stp     x22, x23, [sp, #176]
+    stp     x24, x25, [sp, #192]
+    stp     x26, x27, [sp, #208]
+    stp     x28, x29, [sp, #224]
+    mrs     x2, elr_el2
+    stp     x30, x2, [sp, #240]
+    mrs     x2, spsr_el2
+    str     x2, [sp, #256]
+    mov     x0, sp
+    bl      kestrel_exception
+    ldr     x2, [sp, #256]
+    msr     spsr_el2, x2
+    ldp     x30, x2, [sp, #240]
+    msr     elr_el2, x2
+    ldp     x28, x29, [sp, #224]
+    ldp     x26, x27, [sp, #208]
+    ldp     x24, x25, [sp, #192]
+    ldp     x22, x23, [sp, #176]
+    ldp     x20, x21, [sp, #160]
+    ldp     x18, x19, [sp, #144]
+    ldp     x16, x17, [sp, #128]
+    ldp     x14, x15, [sp, #112]
+    ldp     x12, x13, [sp, #96]
+    ldp     x10, x11, [sp, #80]
+    ldp     x8, x9, [sp, #64]
+    ldp     x6, x7, [sp, #48]
+    ldp     x4, x5, [sp, #32]
+    ldp     x2, x3, [sp, #16]
+    ldp     x0, x1, [sp, #0]
+    add     sp, sp, #KESTREL_FRAME_SIZE
+    eret
+"#
+);
+
+extern "C" {
+    static kestrel_el2_vectors: u8;
+}
+
+/// The registers saved by the vector code (layout shared with the assembly).
+#[repr(C)]
+pub struct Frame {
+    pub x: [u64; 31],
+    pub elr: u64,
+    pub spsr: u64,
+    _pad: u64,
+}
+
+const FRAME_SIZE: usize = 272;
+const _: () = assert!(core::mem::size_of::<Frame>() == FRAME_SIZE);
+
+const KINDS: [&str; 16] = [
+    "sync (current EL, SP_EL0)",
+    "IRQ (current EL, SP_EL0)",
+    "FIQ (current EL, SP_EL0)",
+    "SError (current EL, SP_EL0)",
+    "sync (current EL)",
+    "IRQ (current EL)",
+    "FIQ (current EL)",
+    "SError (current EL)",
+    "sync (lower EL, AArch64)",
+    "IRQ (lower EL, AArch64)",
+    "FIQ (lower EL, AArch64)",
+    "SError (lower EL, AArch64)",
+    "sync (lower EL, AArch32)",
+    "IRQ (lower EL, AArch32)",
+    "FIQ (lower EL, AArch32)",
+    "SError (lower EL, AArch32)",
+];
+
+/// Points VBAR_EL2 at kestrel's vectors (calling CPU).
+pub fn install() {
+    VBAR_EL2.set(vectors_addr() as u64);
+    aarch64_cpu::asm::barrier::isb(aarch64_cpu::asm::barrier::SY);
+}
+
+/// The physical (= virtual) address of the vector table.
+pub fn vectors_addr() -> usize {
+    core::ptr::addr_of!(kestrel_el2_vectors) as usize
+}
+
+/// Called by the vector code with the saved registers and the vector index.
+#[no_mangle]
+extern "C" fn kestrel_exception(frame: &mut Frame, kind: u64) {
+    match kind {
+        1 | 5 => irq(),
+        _ => crash(frame, kind as usize),
+    }
+}
+
+fn irq() {
+    let Some(gic) = platform::gic() else {
+        return;
+    };
+    let iar = gic.ack();
+    let intid = iar & 0xff_ffff;
+    if gic::is_spurious(intid) {
+        return;
+    }
+    if intid == timer::PPI {
+        timer::rearm();
+        crate::runtime::tick(percpu::index());
+    }
+    gic.eoi(iar);
+}
+
+fn crash(frame: &Frame, kind: usize) -> ! {
+    let esr = ESR_EL2.get();
+    let far = FAR_EL2.get();
+    let cpu = percpu::index();
+    let sp = frame as *const Frame as usize + FRAME_SIZE;
+    let mut text = heapless::String::<2048>::new();
+    let _ = write!(
+        text,
+        "\n*** kestrel: unhandled exception on cpu{cpu}: {}\n\
+         ESR_EL2  {esr:#018x} (EC {:#04x}, ISS {:#x})\n\
+         ELR_EL2  {:#018x}  FAR_EL2 {far:#018x}\n\
+         SPSR_EL2 {:#018x}  SP      {sp:#018x}\n",
+        KINDS[kind & 15],
+        (esr >> 26) & 0x3f,
+        esr & 0x1ff_ffff,
+        frame.elr,
+        frame.spsr,
+    );
+    for (i, pair) in frame.x.chunks(2).enumerate() {
+        let _ = write!(text, "x{:<2} {:#018x}", i * 2, pair[0]);
+        if let Some(v) = pair.get(1) {
+            let _ = write!(text, "  x{:<2} {v:#018x}", i * 2 + 1);
+        }
+        let _ = writeln!(text);
+    }
+    if platform::console_ready() {
+        crate::klog::print_unlocked(format_args!("{text}"));
+    } else {
+        pl011::early_print(format_args!("{text}"));
+    }
+    if crate::runtime::board().is_some() {
+        crate::runtime::fatal(format_args!("unhandled exception on cpu{cpu}"))
+    }
+    platform::halt_cpu()
+}

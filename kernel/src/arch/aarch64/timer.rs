@@ -1,0 +1,42 @@
+//! The EL2 physical timer (CNTHP_*_EL2, PPI 26): kestrel's own tick. The
+//! counter is CNTPCT_EL0, its frequency CNTFRQ_EL0 (set by firmware).
+
+use aarch64_cpu::registers::*;
+use core::sync::atomic::{AtomicU64, Ordering};
+
+/// The EL2 physical timer's interrupt (a PPI, same on every CPU).
+pub const PPI: u32 = 26;
+
+/// Counter ticks between timer interrupts (same on every CPU).
+static INTERVAL: AtomicU64 = AtomicU64::new(0);
+
+/// CNTFRQ_EL0: the counter frequency the firmware programmed.
+pub fn frequency() -> u64 {
+    CNTFRQ_EL0.get()
+}
+
+/// The system counter, ordered after earlier instructions.
+pub fn counter() -> u64 {
+    aarch64_cpu::asm::barrier::isb(aarch64_cpu::asm::barrier::SY);
+    CNTPCT_EL0.get()
+}
+
+fn set_tval(ticks: u64) {
+    let ticks = ticks.clamp(1, i32::MAX as u64);
+    // SAFETY: CNTHP_TVAL_EL2 only sets the calling CPU's EL2 timer deadline.
+    unsafe { core::arch::asm!("msr cnthp_tval_el2, {}", in(reg) ticks, options(nomem, nostack)) };
+}
+
+/// Starts a periodic `hz` timer on the calling CPU (interrupt not unmasked here).
+pub fn start(hz: u32) {
+    let interval = (frequency().max(1) / u64::from(hz.max(1))).max(1);
+    INTERVAL.store(interval, Ordering::Relaxed);
+    set_tval(interval);
+    CNTHP_CTL_EL2.write(CNTHP_CTL_EL2::ENABLE::SET + CNTHP_CTL_EL2::IMASK::CLEAR);
+    aarch64_cpu::asm::barrier::isb(aarch64_cpu::asm::barrier::SY);
+}
+
+/// Re-arms the calling CPU's timer one interval from now (from the IRQ).
+pub fn rearm() {
+    set_tval(INTERVAL.load(Ordering::Relaxed));
+}
