@@ -45,10 +45,10 @@ global_asm!(
     secondary = sym secondary_entry,
 );
 
-/// Prints `msg` on the console and stops this CPU: the boot cannot go on.
+/// Prints `msg` on the console and stops: the boot cannot go on. Halts this
+/// CPU, or powers off when the command line says `kestrel.exit=poweroff`.
 fn early_halt(msg: core::fmt::Arguments) -> ! {
-    kernel::klog::print_unlocked(format_args!("\nkestrel: FATAL: {msg}\nkestrel: halting\n"));
-    kernel::platform::Platform::halt(&PLATFORM)
+    PLATFORM.early_fatal(msg)
 }
 
 extern "C" fn primary_entry(a0: u64, a1: u64, a2: u64) -> ! {
@@ -57,6 +57,12 @@ extern "C" fn primary_entry(a0: u64, a1: u64, a2: u64) -> ! {
     PLATFORM.set_console(EARLY_UART_PA);
     PLATFORM.set_counter_hz(csr::counter_hz());
     kernel::klog::init(&PLATFORM, log::LevelFilter::Info);
+    // The a1 string, read now so early failures know whether to power off.
+    let loader_cmdline = if a0 == 1 { bootinfo::cmdline_at(a1) } else { None };
+    if let Some(s) = loader_cmdline {
+        let on_exit = kernel::cmdline::BootOptions::parse(s).on_exit;
+        PLATFORM.set_early_poweroff(on_exit == kernel::cmdline::OnExit::PowerOff);
+    }
 
     let Some((blob, fdt_pa, found_by)) = bootinfo::find_fdt(a2) else {
         early_halt(format_args!(
@@ -74,14 +80,16 @@ extern "C" fn primary_entry(a0: u64, a1: u64, a2: u64) -> ! {
     }
     info!("device tree at {fdt_pa:#x} ({} bytes, from the {found_by})", blob.len());
 
-    // Command line: the a1 string; /chosen/bootargs if that is empty.
-    if a0 == 1 {
-        match bootinfo::cmdline_at(a1) {
-            Some(s) if !s.is_empty() => board.cmdline = kernel::board::bounded(s),
-            Some(_) => {}
-            None => warn!("command line at {a1:#x} is not text; using /chosen/bootargs"),
-        }
+    // Command line: the a1 string (QEMU does not fill /chosen/bootargs on
+    // LoongArch); /chosen/bootargs if a1 gave nothing.
+    match loader_cmdline {
+        Some(s) if !s.is_empty() => board.cmdline = kernel::board::bounded(s),
+        Some(_) => {}
+        None if a0 == 1 => warn!("command line at {a1:#x} is not text; using /chosen/bootargs"),
+        None => {}
     }
+    let on_exit = kernel::cmdline::BootOptions::parse(board.cmdline.as_str()).on_exit;
+    PLATFORM.set_early_poweroff(on_exit == kernel::cmdline::OnExit::PowerOff);
 
     // The counter: CPUCFG4/5 say it, the device tree does not.
     board.timer_hz = csr::counter_hz();

@@ -209,7 +209,7 @@ const ECODE_TEXT: [&str; 25] = [
 
 const REG_NAMES: [&str; 32] = [
     "zero", "ra", "tp", "sp", "a0", "a1", "a2", "a3", "a4", "a5", "a6", "a7", "t0", "t1", "t2", "t3", "t4",
-    "t5", "t6", "t7", "t8", "r21", "fp", "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "s8",
+    "t5", "t6", "t7", "t8", "u0", "fp", "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "s8",
 ];
 
 struct Unlocked;
@@ -242,18 +242,24 @@ fn crash(frame: &TrapFrame) -> ! {
     let hw = csr::hw_cpu_id();
     let ecode = (frame.estat >> 16) & 0x3f;
     let esub = (frame.estat >> 22) & 0x1ff;
-    let (name, text, sub) = describe(ecode, esub);
+    let (name, text, sub) = match frame.kind {
+        // TLB refill and machine errors leave ESTAT alone.
+        1 => ("TLBR", "TLB refill", ""),
+        2 => ("MERR", "machine error", ""),
+        _ => describe(ecode, esub),
+    };
     let what = match frame.kind {
-        1 => "TLB refill (no TLB mapping: kestrel runs in DMW windows only)",
+        1 => "TLB refill (kestrel maps nothing through the TLB: address outside the DMW windows)",
         2 => "machine error",
         _ => "exception",
     };
     let era = if frame.kind == 1 { frame.era & !3 } else { frame.era };
     let mut w = Unlocked;
     let _ = writeln!(w, "\n*** kestrel crash on cpu{cpu} (hw id {hw}): {what}");
+    let _ = writeln!(w, "  cause {name} ({text}){sub}");
     let _ = writeln!(
         w,
-        "  ESTAT {:#018x}: Ecode {ecode:#x} {name} ({text}){sub}, EsubCode {esub:#x}, IS {:#x}",
+        "  ESTAT {:#018x}: Ecode {ecode:#x}, EsubCode {esub:#x}, IS {:#x}",
         frame.estat,
         frame.estat & 0x1fff
     );
@@ -267,8 +273,11 @@ fn crash(frame: &TrapFrame) -> ! {
         }
         let _ = writeln!(w);
     }
-    crate::runtime::fatal(format_args!(
-        "cpu{cpu}: unhandled {what} {name} at ERA {era:#x}, BADV {:#x}",
-        frame.badv
-    ))
+    let args = format_args!("cpu{cpu}: unhandled {name} ({text}) at ERA {era:#x}, BADV {:#x}", frame.badv);
+    if crate::runtime::board().is_none() {
+        // Before the boot flow has the board, runtime::fatal cannot tell
+        // whether to power off: the platform knows from the early command line.
+        super::platform::PLATFORM.early_fatal(args)
+    }
+    crate::runtime::fatal(args)
 }

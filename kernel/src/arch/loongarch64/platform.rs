@@ -1,6 +1,6 @@
 //! kestrel's [`Platform`] on LoongArch64 root mode.
 
-use core::sync::atomic::{AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::platform::{ExitStatus, Platform, StartError};
 
@@ -21,6 +21,9 @@ pub struct LoongArchPlatform {
     /// Power-off register: physical address, and value | width << 32.
     poweroff_pa: AtomicU64,
     poweroff_val: AtomicU64,
+    /// The command line asked for power-off at exit (known before the
+    /// board is published, for fatal errors during early boot).
+    early_poweroff: AtomicBool,
 }
 
 /// The one instance handed to `runtime::primary_main`.
@@ -31,6 +34,7 @@ pub static PLATFORM: LoongArchPlatform = LoongArchPlatform {
     poweroff_val: AtomicU64::new(
         super::bootinfo::QEMU_VIRT_POWEROFF.value as u64 | (super::bootinfo::QEMU_VIRT_POWEROFF.width as u64) << 32,
     ),
+    early_poweroff: AtomicBool::new(false),
 };
 
 impl LoongArchPlatform {
@@ -51,6 +55,27 @@ impl LoongArchPlatform {
         self.poweroff_val
             .store(reg.value as u64 | (reg.width as u64) << 32, Ordering::Release);
         self.poweroff_pa.store(reg.pa, Ordering::Release);
+    }
+
+    /// Records whether the command line asked for power-off at exit.
+    pub fn set_early_poweroff(&self, on: bool) {
+        self.early_poweroff.store(on, Ordering::Release);
+    }
+
+    /// A fatal error before `runtime::primary_main` has the board: prints
+    /// `args`, then powers off (failure) if the command line asked for
+    /// power-off at exit, else halts this CPU.
+    pub fn early_fatal(&self, args: core::fmt::Arguments) -> ! {
+        crate::klog::print_unlocked(format_args!("\nkestrel: FATAL: {args}\n"));
+        if self.early_poweroff.load(Ordering::Acquire) {
+            crate::klog::print_unlocked(format_args!(
+                "kestrel: powering off (status {})\n",
+                ExitStatus::Failure.code()
+            ));
+            self.power_off(ExitStatus::Failure)
+        }
+        crate::klog::print_unlocked(format_args!("kestrel: halting\n"));
+        self.halt()
     }
 
     fn poweroff_write(&self) {
