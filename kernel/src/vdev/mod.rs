@@ -1,6 +1,7 @@
 //! Emulated devices a VM sees, as plain register models: the arch decodes a
 //! trapped access into (offset, width, value) and applies the result.
 
+pub mod ns16550;
 pub mod pl011;
 
 /// A trapped access the device refuses: the arch injects a data abort.
