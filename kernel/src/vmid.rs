@@ -60,12 +60,12 @@
 //! whose TLB invalidation is CPU-local (LoongArch `invtlb`) pass a no-op
 //! [`TlbFlush`] and honour [`VmidLoad::flush_local`] instead, which is set on
 //! each CPU's first load after a rollover (the per-CPU pending-flush variant
-//! that Linux uses for ASIDs); that first load always takes the slow path
-//! because the rollover zeroed every `active` slot.
+//! that Linux uses for ASIDs); the fast path checks that flag too, because a
+//! `vcpu_put` after the rollover may have replaced the 0 it left in `active`.
 
 use alloc::vec;
 use alloc::vec::Vec;
-use core::sync::atomic::{AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use spin::Mutex;
 
 #[cfg(test)]
@@ -145,6 +145,11 @@ pub struct VmidAllocator {
     /// Per CPU: the id running (or last run, see `vcpu_put`) on it; 0 right
     /// after a rollover.
     active: Vec<AtomicU64>,
+    /// Per CPU: a local TLB flush is due (rollover since its last slow path).
+    /// Atomic because the fast path must see it: `vcpu_put` overwrites the 0
+    /// a rollover leaves in `active`, so `active == 0` alone does not force
+    /// the first load after a rollover onto the slow path.
+    flush_pending: Vec<AtomicBool>,
     inner: Mutex<Inner>,
     fast: AtomicU64,
     slow: AtomicU64,
@@ -163,8 +168,6 @@ struct Inner {
     size: usize,
     /// Per CPU: the id it was running when the last rollover happened.
     reserved: Vec<u64>,
-    /// Per CPU: a local TLB flush is due (rollover since its last slow path).
-    flush_pending: Vec<bool>,
 }
 
 /// Points at which the interleaving test may preempt a thread (before each
@@ -174,6 +177,7 @@ pub(crate) enum Step {
     ReadActive,
     ReadVm,
     ReadGeneration,
+    ReadPending,
     CasActive,
     Lock,
     BumpGeneration,
@@ -220,8 +224,8 @@ impl VmidAllocator {
                 cursor: 1,
                 size: 1 << bits,
                 reserved: vec![0; cpus],
-                flush_pending: vec![false; cpus],
             }),
+            flush_pending: (0..cpus).map(|_| AtomicBool::new(false)).collect(),
             fast: AtomicU64::new(0),
             slow: AtomicU64::new(0),
             rollovers: AtomicU64::new(0),
@@ -288,6 +292,11 @@ impl VmidAllocator {
         }
     }
 
+    fn flush_due(&self, cpu: usize, hook: &mut dyn FnMut(Step)) -> bool {
+        hook(Step::ReadPending);
+        self.flush_pending[cpu].load(Ordering::SeqCst)
+    }
+
     pub(crate) fn put_hooked(&self, cpu: usize, hook: &mut dyn FnMut(Step)) {
         hook(Step::Put);
         self.active[cpu].store(self.invalid(), Ordering::SeqCst);
@@ -310,7 +319,7 @@ impl VmidAllocator {
         // Why SeqCst: the argument "the CAS fails if a rollover swapped
         // `active` to 0 after we read the generation" needs the generation
         // bump and the swaps to be seen in the order the rollover made them.
-        if old_active != 0 && self.current(id, generation) {
+        if old_active != 0 && self.current(id, generation) && !self.flush_due(cpu, hook) {
             hook(Step::CasActive);
             if active
                 .compare_exchange(old_active, id, Ordering::SeqCst, Ordering::SeqCst)
@@ -331,7 +340,7 @@ impl VmidAllocator {
         }
         // Only this CPU and rollovers (under the lock) write this slot.
         active.store(id, Ordering::SeqCst);
-        let flush_local = core::mem::take(&mut inner.flush_pending[cpu]);
+        let flush_local = self.flush_pending[cpu].swap(false, Ordering::SeqCst);
         drop(inner);
         hook(Step::Unlocked);
         self.slow.fetch_add(1, Ordering::Relaxed);
@@ -395,7 +404,7 @@ impl VmidAllocator {
             }
             inner.test_and_set((id & self.mask()) as usize);
             inner.reserved[cpu] = id;
-            inner.flush_pending[cpu] = true;
+            self.flush_pending[cpu].store(true, Ordering::SeqCst);
         }
         self.rollovers.fetch_add(1, Ordering::Relaxed);
         self.flushes.fetch_add(1, Ordering::Relaxed);

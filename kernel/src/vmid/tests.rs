@@ -463,6 +463,40 @@ fn exhaustive_fast_path_against_rollover() {
 }
 
 #[test]
+fn exhaustive_put_after_rollover_still_flushes_locally() {
+    if eff(2) != 2 {
+        return;
+    }
+    // cpu0's TLB has entries of vm0, vm1, vm2 (indices 1-3) and keeps running
+    // vm2; cpu1 ran vm0 and is idle. cpu1 brings in vm3 (rollover: vm3 gets
+    // index 1) while cpu0 switches to vm3. cpu0's `vcpu_put` replaces the 0
+    // the rollover left in its `active`, so only the pending-flush flag keeps
+    // it from running vm3 on vm0's stale index-1 entries.
+    let setup: Program = vec![
+        (0, Some(0)),
+        (0, None),
+        (0, Some(1)),
+        (0, None),
+        (0, Some(2)),
+        (1, Some(0)),
+        (1, None),
+    ];
+    for broadcast in [false, true] {
+        let n = explore(
+            2,
+            2,
+            4,
+            &setup,
+            &[vec![(0, None), (0, Some(3))], vec![(1, Some(3))]],
+            broadcast,
+            usize::MAX,
+        );
+        println!("{n} schedules");
+        assert!(n > 100);
+    }
+}
+
+#[test]
 fn exhaustive_two_rollovers_and_reserved_rewrite() {
     if eff(3) != 3 {
         return;
