@@ -138,8 +138,14 @@ pub fn parse(blob: &[u8], arch: Arch) -> Result<BoardInfo, DtbError> {
             let Some(hw_id) = node.reg().and_then(|mut r| r.next()).map(|r| r.starting_address as u64) else {
                 continue;
             };
-            if cpus.push(CpuDesc { hw_id }).is_err() {
+            // Keep the lowest hardware ids whatever the listing order (QEMU's
+            // LoongArch tree lists cpu@N in descending order).
+            if let Err(desc) = cpus.push(CpuDesc { hw_id }) {
                 cpus_ignored += 1;
+                let highest = cpus.iter_mut().max_by_key(|c| c.hw_id);
+                if let Some(max) = highest.filter(|c| c.hw_id > desc.hw_id) {
+                    *max = desc;
+                }
             }
         }
     }

@@ -58,7 +58,11 @@ extern "C" fn primary_entry(a0: u64, a1: u64, a2: u64) -> ! {
     PLATFORM.set_counter_hz(csr::counter_hz());
     kernel::klog::init(&PLATFORM, log::LevelFilter::Info);
     // The a1 string, read now so early failures know whether to power off.
-    let loader_cmdline = if a0 == 1 { bootinfo::cmdline_at(a1) } else { None };
+    let loader_cmdline = if a0 == 1 {
+        bootinfo::cmdline_at(a1)
+    } else {
+        None
+    };
     if let Some(s) = loader_cmdline {
         let on_exit = kernel::cmdline::BootOptions::parse(s).on_exit;
         PLATFORM.set_early_poweroff(on_exit == kernel::cmdline::OnExit::PowerOff);
@@ -78,7 +82,10 @@ extern "C" fn primary_entry(a0: u64, a1: u64, a2: u64) -> ! {
     if let Some(uart) = board.uart.filter(|u| u.kind == UartKind::Ns16550) {
         PLATFORM.set_console(uart.base);
     }
-    info!("device tree at {fdt_pa:#x} ({} bytes, from the {found_by})", blob.len());
+    info!(
+        "device tree at {fdt_pa:#x} ({} bytes, from the {found_by})",
+        blob.len()
+    );
 
     // Command line: the a1 string (QEMU does not fill /chosen/bootargs on
     // LoongArch); /chosen/bootargs if a1 gave nothing.
@@ -107,7 +114,10 @@ extern "C" fn primary_entry(a0: u64, a1: u64, a2: u64) -> ! {
 
     match bootinfo::fdt_poweroff(blob) {
         Some(reg) => {
-            info!("power-off: syscon register {:#x} <- {:#x} (device tree)", reg.pa, reg.value);
+            info!(
+                "power-off: syscon register {:#x} <- {:#x} (device tree)",
+                reg.pa, reg.value
+            );
             PLATFORM.set_poweroff(reg);
         }
         None => warn!(
@@ -128,7 +138,11 @@ extern "C" fn primary_entry(a0: u64, a1: u64, a2: u64) -> ! {
             MIN_MEMORY >> 20
         ));
     }
-    if !board.memory.iter().any(|r| r.base <= image.0 && image.1 <= r.end()) {
+    if !board
+        .memory
+        .iter()
+        .any(|r| r.base <= image.0 && image.1 <= r.end())
+    {
         early_halt(format_args!(
             "kestrel's image [{:#x}-{:#x}) is not inside any RAM region of the device tree",
             image.0, image.1
@@ -138,12 +152,16 @@ extern "C" fn primary_entry(a0: u64, a1: u64, a2: u64) -> ! {
     // This CPU's logical index (CPUs are numbered by hardware id).
     let hw = csr::hw_cpu_id();
     let Some(me) = board.cpu_index(hw) else {
-        early_halt(format_args!("boot CPU (hw id {hw}) is not in the device tree's /cpus"))
+        early_halt(format_args!(
+            "boot CPU (hw id {hw}) is not in the device tree's /cpus"
+        ))
     };
     // SAFETY: SAVE1 is kestrel's per-CPU index word; nothing else uses it.
     unsafe { csr::write_save1(me as u64) };
 
-    smp::set_secondary_entry(dmw::to_phys(kestrel_la_secondary_entry as *const () as usize as u64));
+    smp::set_secondary_entry(dmw::to_phys(
+        kestrel_la_secondary_entry as *const () as usize as u64,
+    ));
     let (used, free) = crate::heap::usage();
     info!(
         "image [{:#x}-{:#x}), heap {} KiB used / {} KiB free, console 16550 at {:#x}",

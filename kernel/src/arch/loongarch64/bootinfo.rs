@@ -42,7 +42,7 @@ fn in_low_ram(pa: u64, len: u64) -> bool {
 
 /// The FDT address from the EFI system table at `systab_pa`, if it is one.
 pub fn fdt_from_efi(systab_pa: u64) -> Option<u64> {
-    if systab_pa % 8 != 0 || !in_low_ram(systab_pa, SYSTAB_TABLES + 8) {
+    if !systab_pa.is_multiple_of(8) || !in_low_ram(systab_pa, SYSTAB_TABLES + 8) {
         return None;
     }
     if read_u64(systab_pa) != EFI_SYSTEM_TABLE_SIGNATURE {
@@ -50,22 +50,24 @@ pub fn fdt_from_efi(systab_pa: u64) -> Option<u64> {
     }
     let nr = read_u64(systab_pa + SYSTAB_NR_TABLES).min(64);
     let tables = read_u64(systab_pa + SYSTAB_TABLES);
-    if tables % 8 != 0 || !in_low_ram(tables, nr * CONFIG_ENTRY_SIZE) {
+    if !tables.is_multiple_of(8) || !in_low_ram(tables, nr * CONFIG_ENTRY_SIZE) {
         return None;
     }
-    (0..nr).map(|i| tables + i * CONFIG_ENTRY_SIZE).find_map(|entry| {
-        let lo = read_u64(entry).to_le_bytes();
-        let hi = read_u64(entry + 8).to_le_bytes();
-        let mut guid = [0u8; 16];
-        guid[..8].copy_from_slice(&lo);
-        guid[8..].copy_from_slice(&hi);
-        (guid == DEVICE_TREE_GUID).then(|| dmw::to_phys(read_u64(entry + 16)))
-    })
+    (0..nr)
+        .map(|i| tables + i * CONFIG_ENTRY_SIZE)
+        .find_map(|entry| {
+            let lo = read_u64(entry).to_le_bytes();
+            let hi = read_u64(entry + 8).to_le_bytes();
+            let mut guid = [0u8; 16];
+            guid[..8].copy_from_slice(&lo);
+            guid[8..].copy_from_slice(&hi);
+            (guid == DEVICE_TREE_GUID).then(|| dmw::to_phys(read_u64(entry + 16)))
+        })
 }
 
 /// The device tree at physical `pa`, if a valid header is there.
 pub fn fdt_at(pa: u64) -> Option<&'static [u8]> {
-    if pa % 8 != 0 || !in_low_ram(pa, 8) {
+    if !pa.is_multiple_of(8) || !in_low_ram(pa, 8) {
         return None;
     }
     let first = read_u64(pa).to_le_bytes();
@@ -100,7 +102,9 @@ pub fn cmdline_at(pa: u64) -> Option<&'static str> {
     let buf = unsafe { core::slice::from_raw_parts(dmw::cached(pa) as *const u8, CMDLINE_MAX) };
     let len = buf.iter().position(|&b| b == 0)?;
     let s = core::str::from_utf8(&buf[..len]).ok()?;
-    s.chars().all(|c| !c.is_control() || c == '\t').then_some(s.trim())
+    s.chars()
+        .all(|c| !c.is_control() || c == '\t')
+        .then_some(s.trim())
 }
 
 /// The syscon power-off register as the device tree describes it.
@@ -126,7 +130,10 @@ pub fn fdt_poweroff(blob: &[u8]) -> Option<PowerOffReg> {
     let fdt = fdt::Fdt::new(blob).ok()?;
     let node = fdt.find_compatible(&["syscon-poweroff"])?;
     let regmap = node.property("regmap")?.as_usize()? as u32;
-    let offset = node.property("offset").and_then(|p| p.as_usize()).unwrap_or(0) as u64;
+    let offset = node
+        .property("offset")
+        .and_then(|p| p.as_usize())
+        .unwrap_or(0) as u64;
     let value = node.property("value")?.as_usize()? as u32;
     let syscon = fdt.find_phandle(regmap)?;
     let base = syscon.reg()?.next()?.starting_address as u64;

@@ -29,7 +29,7 @@ pub struct TrapFrame {
 }
 
 const FRAME_SIZE: usize = core::mem::size_of::<TrapFrame>();
-const _: () = assert!(FRAME_SIZE == 320 && FRAME_SIZE % 16 == 0);
+const _: () = assert!(FRAME_SIZE == 320 && FRAME_SIZE.is_multiple_of(16));
 
 // The three entry stubs. Each entry is 4 KiB aligned (EENTRY, TLBRENTRY and
 // MERRENTRY ignore bits [11:0]). They use no FP register.
@@ -175,8 +175,8 @@ extern "C" fn handle_fatal(frame: &mut TrapFrame) -> ! {
 }
 
 const ECODE_NAMES: [&str; 25] = [
-    "INT", "PIL", "PIS", "PIF", "PME", "PNR", "PNX", "PPI", "ADE", "ALE", "BCE", "SYS", "BRK", "INE", "IPE",
-    "FPD", "SXD", "ASXD", "FPE", "WPE", "BTD", "BTE", "GSPR", "HVC", "GCM",
+    "INT", "PIL", "PIS", "PIF", "PME", "PNR", "PNX", "PPI", "ADE", "ALE", "BCE", "SYS", "BRK",
+    "INE", "IPE", "FPD", "SXD", "ASXD", "FPE", "WPE", "BTD", "BTE", "GSPR", "HVC", "GCM",
 ];
 
 const ECODE_TEXT: [&str; 25] = [
@@ -208,8 +208,9 @@ const ECODE_TEXT: [&str; 25] = [
 ];
 
 const REG_NAMES: [&str; 32] = [
-    "zero", "ra", "tp", "sp", "a0", "a1", "a2", "a3", "a4", "a5", "a6", "a7", "t0", "t1", "t2", "t3", "t4",
-    "t5", "t6", "t7", "t8", "u0", "fp", "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "s8",
+    "zero", "ra", "tp", "sp", "a0", "a1", "a2", "a3", "a4", "a5", "a6", "a7", "t0", "t1", "t2",
+    "t3", "t4", "t5", "t6", "t7", "t8", "u0", "fp", "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7",
+    "s8",
 ];
 
 struct Unlocked;
@@ -224,7 +225,10 @@ impl Write for Unlocked {
 /// Describes ESTAT's Ecode/EsubCode.
 fn describe(ecode: u64, esub: u64) -> (&'static str, &'static str, &'static str) {
     let name = ECODE_NAMES.get(ecode as usize).copied().unwrap_or("?");
-    let text = ECODE_TEXT.get(ecode as usize).copied().unwrap_or("unknown exception");
+    let text = ECODE_TEXT
+        .get(ecode as usize)
+        .copied()
+        .unwrap_or("unknown exception");
     let sub = match (ecode, esub) {
         (8, 0) => " (ADEF: instruction fetch)",
         (8, 1) => " (ADEM: memory access)",
@@ -253,7 +257,11 @@ fn crash(frame: &TrapFrame) -> ! {
         2 => "machine error",
         _ => "exception",
     };
-    let era = if frame.kind == 1 { frame.era & !3 } else { frame.era };
+    let era = if frame.kind == 1 {
+        frame.era & !3
+    } else {
+        frame.era
+    };
     let mut w = Unlocked;
     let _ = writeln!(w, "\n*** kestrel crash on cpu{cpu} (hw id {hw}): {what}");
     let _ = writeln!(w, "  cause {name} ({text}){sub}");
@@ -263,7 +271,11 @@ fn crash(frame: &TrapFrame) -> ! {
         frame.estat,
         frame.estat & 0x1fff
     );
-    let _ = writeln!(w, "  ERA   {era:#018x}  BADV {:#018x}  BADI {:#010x}", frame.badv, frame.badi);
+    let _ = writeln!(
+        w,
+        "  ERA   {era:#018x}  BADV {:#018x}  BADI {:#010x}",
+        frame.badv, frame.badi
+    );
     let _ = writeln!(w, "  CRMD  {:#018x}  PRMD {:#018x}", frame.crmd, frame.prmd);
     for row in 0..8 {
         let _ = write!(w, " ");
@@ -273,7 +285,10 @@ fn crash(frame: &TrapFrame) -> ! {
         }
         let _ = writeln!(w);
     }
-    let args = format_args!("cpu{cpu}: unhandled {name} ({text}) at ERA {era:#x}, BADV {:#x}", frame.badv);
+    let args = format_args!(
+        "cpu{cpu}: unhandled {name} ({text}) at ERA {era:#x}, BADV {:#x}",
+        frame.badv
+    );
     if crate::runtime::board().is_none() {
         // Before the boot flow has the board, runtime::fatal cannot tell
         // whether to power off: the platform knows from the early command line.

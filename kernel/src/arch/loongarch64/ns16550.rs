@@ -17,7 +17,9 @@ pub struct Ns16550 {
 
 impl Ns16550 {
     pub const fn new() -> Self {
-        Ns16550 { base: AtomicU64::new(0) }
+        Ns16550 {
+            base: AtomicU64::new(0),
+        }
     }
 
     /// Uses the UART at physical address `pa` from now on.

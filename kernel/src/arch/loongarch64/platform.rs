@@ -32,7 +32,8 @@ pub static PLATFORM: LoongArchPlatform = LoongArchPlatform {
     counter_hz: AtomicU64::new(0),
     poweroff_pa: AtomicU64::new(super::bootinfo::QEMU_VIRT_POWEROFF.pa),
     poweroff_val: AtomicU64::new(
-        super::bootinfo::QEMU_VIRT_POWEROFF.value as u64 | (super::bootinfo::QEMU_VIRT_POWEROFF.width as u64) << 32,
+        super::bootinfo::QEMU_VIRT_POWEROFF.value as u64
+            | (super::bootinfo::QEMU_VIRT_POWEROFF.width as u64) << 32,
     ),
     early_poweroff: AtomicBool::new(false),
 };
@@ -52,8 +53,10 @@ impl LoongArchPlatform {
     }
 
     pub fn set_poweroff(&self, reg: PowerOffReg) {
-        self.poweroff_val
-            .store(reg.value as u64 | (reg.width as u64) << 32, Ordering::Release);
+        self.poweroff_val.store(
+            reg.value as u64 | (reg.width as u64) << 32,
+            Ordering::Release,
+        );
         self.poweroff_pa.store(reg.pa, Ordering::Release);
     }
 
