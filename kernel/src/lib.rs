@@ -29,6 +29,10 @@ pub mod vdev;
 pub mod stats;
 pub mod vmid;
 
+// VM configuration: the embedded package and generated guest device trees.
+pub mod fdt_build;
+pub mod vmconfig;
+
 /// Architecture-specific code: only built for the bare-metal targets.
 #[cfg(all(target_os = "none", any(target_arch = "aarch64", target_arch = "loongarch64")))]
 #[allow(unsafe_code)]
