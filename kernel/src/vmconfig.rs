@@ -1,0 +1,363 @@
+//! From the embedded package to the VMs to create.
+//!
+//! The firmware embeds a kestrel package (format: [`kestrel_abi::package`]).
+//! [`plan`] checks its header (a bad header refuses every VM), then each VM
+//! on its own: the record and its images ([`VmError`]), then what only the
+//! running machine can say — are its pCPUs online, does another pinned VM
+//! already own one, is there host memory left, does its kind run on this
+//! architecture. Each VM ends up a [`VmSpec`] (plain data: names, sizes and
+//! guest physical addresses for the VM-creation code) or a
+//! [`VmConfigError`] that is printed while the other VMs still start.
+//!
+//! Guest physical map (arm64, as QEMU `virt`, so stock guest kernels work):
+//! RAM at [`ARM64_GUEST_RAM_BASE`], GIC distributor `0x0800_0000`,
+//! redistributors `0x080A_0000` (GICv3) or CPU interface `0x0801_0000`
+//! (GICv2), console UART `0x0900_0000` (SPI 1). LoongArch guests get RAM at
+//! [`LOONGARCH_GUEST_RAM_BASE`].
+
+use alloc::vec::Vec;
+use core::fmt;
+
+use kestrel_abi::package::{
+    Affinity, ConsoleKind, Field, GuestKind, Package, PackageError, Problem, VmError, VmRecord,
+};
+
+use crate::board::Arch;
+use crate::fdt_build::{guest_dtb_arm64, GuestDtbSpec, GuestGic, GuestUart};
+
+/// Guest physical base of RAM on arm64.
+pub const ARM64_GUEST_RAM_BASE: u64 = 0x4000_0000;
+/// Guest physical base of RAM on LoongArch (low memory, as QEMU `virt`).
+pub const LOONGARCH_GUEST_RAM_BASE: u64 = 0;
+/// arm64 guest GIC distributor.
+pub const GUEST_GICD: (u64, u64) = (0x0800_0000, 0x1_0000);
+/// arm64 guest GICv2 CPU interface.
+pub const GUEST_GICC: (u64, u64) = (0x0801_0000, 0x1_0000);
+/// arm64 guest GICv3 redistributors (room for 123 vCPUs, as QEMU).
+pub const GUEST_GICR: (u64, u64) = (0x080A_0000, 0xF6_0000);
+/// arm64 guest console UART and its SPI.
+pub const GUEST_UART: (u64, u64, u32) = (0x0900_0000, 0x1000, 1);
+
+/// Where the guest's DTB comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DtbSource<'a> {
+    /// Given in the config: used as is.
+    Provided(&'a [u8]),
+    /// kestrel generates it ([`VmSpec::guest_dtb`]).
+    Generate,
+}
+
+/// One VM as the VM-creation code needs it. Addresses are guest physical.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VmSpec<'a> {
+    /// Index in the package (also the VM's position in the config).
+    pub index: usize,
+    pub name: &'a str,
+    pub vcpus: u16,
+    pub affinity: Affinity,
+    pub kind: GuestKind,
+    pub console: ConsoleKind,
+    pub ram_base: u64,
+    pub ram_size: u64,
+    pub kernel: &'a [u8],
+    /// Where the kernel is copied.
+    pub kernel_gpa: u64,
+    /// Where the first vCPU starts.
+    pub entry_gpa: u64,
+    pub initrd: Option<&'a [u8]>,
+    /// Guest physical address of the initrd (when there is one).
+    pub initrd_gpa: u64,
+    pub dtb: DtbSource<'a>,
+    /// Where the DTB is copied (x0 at entry on arm64).
+    pub dtb_gpa: u64,
+    pub cmdline: &'a str,
+}
+
+impl<'a> VmSpec<'a> {
+    /// Turns a validated record into a spec for `arch`.
+    pub fn from_record(rec: &VmRecord<'a>, arch: Arch) -> Self {
+        let ram_base = match arch {
+            Arch::Aarch64 => ARM64_GUEST_RAM_BASE,
+            Arch::LoongArch64 => LOONGARCH_GUEST_RAM_BASE,
+        };
+        let l = rec.layout;
+        VmSpec {
+            index: rec.index,
+            name: rec.name,
+            vcpus: rec.vcpus,
+            affinity: rec.affinity,
+            kind: rec.kind,
+            console: rec.console,
+            ram_base,
+            ram_size: rec.memory,
+            kernel: rec.kernel,
+            kernel_gpa: ram_base + l.kernel,
+            entry_gpa: ram_base + l.kernel + rec.entry_offset,
+            initrd: rec.initrd,
+            initrd_gpa: ram_base + l.initrd,
+            dtb: rec.dtb.map_or(DtbSource::Generate, DtbSource::Provided),
+            dtb_gpa: ram_base + l.dtb,
+            cmdline: rec.cmdline,
+        }
+    }
+
+    /// Guest physical (start, end) of the initrd.
+    pub fn initrd_range(&self) -> Option<(u64, u64)> {
+        self.initrd
+            .map(|i| (self.initrd_gpa, self.initrd_gpa + i.len() as u64))
+    }
+
+    /// What [`guest_dtb_arm64`] needs for this VM, with a GICv3 or GICv2.
+    pub fn dtb_spec_arm64(&self, gic_v3: bool) -> GuestDtbSpec<'a> {
+        GuestDtbSpec {
+            ram_base: self.ram_base,
+            ram_size: self.ram_size,
+            vcpus: self.vcpus,
+            gic: if gic_v3 {
+                GuestGic::V3 {
+                    dist: GUEST_GICD,
+                    redist: GUEST_GICR,
+                }
+            } else {
+                GuestGic::V2 {
+                    dist: GUEST_GICD,
+                    cpu: GUEST_GICC,
+                }
+            },
+            uart: GuestUart {
+                kind: self.console,
+                base: GUEST_UART.0,
+                size: GUEST_UART.1,
+                spi: GUEST_UART.2,
+            },
+            bootargs: self.cmdline,
+            initrd: self.initrd_range(),
+        }
+    }
+
+    /// The DTB to give an arm64 guest: the config's, or a generated one.
+    pub fn guest_dtb(&self, gic_v3: bool) -> alloc::borrow::Cow<'a, [u8]> {
+        match self.dtb {
+            DtbSource::Provided(d) => alloc::borrow::Cow::Borrowed(d),
+            DtbSource::Generate => {
+                alloc::borrow::Cow::Owned(guest_dtb_arm64(&self.dtb_spec_arm64(gic_v3)))
+            }
+        }
+    }
+}
+
+/// What the running machine offers the VMs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HostLimits {
+    pub arch: Arch,
+    /// pCPUs online (0..online).
+    pub online_cpus: u32,
+    /// Host RAM available to guests, in bytes.
+    pub guest_memory: u64,
+}
+
+/// Why a VM was refused at boot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VmConfigError {
+    /// The record or its images are bad.
+    Record(VmError),
+    /// The kind does not run on this architecture.
+    WrongArch {
+        index: usize,
+        kind: GuestKind,
+        arch: Arch,
+    },
+    /// Affinity names a pCPU that is not online.
+    CpuOffline { index: usize, cpu: u32, online: u32 },
+    /// A pinned VM wants a pCPU another pinned VM already owns.
+    PinnedConflict {
+        index: usize,
+        cpu: u32,
+        owner: usize,
+    },
+    /// Not enough host memory left.
+    OutOfMemory { index: usize, need: u64, left: u64 },
+}
+
+impl fmt::Display for VmConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            VmConfigError::Record(e) => write!(f, "{e}"),
+            VmConfigError::WrongArch { index, kind, arch } => {
+                write!(
+                    f,
+                    "vm[{index}]: kind: a {} guest cannot run on {}",
+                    kind.name(),
+                    arch.name()
+                )
+            }
+            VmConfigError::CpuOffline { index, cpu, online } => {
+                write!(
+                    f,
+                    "vm[{index}]: cpus: pCPU {cpu} is not online (this machine has {online})"
+                )
+            }
+            VmConfigError::PinnedConflict { index, cpu, owner } => {
+                write!(
+                    f,
+                    "vm[{index}]: cpus: pCPU {cpu} is already pinned to vm[{owner}]"
+                )
+            }
+            VmConfigError::OutOfMemory { index, need, left } => write!(
+                f,
+                "vm[{index}]: memory: {} MiB needed, only {} MiB of host memory left",
+                need >> 20,
+                left >> 20
+            ),
+        }
+    }
+}
+
+impl From<VmError> for VmConfigError {
+    fn from(e: VmError) -> Self {
+        VmConfigError::Record(e)
+    }
+}
+
+/// The VMs of `package` for this machine, in package order: each one a spec
+/// or the reason it is refused. Memory is granted in order, so an early VM
+/// that fits is never displaced by a later one. An empty slice is a firmware
+/// built without a config: no VMs.
+pub fn plan<'a>(
+    package: &'a [u8],
+    host: HostLimits,
+) -> Result<Vec<Result<VmSpec<'a>, VmConfigError>>, PackageError> {
+    if package.is_empty() {
+        return Ok(Vec::new());
+    }
+    let pkg = Package::parse(package)?;
+    let mut left = host.guest_memory;
+    // owner[cpu] = index of the pinned VM that owns it.
+    let mut owner: [Option<usize>; 64] = [None; 64];
+    let mut out = Vec::with_capacity(pkg.vm_count());
+    for r in pkg.vms() {
+        out.push(
+            r.map_err(VmConfigError::from)
+                .and_then(|rec| admit(&rec, host, &mut left, &mut owner)),
+        );
+    }
+    Ok(out)
+}
+
+fn admit<'a>(
+    rec: &VmRecord<'a>,
+    host: HostLimits,
+    left: &mut u64,
+    owner: &mut [Option<usize>; 64],
+) -> Result<VmSpec<'a>, VmConfigError> {
+    let index = rec.index;
+    let runs_here = matches!(
+        (rec.kind, host.arch),
+        (GuestKind::LinuxArm64Image, Arch::Aarch64)
+            | (GuestKind::LinuxLoongArchElf, Arch::LoongArch64)
+            | (GuestKind::TestRaw | GuestKind::TestElf, _)
+    );
+    if !runs_here {
+        return Err(VmConfigError::WrongArch {
+            index,
+            kind: rec.kind,
+            arch: host.arch,
+        });
+    }
+    let mask = rec.affinity.mask;
+    if mask != 0 {
+        let highest = 63 - mask.leading_zeros();
+        if highest >= host.online_cpus {
+            return Err(VmConfigError::CpuOffline {
+                index,
+                cpu: highest,
+                online: host.online_cpus,
+            });
+        }
+    } else if host.online_cpus == 0 {
+        return Err(VmConfigError::CpuOffline {
+            index,
+            cpu: 0,
+            online: 0,
+        });
+    }
+    if rec.affinity.pinned {
+        for cpu in 0..64u32 {
+            if mask & (1 << cpu) != 0 {
+                if let Some(o) = owner[cpu as usize] {
+                    return Err(VmConfigError::PinnedConflict {
+                        index,
+                        cpu,
+                        owner: o,
+                    });
+                }
+            }
+        }
+    }
+    if rec.memory > *left {
+        return Err(VmConfigError::OutOfMemory {
+            index,
+            need: rec.memory,
+            left: *left,
+        });
+    }
+    *left -= rec.memory;
+    if rec.affinity.pinned {
+        for (cpu, slot) in owner.iter_mut().enumerate() {
+            if mask & (1 << cpu) != 0 {
+                *slot = Some(index);
+            }
+        }
+    }
+    Ok(VmSpec::from_record(rec, host.arch))
+}
+
+/// Logs the plan: one line per VM started or refused. Returns the VMs to start.
+pub fn report<'a>(package: &'a [u8], host: HostLimits) -> Vec<VmSpec<'a>> {
+    match plan(package, host) {
+        Err(e) => {
+            log::error!("VM package refused: {e}; no VM will start");
+            Vec::new()
+        }
+        Ok(vms) => {
+            let mut ok = Vec::new();
+            for v in vms {
+                match v {
+                    Ok(s) => {
+                        log::info!(
+                            "vm[{}] \"{}\": {} vCPUs, {} MiB, {}",
+                            s.index,
+                            s.name,
+                            s.vcpus,
+                            s.ram_size >> 20,
+                            s.kind.name()
+                        );
+                        ok.push(s);
+                    }
+                    Err(e) => log::error!("VM refused: {e}"),
+                }
+            }
+            ok
+        }
+    }
+}
+
+/// Checks that an error is about `field` (used by tests and by callers that
+/// react to specific problems).
+pub fn is_field(e: &VmConfigError, field: Field) -> bool {
+    matches!(e, VmConfigError::Record(VmError { field: f, .. }) if *f == field)
+}
+
+/// Whether `e` says the VM's images do not fit its memory.
+pub fn is_too_small(e: &VmConfigError) -> bool {
+    matches!(
+        e,
+        VmConfigError::Record(VmError {
+            problem: Problem::DoesNotFit { .. },
+            ..
+        })
+    )
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,232 @@
+use super::*;
+use alloc::string::ToString;
+use alloc::vec;
+use kestrel_abi::package::{HypervisorSettings, VmInput, Writer};
+
+const MB: u64 = 1 << 20;
+
+fn input<'a>(name: &'a str, kernel: &'a [u8]) -> VmInput<'a> {
+    VmInput {
+        name,
+        memory: 64 * MB,
+        vcpus: 2,
+        affinity: Affinity {
+            mask: 0,
+            pinned: false,
+        },
+        kind: GuestKind::LinuxArm64Image,
+        console: ConsoleKind::Pl011,
+        kernel,
+        initrd: None,
+        dtb: None,
+        cmdline: "console=ttyAMA0",
+        load_offset: 0,
+        entry_offset: 0,
+        kernel_footprint: 0,
+    }
+}
+
+fn host(cpus: u32, mem: u64) -> HostLimits {
+    HostLimits {
+        arch: Arch::Aarch64,
+        online_cpus: cpus,
+        guest_memory: mem,
+    }
+}
+
+#[test]
+fn record_becomes_spec_with_guest_addresses() {
+    let k = vec![0xAAu8; 3 * MB as usize];
+    let initrd = vec![0x55u8; 5000];
+    let mut w = Writer::new(HypervisorSettings::default());
+    w.vms.push(VmInput {
+        initrd: Some(&initrd),
+        entry_offset: 0x40,
+        affinity: Affinity {
+            mask: 0b11,
+            pinned: true,
+        },
+        ..input("linux0", &k)
+    });
+    let pkg = w.finish();
+    let plan = plan(&pkg, host(4, 1 << 30)).unwrap();
+    let s = plan[0].unwrap();
+    assert_eq!(s.name, "linux0");
+    assert_eq!(
+        (s.vcpus, s.ram_base, s.ram_size),
+        (2, ARM64_GUEST_RAM_BASE, 64 * MB)
+    );
+    assert_eq!(s.kernel_gpa, ARM64_GUEST_RAM_BASE);
+    assert_eq!(s.entry_gpa, ARM64_GUEST_RAM_BASE + 0x40);
+    assert_eq!(s.dtb_gpa, ARM64_GUEST_RAM_BASE + 62 * MB);
+    assert_eq!(
+        s.initrd_range(),
+        Some((
+            ARM64_GUEST_RAM_BASE + 62 * MB - 8192,
+            ARM64_GUEST_RAM_BASE + 62 * MB - 8192 + 5000
+        ))
+    );
+    assert_eq!(s.kernel.len(), k.len());
+    assert_eq!(s.dtb, DtbSource::Generate);
+
+    // The generated DTB describes exactly this VM.
+    let dtb = s.guest_dtb(true);
+    let fdt = fdt::Fdt::new(&dtb).unwrap();
+    assert_eq!(fdt.cpus().count(), 2);
+    let mem = fdt.memory().regions().next().unwrap();
+    assert_eq!(
+        (mem.starting_address as u64, mem.size),
+        (ARM64_GUEST_RAM_BASE, Some(64 * MB as usize))
+    );
+    assert_eq!(fdt.chosen().bootargs(), Some("console=ttyAMA0"));
+    let c = fdt.find_node("/chosen").unwrap();
+    let start = c.property("linux,initrd-start").unwrap().value;
+    assert_eq!(u64::from_be_bytes(start.try_into().unwrap()), s.initrd_gpa);
+}
+
+#[test]
+fn provided_dtb_is_used_as_is() {
+    let k = vec![1u8; 4096];
+    let my_dtb = b"\xd0\x0d\xfe\xedmy own tree".to_vec();
+    let mut w = Writer::new(HypervisorSettings::default());
+    w.vms.push(VmInput {
+        dtb: Some(&my_dtb),
+        ..input("a", &k)
+    });
+    let pkg = w.finish();
+    let s = plan(&pkg, host(1, 1 << 30)).unwrap()[0].unwrap();
+    assert_eq!(s.dtb, DtbSource::Provided(&my_dtb[..]));
+    assert_eq!(&*s.guest_dtb(false), &my_dtb[..]);
+}
+
+#[test]
+fn machine_limits_refuse_single_vms_and_keep_the_rest() {
+    let k = vec![1u8; 4096];
+    let mut w = Writer::new(HypervisorSettings::default());
+    w.vms.push(VmInput {
+        affinity: Affinity {
+            mask: 0b0011,
+            pinned: true,
+        },
+        ..input("p0", &k)
+    });
+    // Pinned on CPU 1, which p0 owns.
+    w.vms.push(VmInput {
+        affinity: Affinity {
+            mask: 0b0110,
+            pinned: true,
+        },
+        ..input("p1", &k)
+    });
+    // CPU 5 is not online on a 4-CPU machine.
+    w.vms.push(VmInput {
+        affinity: Affinity {
+            mask: 1 << 5,
+            pinned: false,
+        },
+        vcpus: 1,
+        ..input("off", &k)
+    });
+    // LoongArch Linux on arm64.
+    w.vms.push(VmInput {
+        kind: GuestKind::LinuxLoongArchElf,
+        ..input("la", &k)
+    });
+    // Too big for what is left (64 MiB for p0, 100 MiB total).
+    w.vms.push(VmInput {
+        memory: 64 * MB,
+        ..input("big", &k)
+    });
+    w.vms.push(VmInput {
+        memory: 36 * MB,
+        kind: GuestKind::TestRaw,
+        ..input("fits", &k)
+    });
+    let pkg = w.finish();
+    let r = plan(&pkg, host(4, 100 * MB)).unwrap();
+    assert_eq!(r.len(), 6);
+    assert_eq!(r[0].unwrap().name, "p0");
+    assert_eq!(
+        r[1],
+        Err(VmConfigError::PinnedConflict {
+            index: 1,
+            cpu: 1,
+            owner: 0
+        })
+    );
+    assert_eq!(
+        r[2],
+        Err(VmConfigError::CpuOffline {
+            index: 2,
+            cpu: 5,
+            online: 4
+        })
+    );
+    assert_eq!(
+        r[3],
+        Err(VmConfigError::WrongArch {
+            index: 3,
+            kind: GuestKind::LinuxLoongArchElf,
+            arch: Arch::Aarch64
+        })
+    );
+    assert_eq!(
+        r[4],
+        Err(VmConfigError::OutOfMemory {
+            index: 4,
+            need: 64 * MB,
+            left: 36 * MB
+        })
+    );
+    assert_eq!(r[5].unwrap().name, "fits");
+    assert_eq!(
+        r[4].unwrap_err().to_string(),
+        "vm[4]: memory: 64 MiB needed, only 36 MiB of host memory left"
+    );
+    assert_eq!(report(&pkg, host(4, 100 * MB)).len(), 2);
+}
+
+#[test]
+fn corrupt_vm_is_refused_with_its_record_error() {
+    let (k0, k1) = (vec![1u8; 8192], vec![2u8; 8192]);
+    let mut w = Writer::new(HypervisorSettings::default());
+    w.vms.push(input("good", &k0));
+    w.vms.push(input("bad", &k1));
+    let mut pkg = w.finish();
+    let last = pkg.len() - 100; // inside vm[1]'s kernel (the last kernel blob, before its cmdline)
+    pkg[last - 4096] ^= 1;
+    let r = plan(&pkg, host(4, 1 << 30)).unwrap();
+    assert!(r[0].is_ok());
+    let e = r[1].unwrap_err();
+    assert!(is_field(&e, Field::Data), "{e}");
+    assert!(
+        e.to_string().starts_with("vm[1] \"bad\": data: corrupt"),
+        "{e}"
+    );
+}
+
+#[test]
+fn vm_whose_images_exceed_its_memory_is_refused() {
+    let k = vec![1u8; 4096];
+    let mut w = Writer::new(HypervisorSettings::default());
+    // 4 MiB: kernel rounded to 2 MiB + DTB slot 2 MiB = full, no room for a 1-byte initrd.
+    w.vms.push(VmInput {
+        memory: 4 * MB,
+        initrd: Some(&[7]),
+        ..input("tiny", &k)
+    });
+    let pkg = w.finish();
+    let e = plan(&pkg, host(1, 1 << 30)).unwrap()[0].unwrap_err();
+    assert!(is_too_small(&e), "{e}");
+    assert!(is_field(&e, Field::Memory));
+}
+
+#[test]
+fn bad_header_refuses_everything_and_empty_means_no_vms() {
+    assert_eq!(plan(&[], host(1, 1 << 30)).unwrap().len(), 0);
+    assert_eq!(
+        plan(&[b'x'; 100], host(1, 1 << 30)).unwrap_err(),
+        PackageError::BadMagic
+    );
+    assert!(report(b"KSTRLPKG", host(1, 1 << 30)).is_empty());
+}
