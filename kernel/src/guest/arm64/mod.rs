@@ -1,0 +1,4 @@
+//! arm64 guests: exception-syndrome decoding and the ID-register view.
+
+pub mod esr;
+pub mod idregs;
