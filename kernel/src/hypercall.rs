@@ -187,12 +187,14 @@ pub fn dispatch(abi: Abi, args: &HypercallArgs, env: &mut impl HypercallEnv) -> 
 /// the signature, the PV feature bits, 0 for the rest of the range; `None`
 /// outside it (the arch emulates or passes those through).
 pub fn cpucfg(index: u32) -> Option<u32> {
-    match index {
-        loongarch::CPUCFG_KVM_SIG => Some(loongarch::KVM_SIGNATURE),
-        loongarch::CPUCFG_KVM_FEATURE => Some(loongarch::KVM_FEATURE_IPI),
-        loongarch::CPUCFG_KVM_SIG..=loongarch::CPUCFG_KVM_LAST => Some(0),
-        _ => None,
+    if !(loongarch::CPUCFG_KVM_SIG..=loongarch::CPUCFG_KVM_LAST).contains(&index) {
+        return None;
     }
+    Some(match index {
+        loongarch::CPUCFG_KVM_SIG => loongarch::KVM_SIGNATURE,
+        loongarch::CPUCFG_KVM_FEATURE => loongarch::KVM_FEATURE_IPI,
+        _ => 0,
+    })
 }
 
 #[cfg(test)]

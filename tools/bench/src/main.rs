@@ -177,10 +177,8 @@ fn fp_run(w: &Workload, policy: FpPolicy, switches: u64) -> FpCounters {
             assert_eq!(engines[p].vcpu_load(&fps[v]), FpLoad::Ready);
         }
         running[p] = Some(v);
-        if (w.uses_fp)(v, &mut rng) {
-            if engines[p].hw().trapping {
-                engines[p].fp_trap();
-            }
+        if (w.uses_fp)(v, &mut rng) && engines[p].hw().trapping {
+            engines[p].fp_trap();
         }
         n += 1;
         if n == warmup {
