@@ -28,6 +28,24 @@ kestrel_primary_entry:
     mrs     x20, CurrentEL
     ubfx    x20, x20, #2, #2        // exception level
 
+    // Until Rust installs the real vectors, any exception (e.g. the .bss
+    // clear running past the end of RAM) prints a fixed message on the
+    // early-console guess instead of hanging silently.
+    adrp    x1, kestrel_early_vectors
+    add     x1, x1, :lo12:kestrel_early_vectors
+    cmp     x20, #2
+    b.ne    10f
+    msr     vbar_el2, x1
+    b       12f
+10: cmp     x20, #1
+    b.ne    11f
+    msr     vbar_el1, x1
+    b       12f
+11: cmp     x20, #3
+    b.ne    12f
+    msr     vbar_el3, x1
+12: isb
+
     // Self-relocation: the image is linked at 0, so the runtime address of
     // __image_start is the load offset. Every R_AARCH64_RELATIVE entry says
     // *(base + r_offset) = base + r_addend. Other types are counted (x22)
@@ -114,6 +132,31 @@ kestrel_secondary_entry:
     bl      kestrel_boot_secondary
 7:  wfi
     b       7b
+
+// Early exception vectors: every entry prints one line on the PL011 at
+// 0x0900_0000 (QEMU virt; the same guess as kernel::arch::aarch64::pl011::
+// EARLY_GUESS) and halts. Position independent, no stack, no memory writes
+// other than the UART.
+    .balign 2048
+kestrel_early_vectors:
+    .rept   16
+    .balign 0x80
+    b       kestrel_early_trap
+    .endr
+kestrel_early_trap:
+    movz    x0, #0x0900, lsl #16
+    adr     x1, kestrel_early_msg
+1:  ldrb    w2, [x1], #1
+    cbz     w2, 3f
+2:  ldr     w3, [x0, #0x18]         // UARTFR
+    tbnz    w3, #5, 2b              // TXFF
+    str     w2, [x0]                // UARTDR
+    b       1b
+3:  wfi
+    b       3b
+kestrel_early_msg:
+    .asciz  "\r\nkestrel: FATAL: exception during early boot, before the console was set up (image_size beyond RAM? bad load address?); halting\r\n"
+    .balign 4
 
     .section .bss.kestrel_boot_stack, "aw", %nobits
     .balign 4096

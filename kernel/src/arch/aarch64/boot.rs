@@ -92,7 +92,9 @@ pub fn primary_early(args: &BootArgs) -> BoardInfo {
                 pl011::set_early(u.base as usize);
             }
         }
-        (Ok(b), _) => {
+        // A tree whose header checks passed (the fdt crate trusts header
+        // offsets, so a malformed one is never handed to it).
+        (Ok(b), Ok(Err(e))) if !matches!(e, dtb::DtbError::Malformed(_)) => {
             if let Some(base) = find_pl011(b) {
                 pl011::set_early(base);
             }
@@ -165,6 +167,9 @@ pub fn primary_early(args: &BootArgs) -> BoardInfo {
     // Device memory; stale lines over the image were just invalidated.
     unsafe { mmu::enable(&map.config) };
     mmu::publish(map.config);
+    // From here on (atomics are safe with the MMU on) `klog`, and so panics
+    // and `runtime::fatal`, print on the early console.
+    crate::klog::init(&platform::PLATFORM, log::LevelFilter::Info);
     if map.ram_unmapped != 0 {
         pl011::early_print(format_args!(
             "kestrel: warning: {} MiB of RAM above 512 GiB is not mapped\n",

@@ -183,13 +183,20 @@ fn crash(frame: &Frame, kind: usize) -> ! {
         }
         let _ = writeln!(text);
     }
-    if platform::console_ready() {
-        crate::klog::print_unlocked(format_args!("{text}"));
-    } else {
-        pl011::early_print(format_args!("{text}"));
-    }
+    out(format_args!("{text}"));
     if crate::runtime::board().is_some() {
         crate::runtime::fatal(format_args!("unhandled exception on cpu{cpu}"))
     }
+    out(format_args!("kestrel: halting cpu{cpu}\n"));
     platform::halt_cpu()
+}
+
+/// Crash output: through `klog` (no lock) once the platform is up, else
+/// straight to the early console.
+fn out(args: core::fmt::Arguments) {
+    if platform::console_ready() {
+        crate::klog::print_unlocked(args);
+    } else {
+        pl011::early_print(args);
+    }
 }
