@@ -3,6 +3,7 @@
 #   make run   [ARCH=aarch64|loongarch64] [SMP=N] [GIC=2|3] [APPEND="kestrel.exit=poweroff"]
 #   make test                 host unit tests + QEMU smoke tests on both architectures
 #   make image [ARCH=...]     build the bootable image and print its path
+#   make image|run CONFIG=f   ... with the VMs of config file f packed in (docs/config.md)
 #   make debug [ARCH=...]     boot under QEMU waiting for gdb on :1234
 #   make bench                deterministic benchmark tables
 #   make lint                 cargo fmt --check + clippy (host and both targets)
@@ -15,10 +16,12 @@ GIC      ?= 3
 MEM      ?= 1024
 FEATURES ?=
 APPEND   ?=
+CONFIG   ?=
 CARGO    ?= cargo
 
 XTASK_OPTS = --arch $(ARCH) --smp $(SMP) --gic $(GIC) --mem $(MEM) \
-             $(if $(FEATURES),--features "$(FEATURES)") $(if $(APPEND),--append "$(APPEND)")
+             $(if $(FEATURES),--features "$(FEATURES)") $(if $(APPEND),--append "$(APPEND)") \
+             $(if $(CONFIG),--config "$(CONFIG)")
 
 # build-std for LoongArch on the pinned stable toolchain
 LA_BUILD = RUSTC_BOOTSTRAP=1 $(CARGO) clippy -p kestrel-boot --target loongarch64-unknown-none-softfloat \

@@ -2,12 +2,14 @@
 //!
 //! ```text
 //! cargo xtask image   [--arch A] [--features F]          build the bootable image, print its path
+//!                     [--config FILE]                    ... with the VMs of FILE packed in (docs/config.md)
 //! cargo xtask run     [--arch A] [--smp N] [--gic 2|3] [--append ARGS]   boot it under QEMU
 //! cargo xtask debug   [--arch A] [--smp N] [--gic 2|3]   QEMU waiting for gdb on :1234
 //! cargo xtask smoke                                      QEMU smoke tests on both architectures
 //! cargo xtask check-fp                                   prove no FP/SIMD register is used
 //! ```
 
+mod config;
 mod qemu;
 mod smoke;
 
@@ -90,6 +92,8 @@ pub struct Opts {
     pub mem_mib: u32,
     pub features: Vec<String>,
     pub append: String,
+    /// VM config to pack into the image (docs/config.md).
+    pub config: Option<PathBuf>,
 }
 
 impl Default for Opts {
@@ -101,6 +105,7 @@ impl Default for Opts {
             mem_mib: 1024,
             features: Vec::new(),
             append: String::new(),
+            config: None,
         }
     }
 }
@@ -138,6 +143,7 @@ fn parse_opts(args: &[String]) -> Result<Opts, String> {
                 o.features.extend(f.split([',', ' ']).filter(|s| !s.is_empty()).map(String::from));
             }
             "--append" => o.append = val("--append")?,
+            "--config" => o.config = Some(PathBuf::from(val("--config")?)),
             other => return Err(format!("unknown option '{other}'")),
         }
     }
@@ -147,8 +153,32 @@ fn parse_opts(args: &[String]) -> Result<Opts, String> {
 /// Builds the firmware for `arch` and returns the bootable file:
 /// the raw arm64 `Image`, or the LoongArch ELF.
 pub fn build_image(arch: Arch, features: &[String]) -> Result<PathBuf, String> {
+    build_image_with(arch, features, None)
+}
+
+/// [`build_image`] with the VMs of `config` packed in: the config is checked
+/// and packed into `build/<arch>/package.bin` (nothing is written when it is
+/// bad), which `boot/build.rs` embeds (env `KESTREL_PACKAGE`). Without a
+/// config the firmware embeds an empty package.
+pub fn build_image_with(
+    arch: Arch,
+    features: &[String],
+    config: Option<&Path>,
+) -> Result<PathBuf, String> {
     let root = root();
     let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    match config {
+        Some(file) => {
+            let package = root.join("build").join(arch.name()).join("package.bin");
+            for line in config::write_package(file, arch, &package)? {
+                eprintln!("package: {line}");
+            }
+            cmd.env("KESTREL_PACKAGE", &package);
+        }
+        None => {
+            cmd.env_remove("KESTREL_PACKAGE");
+        }
+    }
     cmd.current_dir(&root).args(["build", "--release", "-p", "kestrel-boot", "--target", arch.target()]);
     if !features.is_empty() {
         cmd.args(["--features", &features.join(",")]);
@@ -210,18 +240,18 @@ fn run() -> Result<(), String> {
     match cmd.as_str() {
         "image" => {
             let o = parse_opts(rest)?;
-            let image = build_image(o.arch, &o.features)?;
+            let image = build_image_with(o.arch, &o.features, o.config.as_deref())?;
             println!("{}", image.display());
             Ok(())
         }
         "run" => {
             let o = parse_opts(rest)?;
-            let image = build_image(o.arch, &o.features)?;
+            let image = build_image_with(o.arch, &o.features, o.config.as_deref())?;
             qemu::run_interactive(&o, &image, false)
         }
         "debug" => {
             let o = parse_opts(rest)?;
-            let image = build_image(o.arch, &o.features)?;
+            let image = build_image_with(o.arch, &o.features, o.config.as_deref())?;
             qemu::run_interactive(&o, &image, true)
         }
         "smoke" => smoke::run_all(),
@@ -246,7 +276,7 @@ fn run() -> Result<(), String> {
 
 fn usage() -> String {
     "usage: cargo xtask <image|run|debug|smoke|check-fp> [--arch aarch64|loongarch64] \
-     [--smp N] [--gic 2|3] [--mem MiB] [--features F] [--append ARGS]"
+     [--smp N] [--gic 2|3] [--mem MiB] [--features F] [--append ARGS] [--config FILE]"
         .to_string()
 }
 

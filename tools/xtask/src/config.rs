@@ -1,0 +1,572 @@
+//! The VM config file (TOML) and its packing into a kestrel package.
+//!
+//! `cargo xtask image --config FILE` calls [`write_package`]: the config is
+//! read and every check below is made, the guest images are read and
+//! checked, the package is built and read back with the hypervisor's own
+//! reader; only then is `build/<arch>/package.bin` written. Any problem is a
+//! [`ConfigError`] naming the file, the field (`vm[1].memory`) and the
+//! problem. The schema is documented in `docs/config.md`.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use kestrel_abi::package::{
+    self, Affinity, ConsoleKind, FpPolicy, GuestKind, GuestLayout, HypervisorSettings, Package,
+    VmInput, Writer,
+};
+use serde::Deserialize;
+
+use crate::Arch;
+
+/// A config problem: file, field, what is wrong.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigError {
+    pub file: PathBuf,
+    /// `vm[1].memory`, `hypervisor.tick_hz`, or "" for the file as a whole.
+    pub field: String,
+    /// 1-based line and column, when known (TOML syntax and type errors).
+    pub line_col: Option<(usize, usize)>,
+    pub problem: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.file.display())?;
+        if let Some((l, c)) = self.line_col {
+            write!(f, ":{l}:{c}")?;
+        }
+        if !self.field.is_empty() {
+            write!(f, ": {}", self.field)?;
+        }
+        write!(f, ": {}", self.problem)
+    }
+}
+
+#[derive(Deserialize, Debug, Default)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    #[serde(default)]
+    hypervisor: RawHypervisor,
+    #[serde(default)]
+    vm: Vec<RawVm>,
+}
+
+#[derive(Deserialize, Debug, Default)]
+#[serde(deny_unknown_fields)]
+struct RawHypervisor {
+    fp_policy: Option<String>,
+    tick_hz: Option<i64>,
+    max_cpus: Option<i64>,
+}
+
+/// A size: bytes as an integer, or a string with a K/M/G suffix.
+#[derive(Deserialize, Debug)]
+#[serde(untagged)]
+enum RawSize {
+    Bytes(i64),
+    Text(String),
+}
+
+#[derive(Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+struct RawVm {
+    name: String,
+    vcpus: i64,
+    memory: RawSize,
+    cpus: Option<Vec<i64>>,
+    #[serde(default)]
+    pinned: bool,
+    kernel: String,
+    initrd: Option<String>,
+    #[serde(default)]
+    cmdline: String,
+    dtb: Option<String>,
+    console: Option<String>,
+    kind: Option<String>,
+}
+
+/// One checked VM with its images loaded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VmConfig {
+    pub name: String,
+    pub vcpus: u16,
+    pub memory: u64,
+    pub affinity: Affinity,
+    pub kind: GuestKind,
+    pub console: ConsoleKind,
+    pub kernel: Vec<u8>,
+    pub initrd: Option<Vec<u8>>,
+    pub dtb: Option<Vec<u8>>,
+    pub cmdline: String,
+    pub load_offset: u64,
+    pub entry_offset: u64,
+    pub kernel_footprint: u64,
+}
+
+/// A checked config.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    pub file: PathBuf,
+    pub arch: Arch,
+    pub settings: HypervisorSettings,
+    pub vms: Vec<VmConfig>,
+}
+
+/// Longest command line (Linux arm64's COMMAND_LINE_SIZE is 2048, with the NUL).
+pub const MAX_CMDLINE: usize = 2047;
+/// Largest guest RAM accepted (1 TiB).
+pub const MAX_MEMORY: u64 = 1 << 40;
+
+/// Parses a size: `536870912`, `"512M"`, `"512MiB"`, `"1G"`, `"65536K"`.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, suffix) = t.split_at(digits);
+    let bad = || {
+        format!(
+            "bad size \"{s}\": use a number of bytes or a number with K, M or G (e.g. \"512M\")"
+        )
+    };
+    if num.is_empty() {
+        return Err(bad());
+    }
+    let n: u64 = num.parse().map_err(|_| bad())?;
+    let shift = match suffix.trim() {
+        "" | "B" => 0,
+        "K" | "KiB" | "k" => 10,
+        "M" | "MiB" => 20,
+        "G" | "GiB" => 30,
+        "T" | "TiB" => 40,
+        _ => return Err(bad()),
+    };
+    n.checked_mul(1 << shift)
+        .ok_or_else(|| format!("size \"{s}\" is too large"))
+}
+
+/// Reads and checks `file` for `arch`.
+pub fn load(file: &Path, arch: Arch) -> Result<Config, ConfigError> {
+    let text = std::fs::read_to_string(file).map_err(|e| ConfigError {
+        file: file.to_path_buf(),
+        field: String::new(),
+        line_col: None,
+        problem: format!("cannot read the config: {e}"),
+    })?;
+    parse(&text, file, arch)
+}
+
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let col = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+    (line, col)
+}
+
+/// Checks config `text` as if read from `file` (relative paths resolve
+/// against `file`'s directory).
+pub fn parse(text: &str, file: &Path, arch: Arch) -> Result<Config, ConfigError> {
+    let err = |field: &str, problem: String| ConfigError {
+        file: file.to_path_buf(),
+        field: field.to_string(),
+        line_col: None,
+        problem,
+    };
+    let de = toml::Deserializer::new(text);
+    let raw: RawConfig = serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        ConfigError {
+            file: file.to_path_buf(),
+            field: if path == "." { String::new() } else { path },
+            line_col: inner.span().map(|s| line_col(text, s.start)),
+            problem: inner.message().trim().to_string(),
+        }
+    })?;
+    let dir = file.parent().map(Path::to_path_buf).unwrap_or_default();
+
+    // [hypervisor]
+    let h = &raw.hypervisor;
+    let fp_policy = match h.fp_policy.as_deref() {
+        None => FpPolicy::Default,
+        Some("eager") => FpPolicy::Eager,
+        Some("save-on-put") => FpPolicy::SaveOnPut,
+        Some("lazy") => FpPolicy::Lazy,
+        Some(o) => {
+            return Err(err(
+                "hypervisor.fp_policy",
+                format!("unknown policy \"{o}\": use eager, save-on-put or lazy"),
+            ))
+        }
+    };
+    let tick_hz = match h.tick_hz {
+        None => 0,
+        Some(t) if (1..=10_000).contains(&t) => t as u32,
+        Some(t) => {
+            return Err(err(
+                "hypervisor.tick_hz",
+                format!("{t} is out of range 1..=10000"),
+            ))
+        }
+    };
+    let max_cpus = match h.max_cpus {
+        None => 16,
+        Some(n) if (1..=package::MAX_PCPUS as i64).contains(&n) => n as u8,
+        Some(n) => {
+            return Err(err(
+                "hypervisor.max_cpus",
+                format!("{n} is out of range 1..={}", package::MAX_PCPUS),
+            ))
+        }
+    };
+    let settings = HypervisorSettings {
+        fp_policy,
+        max_cpus,
+        tick_hz,
+    };
+
+    if raw.vm.is_empty() {
+        return Err(err(
+            "vm",
+            "the config lists no VM: add a [[vm]] table".into(),
+        ));
+    }
+    if raw.vm.len() > package::MAX_VMS {
+        return Err(err(
+            "vm",
+            format!("{} VMs, at most {}", raw.vm.len(), package::MAX_VMS),
+        ));
+    }
+
+    let mut names: HashMap<String, usize> = HashMap::new();
+    let mut pinned_owner: HashMap<u32, usize> = HashMap::new();
+    let mut shared_cpus: Vec<(usize, u32)> = Vec::new();
+    let mut vms = Vec::new();
+    for (i, v) in raw.vm.iter().enumerate() {
+        let f = |name: &str| format!("vm[{i}].{name}");
+
+        // name
+        if v.name.is_empty() || v.name.len() > package::NAME_LEN {
+            return Err(err(
+                &f("name"),
+                format!(
+                    "\"{}\" must be 1 to {} characters",
+                    v.name,
+                    package::NAME_LEN
+                ),
+            ));
+        }
+        if !v.name.bytes().all(package::is_name_byte) {
+            return Err(err(
+                &f("name"),
+                format!("\"{}\" may only use a-z, 0-9, _ and -", v.name),
+            ));
+        }
+        if let Some(first) = names.insert(v.name.clone(), i) {
+            return Err(err(
+                &f("name"),
+                format!("\"{}\" is already the name of vm[{first}]", v.name),
+            ));
+        }
+
+        // vcpus
+        if !(1..=package::MAX_VCPUS as i64).contains(&v.vcpus) {
+            return Err(err(
+                &f("vcpus"),
+                format!("{} is out of range 1..={}", v.vcpus, package::MAX_VCPUS),
+            ));
+        }
+        let vcpus = v.vcpus as u16;
+
+        // memory
+        let memory = match &v.memory {
+            RawSize::Bytes(b) if *b > 0 => *b as u64,
+            RawSize::Bytes(b) => return Err(err(&f("memory"), format!("{b} must be positive"))),
+            RawSize::Text(s) => parse_size(s).map_err(|p| err(&f("memory"), p))?,
+        };
+        if memory == 0 || memory % package::MEMORY_ALIGN != 0 {
+            return Err(err(
+                &f("memory"),
+                format!("{memory} bytes is not a positive multiple of 2 MiB"),
+            ));
+        }
+        if memory > MAX_MEMORY {
+            return Err(err(
+                &f("memory"),
+                format!("{} GiB is above the 1 TiB limit", memory >> 30),
+            ));
+        }
+
+        // cpus / pinned
+        let mut mask = 0u64;
+        if let Some(cpus) = &v.cpus {
+            if cpus.is_empty() {
+                return Err(err(
+                    &f("cpus"),
+                    "empty list: omit `cpus` to let kestrel choose".into(),
+                ));
+            }
+            for &c in cpus {
+                if !(0..max_cpus as i64).contains(&c) {
+                    return Err(err(
+                        &f("cpus"),
+                        format!("pCPU {c} is out of range 0..{max_cpus} (hypervisor.max_cpus = {max_cpus})"),
+                    ));
+                }
+                if mask & (1 << c) != 0 {
+                    return Err(err(&f("cpus"), format!("pCPU {c} is listed twice")));
+                }
+                mask |= 1 << c;
+            }
+        }
+        if v.pinned {
+            if v.cpus.is_none() {
+                return Err(err(
+                    &f("pinned"),
+                    "a pinned VM needs `cpus`: one pCPU per vCPU".into(),
+                ));
+            }
+            if mask.count_ones() != vcpus as u32 {
+                return Err(err(
+                    &f("cpus"),
+                    format!(
+                        "pinned VM has {vcpus} vCPUs but lists {} pCPUs (need one per vCPU)",
+                        mask.count_ones()
+                    ),
+                ));
+            }
+        }
+        for c in 0..64u32 {
+            if mask & (1 << c) == 0 {
+                continue;
+            }
+            if let Some(&o) = pinned_owner.get(&c) {
+                return Err(err(
+                    &f("cpus"),
+                    format!("pCPU {c} is pinned to vm[{o}], it cannot be shared"),
+                ));
+            }
+            if v.pinned {
+                if let Some(&(o, _)) = shared_cpus.iter().find(|&&(_, sc)| sc == c) {
+                    return Err(err(
+                        &f("cpus"),
+                        format!("pCPU {c} is also used by vm[{o}], it cannot be pinned"),
+                    ));
+                }
+                pinned_owner.insert(c, i);
+            } else {
+                shared_cpus.push((i, c));
+            }
+        }
+
+        // console, kind
+        let console = match v.console.as_deref() {
+            None => match arch {
+                Arch::Aarch64 => ConsoleKind::Pl011,
+                Arch::LoongArch64 => ConsoleKind::Ns16550,
+            },
+            Some("pl011") => ConsoleKind::Pl011,
+            Some("ns16550") => ConsoleKind::Ns16550,
+            Some(o) => {
+                return Err(err(
+                    &f("console"),
+                    format!("unknown console \"{o}\": use pl011 or ns16550"),
+                ))
+            }
+        };
+        let linux = match v.kind.as_deref() {
+            None | Some("linux") => true,
+            Some("test-guest") => false,
+            Some(o) => {
+                return Err(err(
+                    &f("kind"),
+                    format!("unknown kind \"{o}\": use linux or test-guest"),
+                ))
+            }
+        };
+
+        // files
+        let read = |field: &str, p: &str| -> Result<Vec<u8>, ConfigError> {
+            let path = dir.join(p);
+            std::fs::read(&path)
+                .map_err(|e| err(&f(field), format!("cannot read {}: {e}", path.display())))
+        };
+        let kernel = read("kernel", &v.kernel)?;
+        if kernel.is_empty() {
+            return Err(err(&f("kernel"), format!("{} is empty", v.kernel)));
+        }
+        let (kind, load_offset, footprint) =
+            kernel_kind(&kernel, linux, arch).map_err(|p| err(&f("kernel"), p))?;
+        let initrd = v.initrd.as_deref().map(|p| read("initrd", p)).transpose()?;
+        let dtb = v.dtb.as_deref().map(|p| read("dtb", p)).transpose()?;
+        if let Some(d) = &dtb {
+            if d.len() < 40 || d[..4] != [0xd0, 0x0d, 0xfe, 0xed] {
+                return Err(err(
+                    &f("dtb"),
+                    format!(
+                        "{} is not a device tree blob (magic d00dfeed)",
+                        v.dtb.as_deref().unwrap_or("")
+                    ),
+                ));
+            }
+            if d.len() as u64 > package::DTB_SLOT {
+                return Err(err(
+                    &f("dtb"),
+                    format!("{} bytes: a DTB is at most 2 MiB", d.len()),
+                ));
+            }
+        }
+
+        // cmdline
+        if v.cmdline.len() > MAX_CMDLINE || v.cmdline.contains('\0') {
+            return Err(err(
+                &f("cmdline"),
+                format!("must be at most {MAX_CMDLINE} bytes without NUL"),
+            ));
+        }
+
+        // fit
+        let initrd_len = initrd.as_ref().map_or(0, |d| d.len() as u64);
+        GuestLayout::compute(memory, load_offset, footprint, initrd_len).map_err(|p| {
+            err(
+                &f("memory"),
+                format!(
+                    "{} MiB is too small for the kernel + initrd + DTB: {p}",
+                    memory >> 20
+                ),
+            )
+        })?;
+
+        vms.push(VmConfig {
+            name: v.name.clone(),
+            vcpus,
+            memory,
+            affinity: Affinity {
+                mask,
+                pinned: v.pinned,
+            },
+            kind,
+            console,
+            kernel,
+            initrd,
+            dtb,
+            cmdline: v.cmdline.clone(),
+            load_offset,
+            entry_offset: 0,
+            kernel_footprint: footprint,
+        });
+    }
+    Ok(Config {
+        file: file.to_path_buf(),
+        arch,
+        settings,
+        vms,
+    })
+}
+
+/// The guest kind, load offset and footprint of a kernel file.
+fn kernel_kind(k: &[u8], linux: bool, arch: Arch) -> Result<(GuestKind, u64, u64), String> {
+    let len = k.len() as u64;
+    let is_elf = k.len() >= 20 && k[..4] == *b"\x7fELF";
+    let elf_machine = if is_elf {
+        u16::from_le_bytes([k[18], k[19]])
+    } else {
+        0
+    };
+    const EM_AARCH64: u16 = 183;
+    const EM_LOONGARCH: u16 = 258;
+    match (linux, arch) {
+        (true, Arch::Aarch64) => {
+            if k.len() < 64 || k[0x38..0x3c] != *b"ARM\x64" {
+                return Err("not an arm64 Linux Image (no magic ARM\\x64 at 0x38); \
+                            use the uncompressed Image, or kind = \"test-guest\""
+                    .into());
+            }
+            let le64 = |o: usize| u64::from_le_bytes(k[o..o + 8].try_into().expect("8 bytes"));
+            let (text_offset, image_size) = (le64(8), le64(16));
+            // image_size 0: a kernel older than 3.17, text_offset 0x80000 then.
+            let (load, size) = if image_size == 0 {
+                (0x8_0000, len)
+            } else {
+                (text_offset, image_size.max(len))
+            };
+            Ok((GuestKind::LinuxArm64Image, load, size))
+        }
+        (true, Arch::LoongArch64) => {
+            if elf_machine != EM_LOONGARCH {
+                return Err(
+                    "not a LoongArch Linux ELF (vmlinux with e_machine EM_LOONGARCH)".into(),
+                );
+            }
+            Ok((GuestKind::LinuxLoongArchElf, 0, len))
+        }
+        (false, _) if is_elf => {
+            let want = match arch {
+                Arch::Aarch64 => EM_AARCH64,
+                Arch::LoongArch64 => EM_LOONGARCH,
+            };
+            if elf_machine != want {
+                return Err(format!(
+                    "ELF for machine {elf_machine}, not {} ({want})",
+                    arch.name()
+                ));
+            }
+            Ok((GuestKind::TestElf, 0, len))
+        }
+        (false, _) => Ok((GuestKind::TestRaw, 0, len)),
+    }
+}
+
+/// Packs a checked config.
+pub fn pack(cfg: &Config) -> Vec<u8> {
+    let mut w = Writer::new(cfg.settings);
+    for v in &cfg.vms {
+        w.vms.push(VmInput {
+            name: &v.name,
+            memory: v.memory,
+            vcpus: v.vcpus,
+            affinity: v.affinity,
+            kind: v.kind,
+            console: v.console,
+            kernel: &v.kernel,
+            initrd: v.initrd.as_deref(),
+            dtb: v.dtb.as_deref(),
+            cmdline: &v.cmdline,
+            load_offset: v.load_offset,
+            entry_offset: v.entry_offset,
+            kernel_footprint: v.kernel_footprint,
+        });
+    }
+    w.finish()
+}
+
+/// Checks `config`, packs it, reads the package back with the hypervisor's
+/// reader, and only then writes `out`. Returns a one-line summary per VM.
+pub fn write_package(config: &Path, arch: Arch, out: &Path) -> Result<Vec<String>, String> {
+    let cfg = load(config, arch).map_err(|e| e.to_string())?;
+    let bytes = pack(&cfg);
+    let pkg = Package::parse(&bytes)
+        .map_err(|e| format!("internal error: packed config unreadable: {e}"))?;
+    let mut summary = Vec::new();
+    for vm in pkg.vms() {
+        let vm = vm.map_err(|e| format!("internal error: packed VM unreadable: {e}"))?;
+        summary.push(format!(
+            "vm[{}] {}: {} vCPU(s), {} MiB, {}, kernel {} KiB{}",
+            vm.index,
+            vm.name,
+            vm.vcpus,
+            vm.memory >> 20,
+            vm.kind.name(),
+            vm.kernel.len() >> 10,
+            vm.initrd
+                .map_or(String::new(), |i| format!(", initrd {} KiB", i.len() >> 10))
+        ));
+    }
+    if let Some(dir) = out.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    }
+    std::fs::write(out, &bytes).map_err(|e| format!("{}: {e}", out.display()))?;
+    Ok(summary)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,415 @@
+use super::*;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+const MB: u64 = 1 << 20;
+
+/// A fresh directory holding a fake arm64 Image (`Image`, image_size 3 MiB),
+/// an initrd (`initrd.cpio`), a DTB (`guest.dtb`), a LoongArch ELF and a
+/// non-Image file.
+fn fixture() -> PathBuf {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "kestrel-config-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut image = vec![0u8; 8192];
+    image[16..24].copy_from_slice(&(3 * MB).to_le_bytes());
+    image[0x38..0x3c].copy_from_slice(b"ARM\x64");
+    std::fs::write(dir.join("Image"), &image).unwrap();
+    std::fs::write(dir.join("initrd.cpio"), vec![7u8; 5000]).unwrap();
+    let mut dtb = vec![0u8; 64];
+    dtb[..4].copy_from_slice(&[0xd0, 0x0d, 0xfe, 0xed]);
+    std::fs::write(dir.join("guest.dtb"), &dtb).unwrap();
+    let mut elf = vec![0u8; 256];
+    elf[..4].copy_from_slice(b"\x7fELF");
+    elf[18..20].copy_from_slice(&258u16.to_le_bytes());
+    std::fs::write(dir.join("vmlinux"), &elf).unwrap();
+    std::fs::write(dir.join("notanimage"), vec![1u8; 4096]).unwrap();
+    dir
+}
+
+fn check(text: &str) -> Result<Config, ConfigError> {
+    let dir = fixture();
+    let file = dir.join("vms.toml");
+    std::fs::write(&file, text).unwrap();
+    load(&file, Arch::Aarch64)
+}
+
+fn error(text: &str) -> ConfigError {
+    let e = check(text).expect_err("config must be refused");
+    assert!(e.file.ends_with("vms.toml"), "error names the file: {e}");
+    e
+}
+
+/// `error(text)` with the expected field and a problem containing `needle`.
+fn expect(text: &str, field: &str, needle: &str) {
+    let e = error(text);
+    assert_eq!(e.field, field, "{e}");
+    assert!(e.problem.contains(needle), "`{needle}` not in: {e}");
+    assert!(e.to_string().contains("vms.toml"), "{e}");
+}
+
+const GOOD: &str = r#"
+[hypervisor]
+fp_policy = "lazy"
+tick_hz = 250
+
+[[vm]]
+name = "linux0"
+vcpus = 2
+memory = "64M"
+cpus = [0, 1]
+pinned = true
+kernel = "Image"
+initrd = "initrd.cpio"
+cmdline = "console=ttyAMA0 earlycon"
+
+[[vm]]
+name = "linux-1"
+vcpus = 4
+memory = 33554432
+cpus = [2, 3]
+kernel = "Image"
+dtb = "guest.dtb"
+console = "ns16550"
+
+[[vm]]
+name = "test_guest"
+vcpus = 1
+memory = "8M"
+kernel = "notanimage"
+kind = "test-guest"
+"#;
+
+/// Replaces the first occurrence of `from` in the good config.
+fn bad(from: &str, to: &str) -> String {
+    assert!(GOOD.contains(from), "{from}");
+    GOOD.replacen(from, to, 1)
+}
+
+#[test]
+fn good_config_is_read_and_packed() {
+    let cfg = check(GOOD).unwrap();
+    assert_eq!(
+        cfg.settings,
+        HypervisorSettings {
+            fp_policy: FpPolicy::Lazy,
+            max_cpus: 16,
+            tick_hz: 250
+        }
+    );
+    assert_eq!(cfg.vms.len(), 3);
+    let v = &cfg.vms[0];
+    assert_eq!((v.name.as_str(), v.vcpus, v.memory), ("linux0", 2, 64 * MB));
+    assert_eq!(
+        v.affinity,
+        Affinity {
+            mask: 0b11,
+            pinned: true
+        }
+    );
+    assert_eq!(
+        (v.kind, v.console),
+        (GuestKind::LinuxArm64Image, ConsoleKind::Pl011)
+    );
+    assert_eq!((v.load_offset, v.kernel_footprint), (0, 3 * MB));
+    assert_eq!(v.initrd.as_ref().map(Vec::len), Some(5000));
+    assert_eq!(v.cmdline, "console=ttyAMA0 earlycon");
+    let v = &cfg.vms[1];
+    assert_eq!(
+        (v.memory, v.console, v.affinity.pinned),
+        (32 * MB, ConsoleKind::Ns16550, false)
+    );
+    assert!(v.dtb.is_some());
+    assert_eq!(cfg.vms[2].kind, GuestKind::TestRaw);
+
+    let bytes = pack(&cfg);
+    let pkg = Package::parse(&bytes).unwrap();
+    let names: Vec<_> = pkg.vms().map(|v| v.unwrap().name).collect();
+    assert_eq!(names, ["linux0", "linux-1", "test_guest"]);
+    assert_eq!(pkg.settings().tick_hz, 250);
+}
+
+#[test]
+fn write_package_writes_only_good_configs() {
+    let dir = fixture();
+    let cfg = dir.join("ok.toml");
+    std::fs::write(&cfg, GOOD).unwrap();
+    let out = dir.join("out/package.bin");
+    let summary = write_package(&cfg, Arch::Aarch64, &out).unwrap();
+    assert_eq!(summary.len(), 3);
+    assert!(
+        summary[0].starts_with("vm[0] linux0: 2 vCPU(s), 64 MiB"),
+        "{}",
+        summary[0]
+    );
+    assert!(Package::parse(&std::fs::read(&out).unwrap()).is_ok());
+
+    let badcfg = dir.join("bad.toml");
+    std::fs::write(&badcfg, bad("vcpus = 2", "vcpus = 0")).unwrap();
+    let out2 = dir.join("out2/package.bin");
+    let e = write_package(&badcfg, Arch::Aarch64, &out2).unwrap_err();
+    assert!(
+        e.contains("bad.toml: vm[0].vcpus: 0 is out of range"),
+        "{e}"
+    );
+    assert!(!out2.exists(), "nothing is written for a bad config");
+}
+
+#[test]
+fn syntax_error_has_line_and_column() {
+    let e = error("[[vm]]\nname = \"a\"\nvcpus = = 2\n");
+    assert_eq!(e.line_col.map(|l| l.0), Some(3), "{e}");
+    assert!(e.to_string().contains("vms.toml:3:"), "{e}");
+}
+
+#[test]
+fn unknown_keys_are_rejected_with_their_path() {
+    let e = error(&bad("vcpus = 4", "vcpus = 4\nmemroy = \"1G\""));
+    assert!(e.field.starts_with("vm[1]"), "{e}");
+    assert!(e.problem.contains("unknown field `memroy`"), "{e}");
+    let e = error(&bad("tick_hz = 250", "tick_hz = 250\nturbo = true"));
+    assert!(e.field.starts_with("hypervisor"), "{e}");
+    assert!(e.problem.contains("unknown field `turbo`"), "{e}");
+    let e = error(&format!("{GOOD}\n[network]\nx = 1\n"));
+    assert!(e.problem.contains("unknown field `network`"), "{e}");
+}
+
+#[test]
+fn wrong_types_name_the_field() {
+    let e = error(&bad("vcpus = 2", "vcpus = \"two\""));
+    assert_eq!(e.field, "vm[0].vcpus", "{e}");
+    let e = error(&bad("pinned = true", "pinned = 1"));
+    assert_eq!(e.field, "vm[0].pinned", "{e}");
+    let e = error(&bad("name = \"linux0\"\n", ""));
+    assert!(e.problem.contains("missing field `name`"), "{e}");
+}
+
+#[test]
+fn hypervisor_section_checks() {
+    expect(
+        &bad("\"lazy\"", "\"sometimes\""),
+        "hypervisor.fp_policy",
+        "unknown policy \"sometimes\"",
+    );
+    expect(
+        &bad("tick_hz = 250", "tick_hz = 0"),
+        "hypervisor.tick_hz",
+        "out of range",
+    );
+    expect(
+        &bad("tick_hz = 250", "tick_hz = 250\nmax_cpus = 65"),
+        "hypervisor.max_cpus",
+        "out of range",
+    );
+    expect("[hypervisor]\ntick_hz = 100\n", "vm", "no VM");
+}
+
+#[test]
+fn name_checks() {
+    expect(&bad("\"linux0\"", "\"Linux0\""), "vm[0].name", "a-z, 0-9");
+    expect(&bad("\"linux0\"", "\"\""), "vm[0].name", "1 to 32");
+    expect(
+        &bad("\"linux0\"", &format!("\"{}\"", "a".repeat(33))),
+        "vm[0].name",
+        "1 to 32",
+    );
+    expect(
+        &bad("\"linux-1\"", "\"linux0\""),
+        "vm[1].name",
+        "already the name of vm[0]",
+    );
+}
+
+#[test]
+fn vcpu_checks() {
+    expect(
+        &bad("vcpus = 2", "vcpus = 0"),
+        "vm[0].vcpus",
+        "out of range 1..=16",
+    );
+    expect(
+        &bad("vcpus = 4", "vcpus = 17"),
+        "vm[1].vcpus",
+        "out of range 1..=16",
+    );
+}
+
+#[test]
+fn memory_checks() {
+    expect(
+        &bad("\"64M\"", "\"64Q\""),
+        "vm[0].memory",
+        "bad size \"64Q\"",
+    );
+    expect(&bad("\"64M\"", "\"M\""), "vm[0].memory", "bad size");
+    expect(
+        &bad("\"64M\"", "\"3M\""),
+        "vm[0].memory",
+        "multiple of 2 MiB",
+    );
+    expect(&bad("\"64M\"", "-5"), "vm[0].memory", "positive");
+    expect(&bad("\"64M\"", "\"2T\""), "vm[0].memory", "1 TiB");
+    // Kernel footprint 3 MiB -> 4 MiB, initrd 8 KiB, DTB slot 2 MiB: 6 MiB is too small.
+    expect(
+        &bad("\"64M\"", "\"6M\""),
+        "vm[0].memory",
+        "too small for the kernel + initrd",
+    );
+    assert!(check(&bad("\"64M\"", "\"8M\"")).is_ok());
+    assert_eq!(parse_size("512M"), Ok(512 * MB));
+    assert_eq!(parse_size("1G"), Ok(1 << 30));
+    assert_eq!(parse_size("65536K"), Ok(64 * MB));
+    assert_eq!(parse_size("2MiB"), Ok(2 * MB));
+    assert_eq!(parse_size("4096"), Ok(4096));
+    assert!(parse_size("99999999999999999999G").is_err());
+}
+
+#[test]
+fn cpu_affinity_checks() {
+    expect(
+        &bad("cpus = [0, 1]", "cpus = [0, 16]"),
+        "vm[0].cpus",
+        "pCPU 16 is out of range 0..16",
+    );
+    expect(
+        &bad("tick_hz = 250", "tick_hz = 250\nmax_cpus = 2").replacen(
+            "cpus = [2, 3]",
+            "cpus = [1, 2]",
+            1,
+        ),
+        "vm[1].cpus",
+        "out of range 0..2",
+    );
+    expect(
+        &bad("cpus = [0, 1]", "cpus = [1, 1]"),
+        "vm[0].cpus",
+        "listed twice",
+    );
+    expect(
+        &bad("cpus = [0, 1]", "cpus = []"),
+        "vm[0].cpus",
+        "empty list",
+    );
+    expect(
+        &bad("cpus = [0, 1]", "cpus = [0]"),
+        "vm[0].cpus",
+        "2 vCPUs but lists 1",
+    );
+    expect(&bad("cpus = [0, 1]\n", ""), "vm[0].pinned", "needs `cpus`");
+    expect(
+        &bad("cpus = [2, 3]", "cpus = [1, 3]"),
+        "vm[1].cpus",
+        "pCPU 1 is pinned to vm[0]",
+    );
+}
+
+#[test]
+fn file_checks() {
+    expect(
+        &bad("kernel = \"Image\"", "kernel = \"nope/Image\""),
+        "vm[0].kernel",
+        "cannot read",
+    );
+    expect(
+        &bad("initrd = \"initrd.cpio\"", "initrd = \"missing.cpio\""),
+        "vm[0].initrd",
+        "cannot read",
+    );
+    expect(
+        &bad("dtb = \"guest.dtb\"", "dtb = \"missing.dtb\""),
+        "vm[1].dtb",
+        "cannot read",
+    );
+    expect(
+        &bad("dtb = \"guest.dtb\"", "dtb = \"initrd.cpio\""),
+        "vm[1].dtb",
+        "not a device tree",
+    );
+    expect(
+        &bad("kernel = \"Image\"", "kernel = \"notanimage\""),
+        "vm[0].kernel",
+        "not an arm64 Linux Image",
+    );
+    expect(
+        &bad("kernel = \"notanimage\"", "kernel = \"vmlinux\""),
+        "vm[2].kernel",
+        "ELF for machine 258",
+    );
+    // A directory is unreadable as a file.
+    expect(
+        &bad("kernel = \"Image\"", "kernel = \".\""),
+        "vm[0].kernel",
+        "cannot read",
+    );
+}
+
+#[test]
+fn console_kind_and_cmdline_checks() {
+    expect(
+        &bad("\"ns16550\"", "\"vga\""),
+        "vm[1].console",
+        "unknown console",
+    );
+    expect(
+        &bad("kind = \"test-guest\"", "kind = \"windows\""),
+        "vm[2].kind",
+        "unknown kind",
+    );
+    expect(
+        &bad(
+            "cmdline = \"console=ttyAMA0 earlycon\"",
+            &format!("cmdline = \"{}\"", "x".repeat(3000)),
+        ),
+        "vm[0].cmdline",
+        "at most 2047",
+    );
+}
+
+#[test]
+fn loongarch_linux_needs_a_loongarch_elf() {
+    let dir = fixture();
+    let file = dir.join("la.toml");
+    let text = "[[vm]]\nname = \"la\"\nvcpus = 1\nmemory = \"64M\"\nkernel = \"vmlinux\"\n";
+    std::fs::write(&file, text).unwrap();
+    let cfg = load(&file, Arch::LoongArch64).unwrap();
+    assert_eq!(
+        (cfg.vms[0].kind, cfg.vms[0].console),
+        (GuestKind::LinuxLoongArchElf, ConsoleKind::Ns16550)
+    );
+    std::fs::write(&file, text.replace("vmlinux", "Image")).unwrap();
+    let e = load(&file, Arch::LoongArch64).unwrap_err();
+    assert_eq!(e.field, "vm[0].kernel");
+    assert!(e.problem.contains("not a LoongArch Linux ELF"), "{e}");
+}
+
+#[test]
+fn example_configs_parse_up_to_missing_guest_images() {
+    // The shipped examples reference guest images built later: everything
+    // before the kernel file must already be valid.
+    let dir = crate::root().join("configs");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "toml") {
+            continue;
+        }
+        seen += 1;
+        let arch = if path.to_string_lossy().contains("loongarch") {
+            Arch::LoongArch64
+        } else {
+            Arch::Aarch64
+        };
+        match load(&path, arch) {
+            Ok(_) => {}
+            Err(e) => assert!(
+                e.field.ends_with(".kernel") || e.field.ends_with(".initrd"),
+                "{}: only missing guest images may fail: {e}",
+                path.display()
+            ),
+        }
+    }
+    assert!(seen >= 2, "configs/ holds the examples");
+}
