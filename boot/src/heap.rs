@@ -26,6 +26,8 @@ pub fn init() {
         let start = core::ptr::addr_of_mut!(HEAP_AREA) as *mut u8;
         ALLOCATOR.lock().init(start, HEAP_SIZE);
     }
+    // Early one-time init, like the heap: make the embedded VM package known.
+    crate::package::register();
 }
 
 /// Bytes of heap in use and free, for the boot log.

@@ -5,6 +5,9 @@
 #[cfg(target_os = "none")]
 mod heap;
 
+#[cfg(target_os = "none")]
+mod package;
+
 #[cfg(all(target_os = "none", target_arch = "aarch64"))]
 mod aarch64;
 

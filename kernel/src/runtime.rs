@@ -143,6 +143,15 @@ pub fn primary_main(board: BoardInfo, platform: &'static dyn Platform) -> ! {
     let _ = banner::render(&mut text, board, &report);
     crate::klog::print(format_args!("{text}"));
 
+    // The VMs packed into the image (`make image CONFIG=file`): each is
+    // checked and listed, or refused with the reason; creating them comes next.
+    let host = crate::vmconfig::HostLimits {
+        arch: board.arch,
+        online_cpus: cpus_online as u32,
+        guest_memory: board.memory_bytes().saturating_sub(crate::vmconfig::HYPERVISOR_RESERVE),
+    };
+    let _vms = crate::vmconfig::report(crate::vmconfig::package(), host);
+
     let ok = cpus_online == board.cpus.len() && report.cpus_ticking == cpus_online;
     if !ok {
         error!("boot incomplete: {cpus_online}/{} CPUs online, {} ticking", board.cpus.len(), report.cpus_ticking);

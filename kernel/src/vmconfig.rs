@@ -38,6 +38,23 @@ pub const GUEST_GICR: (u64, u64) = (0x080A_0000, 0xF6_0000);
 /// arm64 guest console UART and its SPI.
 pub const GUEST_UART: (u64, u64, u32) = (0x0900_0000, 0x1000, 1);
 
+static PACKAGE: spin::Once<&'static [u8]> = spin::Once::new();
+
+/// Records the package embedded in the firmware (the boot crate calls this
+/// once, early). Later calls are ignored.
+pub fn set_package(bytes: &'static [u8]) {
+    PACKAGE.call_once(|| bytes);
+}
+
+/// The embedded package; empty before [`set_package`] (no VMs).
+pub fn package() -> &'static [u8] {
+    PACKAGE.get().copied().unwrap_or(&[])
+}
+
+/// Host RAM kept back from guests for the hypervisor (image, heap, page
+/// tables) until VM creation accounts memory exactly.
+pub const HYPERVISOR_RESERVE: u64 = 64 << 20;
+
 /// Where the guest's DTB comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DtbSource<'a> {
