@@ -28,6 +28,7 @@ pub mod psci;
 pub mod sched;
 pub mod vdev;
 pub mod stats;
+pub mod vgic;
 pub mod vmid;
 
 // VM configuration: the embedded package and generated guest device trees.

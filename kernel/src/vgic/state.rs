@@ -1,0 +1,185 @@
+//! Per-interrupt state and the small sets the model hands back.
+
+/// A set of vCPUs of one VM, by index (bit `i` = vCPU `i`).
+///
+/// 64 bits wide so the pure SGI decoders can be exercised with several
+/// affinity clusters; a [`super::Vgic`] never has more than
+/// [`crate::MAX_CPUS`] vCPUs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct VcpuSet(pub u64);
+
+impl VcpuSet {
+    pub const EMPTY: VcpuSet = VcpuSet(0);
+
+    /// vCPUs `0..n`.
+    pub const fn first(n: usize) -> Self {
+        if n >= 64 {
+            VcpuSet(u64::MAX)
+        } else {
+            VcpuSet((1u64 << n) - 1)
+        }
+    }
+
+    pub const fn single(vcpu: usize) -> Self {
+        if vcpu < 64 {
+            VcpuSet(1 << vcpu)
+        } else {
+            VcpuSet(0)
+        }
+    }
+
+    pub fn insert(&mut self, vcpu: usize) {
+        self.0 |= VcpuSet::single(vcpu).0;
+    }
+
+    pub fn remove(&mut self, vcpu: usize) {
+        self.0 &= !VcpuSet::single(vcpu).0;
+    }
+
+    pub const fn contains(self, vcpu: usize) -> bool {
+        vcpu < 64 && self.0 & (1 << vcpu) != 0
+    }
+
+    pub const fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+
+    pub const fn union(self, other: VcpuSet) -> VcpuSet {
+        VcpuSet(self.0 | other.0)
+    }
+
+    pub fn iter(self) -> impl Iterator<Item = usize> {
+        (0..64).filter(move |&i| self.contains(i))
+    }
+}
+
+/// The state of one interrupt (one INTID on one vCPU for SGIs/PPIs, or one SPI).
+///
+/// While the interrupt sits in a list register (`in_lr`), its pending and
+/// active state belong to the LR: `latch`/`active` here then only record
+/// what the distributor changed meanwhile, and `lr_*` what was handed out.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Irq {
+    pub enabled: bool,
+    /// Pending latch: an edge, a software set-pending, an SGI.
+    pub latch: bool,
+    /// Input line level (level-sensitive interrupts are pending while high).
+    pub line: bool,
+    pub active: bool,
+    /// Edge-triggered (ICFGR bit 2n+1).
+    pub edge: bool,
+    pub group1: bool,
+    /// Priority, masked to [`super::PRIORITY_MASK`].
+    pub priority: u8,
+    /// Physical INTID the backend linked this interrupt to (LR HW bit).
+    pub hw: Option<u16>,
+    /// For SPIs: the vCPU that holds it active (or in an LR).
+    pub owner: u8,
+    pub in_lr: bool,
+    /// The LR was given the pending state from `latch` (not only the line).
+    pub lr_latch: bool,
+    /// The guest cleared the pending state (ICPENDR) while it was in an LR.
+    pub lr_pend_cleared: bool,
+    /// The guest cleared the active state (ICACTIVER) while it was in an LR.
+    pub lr_active_cleared: bool,
+    /// The state the LR was filled with (for reads while it is in flight).
+    pub lr_pending: bool,
+    pub lr_active: bool,
+}
+
+impl Irq {
+    /// A fresh SGI: edge-triggered, everything else zero.
+    pub const fn sgi() -> Irq {
+        Irq {
+            enabled: false,
+            latch: false,
+            line: false,
+            active: false,
+            edge: true,
+            group1: false,
+            priority: 0,
+            hw: None,
+            owner: 0,
+            in_lr: false,
+            lr_latch: false,
+            lr_pend_cleared: false,
+            lr_active_cleared: false,
+            lr_pending: false,
+            lr_active: false,
+        }
+    }
+
+    /// Pending in the model (not counting a copy in flight in an LR).
+    pub fn pending(&self) -> bool {
+        self.latch || (!self.edge && self.line)
+    }
+
+    /// Pending as the guest reads it through ISPENDR.
+    pub fn pending_view(&self) -> bool {
+        self.pending() || (self.in_lr && self.lr_pending && !self.lr_pend_cleared)
+    }
+
+    /// Active as the guest reads it through ISACTIVER.
+    pub fn active_view(&self) -> bool {
+        self.active || (self.in_lr && self.lr_active && !self.lr_active_cleared)
+    }
+
+    /// Sets the pending latch (ISPENDR, an injected edge).
+    pub fn set_pending(&mut self) {
+        self.latch = true;
+        self.lr_pend_cleared = false;
+    }
+
+    /// Clears the pending latch (ICPENDR), including the copy in an LR.
+    pub fn clear_pending(&mut self) {
+        self.latch = false;
+        if self.in_lr {
+            self.lr_pend_cleared = true;
+        }
+    }
+
+    pub fn set_active(&mut self, active: bool) {
+        self.active = active;
+        if self.in_lr && !active {
+            self.lr_active_cleared = true;
+        }
+    }
+
+    /// Drives the input line; a rising edge latches an edge-triggered interrupt.
+    pub fn set_line(&mut self, level: bool) {
+        if self.edge && level && !self.line {
+            self.set_pending();
+        }
+        self.line = level;
+    }
+}
+
+/// One vCPU's private interrupts (SGIs 0-15, PPIs 16-31) and redistributor.
+#[derive(Clone, Debug)]
+pub(crate) struct Private {
+    pub irqs: [Irq; 32],
+    /// GICv2: per SGI, the source vCPUs whose request is pending (bit = source).
+    pub sgi_sources: [u8; 16],
+    /// GICv2: per SGI, the source of the instance the guest holds active.
+    pub sgi_active_source: [u8; 16],
+    /// GICR_WAKER.ProcessorSleep (ChildrenAsleep follows it at once).
+    pub sleeping: bool,
+    /// What the last `fill_lrs` handed out: (INTID, SGI source, state).
+    pub in_lr: heapless::Vec<(u32, u8, super::LrState), { super::MAX_LRS }>,
+}
+
+impl Private {
+    pub fn new() -> Self {
+        let mut irqs = [Irq::default(); 32];
+        for irq in irqs.iter_mut().take(16) {
+            *irq = Irq::sgi();
+        }
+        Private {
+            irqs,
+            sgi_sources: [0; 16],
+            sgi_active_source: [0; 16],
+            sleeping: true,
+            in_lr: heapless::Vec::new(),
+        }
+    }
+}
