@@ -67,6 +67,8 @@ mod lr;
 mod redist;
 mod sgi;
 mod state;
+#[cfg(test)]
+mod tests;
 
 use alloc::vec;
 use alloc::vec::Vec;
