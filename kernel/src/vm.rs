@@ -1,0 +1,332 @@
+//! VMs, vCPUs and the per-pCPU run loop, shared by every backend.
+//!
+//! A backend (arm64 EL2, LoongArch trap-and-emulate, later LoongArch LVZ)
+//! implements [`Backend`]: how to load a vCPU onto this pCPU, run it until
+//! something needs a scheduling decision, and put it away. Everything else
+//! (which vCPU runs where, time slices, blocking on WFI/`idle`, PSCI-style
+//! power-on and -off, the end of a VM and of the last VM) is decided here, the
+//! same way for every architecture, and tested on the host with a fake backend.
+//!
+//! Concurrency: the [`Scheduler`] guarantees a vCPU runs on one pCPU at a
+//! time; its register file sits in a `Mutex` that only the running pCPU takes,
+//! so the lock is never contended on the hot path. State other pCPUs touch
+//! (pending virtual interrupts) belongs to the backend's own per-VM state.
+
+use alloc::string::String;
+use alloc::sync::Arc;
+use alloc::vec::Vec;
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use spin::Mutex;
+
+use crate::sched::{CpuMask, Kick, PutReason, RunState, SchedError, Scheduler, VcpuKey};
+use crate::stats::Stats;
+use crate::vmid::VmVmid;
+
+/// Why a VM ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum VmEnd {
+    /// The guest powered itself off (PSCI SYSTEM_OFF, or the power-off register).
+    PowerOff,
+    /// The guest asked for a reset; kestrel does not restart VMs yet.
+    Reset,
+    /// kestrel stopped it: a guest error it cannot answer architecturally.
+    Fatal(String),
+}
+
+impl core::fmt::Display for VmEnd {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            VmEnd::PowerOff => f.write_str("powered off"),
+            VmEnd::Reset => f.write_str("asked for a reset (not supported: stopped)"),
+            VmEnd::Fatal(why) => write!(f, "stopped by kestrel: {why}"),
+        }
+    }
+}
+
+/// What one [`Backend::run`] call ended with.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RunExit {
+    /// Handled; run again (the loop preempts when the time slice is over).
+    Continue,
+    /// The vCPU waits for an interrupt (the backend has checked none is pending).
+    Block,
+    /// Give the pCPU to someone else now.
+    Yield,
+    /// The vCPU turned itself off (PSCI CPU_OFF).
+    CpuOff,
+    /// The whole VM ends.
+    VmEnd(VmEnd),
+}
+
+/// One architecture's way of running vCPUs.
+pub trait Backend: Sync + Sized {
+    /// Per-VM architectural state (stage-2 tables, virtual interrupt controller, ...).
+    type VmState: Send + Sync;
+    /// Per-vCPU register file and architectural state.
+    type VcpuState: Send;
+
+    /// Makes `vcpu` current on this pCPU (VMID, FP ownership, timers, ...).
+    fn load(&self, cpu: usize, vm: &Vm<Self>, vcpu: &Vcpu<Self>, ctx: &mut Self::VcpuState);
+    /// Runs the guest until an exit needs the scheduler (or the slice may be over).
+    /// `hv` is the hypervisor this backend belongs to (for power-on, wakes, VM end).
+    fn run(
+        &self,
+        hv: &Hypervisor<Self>,
+        cpu: usize,
+        vm: &Vm<Self>,
+        vcpu: &Vcpu<Self>,
+        ctx: &mut Self::VcpuState,
+    ) -> RunExit;
+    /// Takes `vcpu` off this pCPU.
+    fn put(&self, cpu: usize, vm: &Vm<Self>, vcpu: &Vcpu<Self>, ctx: &mut Self::VcpuState);
+    /// Sends a physical IPI so `cpu` leaves its guest or its idle wait.
+    fn kick(&self, cpu: usize);
+    /// Waits on this pCPU until an interrupt (tick or kick) arrives.
+    fn idle(&self, cpu: usize);
+    /// Whether this pCPU's current time slice is over (set by the tick).
+    fn slice_expired(&self, cpu: usize) -> bool;
+    /// Starts a new time slice on this pCPU.
+    fn slice_start(&self, cpu: usize);
+}
+
+/// One virtual CPU.
+pub struct Vcpu<B: Backend> {
+    pub index: usize,
+    pub key: VcpuKey,
+    pub ctx: Mutex<B::VcpuState>,
+    pub stats: Stats,
+}
+
+/// One VM.
+pub struct Vm<B: Backend> {
+    pub slot: u16,
+    pub name: String,
+    pub vmid: VmVmid,
+    pub stats: Stats,
+    pub arch: B::VmState,
+    pub vcpus: Vec<Vcpu<B>>,
+    ended: AtomicBool,
+    end: Mutex<Option<VmEnd>>,
+}
+
+impl<B: Backend> Vm<B> {
+    /// Whether the VM has ended.
+    pub fn has_ended(&self) -> bool {
+        self.ended.load(Ordering::Acquire)
+    }
+
+    /// Why it ended, once it has.
+    pub fn end_reason(&self) -> Option<VmEnd> {
+        self.end.lock().clone()
+    }
+}
+
+/// What a VM is made of, for [`Hypervisor::add_vm`].
+pub struct VmParts<B: Backend> {
+    pub name: String,
+    pub arch: B::VmState,
+    /// Register files of the vCPUs, index order.
+    pub vcpus: Vec<B::VcpuState>,
+    /// pCPUs each vCPU may run on (same for all), cut to the online ones.
+    pub affinity: CpuMask,
+    /// Pin vCPU i to the i-th CPU of `affinity` instead of sharing all of it.
+    pub pinned: bool,
+    /// vCPUs that start running at once (the boot vCPU); the others wait for power-on.
+    pub started: usize,
+}
+
+/// Events the run loop reports, for the log and for tests.
+pub trait Observer: Sync {
+    fn vm_ended(&self, vm: &str, why: &VmEnd);
+    fn all_ended(&self);
+}
+
+/// All VMs, the scheduler, and the run loop.
+pub struct Hypervisor<B: Backend> {
+    pub backend: B,
+    pub sched: Scheduler,
+    online: CpuMask,
+    vms: Mutex<Vec<Arc<Vm<B>>>>,
+    /// Set once the last VM has ended and the observer was told.
+    finished: AtomicBool,
+    /// vCPU entries (loads), for statistics.
+    pub loads: AtomicU64,
+}
+
+impl<B: Backend> Hypervisor<B> {
+    pub fn new(backend: B, online: CpuMask) -> Self {
+        Hypervisor {
+            backend,
+            sched: Scheduler::new(online),
+            online,
+            vms: Mutex::new(Vec::new()),
+            finished: AtomicBool::new(false),
+            loads: AtomicU64::new(0),
+        }
+    }
+
+    /// Registers a VM and its vCPUs with the scheduler.
+    pub fn add_vm(&self, parts: VmParts<B>) -> Result<Arc<Vm<B>>, SchedError> {
+        let mut vms = self.vms.lock();
+        let slot = vms.len() as u16;
+        let cpus: Vec<usize> = parts.affinity.iter().collect();
+        if cpus.is_empty() {
+            return Err(SchedError::EmptyAffinity);
+        }
+        let vcpus: Vec<Vcpu<B>> = parts
+            .vcpus
+            .into_iter()
+            .enumerate()
+            .map(|(index, ctx)| Vcpu {
+                index,
+                key: VcpuKey {
+                    vm: slot,
+                    vcpu: index as u16,
+                },
+                ctx: Mutex::new(ctx),
+                stats: Stats::new(),
+            })
+            .collect();
+        for v in &vcpus {
+            let mask = if parts.pinned {
+                CpuMask::single(cpus[v.index % cpus.len()])
+            } else {
+                parts.affinity
+            };
+            self.sched.add(v.key, mask, v.index < parts.started)?;
+        }
+        let vm = Arc::new(Vm {
+            slot,
+            name: parts.name,
+            vmid: VmVmid::new(),
+            stats: Stats::new(),
+            arch: parts.arch,
+            vcpus,
+            ended: AtomicBool::new(false),
+            end: Mutex::new(None),
+        });
+        vms.push(Arc::clone(&vm));
+        Ok(vm)
+    }
+
+    /// The VM in `slot`.
+    pub fn vm(&self, slot: u16) -> Option<Arc<Vm<B>>> {
+        self.vms.lock().get(slot as usize).cloned()
+    }
+
+    /// Every VM, in slot order.
+    pub fn vms(&self) -> Vec<Arc<Vm<B>>> {
+        self.vms.lock().clone()
+    }
+
+    /// An interrupt is pending for `key`: wake it and kick whoever must notice.
+    pub fn wake(&self, key: VcpuKey, from: usize) {
+        if let Ok(Kick::Cpu(c)) = self.sched.wake(key, from) {
+            self.backend.kick(c);
+        }
+    }
+
+    /// Powers on vCPU `index` of `vm` (after the backend set its entry state).
+    pub fn power_on(&self, vm: &Vm<B>, index: usize, from: usize) -> Result<(), SchedError> {
+        let key = VcpuKey {
+            vm: vm.slot,
+            vcpu: index as u16,
+        };
+        if let Kick::Cpu(c) = self.sched.power_on(key, from)? {
+            self.backend.kick(c);
+        }
+        Ok(())
+    }
+
+    /// Whether vCPU `index` of `vm` is on (not offline or stopped).
+    pub fn vcpu_is_on(&self, vm: &Vm<B>, index: usize) -> bool {
+        let key = VcpuKey {
+            vm: vm.slot,
+            vcpu: index as u16,
+        };
+        matches!(
+            self.sched.state(key),
+            Some(RunState::Runnable | RunState::Running(_) | RunState::Blocked)
+        )
+    }
+
+    /// Ends `vm` for `why`: its vCPUs stop, pCPUs running them are kicked.
+    pub fn end_vm(&self, vm: &Vm<B>, why: VmEnd, from: usize, observer: &dyn Observer) {
+        if vm.ended.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        *vm.end.lock() = Some(why.clone());
+        let running = self.sched.stop_vm(vm.slot);
+        for c in running.iter().filter(|&c| c != from) {
+            self.backend.kick(c);
+        }
+        observer.vm_ended(&vm.name, &why);
+        if self.all_ended() {
+            // Idle pCPUs must notice that the work is over.
+            for c in self.online.iter().filter(|&c| c != from) {
+                self.backend.kick(c);
+            }
+        }
+    }
+
+    /// Whether every VM has ended.
+    pub fn all_ended(&self) -> bool {
+        let vms = self.vms.lock();
+        !vms.is_empty() && vms.iter().all(|vm| vm.has_ended())
+    }
+
+    /// The run loop of pCPU `cpu`. Returns once every VM has ended.
+    pub fn run_cpu(&self, cpu: usize, observer: &dyn Observer) {
+        loop {
+            if self.all_ended() {
+                if !self.finished.swap(true, Ordering::AcqRel) {
+                    observer.all_ended();
+                }
+                return;
+            }
+            let Some(key) = self.sched.pick(cpu) else {
+                self.backend.idle(cpu);
+                continue;
+            };
+            let Some(vm) = self.vm(key.vm) else { continue };
+            let vcpu = &vm.vcpus[key.vcpu as usize];
+            let mut ctx = vcpu.ctx.lock();
+            self.loads.fetch_add(1, Ordering::Relaxed);
+            self.backend.load(cpu, &vm, vcpu, &mut ctx);
+            self.backend.slice_start(cpu);
+            let why = loop {
+                if vm.has_ended() {
+                    break PutReason::Preempted;
+                }
+                match self.backend.run(self, cpu, &vm, vcpu, &mut ctx) {
+                    RunExit::Continue => {
+                        if self.backend.slice_expired(cpu) {
+                            if self.sched.should_preempt(cpu) {
+                                break PutReason::Preempted;
+                            }
+                            self.backend.slice_start(cpu);
+                        }
+                    }
+                    RunExit::Block => break PutReason::Blocked,
+                    RunExit::Yield => break PutReason::Preempted,
+                    RunExit::CpuOff => break PutReason::Offline,
+                    RunExit::VmEnd(end) => {
+                        self.end_vm(&vm, end, cpu, observer);
+                        break PutReason::Preempted;
+                    }
+                }
+            };
+            self.backend.put(cpu, &vm, vcpu, &mut ctx);
+            drop(ctx);
+            // Errors here mean the VM was stopped meanwhile: nothing to do.
+            let _ = self.sched.put(cpu, key, why);
+            // A VM whose every vCPU turned itself off has ended too.
+            if why == PutReason::Offline && !self.sched.vm_alive(vm.slot) {
+                self.end_vm(&vm, VmEnd::PowerOff, cpu, observer);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

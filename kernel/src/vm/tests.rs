@@ -1,0 +1,338 @@
+//! The run loop and scheduler together, with a fake backend whose vCPUs
+//! run small scripts, on host threads standing in for pCPUs.
+
+use super::*;
+use std::sync::atomic::AtomicUsize;
+use std::sync::Mutex as StdMutex;
+use std::vec;
+
+#[derive(Clone, Debug)]
+enum Op {
+    /// Run this many times (each a `Continue`).
+    Work(u32),
+    /// Wait for an IPI (blocks unless one is pending), then consume it.
+    WaitIpi,
+    /// Power on vCPU n of the same VM.
+    PowerOn(usize),
+    /// Send an IPI to vCPU n of the same VM.
+    Ipi(usize),
+    CpuOff,
+    PowerOff,
+    Fatal,
+}
+
+struct Ctx {
+    script: Vec<Op>,
+    pc: usize,
+    left: u32,
+    /// pCPUs this vCPU ran on.
+    ran_on: Vec<usize>,
+}
+
+impl Ctx {
+    fn new(script: Vec<Op>) -> Self {
+        Ctx {
+            script,
+            pc: 0,
+            left: 0,
+            ran_on: Vec::new(),
+        }
+    }
+}
+
+struct VmArch {
+    /// IPIs received and not yet consumed, per vCPU (a count, so pings
+    /// from several senders are not merged).
+    pending: Vec<AtomicUsize>,
+}
+
+struct Fake {
+    cpus: usize,
+    /// The vCPU loaded on each pCPU, to catch double loads.
+    loaded: StdMutex<Vec<Option<VcpuKey>>>,
+    slice_runs: Vec<AtomicUsize>,
+    idles: AtomicUsize,
+    /// A hung run loop fails the test instead of hanging it.
+    deadline: std::time::Instant,
+}
+
+impl Fake {
+    fn check_deadline(&self) {
+        assert!(
+            std::time::Instant::now() < self.deadline,
+            "run loop made no end within 20 s (livelock?)"
+        );
+    }
+}
+
+impl Backend for Fake {
+    type VmState = VmArch;
+    type VcpuState = Ctx;
+
+    fn load(&self, cpu: usize, _vm: &Vm<Self>, vcpu: &Vcpu<Self>, ctx: &mut Ctx) {
+        let mut loaded = self.loaded.lock().unwrap();
+        assert_eq!(
+            loaded[cpu], None,
+            "pCPU {cpu} loads a vCPU while one is loaded"
+        );
+        assert!(
+            !loaded.contains(&Some(vcpu.key)),
+            "{:?} loaded on two pCPUs",
+            vcpu.key
+        );
+        loaded[cpu] = Some(vcpu.key);
+        ctx.ran_on.push(cpu);
+    }
+
+    fn run(
+        &self,
+        hv: &Hypervisor<Self>,
+        cpu: usize,
+        vm: &Vm<Self>,
+        vcpu: &Vcpu<Self>,
+        ctx: &mut Ctx,
+    ) -> RunExit {
+        self.check_deadline();
+        self.slice_runs[cpu].fetch_add(1, Ordering::Relaxed);
+        let Some(op) = ctx.script.get(ctx.pc).cloned() else {
+            return RunExit::CpuOff;
+        };
+        match op {
+            Op::Work(n) => {
+                ctx.left += 1;
+                if ctx.left >= n {
+                    ctx.left = 0;
+                    ctx.pc += 1;
+                }
+                RunExit::Continue
+            }
+            Op::WaitIpi => {
+                let pending = &vm.arch.pending[vcpu.index];
+                if pending
+                    .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+                    .is_ok()
+                {
+                    ctx.pc += 1;
+                    RunExit::Continue
+                } else {
+                    RunExit::Block
+                }
+            }
+            Op::PowerOn(n) => {
+                ctx.pc += 1;
+                hv.power_on(vm, n, cpu).unwrap();
+                RunExit::Continue
+            }
+            Op::Ipi(n) => {
+                ctx.pc += 1;
+                vm.arch.pending[n].fetch_add(1, Ordering::Release);
+                hv.wake(vm.vcpus[n].key, cpu);
+                RunExit::Continue
+            }
+            Op::CpuOff => {
+                ctx.pc += 1;
+                RunExit::CpuOff
+            }
+            Op::PowerOff => RunExit::VmEnd(VmEnd::PowerOff),
+            Op::Fatal => RunExit::VmEnd(VmEnd::Fatal("guest did something bad".into())),
+        }
+    }
+
+    fn put(&self, cpu: usize, _vm: &Vm<Self>, vcpu: &Vcpu<Self>, _ctx: &mut Ctx) {
+        let mut loaded = self.loaded.lock().unwrap();
+        assert_eq!(loaded[cpu], Some(vcpu.key));
+        loaded[cpu] = None;
+    }
+
+    fn kick(&self, cpu: usize) {
+        assert!(cpu < self.cpus);
+    }
+
+    fn idle(&self, _cpu: usize) {
+        self.check_deadline();
+        self.idles.fetch_add(1, Ordering::Relaxed);
+        std::thread::yield_now();
+    }
+
+    fn slice_expired(&self, cpu: usize) -> bool {
+        self.slice_runs[cpu].load(Ordering::Relaxed) >= 7
+    }
+
+    fn slice_start(&self, cpu: usize) {
+        self.slice_runs[cpu].store(0, Ordering::Relaxed);
+    }
+}
+
+#[derive(Default)]
+struct Log {
+    ended: StdMutex<Vec<(String, VmEnd)>>,
+    all: AtomicUsize,
+}
+
+impl Observer for Log {
+    fn vm_ended(&self, vm: &str, why: &VmEnd) {
+        self.ended.lock().unwrap().push((vm.into(), why.clone()));
+    }
+    fn all_ended(&self) {
+        self.all.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+fn hv(cpus: usize) -> Hypervisor<Fake> {
+    Hypervisor::new(
+        Fake {
+            cpus,
+            loaded: StdMutex::new(vec![None; cpus]),
+            slice_runs: (0..cpus).map(|_| AtomicUsize::new(0)).collect(),
+            idles: AtomicUsize::new(0),
+            deadline: std::time::Instant::now() + std::time::Duration::from_secs(20),
+        },
+        CpuMask::first(cpus),
+    )
+}
+
+fn add(
+    hv: &Hypervisor<Fake>,
+    name: &str,
+    scripts: Vec<Vec<Op>>,
+    affinity: CpuMask,
+    pinned: bool,
+) -> Arc<Vm<Fake>> {
+    let n = scripts.len();
+    hv.add_vm(VmParts {
+        name: name.into(),
+        arch: VmArch {
+            pending: (0..n).map(|_| AtomicUsize::new(0)).collect(),
+        },
+        vcpus: scripts.into_iter().map(Ctx::new).collect(),
+        affinity,
+        pinned,
+        started: 1,
+    })
+    .unwrap()
+}
+
+fn run_all(hv: &Hypervisor<Fake>, cpus: usize, log: &Log) {
+    std::thread::scope(|s| {
+        for cpu in 0..cpus {
+            s.spawn(move || hv.run_cpu(cpu, log));
+        }
+    });
+}
+
+/// An SMP guest: the boot vCPU starts the others, each works, pings the boot
+/// vCPU and turns itself off; the boot vCPU waits for the pings and powers off.
+fn smp_guest(vcpus: usize, work: u32) -> Vec<Vec<Op>> {
+    let mut boot = vec![Op::Work(work)];
+    boot.extend((1..vcpus).map(Op::PowerOn));
+    boot.push(Op::Work(work));
+    boot.extend((1..vcpus).map(|_| Op::WaitIpi));
+    boot.push(Op::PowerOff);
+    let mut scripts = vec![boot];
+    for _ in 1..vcpus {
+        scripts.push(vec![Op::Work(work), Op::Ipi(0), Op::CpuOff]);
+    }
+    scripts
+}
+
+#[test]
+fn several_smp_vms_share_pcpus_and_all_end() {
+    let cpus = 3;
+    let hv = hv(cpus);
+    let log = Log::default();
+    let a = add(&hv, "a", smp_guest(4, 200), CpuMask::first(cpus), false);
+    let b = add(&hv, "b", smp_guest(4, 150), CpuMask::first(cpus), false);
+    let c = add(&hv, "c", smp_guest(2, 300), CpuMask::first(cpus), true);
+    run_all(&hv, cpus, &log);
+    for vm in [&a, &b, &c] {
+        assert_eq!(vm.end_reason(), Some(VmEnd::PowerOff), "{}", vm.name);
+        for v in &vm.vcpus {
+            let ctx = v.ctx.lock();
+            if v.index == 0 {
+                assert_eq!(
+                    ctx.pc,
+                    ctx.script.len() - 1,
+                    "{}: boot vCPU did not reach PowerOff",
+                    vm.name
+                );
+            } else {
+                // The VM may power off before a secondary executes its CpuOff.
+                assert!(
+                    ctx.pc >= 2,
+                    "{}/{}: ping never sent (pc {})",
+                    vm.name,
+                    v.index,
+                    ctx.pc
+                );
+            }
+        }
+    }
+    assert_eq!(
+        log.all.load(Ordering::Relaxed),
+        1,
+        "all_ended is reported once"
+    );
+    assert_eq!(log.ended.lock().unwrap().len(), 3);
+    // Pinned VM c: vCPU i ran only on pCPU i.
+    for v in &c.vcpus {
+        let ctx = v.ctx.lock();
+        assert!(
+            ctx.ran_on.iter().all(|&p| p == v.index),
+            "pinned vCPU moved: {:?}",
+            ctx.ran_on
+        );
+    }
+    // Time slices preempted the long runs: vCPUs were loaded many times.
+    assert!(hv.loads.load(Ordering::Relaxed) > 20);
+}
+
+#[test]
+fn a_fatal_vm_ends_alone() {
+    let cpus = 2;
+    let hv = hv(cpus);
+    let log = Log::default();
+    let bad = add(
+        &hv,
+        "bad",
+        vec![vec![Op::Work(10), Op::Fatal], vec![Op::Work(1_000_000)]],
+        CpuMask::first(cpus),
+        false,
+    );
+    let good = add(&hv, "good", smp_guest(2, 500), CpuMask::first(cpus), false);
+    // The bad VM's second vCPU would work forever: starting it shows a VM end
+    // stops running vCPUs too.
+    hv.power_on(&bad, 1, 0).unwrap();
+    run_all(&hv, cpus, &log);
+    assert!(matches!(bad.end_reason(), Some(VmEnd::Fatal(_))));
+    assert_eq!(good.end_reason(), Some(VmEnd::PowerOff));
+    assert!(bad.vcpus[1].ctx.lock().left < 1_000_000);
+}
+
+#[test]
+fn a_vm_whose_vcpus_all_turn_off_has_ended() {
+    let hv = hv(1);
+    let log = Log::default();
+    let vm = add(
+        &hv,
+        "quiet",
+        vec![vec![Op::Work(3), Op::CpuOff]],
+        CpuMask::first(1),
+        false,
+    );
+    run_all(&hv, 1, &log);
+    assert_eq!(vm.end_reason(), Some(VmEnd::PowerOff));
+    assert_eq!(log.all.load(Ordering::Relaxed), 1);
+}
+
+#[test]
+fn power_on_of_a_running_vcpu_is_refused() {
+    let hv = hv(1);
+    let vm = add(&hv, "x", smp_guest(2, 1), CpuMask::first(1), false);
+    assert_eq!(
+        hv.power_on(&vm, 0, 0),
+        Err(SchedError::WrongState(RunState::Runnable))
+    );
+    assert!(hv.vcpu_is_on(&vm, 0));
+    assert!(!hv.vcpu_is_on(&vm, 1));
+    assert_eq!(hv.power_on(&vm, 5, 0), Err(SchedError::NoSuchVcpu));
+}
