@@ -19,9 +19,19 @@ pub fn render(w: &mut impl Write, board: &BoardInfo, report: &BootReport) -> fmt
     writeln!(w, " kestrel {} micro-hypervisor", crate::VERSION)?;
     writeln!(w, " arch:     {}", board.arch.name())?;
     writeln!(w, " board:    {}", board.model)?;
-    write!(w, " cpus:     {} of {} online", report.cpus_online, board.cpus.len())?;
+    write!(
+        w,
+        " cpus:     {} of {} online",
+        report.cpus_online,
+        board.cpus.len()
+    )?;
     if board.cpus_ignored > 0 {
-        write!(w, " ({} more beyond kestrel's limit of {})", board.cpus_ignored, crate::MAX_CPUS)?;
+        write!(
+            w,
+            " ({} more beyond kestrel's limit of {})",
+            board.cpus_ignored,
+            crate::MAX_CPUS
+        )?;
     }
     writeln!(w)?;
     write!(w, " memory:   {} MiB", board.memory_bytes() >> 20)?;
@@ -62,7 +72,12 @@ mod tests {
             backend: Backend::El2,
             cmdline: bounded(""),
         };
-        b.memory.push(MemRegion { base: 0x4000_0000, size: 1 << 30 }).unwrap();
+        b.memory
+            .push(MemRegion {
+                base: 0x4000_0000,
+                size: 1 << 30,
+            })
+            .unwrap();
         for i in 0..4 {
             b.cpus.push(CpuDesc { hw_id: i }).unwrap();
         }
@@ -72,14 +87,27 @@ mod tests {
     #[test]
     fn banner_names_everything_the_user_needs() {
         let mut s = std::string::String::new();
-        let report = BootReport { cpus_online: 3, tick_hz: 100, cpus_ticking: 3 };
+        let report = BootReport {
+            cpus_online: 3,
+            tick_hz: 100,
+            cpus_ticking: 3,
+        };
         render(&mut s, &board(), &report).unwrap();
-        assert!(s.contains(concat!(" kestrel ", env!("CARGO_PKG_VERSION"))), "{s}");
+        assert!(
+            s.contains(concat!(" kestrel ", env!("CARGO_PKG_VERSION"))),
+            "{s}"
+        );
         assert!(s.contains(" arch:     arm64\n"), "{s}");
         assert!(s.contains(" board:    linux,dummy-virt\n"), "{s}");
         assert!(s.contains(" cpus:     3 of 4 online\n"), "{s}");
-        assert!(s.contains(" memory:   1024 MiB [0x40000000-0x80000000)\n"), "{s}");
-        assert!(s.contains(" irqchip:  GICv3 (dist 0x8000000, redist 0x80a0000)\n"), "{s}");
+        assert!(
+            s.contains(" memory:   1024 MiB [0x40000000-0x80000000)\n"),
+            "{s}"
+        );
+        assert!(
+            s.contains(" irqchip:  GICv3 (dist 0x8000000, redist 0x80a0000)\n"),
+            "{s}"
+        );
         assert!(s.contains(" backend:  EL2"), "{s}");
     }
 }

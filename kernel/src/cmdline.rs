@@ -91,7 +91,8 @@ mod tests {
 
     #[test]
     fn parses_known_options_and_skips_foreign_words() {
-        let o = BootOptions::parse("console=ttyAMA0 kestrel.exit=poweroff  kestrel.tick_hz=250 quiet");
+        let o =
+            BootOptions::parse("console=ttyAMA0 kestrel.exit=poweroff  kestrel.tick_hz=250 quiet");
         assert_eq!(o.on_exit, OnExit::PowerOff);
         assert_eq!(o.tick_hz, 250);
         assert!(o.unknown.is_empty());
@@ -99,12 +100,19 @@ mod tests {
 
     #[test]
     fn reports_bad_values_and_unknown_keys() {
-        let o = BootOptions::parse("kestrel.exit=maybe kestrel.tick_hz=0 kestrel.tick_hz=x kestrel.frob");
+        let o = BootOptions::parse(
+            "kestrel.exit=maybe kestrel.tick_hz=0 kestrel.tick_hz=x kestrel.frob",
+        );
         assert_eq!(o.on_exit, OnExit::Stay);
         assert_eq!(o.tick_hz, 100);
         assert_eq!(
             o.unknown.as_slice(),
-            ["kestrel.exit=maybe", "kestrel.tick_hz=0", "kestrel.tick_hz=x", "kestrel.frob"]
+            [
+                "kestrel.exit=maybe",
+                "kestrel.tick_hz=0",
+                "kestrel.tick_hz=x",
+                "kestrel.frob"
+            ]
         );
     }
 }

@@ -101,7 +101,13 @@ impl ConsoleMux {
         s.push_str(&c.name);
         s.push_str("] ");
         // Control characters other than tab would garble the shared terminal.
-        s.extend(text.chars().map(|ch| if ch.is_control() && ch != '\t' { '.' } else { ch }));
+        s.extend(text.chars().map(|ch| {
+            if ch.is_control() && ch != '\t' {
+                '.'
+            } else {
+                ch
+            }
+        }));
         s.push('\n');
         s
     }
@@ -116,7 +122,10 @@ impl ConsoleMux {
                 self.escape = true;
                 return InputAction::None;
             }
-            return InputAction::Deliver { vm: self.focus, byte };
+            return InputAction::Deliver {
+                vm: self.focus,
+                byte,
+            };
         }
         self.escape = false;
         match byte {
@@ -130,7 +139,10 @@ impl ConsoleMux {
                     self.focus = n;
                     InputAction::Say(self.focus_message())
                 } else {
-                    InputAction::Say(alloc::format!("kestrel: no VM {n}; {} VMs\n", self.vms.len()))
+                    InputAction::Say(alloc::format!(
+                        "kestrel: no VM {n}; {} VMs\n",
+                        self.vms.len()
+                    ))
                 }
             }
             b'n' | b'\t' => {
@@ -150,7 +162,11 @@ impl ConsoleMux {
     }
 
     fn focus_message(&self) -> String {
-        alloc::format!("kestrel: console input now goes to VM {} ({})\n", self.focus, self.vms[self.focus].name)
+        alloc::format!(
+            "kestrel: console input now goes to VM {} ({})\n",
+            self.focus,
+            self.vms[self.focus].name
+        )
     }
 }
 
@@ -208,12 +224,20 @@ mod tests {
         assert!(matches!(m.input(b'n'), InputAction::Say(_)));
         assert_eq!(m.focus(), 0, "next wraps around");
         m.input(ESCAPE);
-        assert_eq!(m.input(ESCAPE), InputAction::Deliver { vm: 0, byte: ESCAPE });
+        assert_eq!(
+            m.input(ESCAPE),
+            InputAction::Deliver {
+                vm: 0,
+                byte: ESCAPE
+            }
+        );
         m.input(ESCAPE);
         assert!(matches!(m.input(b'7'), InputAction::Say(s) if s.contains("no VM 7")));
         assert_eq!(m.focus(), 0);
         m.input(ESCAPE);
-        assert!(matches!(m.input(b'?'), InputAction::Say(s) if s.contains("*0 alpha") && s.contains(" 1 beta")));
+        assert!(
+            matches!(m.input(b'?'), InputAction::Say(s) if s.contains("*0 alpha") && s.contains(" 1 beta"))
+        );
         m.input(ESCAPE);
         assert_eq!(m.input(b'z'), InputAction::None);
         assert_eq!(m.input(b'z'), InputAction::Deliver { vm: 0, byte: b'z' });

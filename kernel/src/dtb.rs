@@ -64,7 +64,9 @@ fn check_header(blob: &[u8]) -> Result<(), DtbError> {
         .ok_or(DtbError::Malformed("truncated header"))?;
     let total = total_size(&header).ok_or(DtbError::Malformed("bad magic (not a device tree)"))?;
     if total > blob.len() {
-        return Err(DtbError::Malformed("truncated (buffer smaller than header says)"));
+        return Err(DtbError::Malformed(
+            "truncated (buffer smaller than header says)",
+        ));
     }
     let (off_struct, off_strings, off_rsvmap) = (word(2)?, word(3)?, word(4)?);
     let (version, last_compat) = (word(5)?, word(6)?);
@@ -73,8 +75,11 @@ fn check_header(blob: &[u8]) -> Result<(), DtbError> {
         return Err(DtbError::Malformed("unsupported version (need 17)"));
     }
     let within = |off: usize, len: usize| off.checked_add(len).is_some_and(|end| end <= total);
-    if !within(off_struct, size_struct) || !within(off_strings, size_strings) || !within(off_rsvmap, 16)
-        || off_struct % 4 != 0 || off_rsvmap % 8 != 0
+    if !within(off_struct, size_struct)
+        || !within(off_strings, size_strings)
+        || !within(off_rsvmap, 16)
+        || off_struct % 4 != 0
+        || off_rsvmap % 8 != 0
     {
         return Err(DtbError::Malformed("a block lies outside the blob"));
     }
@@ -116,7 +121,10 @@ pub fn parse(blob: &[u8], arch: Arch) -> Result<BoardInfo, DtbError> {
                 let size = r.size.unwrap_or(0) as u64;
                 if size > 0 {
                     // More regions than we keep: the first ones are enough to run.
-                    let _ = memory.push(MemRegion { base: r.starting_address as u64, size });
+                    let _ = memory.push(MemRegion {
+                        base: r.starting_address as u64,
+                        size,
+                    });
                 }
             }
         }
@@ -135,7 +143,11 @@ pub fn parse(blob: &[u8], arch: Arch) -> Result<BoardInfo, DtbError> {
             if !is_cpu {
                 continue;
             }
-            let Some(hw_id) = node.reg().and_then(|mut r| r.next()).map(|r| r.starting_address as u64) else {
+            let Some(hw_id) = node
+                .reg()
+                .and_then(|mut r| r.next())
+                .map(|r| r.starting_address as u64)
+            else {
                 continue;
             };
             // Keep the lowest hardware ids whatever the listing order (QEMU's
@@ -158,9 +170,10 @@ pub fn parse(blob: &[u8], arch: Arch) -> Result<BoardInfo, DtbError> {
     let irqchip = match arch {
         Arch::Aarch64 => gic(&fdt)?,
         Arch::LoongArch64 => {
-            let has = fdt
-                .all_nodes()
-                .any(|n| n.compatible().is_some_and(|c| c.all().any(|s| s.contains("eiointc"))));
+            let has = fdt.all_nodes().any(|n| {
+                n.compatible()
+                    .is_some_and(|c| c.all().any(|s| s.contains("eiointc")))
+            });
             if !has {
                 return Err(DtbError::NoIrqChip);
             }
@@ -208,18 +221,28 @@ pub fn parse(blob: &[u8], arch: Arch) -> Result<BoardInfo, DtbError> {
 fn gic(fdt: &Fdt) -> Result<IrqChip, DtbError> {
     if let Some(node) = fdt.find_compatible(&["arm,gic-v3"]) {
         let mut regs = node.reg().ok_or(DtbError::IrqChipRegs("a reg property"))?;
-        let gicd = regs.next().ok_or(DtbError::IrqChipRegs("the distributor frame"))?;
-        let gicr = regs.next().ok_or(DtbError::IrqChipRegs("the redistributor region"))?;
+        let gicd = regs
+            .next()
+            .ok_or(DtbError::IrqChipRegs("the distributor frame"))?;
+        let gicr = regs
+            .next()
+            .ok_or(DtbError::IrqChipRegs("the redistributor region"))?;
         return Ok(IrqChip::GicV3 {
             gicd: gicd.starting_address as u64,
             gicr: gicr.starting_address as u64,
             gicr_size: gicr.size.unwrap_or(0) as u64,
         });
     }
-    if let Some(node) = fdt.find_compatible(&["arm,gic-400", "arm,cortex-a15-gic", "arm,cortex-a9-gic"]) {
+    if let Some(node) =
+        fdt.find_compatible(&["arm,gic-400", "arm,cortex-a15-gic", "arm,cortex-a9-gic"])
+    {
         let mut regs = node.reg().ok_or(DtbError::IrqChipRegs("a reg property"))?;
-        let gicd = regs.next().ok_or(DtbError::IrqChipRegs("the distributor frame"))?;
-        let gicc = regs.next().ok_or(DtbError::IrqChipRegs("the CPU interface frame"))?;
+        let gicd = regs
+            .next()
+            .ok_or(DtbError::IrqChipRegs("the distributor frame"))?;
+        let gicc = regs
+            .next()
+            .ok_or(DtbError::IrqChipRegs("the CPU interface frame"))?;
         let gich = regs.next().map(|r| r.starting_address as u64);
         let gicv = regs.next().map(|r| r.starting_address as u64);
         return Ok(IrqChip::GicV2 {
@@ -267,13 +290,32 @@ mod tests {
     fn qemu_virt_gicv3() {
         let b = parse(V3, Arch::Aarch64).unwrap();
         assert_eq!(b.model.as_str(), "linux,dummy-virt");
-        assert_eq!(b.memory.as_slice(), [MemRegion { base: 0x4000_0000, size: 1 << 30 }]);
-        assert_eq!(b.cpus.iter().map(|c| c.hw_id).collect::<std::vec::Vec<_>>(), [0, 1, 2, 3]);
+        assert_eq!(
+            b.memory.as_slice(),
+            [MemRegion {
+                base: 0x4000_0000,
+                size: 1 << 30
+            }]
+        );
+        assert_eq!(
+            b.cpus.iter().map(|c| c.hw_id).collect::<std::vec::Vec<_>>(),
+            [0, 1, 2, 3]
+        );
         assert_eq!(
             b.irqchip,
-            IrqChip::GicV3 { gicd: 0x800_0000, gicr: 0x80a_0000, gicr_size: 0xf6_0000 }
+            IrqChip::GicV3 {
+                gicd: 0x800_0000,
+                gicr: 0x80a_0000,
+                gicr_size: 0xf6_0000
+            }
         );
-        assert_eq!(b.uart, Some(Uart { kind: UartKind::Pl011, base: 0x900_0000 }));
+        assert_eq!(
+            b.uart,
+            Some(Uart {
+                kind: UartKind::Pl011,
+                base: 0x900_0000
+            })
+        );
         assert_eq!(b.psci, Some(PsciConduit::Smc));
         assert_eq!(b.backend, Backend::El2);
     }
@@ -298,8 +340,14 @@ mod tests {
         assert_eq!(
             b.memory.as_slice(),
             [
-                MemRegion { base: 0, size: 0x1000_0000 },
-                MemRegion { base: 0x8000_0000, size: 0x3000_0000 }
+                MemRegion {
+                    base: 0,
+                    size: 0x1000_0000
+                },
+                MemRegion {
+                    base: 0x8000_0000,
+                    size: 0x3000_0000
+                }
             ]
         );
         assert_eq!(b.cpus.len(), 4);
@@ -316,9 +364,18 @@ mod tests {
 
     #[test]
     fn garbage_and_truncation_are_errors_not_panics() {
-        assert!(matches!(parse(&[0u8; 64], Arch::Aarch64), Err(DtbError::Malformed(_))));
-        assert!(matches!(parse(&V3[..100], Arch::Aarch64), Err(DtbError::Malformed(_))));
-        assert!(matches!(parse(&[], Arch::Aarch64), Err(DtbError::Malformed(_))));
+        assert!(matches!(
+            parse(&[0u8; 64], Arch::Aarch64),
+            Err(DtbError::Malformed(_))
+        ));
+        assert!(matches!(
+            parse(&V3[..100], Arch::Aarch64),
+            Err(DtbError::Malformed(_))
+        ));
+        assert!(matches!(
+            parse(&[], Arch::Aarch64),
+            Err(DtbError::Malformed(_))
+        ));
         // Every truncation is refused or parsed, never a panic.
         for len in (0..V3.len()).step_by(97) {
             let _ = parse(&V3[..len], Arch::Aarch64);

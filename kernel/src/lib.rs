@@ -26,9 +26,10 @@ pub mod hypercall;
 pub mod ipi;
 pub mod psci;
 pub mod sched;
-pub mod vdev;
 pub mod stats;
+pub mod vdev;
 pub mod vgic;
+pub mod vm;
 pub mod vmid;
 
 // VM configuration: the embedded package and generated guest device trees.
@@ -36,7 +37,10 @@ pub mod fdt_build;
 pub mod vmconfig;
 
 /// Architecture-specific code: only built for the bare-metal targets.
-#[cfg(all(target_os = "none", any(target_arch = "aarch64", target_arch = "loongarch64")))]
+#[cfg(all(
+    target_os = "none",
+    any(target_arch = "aarch64", target_arch = "loongarch64")
+))]
 #[allow(unsafe_code)]
 pub mod arch;
 

@@ -94,7 +94,10 @@ pub struct Outcome {
 
 impl Outcome {
     const fn ret(x0: i64) -> Self {
-        Outcome { x0, effect: Effect::None }
+        Outcome {
+            x0,
+            effect: Effect::None,
+        }
     }
 }
 
@@ -115,7 +118,13 @@ pub fn handle(vm: &mut impl PsciVm, args: [u64; 4]) -> Outcome {
     let f = function as u32;
     let smc64 = f & fid::SMC64 != 0;
     // SMC32 calls pass 32-bit arguments: the upper halves are not theirs.
-    let arg = |i: usize| if smc64 { args[i] } else { args[i] & 0xFFFF_FFFF };
+    let arg = |i: usize| {
+        if smc64 {
+            args[i]
+        } else {
+            args[i] & 0xFFFF_FFFF
+        }
+    };
     match (f & !fid::SMC64, smc64) {
         (fid::PSCI_VERSION, false) => Outcome::ret(PSCI_VERSION_1_1),
         (fid::CPU_SUSPEND, _) => Outcome {
@@ -256,7 +265,10 @@ mod tests {
     fn vm(n: usize) -> FakeVm {
         let mut on = vec![false; n];
         on[0] = true;
-        FakeVm { on, started: vec![] }
+        FakeVm {
+            on,
+            started: vec![],
+        }
     }
 
     #[test]
@@ -273,7 +285,10 @@ mod tests {
         let out = handle(&mut v, [0xC400_0003, 2, 0x4008_0000, 0x1234]);
         assert_eq!(out, Outcome::ret(ret::SUCCESS));
         assert_eq!(v.started, [(2, 0x4008_0000, 0x1234)]);
-        assert_eq!(handle(&mut v, [0xC400_0003, 2, 0x4008_0000, 0]).x0, ret::ALREADY_ON);
+        assert_eq!(
+            handle(&mut v, [0xC400_0003, 2, 0x4008_0000, 0]).x0,
+            ret::ALREADY_ON
+        );
         assert_eq!(handle(&mut v, [0xC400_0004, 2, 0, 0]).x0, affinity::ON);
         assert_eq!(handle(&mut v, [0xC400_0004, 3, 0, 0]).x0, affinity::OFF);
     }
@@ -281,18 +296,36 @@ mod tests {
     #[test]
     fn cpu_on_refuses_bad_targets_and_entries() {
         let mut v = vm(4);
-        assert_eq!(handle(&mut v, [0xC400_0003, 4, 0x4000_0000, 0]).x0, ret::INVALID_PARAMETERS);
-        assert_eq!(handle(&mut v, [0xC400_0003, 1 << 40, 0x4000_0000, 0]).x0, ret::INVALID_PARAMETERS);
-        assert_eq!(handle(&mut v, [0xC400_0003, 1, 0x1000, 0]).x0, ret::INVALID_ADDRESS);
-        assert_eq!(handle(&mut v, [0xC400_0003, 1, 0x4000_0002, 0]).x0, ret::INVALID_ADDRESS);
-        assert_eq!(handle(&mut v, [0xC400_0003, u64::MAX, u64::MAX, 0]).x0, ret::INVALID_PARAMETERS);
+        assert_eq!(
+            handle(&mut v, [0xC400_0003, 4, 0x4000_0000, 0]).x0,
+            ret::INVALID_PARAMETERS
+        );
+        assert_eq!(
+            handle(&mut v, [0xC400_0003, 1 << 40, 0x4000_0000, 0]).x0,
+            ret::INVALID_PARAMETERS
+        );
+        assert_eq!(
+            handle(&mut v, [0xC400_0003, 1, 0x1000, 0]).x0,
+            ret::INVALID_ADDRESS
+        );
+        assert_eq!(
+            handle(&mut v, [0xC400_0003, 1, 0x4000_0002, 0]).x0,
+            ret::INVALID_ADDRESS
+        );
+        assert_eq!(
+            handle(&mut v, [0xC400_0003, u64::MAX, u64::MAX, 0]).x0,
+            ret::INVALID_PARAMETERS
+        );
         assert!(v.started.is_empty(), "nothing may start on a bad call");
     }
 
     #[test]
     fn smc32_cpu_on_ignores_upper_halves() {
         let mut v = vm(2);
-        let out = handle(&mut v, [0x8400_0003, 0xFFFF_FFFF_0000_0001, 0xAAAA_AAAA_4000_1000, 7]);
+        let out = handle(
+            &mut v,
+            [0x8400_0003, 0xFFFF_FFFF_0000_0001, 0xAAAA_AAAA_4000_1000, 7],
+        );
         assert_eq!(out.x0, ret::SUCCESS);
         assert_eq!(v.started, [(1, 0x4000_1000, 7)]);
     }
@@ -300,9 +333,18 @@ mod tests {
     #[test]
     fn effects() {
         let mut v = vm(1);
-        assert_eq!(handle(&mut v, [0x8400_0002, 0, 0, 0]).effect, Effect::CpuOff);
-        assert_eq!(handle(&mut v, [0x8400_0008, 0, 0, 0]).effect, Effect::SystemOff);
-        assert_eq!(handle(&mut v, [0x8400_0009, 0, 0, 0]).effect, Effect::SystemReset);
+        assert_eq!(
+            handle(&mut v, [0x8400_0002, 0, 0, 0]).effect,
+            Effect::CpuOff
+        );
+        assert_eq!(
+            handle(&mut v, [0x8400_0008, 0, 0, 0]).effect,
+            Effect::SystemOff
+        );
+        assert_eq!(
+            handle(&mut v, [0x8400_0009, 0, 0, 0]).effect,
+            Effect::SystemReset
+        );
         assert_eq!(handle(&mut v, [0xC400_0001, 0, 0, 0]).effect, Effect::Block);
     }
 
@@ -311,9 +353,22 @@ mod tests {
         let mut v = vm(1);
         assert_eq!(handle(&mut v, [0x8400_000A, 0xC400_0003, 0, 0]).x0, 0);
         assert_eq!(handle(&mut v, [0x8400_000A, 0x8400_0008, 0, 0]).x0, 0);
-        assert_eq!(handle(&mut v, [0x8400_000A, 0x8400_0005, 0, 0]).x0, ret::NOT_SUPPORTED);
-        assert_eq!(handle(&mut v, [0x8000_0001, 0x8000_8000, 0, 0]).x0, ret::NOT_SUPPORTED);
-        for id in [0x8400_0005u64, 0x8400_00FF, 0xC400_0000, 0x1_8400_0000, u64::MAX, 0] {
+        assert_eq!(
+            handle(&mut v, [0x8400_000A, 0x8400_0005, 0, 0]).x0,
+            ret::NOT_SUPPORTED
+        );
+        assert_eq!(
+            handle(&mut v, [0x8000_0001, 0x8000_8000, 0, 0]).x0,
+            ret::NOT_SUPPORTED
+        );
+        for id in [
+            0x8400_0005u64,
+            0x8400_00FF,
+            0xC400_0000,
+            0x1_8400_0000,
+            u64::MAX,
+            0,
+        ] {
             let out = handle(&mut v, [id, 1, 2, 3]);
             assert_eq!(out, Outcome::ret(ret::NOT_SUPPORTED), "id {id:#x}");
         }
@@ -334,6 +389,10 @@ mod tests {
             assert_eq!(vcpu_index_of_mpidr(vcpu_mpidr(i), 40), Some(i));
         }
         assert_eq!(vcpu_index_of_mpidr(vcpu_mpidr(5), 5), None);
-        assert_eq!(vcpu_index_of_mpidr(0x10, 40), None, "Aff0 >= 16 is never used");
+        assert_eq!(
+            vcpu_index_of_mpidr(0x10, 40),
+            None,
+            "Aff0 >= 16 is never used"
+        );
     }
 }

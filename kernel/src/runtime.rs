@@ -65,7 +65,9 @@ pub fn tick(cpu_index: usize) {
 
 fn wait_until(p: &dyn Platform, timeout_ms: u64, mut done: impl FnMut() -> bool) -> bool {
     let hz = p.counter_hz().max(1);
-    let deadline = p.counter().saturating_add(hz.saturating_mul(timeout_ms) / 1000);
+    let deadline = p
+        .counter()
+        .saturating_add(hz.saturating_mul(timeout_ms) / 1000);
     loop {
         if done() {
             return true;
@@ -126,7 +128,11 @@ pub fn primary_main(board: BoardInfo, platform: &'static dyn Platform) -> ! {
     }
 
     let online = || (0..board.cpus.len()).filter(|&i| CPUS[i].is_online());
-    let ticking = || online().filter(|&i| CPUS[i].ticks() >= TICKS_REQUIRED).count();
+    let ticking = || {
+        online()
+            .filter(|&i| CPUS[i].ticks() >= TICKS_REQUIRED)
+            .count()
+    };
     let cpus_online = online().count();
     if !wait_until(platform, TICK_TIMEOUT_MS, || ticking() == cpus_online) {
         for i in online().filter(|&i| CPUS[i].ticks() < TICKS_REQUIRED) {
@@ -148,15 +154,28 @@ pub fn primary_main(board: BoardInfo, platform: &'static dyn Platform) -> ! {
     let host = crate::vmconfig::HostLimits {
         arch: board.arch,
         online_cpus: cpus_online as u32,
-        guest_memory: board.memory_bytes().saturating_sub(crate::vmconfig::HYPERVISOR_RESERVE),
+        guest_memory: board
+            .memory_bytes()
+            .saturating_sub(crate::vmconfig::HYPERVISOR_RESERVE),
     };
     let _vms = crate::vmconfig::report(crate::vmconfig::package(), host);
 
     let ok = cpus_online == board.cpus.len() && report.cpus_ticking == cpus_online;
     if !ok {
-        error!("boot incomplete: {cpus_online}/{} CPUs online, {} ticking", board.cpus.len(), report.cpus_ticking);
+        error!(
+            "boot incomplete: {cpus_online}/{} CPUs online, {} ticking",
+            board.cpus.len(),
+            report.cpus_ticking
+        );
     }
-    finish(if ok { ExitStatus::Success } else { ExitStatus::Failure }, opts.on_exit)
+    finish(
+        if ok {
+            ExitStatus::Success
+        } else {
+            ExitStatus::Failure
+        },
+        opts.on_exit,
+    )
 }
 
 /// A secondary CPU's path, entered by the arch on the CPU's own stack with
@@ -192,7 +211,10 @@ pub fn finish(status: ExitStatus, on_exit: OnExit) -> ! {
     let platform = *PLATFORM.get().expect("finish before primary_main");
     match on_exit {
         OnExit::PowerOff => {
-            crate::kprintln!("kestrel: work done, powering off (status {})", status.code());
+            crate::kprintln!(
+                "kestrel: work done, powering off (status {})",
+                status.code()
+            );
             platform.power_off(status)
         }
         OnExit::Stay => {

@@ -206,7 +206,11 @@ impl Scheduler {
     /// idle, so a later wake of work it could run kicks it.
     pub fn pick(&self, cpu: usize) -> Option<VcpuKey> {
         let mut s = self.inner.lock();
-        let found = s.queues.get_mut(cpu).and_then(|q| q.pop_front()).or_else(|| s.steal(cpu));
+        let found = s
+            .queues
+            .get_mut(cpu)
+            .and_then(|q| q.pop_front())
+            .or_else(|| s.steal(cpu));
         match found {
             Some(i) => {
                 s.idle.0 &= !(1 << cpu);
@@ -312,7 +316,9 @@ impl Scheduler {
     pub fn stop_vm(&self, vm: u16) -> CpuMask {
         let mut s = self.inner.lock();
         let mut running = CpuMask::default();
-        let victims: Vec<usize> = (0..s.entries.len()).filter(|&i| s.entries[i].key.vm == vm).collect();
+        let victims: Vec<usize> = (0..s.entries.len())
+            .filter(|&i| s.entries[i].key.vm == vm)
+            .collect();
         for &i in &victims {
             if let RunState::Running(c) = s.entries[i].state {
                 running.0 |= 1 << c;
@@ -364,7 +370,10 @@ impl Inner {
     /// one in its mask. Returns that pCPU.
     fn make_runnable(&mut self, i: usize) -> usize {
         let e = &self.entries[i];
-        let cpu = if e.affinity.contains(e.home) && !self.idle.is_empty() && !self.idle.contains(e.home) {
+        let cpu = if e.affinity.contains(e.home)
+            && !self.idle.is_empty()
+            && !self.idle.contains(e.home)
+        {
             // Home is busy while another allowed pCPU idles: go there.
             let idle_ok = self.idle.and(e.affinity);
             if idle_ok.is_empty() {
@@ -392,7 +401,10 @@ impl Inner {
             if victim == cpu {
                 continue;
             }
-            if let Some(pos) = q.iter().position(|&i| self.entries[i].affinity.contains(cpu)) {
+            if let Some(pos) = q
+                .iter()
+                .position(|&i| self.entries[i].affinity.contains(cpu))
+            {
                 if best.is_none_or(|(len, _, _)| q.len() > len) {
                     best = Some((q.len(), victim, pos));
                 }
@@ -440,9 +452,16 @@ mod tests {
         let boot = s.pick(0).unwrap();
         assert_eq!(boot, key(0, 0));
         assert_eq!(s.pick(1), None, "secondary is offline");
-        assert_eq!(s.power_on(key(0, 1), 0).unwrap(), Kick::Cpu(1), "cpu1 idles: kick it");
+        assert_eq!(
+            s.power_on(key(0, 1), 0).unwrap(),
+            Kick::Cpu(1),
+            "cpu1 idles: kick it"
+        );
         assert_eq!(s.pick(1), Some(key(0, 1)));
-        assert_eq!(s.power_on(key(0, 1), 0), Err(SchedError::WrongState(RunState::Running(1))));
+        assert_eq!(
+            s.power_on(key(0, 1), 0),
+            Err(SchedError::WrongState(RunState::Running(1)))
+        );
         assert_eq!(s.power_on(key(9, 9), 0), Err(SchedError::NoSuchVcpu));
     }
 
@@ -495,11 +514,20 @@ mod tests {
     #[test]
     fn empty_affinity_and_put_from_wrong_cpu_are_refused() {
         let s = Scheduler::new(CpuMask::first(2));
-        assert_eq!(s.add(key(0, 0), CpuMask::single(5), true), Err(SchedError::EmptyAffinity));
+        assert_eq!(
+            s.add(key(0, 0), CpuMask::single(5), true),
+            Err(SchedError::EmptyAffinity)
+        );
         s.add(key(0, 0), CpuMask::first(2), true).unwrap();
         let k = s.pick(0).unwrap();
-        assert_eq!(s.put(1, k, PutReason::Preempted), Err(SchedError::NotRunningHere));
-        assert_eq!(s.put(0, key(3, 3), PutReason::Preempted), Err(SchedError::NoSuchVcpu));
+        assert_eq!(
+            s.put(1, k, PutReason::Preempted),
+            Err(SchedError::NotRunningHere)
+        );
+        assert_eq!(
+            s.put(0, key(3, 3), PutReason::Preempted),
+            Err(SchedError::NoSuchVcpu)
+        );
     }
 
     #[test]
@@ -511,8 +539,15 @@ mod tests {
         let running = s.pick(0).unwrap();
         assert_eq!(running.vm, 0);
         let mask = s.stop_vm(0);
-        assert_eq!(mask, CpuMask::single(0), "the pCPU running VM 0 must be kicked");
-        assert_eq!(s.put(0, running, PutReason::Preempted).unwrap(), RunState::Stopped);
+        assert_eq!(
+            mask,
+            CpuMask::single(0),
+            "the pCPU running VM 0 must be kicked"
+        );
+        assert_eq!(
+            s.put(0, running, PutReason::Preempted).unwrap(),
+            RunState::Stopped
+        );
         assert!(!s.vm_alive(0));
         assert!(s.vm_alive(1));
         assert!(!s.all_stopped());
@@ -546,7 +581,11 @@ mod tests {
         let mut keys = Vec::new();
         for vm in 0..3u16 {
             for v in 0..3u16 {
-                let aff = if v == 0 { CpuMask::single((vm as usize) % cpus) } else { CpuMask::first(cpus) };
+                let aff = if v == 0 {
+                    CpuMask::single((vm as usize) % cpus)
+                } else {
+                    CpuMask::first(cpus)
+                };
                 s.add(key(vm, v), aff, true).unwrap();
                 keys.push((key(vm, v), aff));
             }
@@ -586,7 +625,10 @@ mod tests {
             }
         }
         for (k, _) in &keys {
-            assert!(runs.get(k).copied().unwrap_or(0) > 50, "{k:?} starved: {runs:?}");
+            assert!(
+                runs.get(k).copied().unwrap_or(0) > 50,
+                "{k:?} starved: {runs:?}"
+            );
         }
     }
 }

@@ -93,7 +93,11 @@ impl Ns16550 {
     }
 
     fn iir(&self) -> u8 {
-        let fifo = if self.fifo_enabled { iir::FIFO_ENABLED } else { 0 };
+        let fifo = if self.fifo_enabled {
+            iir::FIFO_ENABLED
+        } else {
+            0
+        };
         let cause = if self.ier & ier::RDI != 0 && !self.rx.is_empty() {
             iir::RDI
         } else if self.ier & ier::THRI != 0 && self.thr_pending {
@@ -212,9 +216,15 @@ mod tests {
     #[test]
     fn transmit_and_line_status() {
         let mut u = Ns16550::new();
-        assert_eq!(u.write(0, b(), b'k' as u64).unwrap(), Effect::Transmit(b'k'));
+        assert_eq!(
+            u.write(0, b(), b'k' as u64).unwrap(),
+            Effect::Transmit(b'k')
+        );
         let lsr = u.read(reg::LSR, b()).unwrap() as u8;
-        assert_eq!(lsr & (lsr::THRE | lsr::TEMT | lsr::DR), lsr::THRE | lsr::TEMT);
+        assert_eq!(
+            lsr & (lsr::THRE | lsr::TEMT | lsr::DR),
+            lsr::THRE | lsr::TEMT
+        );
         assert!(!u.irq_level(), "no interrupt enabled");
     }
 
@@ -240,7 +250,10 @@ mod tests {
     fn thr_empty_interrupt_is_cleared_by_iir_read() {
         let mut u = Ns16550::new();
         u.write(reg::IER_DLM, b(), ier::THRI as u64).unwrap();
-        assert!(u.irq_level(), "enabling THRI with an empty THR interrupts at once");
+        assert!(
+            u.irq_level(),
+            "enabling THRI with an empty THR interrupts at once"
+        );
         assert_eq!(u.read(reg::IIR_FCR, b()).unwrap() as u8 & 0x0f, iir::THRI);
         assert!(!u.irq_level());
         u.write(0, b(), b'a' as u64).unwrap();
@@ -258,7 +271,11 @@ mod tests {
         u.write(reg::LCR, b(), 0x03).unwrap();
         assert_eq!(u.read(1, b()).unwrap(), 0, "IER untouched by DLM writes");
         u.write(reg::MCR, b(), (MCR_LOOP | 0x0f) as u64).unwrap();
-        assert_eq!(u.write(0, b(), b'z' as u64).unwrap(), Effect::None, "loopback sends nothing out");
+        assert_eq!(
+            u.write(0, b(), b'z' as u64).unwrap(),
+            Effect::None,
+            "loopback sends nothing out"
+        );
         assert_eq!(u.read(0, b()).unwrap(), b'z' as u64);
         assert_eq!(u.read(reg::MSR, b()).unwrap() as u8 & 0xf0, 0xf0);
     }

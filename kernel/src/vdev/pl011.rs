@@ -101,7 +101,11 @@ impl Pl011 {
     }
 
     fn ris(&self) -> u32 {
-        let rx = if self.rx.is_empty() { 0 } else { int::RX | int::RT };
+        let rx = if self.rx.is_empty() {
+            0
+        } else {
+            int::RX | int::RT
+        };
         self.latched | rx
     }
 
@@ -145,7 +149,9 @@ impl Pl011 {
             reg::RIS => self.ris(),
             reg::MIS => self.ris() & self.imsc,
             reg::DMACR => self.dmacr,
-            o if (reg::ID_BASE..reg::ID_BASE + 32).contains(&o) => ID[((o - reg::ID_BASE) / 4) as usize],
+            o if (reg::ID_BASE..reg::ID_BASE + 32).contains(&o) => {
+                ID[((o - reg::ID_BASE) / 4) as usize]
+            }
             _ => 0,
         };
         // Sub-word reads see the addressed bytes.
@@ -239,7 +245,11 @@ mod tests {
         assert_eq!(u.read(0, W4).unwrap(), b'a' as u64);
         assert_eq!(u.read(0, W4).unwrap(), b'b' as u64);
         assert!(!u.irq_level(), "empty FIFO drops the line");
-        assert_eq!(u.read(0, W4).unwrap(), 0, "reading an empty FIFO is harmless");
+        assert_eq!(
+            u.read(0, W4).unwrap(),
+            0,
+            "reading an empty FIFO is harmless"
+        );
         for i in 0..RX_FIFO {
             assert!(u.receive(i as u8));
         }
@@ -274,7 +284,11 @@ mod tests {
             for off in (0..0x1100u64).step_by(1) {
                 let ok = off < FRAME_SIZE && w != 8 && off % w as u64 == 0;
                 assert_eq!(u.read(off, width).is_ok(), ok, "read {off:#x}/{w}");
-                assert_eq!(u.write(off, width, u64::MAX).is_ok(), ok, "write {off:#x}/{w}");
+                assert_eq!(
+                    u.write(off, width, u64::MAX).is_ok(),
+                    ok,
+                    "write {off:#x}/{w}"
+                );
             }
         }
         assert_eq!(Width::new(3), None);

@@ -26,9 +26,24 @@ pub fn command(opts: &Opts, image: &Path, headless: bool) -> Command {
             c
         }
     };
-    cmd.args(["-smp", &opts.smp.to_string(), "-m", &opts.mem_mib.to_string(), "-nic", "none"]);
+    cmd.args([
+        "-smp",
+        &opts.smp.to_string(),
+        "-m",
+        &opts.mem_mib.to_string(),
+        "-nic",
+        "none",
+    ]);
     if headless {
-        cmd.args(["-display", "none", "-monitor", "none", "-serial", "stdio", "-no-reboot"]);
+        cmd.args([
+            "-display",
+            "none",
+            "-monitor",
+            "none",
+            "-serial",
+            "stdio",
+            "-no-reboot",
+        ]);
     } else {
         cmd.arg("-nographic");
     }
@@ -47,13 +62,19 @@ pub fn run_interactive(opts: &Opts, image: &Path, debug: bool) -> Result<(), Str
         cmd.args(["-s", "-S"]);
         let elf = crate::elf_path(opts.arch);
         eprintln!("QEMU is waiting for gdb on localhost:1234. In another terminal:");
-        eprintln!("    gdb-multiarch {} -ex 'target remote :1234'", elf.display());
+        eprintln!(
+            "    gdb-multiarch {} -ex 'target remote :1234'",
+            elf.display()
+        );
         eprintln!("(docs/debugging.md: symbols of the relocated arm64 image, useful breakpoints)");
     }
     eprintln!("running: {}", render(&cmd));
     eprintln!("(Ctrl-A X quits QEMU)");
     let status = cmd.status().map_err(|e| {
-        format!("cannot start {}: {e} (run `make setup`)", cmd.get_program().to_string_lossy())
+        format!(
+            "cannot start {}: {e} (run `make setup`)",
+            cmd.get_program().to_string_lossy()
+        )
     })?;
     if status.success() {
         Ok(())

@@ -35,7 +35,13 @@ pub struct SysReg {
 
 impl SysReg {
     pub const fn new(op0: u8, op1: u8, crn: u8, crm: u8, op2: u8) -> Self {
-        SysReg { op0, op1, crn, crm, op2 }
+        SysReg {
+            op0,
+            op1,
+            crn,
+            crm,
+            op2,
+        }
     }
 
     /// Whether this is one of the feature ID registers HCR_EL2.TID3 traps
@@ -120,14 +126,21 @@ pub enum Exit {
     FpAccess,
     /// SVE or SME use (hidden from guests).
     SveSmeAccess,
-    Hvc { imm: u16 },
+    Hvc {
+        imm: u16,
+    },
     /// SMC trapped by HCR_EL2.TSC (ELR points at the SMC itself).
-    Smc { imm: u16 },
+    Smc {
+        imm: u16,
+    },
     SysReg(SysRegAccess),
     DataAbort(Abort),
     InstAbort(Abort),
     /// Anything else: the backend injects an undefined-instruction exception.
-    Unknown { ec: u32, iss: u32 },
+    Unknown {
+        ec: u32,
+        iss: u32,
+    },
 }
 
 /// Decodes a trap from a lower EL. `hpfar` and `far` matter for aborts only.
@@ -205,7 +218,10 @@ mod tests {
     fn wfi_wfe_hvc_smc_fp() {
         assert_eq!(decode(esr(ec::WFX, 0), 0, 0), Exit::Wfi);
         assert_eq!(decode(esr(ec::WFX, 1), 0, 0), Exit::Wfe);
-        assert_eq!(decode(esr(ec::HVC64, 0x1234), 0, 0), Exit::Hvc { imm: 0x1234 });
+        assert_eq!(
+            decode(esr(ec::HVC64, 0x1234), 0, 0),
+            Exit::Hvc { imm: 0x1234 }
+        );
         assert_eq!(decode(esr(ec::SMC64, 0), 0, 0), Exit::Smc { imm: 0 });
         assert_eq!(decode(esr(ec::FP_ASIMD, 0x1e0_0000), 0, 0), Exit::FpAccess);
         assert_eq!(decode(esr(ec::SVE, 0), 0, 0), Exit::SveSmeAccess);
@@ -229,7 +245,9 @@ mod tests {
     #[test]
     fn mrs_id_register_is_feature_id() {
         let iss = (3 << 20) | (0 << 17) | (0 << 14) | (0 << 10) | (7 << 5) | (4 << 1) | 1;
-        let Exit::SysReg(a) = decode(esr(ec::SYS64, iss), 0, 0) else { panic!() };
+        let Exit::SysReg(a) = decode(esr(ec::SYS64, iss), 0, 0) else {
+            panic!()
+        };
         assert_eq!(a.reg, sysreg::ID_AA64PFR0_EL1);
         assert!(a.read);
         assert_eq!(a.rt, 7);
@@ -243,12 +261,20 @@ mod tests {
         let iss = (1 << 24) | (2 << 22) | (5 << 16) | (1 << 6) | 0x07;
         let far = 0xffff_0000_1234_5018;
         let hpfar = (0x0900_0018u64 >> 12) << 4;
-        let Exit::DataAbort(a) = decode(esr(ec::DABT_LOWER, iss), far, hpfar) else { panic!() };
+        let Exit::DataAbort(a) = decode(esr(ec::DABT_LOWER, iss), far, hpfar) else {
+            panic!()
+        };
         assert_eq!(a.ipa, 0x0900_0018);
         assert!(a.write);
         assert_eq!(
             a.access,
-            Some(MmioAccess { width: 4, rt: 5, sign_extend: false, sf: false, acq_rel: false })
+            Some(MmioAccess {
+                width: 4,
+                rt: 5,
+                sign_extend: false,
+                sf: false,
+                acq_rel: false
+            })
         );
         assert!(is_translation_fault(a.fsc));
         assert!(!a.external);
@@ -257,7 +283,9 @@ mod tests {
     #[test]
     fn data_abort_without_syndrome_has_no_access() {
         // ldp/post-index forms give ISV = 0: kestrel cannot emulate them.
-        let Exit::DataAbort(a) = decode(esr(ec::DABT_LOWER, 0x07), 0x10, 0x100) else { panic!() };
+        let Exit::DataAbort(a) = decode(esr(ec::DABT_LOWER, 0x07), 0x10, 0x100) else {
+            panic!()
+        };
         assert_eq!(a.access, None);
         assert!(!a.write);
         assert_eq!(a.ipa, 0x1_0010, "HPFAR.FIPA 0x10 is page 0x10");
@@ -272,6 +300,9 @@ mod tests {
             x ^= x << 17;
             let _ = decode(x, x.rotate_left(17), x.rotate_left(31));
         }
-        assert!(matches!(decode(esr(0x3f, 0), 0, 0), Exit::Unknown { ec: 0x3f, .. }));
+        assert!(matches!(
+            decode(esr(0x3f, 0), 0, 0),
+            Exit::Unknown { ec: 0x3f, .. }
+        ));
     }
 }

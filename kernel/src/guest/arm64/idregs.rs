@@ -88,7 +88,10 @@ pub fn guest_view(reg: SysReg, host: u64, cfg: IdConfig) -> u64 {
 mod tests {
     use super::*;
 
-    const CFG: IdConfig = IdConfig { gic_v3: true, ipa_bits: 40 };
+    const CFG: IdConfig = IdConfig {
+        gic_v3: true,
+        ipa_bits: 40,
+    };
 
     #[test]
     fn pfr0_hides_sve_el2_el3_amu_and_reports_gic() {
@@ -106,7 +109,14 @@ mod tests {
         assert_eq!(field(32), 0, "no SVE");
         assert_eq!(field(36), 0, "no SEL2");
         assert_eq!(field(44), 0, "no AMU");
-        let v2 = guest_view(sysreg::ID_AA64PFR0_EL1, host, IdConfig { gic_v3: false, ..CFG });
+        let v2 = guest_view(
+            sysreg::ID_AA64PFR0_EL1,
+            host,
+            IdConfig {
+                gic_v3: false,
+                ..CFG
+            },
+        );
         assert_eq!((v2 >> 24) & 0xf, 0, "GICv2 VM: no sysreg CPU interface");
     }
 
@@ -123,12 +133,18 @@ mod tests {
             assert_eq!(guest_view(reg, u64::MAX, CFG), 0, "{reg:?}");
         }
         // PFR1 keeps BT, SSBS, CSV2_frac only: SME, MTE, GCS gone.
-        assert_eq!(guest_view(sysreg::ID_AA64PFR1_EL1, u64::MAX, CFG), 0xf_0000_00ff);
+        assert_eq!(
+            guest_view(sysreg::ID_AA64PFR1_EL1, u64::MAX, CFG),
+            0xf_0000_00ff
+        );
     }
 
     #[test]
     fn debug_and_pauth_are_hidden() {
-        assert_eq!(guest_view(sysreg::ID_AA64DFR0_EL1, u64::MAX, CFG), 0xf0_0000_0006);
+        assert_eq!(
+            guest_view(sysreg::ID_AA64DFR0_EL1, u64::MAX, CFG),
+            0xf0_0000_0006
+        );
         let isar1 = guest_view(sysreg::ID_AA64ISAR1_EL1, u64::MAX, CFG);
         for s in [4, 8, 24, 28] {
             assert_eq!((isar1 >> s) & 0xf, 0, "PAuth field at {s}");
@@ -141,8 +157,19 @@ mod tests {
         let host = 0x0000_0000_0000_1125; // PARange 5 (48 bits)
         assert_eq!(guest_view(sysreg::ID_AA64MMFR0_EL1, host, CFG) & 0xf, 2);
         let small_host = 0x1121; // 36 bits
-        assert_eq!(guest_view(sysreg::ID_AA64MMFR0_EL1, small_host, CFG) & 0xf, 1);
-        assert_eq!(guest_view(sysreg::ID_AA64MMFR1_EL1, u64::MAX, CFG) >> 8 & 0xf, 0, "no VHE");
-        assert_eq!(guest_view(sysreg::ID_AA64MMFR2_EL1, u64::MAX, CFG) >> 24 & 0xf, 0, "no NV");
+        assert_eq!(
+            guest_view(sysreg::ID_AA64MMFR0_EL1, small_host, CFG) & 0xf,
+            1
+        );
+        assert_eq!(
+            guest_view(sysreg::ID_AA64MMFR1_EL1, u64::MAX, CFG) >> 8 & 0xf,
+            0,
+            "no VHE"
+        );
+        assert_eq!(
+            guest_view(sysreg::ID_AA64MMFR2_EL1, u64::MAX, CFG) >> 24 & 0xf,
+            0,
+            "no NV"
+        );
     }
 }
