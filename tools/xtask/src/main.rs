@@ -48,7 +48,10 @@ impl Arch {
 
 /// The workspace root (two levels above this crate).
 pub fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("workspace root")
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .expect("workspace root")
 }
 
 /// A tool shipped with the pinned toolchain's `llvm-tools` component.
@@ -60,7 +63,11 @@ pub fn llvm_tool(name: &str) -> Result<PathBuf, String> {
         .map_err(|e| format!("cannot run rustc: {e}"))?;
     let sysroot = String::from_utf8_lossy(&out.stdout).trim().to_string();
     let host = host_triple()?;
-    let path = Path::new(&sysroot).join("lib/rustlib").join(host).join("bin").join(name);
+    let path = Path::new(&sysroot)
+        .join("lib/rustlib")
+        .join(host)
+        .join("bin")
+        .join(name);
     if path.exists() {
         Ok(path)
     } else {
@@ -114,7 +121,11 @@ fn parse_opts(args: &[String]) -> Result<Opts, String> {
     let mut o = Opts::default();
     let mut it = args.iter();
     while let Some(a) = it.next() {
-        let mut val = |name: &str| it.next().cloned().ok_or_else(|| format!("{name} needs a value"));
+        let mut val = |name: &str| {
+            it.next()
+                .cloned()
+                .ok_or_else(|| format!("{name} needs a value"))
+        };
         match a.as_str() {
             "--arch" => o.arch = Arch::parse(&val("--arch")?)?,
             "--smp" => {
@@ -140,7 +151,11 @@ fn parse_opts(args: &[String]) -> Result<Opts, String> {
             }
             "--features" => {
                 let f = val("--features")?;
-                o.features.extend(f.split([',', ' ']).filter(|s| !s.is_empty()).map(String::from));
+                o.features.extend(
+                    f.split([',', ' '])
+                        .filter(|s| !s.is_empty())
+                        .map(String::from),
+                );
             }
             "--append" => o.append = val("--append")?,
             "--config" => o.config = Some(PathBuf::from(val("--config")?)),
@@ -179,20 +194,32 @@ pub fn build_image_with(
             cmd.env_remove("KESTREL_PACKAGE");
         }
     }
-    cmd.current_dir(&root).args(["build", "--release", "-p", "kestrel-boot", "--target", arch.target()]);
+    cmd.current_dir(&root).args([
+        "build",
+        "--release",
+        "-p",
+        "kestrel-boot",
+        "--target",
+        arch.target(),
+    ]);
     if !features.is_empty() {
         cmd.args(["--features", &features.join(",")]);
     }
     if arch == Arch::LoongArch64 {
         // No prebuilt core for LoongArch: build it (nightly flags on the pinned stable).
-        cmd.env("RUSTC_BOOTSTRAP", "1")
-            .args(["-Zbuild-std=core,alloc", "-Zbuild-std-features=compiler-builtins-mem"]);
+        cmd.env("RUSTC_BOOTSTRAP", "1").args([
+            "-Zbuild-std=core,alloc",
+            "-Zbuild-std-features=compiler-builtins-mem",
+        ]);
     }
     let status = cmd.status().map_err(|e| format!("cannot run cargo: {e}"))?;
     if !status.success() {
         return Err(format!("building the {} image failed", arch.name()));
     }
-    let elf = root.join("target").join(arch.target()).join("release/kestrel");
+    let elf = root
+        .join("target")
+        .join(arch.target())
+        .join("release/kestrel");
     let out_dir = root.join("build").join(arch.name());
     std::fs::create_dir_all(&out_dir).map_err(|e| format!("{}: {e}", out_dir.display()))?;
     match arch {
@@ -224,14 +251,20 @@ pub fn build_image_with(
 fn check_arm64_image(path: &Path) -> Result<(), String> {
     let data = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
     if data.len() < 64 || &data[0x38..0x3c] != b"ARM\x64" {
-        return Err(format!("{}: no arm64 Image header (magic ARM\\x64 at 0x38)", path.display()));
+        return Err(format!(
+            "{}: no arm64 Image header (magic ARM\\x64 at 0x38)",
+            path.display()
+        ));
     }
     Ok(())
 }
 
 /// The ELF with symbols, for gdb and the FP check.
 pub fn elf_path(arch: Arch) -> PathBuf {
-    root().join("target").join(arch.target()).join("release/kestrel")
+    root()
+        .join("target")
+        .join(arch.target())
+        .join("release/kestrel")
 }
 
 fn run() -> Result<(), String> {

@@ -210,6 +210,24 @@ pub fn is_translation_fault(fsc: u8) -> bool {
 mod tests {
     use super::*;
 
+    /// The ISS of a trapped MSR/MRS (Arm ARM D17.2.37, EC 0x18).
+    fn sys_iss(reg: SysReg, rt: u32, read: bool) -> u32 {
+        let SysReg {
+            op0,
+            op1,
+            crn,
+            crm,
+            op2,
+        } = reg;
+        (u32::from(op0) << 20)
+            | (u32::from(op2) << 17)
+            | (u32::from(op1) << 14)
+            | (u32::from(crn) << 10)
+            | (rt << 5)
+            | (u32::from(crm) << 1)
+            | u32::from(read)
+    }
+
     fn esr(ec: u32, iss: u32) -> u64 {
         (u64::from(ec) << 26) | (1 << 25) | u64::from(iss)
     }
@@ -230,7 +248,7 @@ mod tests {
     #[test]
     fn msr_icc_sgi1r() {
         // msr ICC_SGI1R_EL1, x3: op0 3, op2 5, op1 0, CRn 12, Rt 3, CRm 11, write.
-        let iss = (3 << 20) | (5 << 17) | (0 << 14) | (12 << 10) | (3 << 5) | (11 << 1);
+        let iss = sys_iss(SysReg::new(3, 0, 12, 11, 5), 3, false);
         let exit = decode(esr(ec::SYS64, iss), 0, 0);
         assert_eq!(
             exit,
@@ -244,7 +262,7 @@ mod tests {
 
     #[test]
     fn mrs_id_register_is_feature_id() {
-        let iss = (3 << 20) | (0 << 17) | (0 << 14) | (0 << 10) | (7 << 5) | (4 << 1) | 1;
+        let iss = sys_iss(SysReg::new(3, 0, 0, 4, 0), 7, true);
         let Exit::SysReg(a) = decode(esr(ec::SYS64, iss), 0, 0) else {
             panic!()
         };

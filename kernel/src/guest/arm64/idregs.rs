@@ -149,7 +149,7 @@ mod tests {
         for s in [4, 8, 24, 28] {
             assert_eq!((isar1 >> s) & 0xf, 0, "PAuth field at {s}");
         }
-        assert_eq!((isar1 >> 0) & 0xf, 0xf, "DPB kept");
+        assert_eq!(isar1 & 0xf, 0xf, "DPB kept");
     }
 
     #[test]
