@@ -260,14 +260,11 @@ pub fn check_no_fp(arch: Arch) -> Result<(), String> {
     let mut insns = 0usize;
     for line in text.lines() {
         // "  addr: \tmnemonic\toperands  // comment" or "<sym>" headers.
-        let Some((_, insn)) = line.split_once(":\t") else {
+        let Some(insn) = instruction_of(line) else {
             continue;
         };
-        let insn = insn.split("//").next().unwrap_or("");
-        let insn = insn.split('#').next().unwrap_or("");
-        let insn = insn.split('<').next().unwrap_or("");
         insns += 1;
-        if uses_fp(arch, insn) {
+        if uses_fp(arch, &insn) {
             bad.push(line.trim().to_string());
         }
     }
@@ -293,6 +290,39 @@ pub fn check_no_fp(arch: Arch) -> Result<(), String> {
             bad.len()
         ))
     }
+}
+
+/// The instruction text (mnemonic and operands, no comment) of one
+/// `llvm-objdump -d` line, or `None` for headers, blank lines and data words.
+fn instruction_of(line: &str) -> Option<String> {
+    // "   addr:   [raw bytes]\tmnemonic\toperands  // comment"
+    let (addr, rest) = line.split_once(':')?;
+    let addr = addr.trim();
+    if addr.is_empty() || !addr.chars().all(|c| c.is_ascii_hexdigit()) {
+        return None;
+    }
+    let mut fields = rest
+        .split('\t')
+        .map(str::trim)
+        .filter(|f| !f.is_empty())
+        .peekable();
+    // Raw bytes of data words ("00 b0 03 01") come first when present.
+    let is_bytes = |f: &str| {
+        f.split(' ')
+            .all(|b| b.len() == 2 && b.chars().all(|c| c.is_ascii_hexdigit()))
+    };
+    if fields.peek().is_some_and(|f| is_bytes(f)) {
+        fields.next();
+    }
+    let insn = fields.collect::<Vec<_>>().join("\t");
+    // Data in the text section (the Image header) is not executed.
+    if insn.is_empty() || insn.starts_with('.') {
+        return None;
+    }
+    let insn = insn.split("//").next().unwrap_or("");
+    let insn = insn.split('#').next().unwrap_or("");
+    let insn = insn.split('<').next().unwrap_or("");
+    Some(insn.trim().to_string())
 }
 
 fn uses_fp(arch: Arch, insn: &str) -> bool {
@@ -338,6 +368,28 @@ fn uses_fp(arch: Arch, insn: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn objdump_lines() {
+        assert_eq!(
+            instruction_of("target/x/kestrel:\tfile format elf64-littleaarch64"),
+            None
+        );
+        assert_eq!(instruction_of("0000000000000000 <_start>:"), None);
+        assert_eq!(
+            instruction_of("      10: 00 b0 03 01  \t.word\t0x0103b000"),
+            None
+        );
+        assert_eq!(
+            instruction_of("       0:      \tb\t0x800 <kestrel_primary_entry>").as_deref(),
+            Some("b\t0x800")
+        );
+        let line = "    1234:      \tstr\tq0, [sp, #16]";
+        let insn = instruction_of(line).unwrap();
+        assert!(uses_fp(Arch::Aarch64, &insn), "{insn}");
+        let la = "9000000000200010:      \tfst.d\t$fa0, $sp, 8";
+        assert!(uses_fp(Arch::LoongArch64, &instruction_of(la).unwrap()));
+    }
 
     #[test]
     fn fp_detector_arm64() {
