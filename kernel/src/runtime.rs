@@ -158,7 +158,7 @@ pub fn primary_main(board: BoardInfo, platform: &'static dyn Platform) -> ! {
             .memory_bytes()
             .saturating_sub(crate::vmconfig::HYPERVISOR_RESERVE),
     };
-    let _vms = crate::vmconfig::report(crate::vmconfig::package(), host);
+    let specs = crate::vmconfig::report(crate::vmconfig::package(), host);
 
     let ok = cpus_online == board.cpus.len() && report.cpus_ticking == cpus_online;
     if !ok {
@@ -168,15 +168,34 @@ pub fn primary_main(board: BoardInfo, platform: &'static dyn Platform) -> ! {
             report.cpus_ticking
         );
     }
-    finish(
-        if ok {
-            ExitStatus::Success
-        } else {
-            ExitStatus::Failure
-        },
-        opts.on_exit,
-    )
+    let boot_status = if ok {
+        ExitStatus::Success
+    } else {
+        ExitStatus::Failure
+    };
+    if specs.is_empty() {
+        finish(boot_status, opts.on_exit)
+    }
+    let created = platform.create_vms(board, specs);
+    if created == 0 {
+        error!("no VM could be created");
+        finish(ExitStatus::Failure, opts.on_exit)
+    }
+    info!("running {created} VM(s) on {cpus_online} CPU(s)");
+    VMS_GO.store(true, Ordering::Release);
+    let vm_status = platform.run_vms(me);
+    info!("kestrel: all VMs have ended (status {})", vm_status.code());
+    let status = if boot_status == ExitStatus::Success {
+        vm_status
+    } else {
+        boot_status
+    };
+    finish(status, opts.on_exit)
 }
+
+/// Set by the boot CPU once VMs exist: secondaries leave their idle loop
+/// and run vCPUs.
+static VMS_GO: AtomicBool = AtomicBool::new(false);
 
 /// A secondary CPU's path, entered by the arch on the CPU's own stack with
 /// its MMU and vectors set up.
@@ -196,6 +215,11 @@ pub fn secondary_main(index: usize) -> ! {
         c.online.store(true, Ordering::Release);
     }
     info!("cpu{index} online");
+    // Idle until the boot CPU has VMs to run (the tick wakes us to look).
+    while !VMS_GO.load(Ordering::Acquire) {
+        platform.wait_for_interrupt();
+    }
+    platform.run_vms(index);
     idle(platform)
 }
 

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use crate::{build_image, qemu, Arch, Opts};
 
 /// How a case must end.
-enum Ending {
+pub enum Ending {
     /// The image powers QEMU off by itself, and QEMU exits with status 0.
     PowerOff,
     /// The image halts: the last expected line appears, then QEMU is stopped
@@ -17,21 +17,28 @@ enum Ending {
     Halt,
 }
 
-struct Case {
-    name: &'static str,
-    opts: Opts,
-    ending: Ending,
+/// One QEMU boot and what its serial log must show. `opts.config` and
+/// `opts.features` select the image (built once per distinct choice).
+pub struct Case {
+    pub name: &'static str,
+    pub opts: Opts,
+    pub ending: Ending,
     /// Lines (substrings) the serial log must contain.
-    expect: Vec<&'static str>,
+    pub expect: Vec<&'static str>,
     /// Substrings it must not contain.
-    reject: Vec<&'static str>,
+    pub reject: Vec<&'static str>,
     /// Extra QEMU arguments.
-    extra: Vec<&'static str>,
+    pub extra: Vec<&'static str>,
     /// Override the machine option (arm64 only).
-    machine: Option<&'static str>,
+    pub machine: Option<&'static str>,
+    /// Further checks on the log: each returned string is a problem.
+    pub check: Option<fn(&str) -> Vec<String>>,
+    /// How long the boot may take.
+    pub timeout: Duration,
 }
 
-const TIMEOUT: Duration = Duration::from_secs(120);
+/// The default boot time limit.
+pub const TIMEOUT: Duration = Duration::from_secs(120);
 
 fn boot_ok(arch: Arch, gic: u32, irqchip: &'static str) -> Case {
     let mut expect = vec![
@@ -67,6 +74,8 @@ fn boot_ok(arch: Arch, gic: u32, irqchip: &'static str) -> Case {
         reject: vec!["FATAL", "panic", "did not come online", "ERROR"],
         extra: vec![],
         machine: None,
+        check: None,
+        timeout: TIMEOUT,
     }
 }
 
@@ -90,6 +99,8 @@ fn cases() -> Vec<Case> {
             reject: vec![" cpus:"],
             extra: vec![],
             machine: Some("virt,gic-version=3"),
+            check: None,
+            timeout: TIMEOUT,
         },
     ]
 }
@@ -161,7 +172,7 @@ fn boot(case: &Case, image: &std::path::Path) -> Result<Outcome, String> {
                 break (child.wait().ok(), false);
             }
         }
-        if start.elapsed() > TIMEOUT {
+        if start.elapsed() > case.timeout {
             let _ = child.kill();
             let _ = child.wait();
             break (None, true);
@@ -182,7 +193,7 @@ fn boot(case: &Case, image: &std::path::Path) -> Result<Outcome, String> {
 fn judge(case: &Case, out: &Outcome) -> Vec<String> {
     let mut problems = Vec::new();
     if out.timed_out {
-        problems.push(format!("no ending within {} s", TIMEOUT.as_secs()));
+        problems.push(format!("no ending within {} s", case.timeout.as_secs()));
     }
     for e in &case.expect {
         if !out.log.contains(e) {
@@ -193,6 +204,9 @@ fn judge(case: &Case, out: &Outcome) -> Vec<String> {
         if out.log.contains(r) {
             problems.push(format!("serial log contains {r:?}"));
         }
+    }
+    if let Some(check) = case.check {
+        problems.extend(check(&out.log));
     }
     if let Ending::PowerOff = case.ending {
         match out.exit {
@@ -207,15 +221,17 @@ fn judge(case: &Case, out: &Outcome) -> Vec<String> {
 /// Runs every smoke case; prints the serial log of each failure.
 pub fn run_all() -> Result<(), String> {
     let cases = cases();
-    let mut images = std::collections::HashMap::new();
-    for arch in [Arch::Aarch64, Arch::LoongArch64] {
-        images.insert(arch, build_image(arch, &[])?);
-    }
     let (mut passed, mut failed) = (0, 0);
     for case in &cases {
         eprintln!("smoke: {} ...", case.name);
+        // Images with a config or features differ: build each before its boot.
+        let image = crate::build_image_with(
+            case.opts.arch,
+            &case.opts.features,
+            case.opts.config.as_deref(),
+        )?;
         let t = Instant::now();
-        let out = boot(case, &images[&case.opts.arch])?;
+        let out = boot(case, &image)?;
         let problems = judge(case, &out);
         if problems.is_empty() {
             passed += 1;
