@@ -63,8 +63,10 @@ install_rust() {
         die "could not install the toolchain pinned in rust-toolchain.toml"
     local tc
     tc=$(cd "$here" && rustup show active-toolchain | cut -d' ' -f1)
-    (cd "$here" && rustup target add --toolchain "$tc" aarch64-unknown-none-softfloat >/dev/null 2>&1) ||
-        die "rustup could not add target aarch64-unknown-none-softfloat to $tc"
+    # softfloat for the hypervisor (it must never touch FP), hard-float for
+    # the arm64 test guest (it checks FP/SIMD registers survive switches).
+    (cd "$here" && rustup target add --toolchain "$tc" aarch64-unknown-none-softfloat aarch64-unknown-none >/dev/null 2>&1) ||
+        die "rustup could not add the aarch64-unknown-none(-softfloat) targets to $tc"
     (cd "$here" && rustup component add --toolchain "$tc" rust-src llvm-tools clippy rustfmt >/dev/null 2>&1) ||
         die "rustup could not add rust-src/llvm-tools/clippy/rustfmt to $tc"
 }
