@@ -3,3 +3,4 @@
 //! every decoder is tested on the host with hostile inputs.
 
 pub mod arm64;
+pub mod loongarch;

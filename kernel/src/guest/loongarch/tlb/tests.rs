@@ -1,0 +1,208 @@
+use super::*;
+use crate::guest::loongarch::csr::{ecode, CRMD_DA, CRMD_PG};
+
+fn paging(plv: u64) -> CsrFile {
+    let mut c = CsrFile::new(0);
+    c.write(num::CRMD, CRMD_PG | plv, 0);
+    c
+}
+
+/// Writes an entry for the 4 KiB pair at `va` with `tlbfill`.
+fn fill(t: &mut SoftTlb, c: &mut CsrFile, va: u64, elo0: u64, elo1: u64) -> Inval {
+    c.write(num::TLBEHI, va, 0);
+    c.write(num::TLBELO0, elo0, 0);
+    c.write(num::TLBELO1, elo1, 0);
+    c.write(num::TLBIDX, 12 << 24, 0);
+    t.fill(c)
+}
+
+const RW_PLV3: u64 = ELO_V | ELO_D | 3 << 2 | 1 << 4;
+const RW_PLV0: u64 = ELO_V | ELO_D | 1 << 4;
+
+#[test]
+fn da_and_dmw() {
+    let mut c = CsrFile::new(0);
+    let t = SoftTlb::new();
+    assert!(c.da());
+    let m = translate(&c, &t, 0x1fe0_01e0, Access::Store).unwrap();
+    assert_eq!(m.pa, 0x1fe0_01e0);
+    c.write(num::CRMD, CRMD_PG, 0);
+    c.write(num::DMW0, 0xf000_0000_0000_0011, 0);
+    let m = translate(&c, &t, 0xf000_0000_0020_0000, Access::Fetch).unwrap();
+    assert_eq!((m.pa, m.mat), (0x20_0000, 1));
+    // The window is PLV0 only.
+    c.write(num::CRMD, CRMD_PG | 3, 0);
+    assert_eq!(
+        translate(&c, &t, 0xf000_0000_0020_0000, Access::Load),
+        Err(Fault::Exception(ecode::ADE, ecode::ADEM))
+    );
+    assert_eq!(translate(&c, &t, 0x1000, Access::Load), Err(Fault::Refill));
+}
+
+#[test]
+fn fill_lookup_and_permissions() {
+    let mut c = paging(0);
+    let mut t = SoftTlb::new();
+    assert_eq!(
+        fill(&mut t, &mut c, 0x4000_0000, RW_PLV0 | 0x10_0000, 0),
+        Inval::None
+    );
+    let m = translate(&c, &t, 0x4000_0123, Access::Store).unwrap();
+    assert_eq!(m.pa, 0x10_0123);
+    // Odd page invalid.
+    assert_eq!(
+        translate(&c, &t, 0x4000_1000, Access::Load),
+        Err(Fault::Exception(ecode::PIL, 0))
+    );
+    // Kernel page from PLV3: PPI.
+    c.write(num::CRMD, CRMD_PG | 3, 0);
+    assert_eq!(
+        translate(&c, &t, 0x4000_0000, Access::Load),
+        Err(Fault::Exception(ecode::PPI, 0))
+    );
+    // A user page, clean: store gives PME; NX fetch gives PNX.
+    c.write(num::CRMD, CRMD_PG, 0);
+    fill(
+        &mut t,
+        &mut c,
+        0x6000_0000,
+        ELO_V | 3 << 2 | 0x20_0000,
+        RW_PLV3 | ELO_NX | 0x30_0000,
+    );
+    c.write(num::CRMD, CRMD_PG | 3, 0);
+    assert_eq!(
+        translate(&c, &t, 0x6000_0010, Access::Load).unwrap().pa,
+        0x20_0010
+    );
+    assert_eq!(
+        translate(&c, &t, 0x6000_0010, Access::Store),
+        Err(Fault::Exception(ecode::PME, 0))
+    );
+    assert_eq!(
+        translate(&c, &t, 0x6000_1010, Access::Fetch),
+        Err(Fault::Exception(ecode::PNX, 0))
+    );
+    // Another ASID does not see non-global entries.
+    c.write(num::ASID, 7, 0);
+    assert_eq!(
+        translate(&c, &t, 0x6000_0010, Access::Load),
+        Err(Fault::Refill)
+    );
+}
+
+#[test]
+fn srch_rd_wr_and_invtlb() {
+    let mut c = paging(0);
+    let mut t = SoftTlb::new();
+    fill(
+        &mut t,
+        &mut c,
+        0x7000_0000,
+        RW_PLV0 | 0x1000,
+        RW_PLV0 | 0x2000,
+    );
+    c.write(num::TLBEHI, 0x7000_1000, 0);
+    t.srch(&mut c);
+    let idx = c.read(num::TLBIDX, 0);
+    assert_eq!(idx >> 31, 0);
+    c.write(num::TLBEHI, 0, 0);
+    t.rd(&mut c);
+    assert_eq!(c.read(num::TLBEHI, 0), 0x7000_0000);
+    assert_eq!(c.read(num::TLBELO1, 0), RW_PLV0 | 0x2000);
+    assert_eq!(c.read(num::TLBIDX, 0) >> 24 & 0x3f, 12);
+    // tlbwr with NE = 1 invalidates the slot.
+    c.write(num::TLBIDX, (idx & 0xffff) | 1 << 31, 0);
+    assert_eq!(t.wr(&c), Inval::Range(0x7000_0000, 0x2000));
+    c.write(num::TLBEHI, 0x7000_0000, 0);
+    t.srch(&mut c);
+    assert_ne!(c.read(num::TLBIDX, 0) >> 31, 0);
+    // invtlb.
+    fill(&mut t, &mut c, 0x8000, RW_PLV0, RW_PLV0);
+    assert_eq!(t.invtlb(5, 1, 0x8000), Some(Inval::None), "other ASID");
+    assert_eq!(t.invtlb(5, 0, 0x9000), Some(Inval::Range(0x8000, 0x2000)));
+    assert_eq!(t.invtlb(7, 0, 0), None);
+    fill(&mut t, &mut c, 0x8000, RW_PLV0 | ELO_G, RW_PLV0 | ELO_G);
+    assert_eq!(t.invtlb(3, 0, 0), Some(Inval::None), "global kept");
+    assert_eq!(t.invtlb(2, 0, 0), Some(Inval::Range(0x8000, 0x2000)));
+}
+
+#[test]
+fn refill_path_with_lddir_ldpte() {
+    // A 3-level table: 4 KiB pages, PT 9 bits at 12, Dir1 9 bits at 21, Dir2 9 bits at 30.
+    let mut mem = std::collections::HashMap::new();
+    let va = 0x0000_0040_1234_5678u64;
+    let (pgd, pmd, pt) = (0x10_0000u64, 0x11_0000u64, 0x12_0000u64);
+    mem.insert(pgd + ((va >> 30) & 511) * 8, pmd);
+    mem.insert(pmd + ((va >> 21) & 511) * 8, pt);
+    let even = ((va >> 12) & 511) & !1;
+    mem.insert(pt + even * 8, RW_PLV3 | 0x50_0000);
+    mem.insert(pt + (even + 1) * 8, RW_PLV3 | 0x51_0000);
+    let read = |pa: u64| mem.get(&pa).copied().or(Some(0));
+
+    let mut c = paging(3);
+    c.write(
+        num::PWCL,
+        12 | 9 << 5 | 21 << 10 | 9 << 15 | 30 << 20 | 9 << 25,
+        0,
+    );
+    c.write(num::PGDL, pgd, 0);
+    c.write(num::TLBRENTRY, 0x3000, 0);
+    let mut t = SoftTlb::new();
+    assert_eq!(translate(&c, &t, va, Access::Load), Err(Fault::Refill));
+    c.raise_tlbr(0x1000, va);
+    assert!(c.da());
+    let base = c.read(num::PGD, 0);
+    let l1 = lddir(&c, base, 2, read).unwrap();
+    assert_eq!(l1, pmd);
+    let l0 = lddir(&c, l1, 1, read).unwrap();
+    assert_eq!(l0, pt);
+    ldpte(&mut c, l0, 0, read).unwrap();
+    ldpte(&mut c, l0, 1, read).unwrap();
+    t.fill(&c);
+    assert_eq!(c.ertn(), 0x1000);
+    assert_eq!(c.read(num::CRMD, 0) & (CRMD_DA | CRMD_PG), CRMD_PG);
+    let m = translate(&c, &t, va, Access::Load).unwrap();
+    assert_eq!(m.pa, 0x51_0678);
+    // A walk outside guest memory reports it.
+    assert_eq!(lddir(&c, base, 2, |_| None), None);
+}
+
+#[test]
+fn hostile_tlb_ops_never_panic() {
+    let mut r = crate::guest::loongarch::csr::tests::Rng(0xdead_beef_1234_5678);
+    let mut c = paging(0);
+    let mut t = SoftTlb::new();
+    for _ in 0..50_000 {
+        let v = r.next();
+        match r.next() % 10 {
+            0 => {
+                c.write(num::TLBIDX, v, 0);
+            }
+            1 => {
+                c.write(num::TLBEHI, v, 0);
+            }
+            2 => {
+                c.write(num::TLBELO0, v, 0);
+            }
+            3 => {
+                t.fill(&c);
+            }
+            4 => {
+                t.wr(&c);
+            }
+            5 => t.rd(&mut c),
+            6 => t.srch(&mut c),
+            7 => {
+                t.invtlb((v & 31) as u8, r.next(), r.next());
+            }
+            8 => {
+                c.write(num::TLBREHI, v, 0);
+                let _ = ldpte(&mut c, r.next(), (v & 1) as u8, |_| Some(v));
+                let _ = lddir(&c, r.next(), (v >> 8) as u8, |_| Some(v));
+            }
+            _ => {
+                let _ = translate(&c, &t, v, Access::Load);
+            }
+        }
+    }
+}
