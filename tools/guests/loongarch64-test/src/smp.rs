@@ -1,0 +1,173 @@
+//! Secondary CPUs: bring-up through the IOCSR mailbox + IPI (as QEMU's boot
+//! ROM and kestrel's emulated mailbox expect), and a small command loop the
+//! boot CPU drives.
+//!
+//! A secondary waits for work race-free: with CRMD.IE off it checks the
+//! sequence number, runs `idle` (which wakes on a pending interrupt whatever
+//! CRMD.IE says), then turns IE on to take the interrupt. The boot CPU kicks
+//! it with IPI vector [`KICK_VECTOR`] after posting a command.
+
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use crate::console::{fail, pass, Outcome};
+use crate::{asm, checks, cpu, wait_for, CPUS, MAX_CPUS};
+
+/// IPI vector used to wake secondaries for a new command (not counted as a
+/// test IPI by the handler).
+pub const KICK_VECTOR: u64 = 31;
+/// IPI vector the IPI checks send.
+pub const TEST_VECTOR: u64 = 2;
+
+/// Commands for the secondaries.
+#[derive(Clone, Copy, PartialEq, Eq)]
+#[repr(u64)]
+pub enum Cmd {
+    /// Run the FP/LSX check; the result lands in `FP_ERRORS`.
+    Fp = 1,
+    /// Spin with interrupts on until `STOP` (bench receivers).
+    SpinIrqsOn = 2,
+    /// Spin with interrupts masked until `STOP` (bench: sender-only cost).
+    SpinIrqsOff = 3,
+}
+
+#[allow(clippy::declare_interior_mutable_const)] // array initialiser only
+const ZERO: AtomicU64 = AtomicU64::new(0);
+#[allow(clippy::declare_interior_mutable_const)] // array initialiser only
+const NO: AtomicBool = AtomicBool::new(false);
+static ONLINE: [AtomicBool; MAX_CPUS] = [NO; MAX_CPUS];
+static SEQ: AtomicU64 = AtomicU64::new(0);
+static CMD: AtomicU64 = AtomicU64::new(0);
+static DONE: [AtomicU64; MAX_CPUS] = [ZERO; MAX_CPUS];
+/// Set to end a spin command.
+pub static STOP: AtomicBool = AtomicBool::new(false);
+/// Per-CPU result of the last FP check: mismatching iterations, or
+/// `u64::MAX` when it did not run.
+pub static FP_ERRORS: [AtomicU64; MAX_CPUS] = [ZERO; MAX_CPUS];
+/// First bad iteration's detail, per CPU (register index << 32 | iteration).
+pub static FP_FIRST: [AtomicU64; MAX_CPUS] = [ZERO; MAX_CPUS];
+/// Set by a spinning secondary once it spins (bench start condition).
+pub static SPINNING: [AtomicBool; MAX_CPUS] = [NO; MAX_CPUS];
+
+/// Starts the secondaries; `expected` is the FDT's CPU count (0 = unknown:
+/// try every id up to `MAX_CPUS` and count who answers).
+pub fn bring_up(expected: usize) -> Outcome {
+    let tries = if expected > 0 {
+        expected.min(MAX_CPUS)
+    } else {
+        MAX_CPUS
+    };
+    let entry = asm::guest_secondary_entry as *const () as u64;
+    for c in 1..tries {
+        cpu::mail_send(c as u64, 0, entry);
+        cpu::ipi_send(c as u64, 0);
+    }
+    let timeout = if expected > 0 { 10_000_000 } else { 2_000_000 };
+    wait_for(timeout, || {
+        (1..tries).all(|c| ONLINE[c].load(Ordering::Acquire))
+    });
+    let online = 1
+        + (1..tries)
+            .filter(|&c| ONLINE[c].load(Ordering::Acquire))
+            .count();
+    // CPUs are used densely: stop at the first hole.
+    let dense = 1
+        + (1..tries)
+            .take_while(|&c| ONLINE[c].load(Ordering::Acquire))
+            .count();
+    CPUS.store(dense, Ordering::Release);
+    if expected > 0 && online != expected {
+        return fail!("{online} of {expected} CPUs came online");
+    }
+    if expected == 0 {
+        return pass!("{online} CPUs online (no FDT: counted the CPUs that answered)");
+    }
+    pass!("{online} of {expected} CPUs online, paging and vectors on each")
+}
+
+/// The command loop of a secondary.
+pub fn secondary_loop(me: usize) -> ! {
+    ONLINE[me].store(true, Ordering::Release);
+    let mut seen = SEQ.load(Ordering::Acquire);
+    loop {
+        cpu::set_irqs(false);
+        if SEQ.load(Ordering::Acquire) == seen {
+            cpu::idle();
+        }
+        cpu::set_irqs(true);
+        let s = SEQ.load(Ordering::Acquire);
+        if s != seen {
+            seen = s;
+            match CMD.load(Ordering::Acquire) {
+                x if x == Cmd::Fp as u64 => {
+                    let (errs, first) = checks::fp_on_this_cpu(me);
+                    FP_FIRST[me].store(first, Ordering::Relaxed);
+                    FP_ERRORS[me].store(errs, Ordering::Release);
+                }
+                x if x == Cmd::SpinIrqsOn as u64 || x == Cmd::SpinIrqsOff as u64 => {
+                    let on = x == Cmd::SpinIrqsOn as u64;
+                    cpu::set_irqs(on);
+                    SPINNING[me].store(true, Ordering::Release);
+                    while !STOP.load(Ordering::Acquire) {
+                        cpu::relax();
+                    }
+                    SPINNING[me].store(false, Ordering::Release);
+                    cpu::set_irqs(true);
+                }
+                _ => {}
+            }
+            DONE[me].store(s, Ordering::Release);
+        }
+    }
+}
+
+/// Posts `cmd` to every online secondary and kicks them; returns the
+/// sequence number to wait for.
+pub fn post(cmd: Cmd) -> u64 {
+    STOP.store(false, Ordering::Release);
+    CMD.store(cmd as u64, Ordering::Release);
+    let s = SEQ.fetch_add(1, Ordering::AcqRel) + 1;
+    kick_pending(s);
+    s
+}
+
+fn kick_pending(s: u64) {
+    let n = CPUS.load(Ordering::Acquire);
+    for (c, done) in DONE.iter().enumerate().take(n).skip(1) {
+        if done.load(Ordering::Acquire) != s {
+            cpu::ipi_send(c as u64, KICK_VECTOR);
+        }
+    }
+}
+
+/// Waits (re-kicking every 20 ms) until every secondary finished command
+/// `s`; false after `timeout_us`.
+pub fn wait_done(s: u64, timeout_us: u64) -> bool {
+    let n = CPUS.load(Ordering::Acquire);
+    let end = cpu::now() + crate::us(timeout_us);
+    loop {
+        if (1..n).all(|c| DONE[c].load(Ordering::Acquire) == s) {
+            return true;
+        }
+        if cpu::now() > end {
+            return false;
+        }
+        wait_for(20_000, || {
+            (1..n).all(|c| DONE[c].load(Ordering::Acquire) == s)
+        });
+        kick_pending(s);
+    }
+}
+
+/// Ends a spin command and waits for the secondaries to return to their loop.
+pub fn stop(s: u64) -> bool {
+    STOP.store(true, Ordering::Release);
+    wait_done(s, 10_000_000)
+}
+
+/// Waits until every secondary spins (after `post` of a spin command).
+pub fn wait_spinning() -> bool {
+    let n = CPUS.load(Ordering::Acquire);
+    wait_for(10_000_000, || {
+        (1..n).all(|c| SPINNING[c].load(Ordering::Acquire))
+    })
+}
