@@ -150,6 +150,13 @@ pub mod arm64 {
     pub const IPI_SEND: u32 = 0xC600_0002;
     /// Statistics query: x1 = counter index.
     pub const STATS: u32 = 0xC600_0003;
+    /// The virtual SGI a PV IPI (`IPI_SEND`) delivers on arm64. SGIs 0-7
+    /// are the guest's own (Linux uses them for its IPIs); kestrel's is the
+    /// last one. The guest enables it like any SGI (GICv3: group 1 in
+    /// GICR_IGROUPR0, GICR_ISENABLER0; GICv2: GICD_ISENABLER0) and takes it
+    /// from its CPU interface with no exit (on GICv2 the source CPU field
+    /// names the sender).
+    pub const PV_IPI_SGI: u32 = 15;
     /// Number of functions in the kestrel range (FEATURES, IPI_SEND, STATS).
     pub const FUNCTION_COUNT: u64 = 3;
     /// Revision returned by [`REVISION`]: major.

@@ -87,6 +87,33 @@ impl Vgic {
         kicks
     }
 
+    /// A backend-generated SGI (kestrel's PV IPI): SGI `sgi` from vCPU
+    /// `source` becomes pending on vCPU `target`, on either GIC version.
+    /// Returns whether it was already pending (nothing new: coalesced) and
+    /// the vCPUs to kick; `None` for an unknown vCPU.
+    pub fn raise_sgi(&mut self, source: usize, target: usize, sgi: u8) -> Option<(bool, VcpuSet)> {
+        if source >= self.vcpus || target >= self.vcpus {
+            return None;
+        }
+        let s = (sgi & 15) as usize;
+        if self.version == GicVersion::V2 {
+            let was = self.private[target].sgi_sources[s] & (1 << source) != 0;
+            if was {
+                return Some((true, VcpuSet::EMPTY));
+            }
+            return Some((
+                false,
+                self.send_sgi_v2(source, s as u8, VcpuSet::single(target)),
+            ));
+        }
+        let irq = &mut self.private[target].irqs[s];
+        if irq.pending() {
+            return Some((true, VcpuSet::EMPTY));
+        }
+        irq.set_pending();
+        Some((false, self.kicks(target, s as u32, 1)))
+    }
+
     /// GICv2: SGI `sgi` from `source` becomes pending on each target.
     pub(super) fn send_sgi_v2(&mut self, source: usize, sgi: u8, targets: VcpuSet) -> VcpuSet {
         let mut kicks = VcpuSet::EMPTY;

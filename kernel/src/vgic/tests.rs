@@ -1009,3 +1009,35 @@ fn hostile_accesses_never_panic() {
         assert!(g.stats().raz_wi > 0 && g.stats().bad_access > 0);
     }
 }
+
+// ---- backend-generated SGIs (kestrel PV IPI) ----
+
+#[test]
+fn raise_sgi_coalesces_and_kicks_on_both_versions() {
+    let mut g = linux_v3(4, 32);
+    rwr(&mut g, sgi_base(2) + 0x100, 1 << 15);
+    assert_eq!(g.raise_sgi(0, 2, 15), Some((false, VcpuSet::single(2))));
+    assert_eq!(
+        g.raise_sgi(1, 2, 15),
+        Some((true, VcpuSet::EMPTY)),
+        "coalesced"
+    );
+    assert!(g.has_pending(2));
+    let fill = g.fill_lrs(2, 4);
+    assert_eq!(fill.lrs[0].intid, 15);
+    assert_eq!(g.raise_sgi(0, 4, 15), None, "no vCPU 4");
+    assert_eq!(g.raise_sgi(9, 0, 15), None, "no source 9");
+
+    let mut g = gic(GicVersion::V2, 4, 32);
+    wr(&mut g, 0, 0, 1);
+    wr(&mut g, 1, 0x100, 1 << 15);
+    assert_eq!(g.raise_sgi(3, 1, 15), Some((false, VcpuSet::single(1))));
+    assert_eq!(g.raise_sgi(3, 1, 15), Some((true, VcpuSet::EMPTY)));
+    assert_eq!(
+        g.raise_sgi(0, 1, 15),
+        Some((false, VcpuSet::single(1))),
+        "another source"
+    );
+    let fill = g.fill_lrs(1, 4);
+    assert_eq!((fill.lrs[0].intid, fill.lrs[0].source_cpu), (15, 0));
+}

@@ -187,7 +187,12 @@ pub fn primary_run(board: BoardInfo, args: &BootArgs) -> ! {
             board.irqchip
         ));
     };
-    platform::init(&board, gic, args.secondary_entry);
+    let dtb_size = dtb_blob(args.dtb).map_or(0, |b| b.len()) as u64;
+    let reserved = [
+        (args.image_start as u64, args.image_end as u64),
+        (args.dtb as u64, args.dtb as u64 + dtb_size),
+    ];
+    platform::init(&board, gic, args.secondary_entry, reserved);
     crate::klog::init(&platform::PLATFORM, log::LevelFilter::Info);
     log::info!(
         "arm64: EL2, image at {:#x}-{:#x} (load offset {:#x}), DTB at {:#x}, MMU and caches on",

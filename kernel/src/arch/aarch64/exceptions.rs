@@ -21,6 +21,14 @@ core::arch::global_asm!(
     b       kestrel_exception_common
     .endm
 
+    // From a guest (lower EL): back to the world switch (vm/switch.rs).
+    .macro kestrel_gentry kind
+    .balign 0x80
+    stp     x0, x1, [sp, #-16]!
+    mov     x1, #\kind
+    b       kestrel_guest_exit
+    .endm
+
     .section .text.kestrel_vectors, "ax"
     .balign 2048
     .global kestrel_el2_vectors
@@ -33,14 +41,14 @@ kestrel_el2_vectors:
     kestrel_ventry 5
     kestrel_ventry 6
     kestrel_ventry 7
-    kestrel_ventry 8
-    kestrel_ventry 9
-    kestrel_ventry 10
-    kestrel_ventry 11
-    kestrel_ventry 12
-    kestrel_ventry 13
-    kestrel_ventry 14
-    kestrel_ventry 15
+    kestrel_gentry 8
+    kestrel_gentry 9
+    kestrel_gentry 10
+    kestrel_gentry 11
+    kestrel_gentry 12
+    kestrel_gentry 13
+    kestrel_gentry 14
+    kestrel_gentry 15
 
 kestrel_exception_common:
     stp     x2, x3, [sp, #16]
@@ -137,25 +145,31 @@ pub fn vectors_addr() -> usize {
 #[no_mangle]
 extern "C" fn kestrel_exception(frame: &mut Frame, kind: u64) {
     match kind {
-        1 | 5 => irq(),
+        1 | 5 => {
+            irq();
+        }
         _ => crash(frame, kind as usize),
     }
 }
 
-fn irq() {
-    let Some(gic) = platform::gic() else {
-        return;
-    };
+/// Takes one physical interrupt: the tick (re-armed, counted, and the
+/// vCPU time slice ended), or whatever the VM backend handles (kicks, the
+/// virtual timer, maintenance). Also called by the backend on a guest's IRQ
+/// exit. Returns the INTID, or `None` for a spurious acknowledge.
+pub fn irq() -> Option<u32> {
+    let gic = platform::gic()?;
     let iar = gic.ack();
     let intid = iar & 0xff_ffff;
     if gic::is_spurious(intid) {
-        return;
+        return None;
     }
     if intid == timer::PPI {
         timer::rearm();
         crate::runtime::tick(percpu::index());
     }
+    super::vm::host_irq(intid);
     gic.eoi(iar);
+    Some(intid)
 }
 
 fn crash(frame: &Frame, kind: usize) -> ! {

@@ -50,6 +50,11 @@ const GICC_EOIR: usize = 0x10;
 
 /// This CPU's redistributor (GICv3), by logical CPU index.
 static REDIST: [AtomicUsize; MAX_CPUS] = [const { AtomicUsize::new(0) }; MAX_CPUS];
+/// GICv2: each CPU's interface mask (its banked GICD_ITARGETSR0 byte), for
+/// GICD_SGIR target lists.
+static V2_CPU_MASK: [AtomicUsize; MAX_CPUS] = [const { AtomicUsize::new(0) }; MAX_CPUS];
+const GICD_ITARGETSR: usize = 0x0800;
+const GICD_SGIR: usize = 0x0F00;
 
 #[derive(Clone, Copy, Debug)]
 pub enum Gic {
@@ -159,7 +164,13 @@ impl Gic {
     /// GICv2 enables its CPU interface.
     pub fn init_cpu(&self, index: usize) -> Result<(), &'static str> {
         match *self {
-            Gic::V2 { gicc, .. } => {
+            Gic::V2 { gicc, gicd } => {
+                if let Some(slot) = V2_CPU_MASK.get(index) {
+                    slot.store(
+                        (read32(gicd + GICD_ITARGETSR) & 0xff) as usize,
+                        Ordering::Relaxed,
+                    );
+                }
                 write32(gicc + GICC_PMR, PMR as u32);
                 write32(gicc + GICC_BPR, 0);
                 write32(gicc + GICC_CTLR, 1);
@@ -225,6 +236,47 @@ impl Gic {
                 );
                 write32(sgi + GICD_ISENABLER, bit);
                 wait_clear(rd + GICR_CTLR, 1 << 3);
+            }
+        }
+    }
+
+    /// Disables private interrupt `intid` (SGI/PPI) on the calling CPU.
+    pub fn disable_ppi(&self, intid: u32) {
+        let bit = 1u32 << (intid % 32);
+        match *self {
+            Gic::V2 { gicd, .. } => write32(gicd + GICD_ICENABLER, bit),
+            Gic::V3 { .. } => {
+                let rd = REDIST[percpu::index()].load(Ordering::Relaxed);
+                write32(rd + GICR_SGI + GICD_ICENABLER, bit);
+                wait_clear(rd + GICR_CTLR, 1 << 3);
+            }
+        }
+    }
+
+    /// Sends SGI `sgi` to logical CPU `index` whose MPIDR affinity is `mpidr`.
+    pub fn send_sgi(&self, index: usize, mpidr: u64, sgi: u32) {
+        match *self {
+            Gic::V2 { gicd, .. } => {
+                let mask = V2_CPU_MASK
+                    .get(index)
+                    .map_or(0, |m| m.load(Ordering::Relaxed)) as u32;
+                if mask != 0 {
+                    write32(gicd + GICD_SGIR, (mask << 16) | (sgi & 15));
+                }
+            }
+            Gic::V3 { .. } => {
+                let aff0 = mpidr & 0xf;
+                let v = (((mpidr >> 32) & 0xff) << 48)
+                    | (((mpidr >> 16) & 0xff) << 32)
+                    | (((mpidr >> 8) & 0xff) << 16)
+                    | (u64::from(sgi & 15) << 24)
+                    | (1 << aff0);
+                // SAFETY: writing ICC_SGI1R_EL1 at EL2 only generates a
+                // group 1 SGI; the system register interface is enabled.
+                unsafe {
+                    core::arch::asm!("dsb ishst", "msr icc_sgi1r_el1, {}", "isb",
+                        in(reg) v, options(nostack))
+                };
             }
         }
     }

@@ -13,3 +13,4 @@ pub mod platform;
 pub mod psci;
 pub mod smp;
 pub mod timer;
+pub mod vm;

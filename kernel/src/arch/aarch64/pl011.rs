@@ -15,6 +15,7 @@ pub const EARLY_GUESS: usize = 0x0900_0000;
 const DR: usize = 0x00;
 const FR: usize = 0x18;
 const FR_TXFF: u32 = 1 << 5;
+const FR_RXFE: u32 = 1 << 4;
 /// Polls of a full FIFO before a byte is dropped (a missing UART must not hang us).
 const SPIN_LIMIT: u32 = 1_000_000;
 
@@ -45,6 +46,19 @@ impl Pl011 {
     pub fn write_bytes(&self, bytes: &[u8]) {
         for &b in bytes {
             self.put(b);
+        }
+    }
+
+    /// A received byte, if the receive FIFO holds one.
+    pub fn read_byte(&self) -> Option<u8> {
+        let fr = (self.base + FR) as *const u32;
+        let dr = (self.base + DR) as *const u32;
+        // SAFETY: as in `put`; reading DR pops one byte from the FIFO.
+        unsafe {
+            if core::ptr::read_volatile(fr) & FR_RXFE != 0 {
+                return None;
+            }
+            Some(core::ptr::read_volatile(dr) as u8)
         }
     }
 

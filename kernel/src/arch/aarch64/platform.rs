@@ -5,6 +5,7 @@ use spin::Once;
 
 use crate::board::{BoardInfo, PsciConduit, UartKind};
 use crate::platform::{ExitStatus, Platform, StartError};
+use crate::vmconfig::VmSpec;
 use crate::MAX_CPUS;
 
 use super::gic::Gic;
@@ -18,6 +19,9 @@ struct State {
     hw_ids: Vec<u64, MAX_CPUS>,
     counter_hz: u64,
     secondary_entry: usize,
+    /// Physical ranges guests must not get: the image (with .bss, heap and
+    /// stacks) and the boot DTB.
+    reserved: [(u64, u64); 2],
 }
 
 static STATE: Once<State> = Once::new();
@@ -28,7 +32,7 @@ pub struct Arm64;
 pub static PLATFORM: Arm64 = Arm64;
 
 /// Records what the platform needs from the board. Boot CPU, MMU on.
-pub fn init(board: &BoardInfo, gic: Gic, secondary_entry: usize) {
+pub fn init(board: &BoardInfo, gic: Gic, secondary_entry: usize, reserved: [(u64, u64); 2]) {
     STATE.call_once(|| State {
         uart: board
             .uart
@@ -39,12 +43,18 @@ pub fn init(board: &BoardInfo, gic: Gic, secondary_entry: usize) {
         hw_ids: board.cpus.iter().map(|c| c.hw_id).collect(),
         counter_hz: board.timer_hz,
         secondary_entry,
+        reserved,
     });
 }
 
 /// The GIC, once the platform is initialised.
 pub fn gic() -> Option<&'static Gic> {
     STATE.get().map(|s| &s.gic)
+}
+
+/// A byte typed on the console UART, if any.
+pub fn console_read() -> Option<u8> {
+    STATE.get()?.uart?.read_byte()
 }
 
 /// Whether `klog` can print (the platform is initialised).
@@ -123,5 +133,14 @@ impl Platform for Arm64 {
 
     fn halt(&self) -> ! {
         halt_cpu()
+    }
+
+    fn create_vms(&self, board: &BoardInfo, specs: alloc::vec::Vec<VmSpec<'static>>) -> usize {
+        let reserved = STATE.get().map_or([(0, 0); 2], |s| s.reserved);
+        super::vm::create_vms(board, specs, &reserved)
+    }
+
+    fn run_vms(&self, cpu: usize) -> ExitStatus {
+        super::vm::run_vms(cpu)
     }
 }

@@ -40,3 +40,22 @@ pub fn start(hz: u32) {
 pub fn rearm() {
     set_tval(INTERVAL.load(Ordering::Relaxed));
 }
+
+/// Counter ticks between two ticks of the calling CPU's timer.
+pub fn interval() -> u64 {
+    INTERVAL.load(Ordering::Relaxed)
+}
+
+/// Makes the calling CPU's timer fire at counter value `deadline` if that is
+/// before its next tick (the next tick's re-arm restores the period).
+pub fn arm_before(deadline: u64) {
+    let now = counter();
+    let ticks = deadline.saturating_sub(now).max(1);
+    let tval: u64;
+    // SAFETY: reading the calling CPU's EL2 timer value has no side effect.
+    unsafe { core::arch::asm!("mrs {}, cnthp_tval_el2", out(reg) tval, options(nomem, nostack)) };
+    let left = tval as u32 as i32;
+    if left > 0 && ticks < left as u64 {
+        set_tval(ticks);
+    }
+}

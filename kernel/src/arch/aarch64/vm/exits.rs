@@ -1,0 +1,558 @@
+//! Synchronous guest exits: every trapped instruction and access gets a
+//! defined answer. HVC/SMC go to PSCI/SMCCC or kestrel's hypercalls; system
+//! register traps to the vGIC (SGIs), the ID-register view, RAZ/WI (debug,
+//! PMU, ACTLR, LORegions, physical timer) or UNDEF; data aborts to MMIO
+//! emulation (vGIC distributor and redistributors, PL011) or, outside every
+//! region, a synchronous external abort injected into the guest.
+
+use alloc::format;
+
+use crate::guest::arm64::esr::{self, sysreg, Abort, Exit, SysReg, SysRegAccess};
+use crate::guest::arm64::idregs;
+use crate::hypercall::{self, Abi, HypercallArgs, HypercallEnv};
+use crate::ipi::{self, IpiError, IpiOutcome, IpiTarget, IpiWindow};
+use crate::psci::{self, Effect, PsciVm};
+use crate::sched::{RunState, VcpuKey};
+use crate::stats::ExitReason;
+use crate::vdev::pl011::Effect as UartEffect;
+use crate::vgic::{GicVersion, SgiRegister, VcpuSet, Width as GicWidth};
+use crate::vm::{Hypervisor, RunExit, Vcpu, Vm, VmEnd};
+use crate::vmconfig::{GUEST_GICD, GUEST_GICR, GUEST_UART};
+
+use super::regs::{mrs, msr, PSTATE_EL1H_MASKED};
+use super::{Arm64Backend, VcpuState, UART_INTID};
+
+type B = Arm64Backend;
+
+/// kestrel's PV IPI arrives as this SGI (kestrel_abi::arm64::PV_IPI_SGI).
+pub const PV_IPI_SGI: u8 = kestrel_abi::arm64::PV_IPI_SGI as u8;
+
+/// Wakes (and kicks as needed) the vCPUs of `set`, except `me` (the caller,
+/// which refills its list registers before its next entry anyway).
+pub fn wake_set(hv: &Hypervisor<B>, vm: &Vm<B>, set: VcpuSet, me: usize, cpu: usize) {
+    for v in set.iter().filter(|&v| v != me && v < vm.vcpus.len()) {
+        hv.wake(
+            VcpuKey {
+                vm: vm.slot,
+                vcpu: v as u16,
+            },
+            cpu,
+        );
+    }
+}
+
+fn reg(ctx: &VcpuState, r: u8) -> u64 {
+    if r >= 31 {
+        0
+    } else {
+        ctx.regs.x[r as usize]
+    }
+}
+
+fn set_reg(ctx: &mut VcpuState, r: u8, v: u64) {
+    if r < 31 {
+        ctx.regs.x[r as usize] = v;
+    }
+}
+
+/// Takes an exception to the guest's EL1 (the loaded vCPU: its EL1
+/// registers are live in the CPU): ESR_EL1 = `esr`, FAR_EL1 = `far`,
+/// ELR/SPSR from the guest's PC/PSTATE, PC = the VBAR_EL1 sync vector.
+pub fn inject_sync(ctx: &mut VcpuState, esr: u64, far: Option<u64>) {
+    let pstate = ctx.regs.pstate;
+    let vbar = mrs!("vbar_el1");
+    let offset = if pstate & 0x10 != 0 {
+        0x600 // from AArch32 (lower EL)
+    } else {
+        match pstate & 0xf {
+            0 => 0x400,    // EL0t: lower EL, AArch64
+            0b0100 => 0x0, // EL1t: current EL, SP_EL0
+            _ => 0x200,    // EL1h: current EL, SP_ELx
+        }
+    };
+    msr!("elr_el1", ctx.regs.pc);
+    msr!("spsr_el1", pstate);
+    msr!("esr_el1", esr);
+    if let Some(far) = far {
+        msr!("far_el1", far);
+    }
+    ctx.regs.pc = vbar.wrapping_add(offset);
+    ctx.regs.pstate = PSTATE_EL1H_MASKED;
+}
+
+const ESR_IL: u64 = 1 << 25;
+
+/// An undefined-instruction exception (EC 0x00) for the current instruction.
+pub fn inject_undef(ctx: &mut VcpuState) {
+    inject_sync(ctx, ESR_IL, None);
+}
+
+fn from_el0(ctx: &VcpuState) -> bool {
+    ctx.regs.pstate & 0xf == 0 || ctx.regs.pstate & 0x10 != 0
+}
+
+/// A synchronous external abort on the access `a` describes.
+pub fn inject_abort(ctx: &mut VcpuState, a: &Abort, data: bool) {
+    let ec: u64 = match (data, from_el0(ctx)) {
+        (true, true) => 0x24,
+        (true, false) => 0x25,
+        (false, true) => 0x20,
+        (false, false) => 0x21,
+    };
+    // FSC 0b010000: synchronous external abort, not on a translation walk.
+    let mut iss: u64 = 0x10;
+    if data && a.write {
+        iss |= 1 << 6;
+    }
+    inject_sync(ctx, (ec << 26) | ESR_IL | iss, Some(a.far));
+}
+
+/// Handles a synchronous exit (vector 8).
+#[allow(clippy::too_many_arguments)]
+pub fn sync(
+    be: &B,
+    hv: &Hypervisor<B>,
+    cpu: usize,
+    vm: &Vm<B>,
+    vcpu: &Vcpu<B>,
+    ctx: &mut VcpuState,
+    esr: u64,
+    far: u64,
+    hpfar: u64,
+) -> RunExit {
+    match esr::decode(esr, far, hpfar) {
+        Exit::Wfi => {
+            vm.stats.exit(ExitReason::Idle);
+            ctx.regs.pc += 4;
+            if be.has_work(vm, vcpu) {
+                RunExit::Continue
+            } else {
+                RunExit::Block
+            }
+        }
+        Exit::Wfe => {
+            vm.stats.exit(ExitReason::Idle);
+            ctx.regs.pc += 4;
+            if hv.sched.should_preempt(cpu) {
+                RunExit::Yield
+            } else {
+                RunExit::Continue
+            }
+        }
+        Exit::FpAccess => {
+            vm.stats.exit(ExitReason::FpTrap);
+            let mut e = super::PCPU[cpu].fp.lock();
+            if let Some(engine) = e.as_mut() {
+                let before = engine.counters();
+                engine.fp_trap();
+                vm.stats.record_fp(&before, &engine.counters());
+            }
+            RunExit::Continue
+        }
+        Exit::SveSmeAccess => {
+            vm.stats.exit(ExitReason::Other);
+            inject_undef(ctx);
+            RunExit::Continue
+        }
+        Exit::Hvc { .. } => {
+            vm.stats.exit(ExitReason::Hypercall);
+            call(be, hv, cpu, vm, vcpu, ctx)
+        }
+        Exit::Smc { .. } => {
+            vm.stats.exit(ExitReason::Hypercall);
+            // A trapped SMC's ELR points at the SMC itself.
+            ctx.regs.pc += 4;
+            call(be, hv, cpu, vm, vcpu, ctx)
+        }
+        Exit::SysReg(acc) => sysreg_trap(hv, cpu, vm, vcpu, ctx, acc),
+        Exit::DataAbort(a) => data_abort(be, hv, cpu, vm, vcpu, ctx, &a),
+        Exit::InstAbort(a) => {
+            vm.stats.exit(ExitReason::Abort);
+            inject_abort(ctx, &a, false);
+            RunExit::Continue
+        }
+        Exit::Unknown { ec, .. } => {
+            vm.stats.exit(ExitReason::Other);
+            if ec == esr::ec::SERROR {
+                return RunExit::VmEnd(VmEnd::Fatal(format!(
+                    "SError from the guest (ESR_EL2 {esr:#x})"
+                )));
+            }
+            inject_undef(ctx);
+            RunExit::Continue
+        }
+    }
+}
+
+/// The calling VM as PSCI sees it.
+struct PsciEnv<'a> {
+    hv: &'a Hypervisor<B>,
+    vm: &'a Vm<B>,
+    cpu: usize,
+}
+
+impl PsciVm for PsciEnv<'_> {
+    fn vcpu_by_mpidr(&self, mpidr: u64) -> Option<usize> {
+        psci::vcpu_index_of_mpidr(mpidr, self.vm.vcpus.len())
+    }
+
+    fn vcpu_is_on(&self, index: usize) -> bool {
+        self.hv.vcpu_is_on(self.vm, index)
+    }
+
+    fn is_guest_ram(&self, addr: u64) -> bool {
+        let st = &self.vm.arch;
+        addr >= st.ram_base && addr < st.ram_base + st.ram_size
+    }
+
+    fn start_vcpu(&mut self, index: usize, entry: u64, context: u64) -> bool {
+        let Some(sh) = self.vm.arch.shared.get(index) else {
+            return false;
+        };
+        *sh.boot.lock() = Some((entry, context));
+        if self.hv.power_on(self.vm, index, self.cpu).is_ok() {
+            true
+        } else {
+            *sh.boot.lock() = None;
+            false
+        }
+    }
+}
+
+/// The calling vCPU as the PV IPI router sees it.
+struct IpiEnv<'a> {
+    hv: &'a Hypervisor<B>,
+    vm: &'a Vm<B>,
+    cpu: usize,
+    sender: usize,
+}
+
+impl IpiTarget for IpiEnv<'_> {
+    fn vcpu_count(&self) -> usize {
+        self.vm.vcpus.len()
+    }
+
+    fn set_pending(&self, vcpu: usize) -> bool {
+        let r = self
+            .vm
+            .arch
+            .vgic
+            .lock()
+            .raise_sgi(self.sender, vcpu, PV_IPI_SGI);
+        match r {
+            Some((true, _)) => true,
+            Some((false, _)) => {
+                if vcpu != self.sender {
+                    // Wakes a blocked target and kicks a running one.
+                    self.hv.wake(
+                        VcpuKey {
+                            vm: self.vm.slot,
+                            vcpu: vcpu as u16,
+                        },
+                        self.cpu,
+                    );
+                }
+                false
+            }
+            None => true,
+        }
+    }
+
+    fn running_on(&self, vcpu: usize) -> Option<usize> {
+        match self.hv.sched.state(VcpuKey {
+            vm: self.vm.slot,
+            vcpu: vcpu as u16,
+        }) {
+            Some(RunState::Running(c)) if c != self.cpu => Some(c),
+            _ => None,
+        }
+    }
+
+    fn kick(&self, _pcpu: usize) {
+        // `set_pending` already woke the target through the scheduler,
+        // which kicks a running target's pCPU.
+    }
+}
+
+impl HypercallEnv for IpiEnv<'_> {
+    fn send_ipi(&mut self, window: &IpiWindow) -> Result<IpiOutcome, IpiError> {
+        let out = ipi::send(&*self, self.sender, window)?;
+        self.vm.stats.record_ipi(&out);
+        Ok(out)
+    }
+
+    fn read_stat(&self, index: u64) -> Option<u64> {
+        self.vm.stats.read_index(index)
+    }
+}
+
+/// HVC or trapped SMC: PSCI/SMCCC architecture calls, else kestrel's
+/// vendor hypercalls (unknown ids answer -1).
+fn call(
+    _be: &B,
+    hv: &Hypervisor<B>,
+    cpu: usize,
+    vm: &Vm<B>,
+    vcpu: &Vcpu<B>,
+    ctx: &mut VcpuState,
+) -> RunExit {
+    let x = ctx.regs.x;
+    if psci::is_psci_or_arch(x[0]) {
+        let mut env = PsciEnv { hv, vm, cpu };
+        let out = psci::handle(&mut env, [x[0], x[1], x[2], x[3]]);
+        ctx.regs.x[0] = out.x0 as u64;
+        return match out.effect {
+            Effect::None => RunExit::Continue,
+            Effect::Block => {
+                if hv.backend.has_work(vm, vcpu) {
+                    RunExit::Continue
+                } else {
+                    RunExit::Block
+                }
+            }
+            Effect::CpuOff => RunExit::CpuOff,
+            Effect::SystemOff => RunExit::VmEnd(VmEnd::PowerOff),
+            Effect::SystemReset => RunExit::VmEnd(VmEnd::Reset),
+        };
+    }
+    let args = HypercallArgs {
+        code: 0,
+        function: x[0],
+        args: [x[1], x[2], x[3], x[4], x[5]],
+    };
+    let mut env = IpiEnv {
+        hv,
+        vm,
+        cpu,
+        sender: vcpu.index,
+    };
+    let r = hypercall::dispatch(Abi::Arm64, &args, &mut env);
+    for (i, &v) in r.regs().iter().enumerate() {
+        ctx.regs.x[i] = v;
+    }
+    RunExit::Continue
+}
+
+/// The host value of a feature ID register the guest's view is built from.
+fn host_id(reg: SysReg) -> u64 {
+    match reg {
+        sysreg::ID_AA64PFR0_EL1 => mrs!("id_aa64pfr0_el1"),
+        sysreg::ID_AA64PFR1_EL1 => mrs!("id_aa64pfr1_el1"),
+        sysreg::ID_AA64DFR0_EL1 => mrs!("id_aa64dfr0_el1"),
+        sysreg::ID_AA64ISAR0_EL1 => mrs!("id_aa64isar0_el1"),
+        sysreg::ID_AA64ISAR1_EL1 => mrs!("id_aa64isar1_el1"),
+        sysreg::ID_AA64ISAR2_EL1 => mrs!("s3_0_c0_c6_2"),
+        sysreg::ID_AA64MMFR0_EL1 => mrs!("id_aa64mmfr0_el1"),
+        sysreg::ID_AA64MMFR1_EL1 => mrs!("id_aa64mmfr1_el1"),
+        sysreg::ID_AA64MMFR2_EL1 => mrs!("s3_0_c0_c7_2"),
+        _ => 0,
+    }
+}
+
+/// Registers answered read-as-zero, write-ignored.
+fn raz_wi(r: SysReg) -> bool {
+    // Debug and trace (op0 = 2): MDSCR_EL1, OSLAR/OSLSR, DBGB*/DBGW*, ...
+    r.op0 == 2
+        // PMU: PMCR_EL0.. (CRn 9, CRm 12-14), PMEVCNTR/TYPER (CRn 14, CRm 8-15).
+        || (r.op0 == 3 && r.crn == 9 && (12..=14).contains(&r.crm))
+        || (r.op0 == 3 && r.op1 == 3 && r.crn == 14 && r.crm >= 8)
+        // ACTLR_EL1 (HCR_EL2.TACR).
+        || r == SysReg::new(3, 0, 1, 0, 1)
+        // LORegion registers (HCR_EL2.TLOR): LORSA/LOREA/LORN/LORC/LORID.
+        || (r.op0 == 3 && r.op1 == 0 && r.crn == 10 && r.crm == 4)
+        // EL1 physical timer (CNTHCTL_EL2.EL1PCEN clear): CNTP_TVAL/CTL/CVAL_EL0.
+        || (r.op0 == 3 && r.op1 == 3 && r.crn == 14 && r.crm == 2)
+}
+
+/// Data/instruction cache maintenance by set/way (HCR_EL2.TSW): DC ISW,
+/// CSW, CISW. Guests use them only around turning their caches on or off;
+/// kestrel keeps guest memory coherent (cleaned to PoC at load) and ignores them.
+fn set_way(r: SysReg) -> bool {
+    r.op0 == 1 && r.op1 == 0 && r.crn == 7 && matches!(r.crm, 6 | 10 | 14) && r.op2 == 2
+}
+
+fn sysreg_trap(
+    hv: &Hypervisor<B>,
+    cpu: usize,
+    vm: &Vm<B>,
+    vcpu: &Vcpu<B>,
+    ctx: &mut VcpuState,
+    acc: SysRegAccess,
+) -> RunExit {
+    let r = acc.reg;
+    let sgi = match r {
+        sysreg::ICC_SGI1R_EL1 => Some(SgiRegister::Sgi1r),
+        sysreg::ICC_ASGI1R_EL1 => Some(SgiRegister::Asgi1r),
+        sysreg::ICC_SGI0R_EL1 => Some(SgiRegister::Sgi0r),
+        _ => None,
+    };
+    if let Some(which) = sgi {
+        if acc.read || !vm.arch.ids.gic_v3 {
+            vm.stats.exit(ExitReason::Sysreg);
+            inject_undef(ctx);
+            return RunExit::Continue;
+        }
+        vm.stats.exit(ExitReason::Ipi);
+        let value = reg(ctx, acc.rt);
+        let kicks = vm.arch.vgic.lock().write_icc_sgi(vcpu.index, which, value);
+        wake_set(hv, vm, kicks, vcpu.index, cpu);
+        ctx.regs.pc += 4;
+        return RunExit::Continue;
+    }
+    vm.stats.exit(ExitReason::Sysreg);
+    if r.is_feature_id() {
+        if acc.read {
+            let v = idregs::guest_view(r, host_id(r), vm.arch.ids);
+            set_reg(ctx, acc.rt, v);
+            ctx.regs.pc += 4;
+        } else {
+            inject_undef(ctx);
+        }
+        return RunExit::Continue;
+    }
+    if raz_wi(r) || set_way(r) {
+        if acc.read {
+            set_reg(ctx, acc.rt, 0);
+        }
+        ctx.regs.pc += 4;
+        return RunExit::Continue;
+    }
+    inject_undef(ctx);
+    RunExit::Continue
+}
+
+/// The emulated MMIO regions.
+enum Region {
+    Gicd(u64),
+    Gicr(u64),
+    Uart(u64),
+}
+
+fn region(vm: &Vm<B>, ipa: u64) -> Option<Region> {
+    let (dist_size, v3) = {
+        let g = vm.arch.vgic.lock();
+        (g.dist_size(), g.version() == GicVersion::V3)
+    };
+    if ipa >= GUEST_GICD.0 && ipa < GUEST_GICD.0 + dist_size {
+        return Some(Region::Gicd(ipa - GUEST_GICD.0));
+    }
+    if v3 {
+        let size = vm.arch.vgic.lock().redist_size();
+        if ipa >= GUEST_GICR.0 && ipa < GUEST_GICR.0 + size {
+            return Some(Region::Gicr(ipa - GUEST_GICR.0));
+        }
+    }
+    if ipa >= GUEST_UART.0 && ipa < GUEST_UART.0 + GUEST_UART.1 {
+        return Some(Region::Uart(ipa - GUEST_UART.0));
+    }
+    None
+}
+
+fn data_abort(
+    be: &B,
+    hv: &Hypervisor<B>,
+    cpu: usize,
+    vm: &Vm<B>,
+    vcpu: &Vcpu<B>,
+    ctx: &mut VcpuState,
+    a: &Abort,
+) -> RunExit {
+    let (Some(acc), Some(reg_region)) = (a.access, region(vm, a.ipa)) else {
+        // Outside every emulated region (or an access the syndrome does not
+        // describe, e.g. a load pair): the guest gets an external abort.
+        vm.stats.exit(ExitReason::Abort);
+        inject_abort(ctx, a, true);
+        return RunExit::Continue;
+    };
+    vm.stats.exit(ExitReason::Mmio);
+    let width = GicWidth::from_sas(acc.width.trailing_zeros() as u64);
+    let value = reg(ctx, acc.rt);
+    let result: Result<Option<u64>, ()> = match reg_region {
+        Region::Gicd(off) => {
+            let mut g = vm.arch.vgic.lock();
+            if a.write {
+                g.dist_write(vcpu.index, off, width, value)
+                    .map(|k| {
+                        drop(g);
+                        wake_set(hv, vm, k, vcpu.index, cpu);
+                        None
+                    })
+                    .map_err(|_| ())
+            } else {
+                g.dist_read(vcpu.index, off, width)
+                    .map(Some)
+                    .map_err(|_| ())
+            }
+        }
+        Region::Gicr(off) => {
+            let mut g = vm.arch.vgic.lock();
+            if a.write {
+                g.redist_write(off, width, value)
+                    .map(|k| {
+                        drop(g);
+                        wake_set(hv, vm, k, vcpu.index, cpu);
+                        None
+                    })
+                    .map_err(|_| ())
+            } else {
+                g.redist_read(off, width).map(Some).map_err(|_| ())
+            }
+        }
+        Region::Uart(off) => uart(be, hv, cpu, vm, vcpu, off, acc.width, a.write, value),
+    };
+    match result {
+        Ok(read) => {
+            if let Some(v) = read {
+                let bits = u32::from(acc.width) * 8;
+                let mut v = if bits < 64 { v & ((1 << bits) - 1) } else { v };
+                if acc.sign_extend && bits < 64 && v & (1 << (bits - 1)) != 0 {
+                    v |= !((1u64 << bits) - 1);
+                }
+                if !acc.sf {
+                    v &= 0xFFFF_FFFF;
+                }
+                set_reg(ctx, acc.rt, v);
+            }
+            ctx.regs.pc += 4;
+        }
+        Err(()) => {
+            vm.stats.exit(ExitReason::Abort);
+            inject_abort(ctx, a, true);
+        }
+    }
+    RunExit::Continue
+}
+
+#[allow(clippy::too_many_arguments)]
+fn uart(
+    be: &B,
+    hv: &Hypervisor<B>,
+    cpu: usize,
+    vm: &Vm<B>,
+    vcpu: &Vcpu<B>,
+    off: u64,
+    width: u8,
+    write: bool,
+    value: u64,
+) -> Result<Option<u64>, ()> {
+    let Some(w) = crate::vdev::Width::new(width) else {
+        return Err(());
+    };
+    let (res, level) = {
+        let mut u = vm.arch.uart.lock();
+        let res = if write {
+            u.write(off, w, value).map(|e| {
+                if let UartEffect::Transmit(b) = e {
+                    be.console_out(vm, b);
+                }
+                None
+            })
+        } else {
+            u.read(off, w).map(Some)
+        };
+        (res.map_err(|_| ()), u.irq_level())
+    };
+    let kicks = vm.arch.vgic.lock().set_level(0, UART_INTID, level);
+    wake_set(hv, vm, kicks, vcpu.index, cpu);
+    res
+}

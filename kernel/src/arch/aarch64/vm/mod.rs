@@ -1,0 +1,848 @@
+//! The arm64 VM backend: guests at EL1 under kestrel at EL2 (non-VHE), with
+//! stage-2 translation, a virtual GIC (list registers + the portable model in
+//! `crate::vgic`), the EL1 virtual timer, PSCI, lazy FP, VMIDs from the
+//! allocator and kestrel's PV IPI. It implements [`crate::vm::Backend`];
+//! scheduling, blocking and VM lifetime are the portable run loop's
+//! (`crate::vm`). Design notes: docs/arm64-vm.md.
+
+pub mod exits;
+pub mod fp;
+pub mod mem;
+pub mod regs;
+pub mod stage2;
+pub mod switch;
+pub mod vgic_hw;
+
+use alloc::format;
+use alloc::string::String;
+use alloc::sync::Arc;
+use alloc::vec::Vec;
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use spin::{Mutex, Once};
+
+use kestrel_abi::package::{ConsoleKind, Package};
+
+use crate::board::{BoardInfo, IrqChip};
+use crate::console::{ConsoleMux, InputAction};
+use crate::fpu::{Arm64FpState, FpEngine, FpLoad, FpPolicy, VcpuFp};
+use crate::guest::arm64::idregs::IdConfig;
+use crate::platform::ExitStatus;
+use crate::sched::{CpuMask, VcpuKey};
+use crate::stats::Counter;
+use crate::vdev::pl011::Pl011 as VPl011;
+use crate::vgic::{GicVersion, LrEntry, Vgic, VgicConfig, MAX_LRS};
+use crate::vm::{Backend, Hypervisor, Observer, RunExit, Vcpu, Vm, VmEnd, VmParts};
+use crate::vmconfig::{VmSpec, GUEST_GICC};
+use crate::vmid::VmidAllocator;
+use crate::MAX_CPUS;
+
+use super::gic::Gic;
+use super::{exceptions, mmu, percpu, platform, timer};
+use fp::Arm64FpHw;
+use regs::{mrs, msr, El1Regs, PSTATE_EL1H_MASKED};
+use stage2::Stage2;
+use switch::GuestRegs;
+use vgic_hw::{VgicCpu, VgicHw};
+
+/// The physical SGI that kicks a pCPU out of its guest or its idle wait.
+pub const KICK_SGI: u32 = 1;
+/// The GIC maintenance interrupt (PPI).
+pub const MAINTENANCE_PPI: u32 = 25;
+/// The EL1 virtual timer (PPI), physical and virtual.
+pub const VTIMER_PPI: u32 = 27;
+/// SPIs every VM's virtual GIC has (INTIDs 32-63; the UART is SPI 1 = 33).
+const NR_SPIS: usize = 32;
+/// The guest UART's INTID (SPI 1).
+const UART_INTID: u32 = 32 + crate::vmconfig::GUEST_UART.2;
+
+// HCR_EL2 for guests, as KVM sets it.
+const HCR_VM: u64 = 1 << 0;
+const HCR_SWIO: u64 = 1 << 1;
+const HCR_PTW: u64 = 1 << 2;
+const HCR_FMO: u64 = 1 << 3;
+const HCR_IMO: u64 = 1 << 4;
+const HCR_AMO: u64 = 1 << 5;
+const HCR_FB: u64 = 1 << 9;
+const HCR_BSU_IS: u64 = 1 << 10;
+const HCR_TWI: u64 = 1 << 13;
+const HCR_TWE: u64 = 1 << 14;
+const HCR_TID3: u64 = 1 << 18;
+const HCR_TSC: u64 = 1 << 19;
+const HCR_TIDCP: u64 = 1 << 20;
+const HCR_TACR: u64 = 1 << 21;
+const HCR_TSW: u64 = 1 << 22;
+const HCR_RW: u64 = 1 << 31;
+const HCR_TLOR: u64 = 1 << 35;
+const HCR_TERR: u64 = 1 << 36;
+/// API (41) and APK (40) stay clear: pointer authentication is hidden from
+/// the guest (idregs), so its instructions and key registers trap to EL2
+/// and are answered with UNDEF.
+pub const HCR_GUEST: u64 = HCR_VM
+    | HCR_SWIO
+    | HCR_PTW
+    | HCR_FMO
+    | HCR_IMO
+    | HCR_AMO
+    | HCR_FB
+    | HCR_BSU_IS
+    | HCR_TWI
+    | HCR_TWE
+    | HCR_TID3
+    | HCR_TSC
+    | HCR_TIDCP
+    | HCR_TACR
+    | HCR_TSW
+    | HCR_RW
+    | HCR_TLOR
+    | HCR_TERR;
+
+/// MDCR_EL2: trap debug (TDA, TDOSA, TDRA) and PMU (TPM, TPMCR) accesses;
+/// kestrel answers them RAZ/WI (the guest's ID registers show no PMU and
+/// only the base debug architecture).
+const MDCR_GUEST: u64 = (1 << 5) | (1 << 6) | (1 << 9) | (1 << 10) | (1 << 11);
+/// CNTHCTL_EL2 (E2H = 0): EL1PCTEN (physical counter readable), EL1PCEN
+/// clear (physical timer traps: RAZ/WI; guests use the virtual timer).
+const CNTHCTL_GUEST: u64 = 1;
+
+/// Per-vCPU state other pCPUs touch.
+pub struct VcpuShared {
+    /// Physical counter value at which this (not loaded) vCPU's virtual
+    /// timer fires, or `u64::MAX`.
+    pub wake_at: AtomicU64,
+    /// A PSCI CPU_ON waiting to be applied at the next load: (entry, context).
+    pub boot: Mutex<Option<(u64, u64)>>,
+}
+
+/// Per-VM architectural state.
+pub struct VmState {
+    /// Console number (= the VM's slot).
+    pub console: usize,
+    pub stage2: Stage2,
+    pub ram_base: u64,
+    pub ram_size: u64,
+    /// Host frames backing guest RAM, 2 MiB each, in IPA order.
+    pub frames: Vec<u64>,
+    pub vgic: Mutex<Vgic>,
+    pub uart: Mutex<VPl011>,
+    pub cntvoff: u64,
+    pub ids: IdConfig,
+    pub shared: Vec<VcpuShared>,
+}
+
+/// Per-vCPU register file.
+pub struct VcpuState {
+    pub regs: GuestRegs,
+    pub el1: El1Regs,
+    pub gic: VgicCpu,
+    pub fp: Arc<VcpuFp<Arm64FpState>>,
+    pub vmpidr: u64,
+    /// List registers filled at the last entry.
+    pub lrs_used: usize,
+    /// The vCPU has run at least once (so its EL1 state is its own).
+    pub started: bool,
+}
+
+impl VcpuState {
+    fn new(index: usize) -> VcpuState {
+        VcpuState {
+            regs: GuestRegs::default(),
+            el1: El1Regs::reset(),
+            gic: VgicCpu::default(),
+            fp: Arc::new(VcpuFp::new(Arm64FpState::default())),
+            vmpidr: (1 << 31) | crate::psci::vcpu_mpidr(index),
+            lrs_used: 0,
+            started: false,
+        }
+    }
+
+    /// Architectural reset for an entry at `entry` with x0 = `x0` (boot and
+    /// PSCI CPU_ON): EL1h, MMU off, DAIF masked.
+    fn reset(&mut self, entry: u64, x0: u64) {
+        self.regs = GuestRegs::default();
+        self.regs.x[0] = x0;
+        self.regs.pc = entry;
+        self.regs.pstate = PSTATE_EL1H_MASKED;
+        self.el1 = El1Regs::reset();
+        self.gic = VgicCpu::default();
+    }
+}
+
+/// Per-pCPU state of the backend.
+struct Pcpu {
+    fp: Mutex<Option<FpEngine<Arm64FpHw>>>,
+    /// vCPUs whose FP registers another pCPU wants written back.
+    fp_requests: Mutex<Vec<Arc<VcpuFp<Arm64FpState>>>>,
+    slice_expired: AtomicBool,
+    /// Whether the physical virtual-timer PPI is enabled on this pCPU.
+    vtimer_enabled: AtomicBool,
+}
+
+impl Pcpu {
+    const fn new() -> Pcpu {
+        Pcpu {
+            fp: Mutex::new(None),
+            fp_requests: Mutex::new(Vec::new()),
+            slice_expired: AtomicBool::new(false),
+            vtimer_enabled: AtomicBool::new(true),
+        }
+    }
+}
+
+static PCPU: [Pcpu; MAX_CPUS] = [const { Pcpu::new() }; MAX_CPUS];
+static HV: Once<Hypervisor<Arm64Backend>> = Once::new();
+static VMS: Once<Vec<Arc<Vm<Arm64Backend>>>> = Once::new();
+static CONSOLE: Once<Mutex<ConsoleMux>> = Once::new();
+
+/// The arm64 backend.
+pub struct Arm64Backend {
+    gic: Gic,
+    hw: VgicHw,
+    version: GicVersion,
+    pub vmids: VmidAllocator,
+    policy: FpPolicy,
+    midr: u64,
+    hw_ids: Vec<u64>,
+}
+
+fn console() -> &'static Mutex<ConsoleMux> {
+    CONSOLE.call_once(|| Mutex::new(ConsoleMux::new()))
+}
+
+/// The VMs, once created (no lock, no allocation: usable anywhere).
+fn vms() -> &'static [Arc<Vm<Arm64Backend>>] {
+    VMS.get().map_or(&[], |v| v.as_slice())
+}
+
+/// Called for every physical interrupt kestrel takes (exceptions::irq),
+/// before its EOI.
+pub fn host_irq(intid: u32) {
+    let cpu = percpu::index();
+    let Some(p) = PCPU.get(cpu) else { return };
+    if intid == timer::PPI {
+        p.slice_expired.store(true, Ordering::Release);
+    } else if intid == VTIMER_PPI {
+        // The loaded vCPU's timer fired: stop the physical line from
+        // re-firing until the guest has dealt with the virtual one.
+        if let Some(gic) = platform::gic() {
+            gic.disable_ppi(VTIMER_PPI);
+        }
+        p.vtimer_enabled.store(false, Ordering::Relaxed);
+    }
+}
+
+fn set_vtimer_phys(gic: &Gic, cpu: usize, enable: bool) {
+    let p = &PCPU[cpu];
+    if p.vtimer_enabled.load(Ordering::Relaxed) != enable {
+        if enable {
+            gic.enable_ppi(VTIMER_PPI);
+        } else {
+            gic.disable_ppi(VTIMER_PPI);
+        }
+        p.vtimer_enabled.store(enable, Ordering::Relaxed);
+    }
+}
+
+/// Whether the loaded vCPU's virtual timer asserts its interrupt now
+/// (CNTV_CTL_EL0: ENABLE, not IMASK, ISTATUS).
+fn vtimer_level() -> bool {
+    mrs!("cntv_ctl_el0") & 0b111 == 0b101
+}
+
+impl Arm64Backend {
+    /// Per-pCPU set-up before its run loop: FP engine, the PPIs and SGI the
+    /// backend uses, guest-independent EL2 controls. IRQs stay masked at EL2
+    /// except while idle.
+    fn init_cpu(&self, cpu: usize) {
+        *PCPU[cpu].fp.lock() = Some(FpEngine::new(cpu, self.policy, Arm64FpHw));
+        self.gic.enable_ppi(KICK_SGI);
+        self.gic.enable_ppi(MAINTENANCE_PPI);
+        self.gic.enable_ppi(VTIMER_PPI);
+        PCPU[cpu].vtimer_enabled.store(true, Ordering::Relaxed);
+        if let VgicHw::V3 { .. } = self.hw {
+            msr!("ich_hcr_el2", 0);
+        }
+        msr!("cnthctl_el2", CNTHCTL_GUEST);
+        msr!("cntv_ctl_el0", 0);
+        // SAFETY: masks IRQs at EL2 on this CPU: the run loop takes them as
+        // guest exits or in `idle`.
+        unsafe { core::arch::asm!("msr daifset, #2", options(nomem, nostack)) };
+    }
+
+    fn flush_tlb(&self) {
+        stage2::flush_all_vmids();
+    }
+
+    /// Services other pCPUs' requests to write back FP state live here.
+    fn service_fp(&self, cpu: usize) {
+        let reqs = core::mem::take(&mut *PCPU[cpu].fp_requests.lock());
+        if reqs.is_empty() {
+            return;
+        }
+        let mut e = PCPU[cpu].fp.lock();
+        if let Some(engine) = e.as_mut() {
+            for r in reqs {
+                engine.vcpu_migrate(&r);
+            }
+        }
+    }
+
+    /// Physical counter now.
+    fn now(&self) -> u64 {
+        timer::counter()
+    }
+
+    /// Fires the virtual timers of vCPUs that are not loaded and whose
+    /// deadline has passed: the interrupt is made pending and they wake.
+    fn check_timers(&self, cpu: usize) {
+        let Some(hv) = HV.get() else { return };
+        let now = self.now();
+        for vm in vms() {
+            if vm.has_ended() {
+                continue;
+            }
+            for (i, sh) in vm.arch.shared.iter().enumerate() {
+                let at = sh.wake_at.load(Ordering::Acquire);
+                if at <= now
+                    && sh
+                        .wake_at
+                        .compare_exchange(at, u64::MAX, Ordering::AcqRel, Ordering::Relaxed)
+                        .is_ok()
+                {
+                    vm.arch.vgic.lock().set_level(i, VTIMER_PPI, true);
+                    vm.stats.exit(crate::stats::ExitReason::Timer);
+                    hv.wake(
+                        VcpuKey {
+                            vm: vm.slot,
+                            vcpu: i as u16,
+                        },
+                        cpu,
+                    );
+                }
+            }
+        }
+    }
+
+    /// The earliest virtual-timer deadline of a vCPU that is not loaded.
+    fn next_deadline(&self) -> u64 {
+        vms()
+            .iter()
+            .filter(|vm| !vm.has_ended())
+            .flat_map(|vm| vm.arch.shared.iter())
+            .map(|s| s.wake_at.load(Ordering::Relaxed))
+            .min()
+            .unwrap_or(u64::MAX)
+    }
+
+    /// Console input (boot CPU): the physical UART's bytes go to the VM
+    /// with the focus.
+    fn poll_console(&self, cpu: usize) {
+        if cpu != 0 {
+            return;
+        }
+        let Some(hv) = HV.get() else { return };
+        while let Some(b) = platform::console_read() {
+            let action = console().lock().input(b);
+            match action {
+                InputAction::Deliver { vm, byte } => {
+                    if let Some(vm) = vms().get(vm) {
+                        let level = {
+                            let mut u = vm.arch.uart.lock();
+                            u.receive(byte);
+                            u.irq_level()
+                        };
+                        let kicks = vm.arch.vgic.lock().set_level(0, UART_INTID, level);
+                        exits::wake_set(hv, vm, kicks, usize::MAX, cpu);
+                    }
+                }
+                InputAction::Say(text) => crate::klog::print(format_args!("{text}")),
+                InputAction::None => {}
+            }
+        }
+    }
+
+    /// A guest byte for the console: tagged lines on the physical UART.
+    pub fn console_out(&self, vm: &Vm<Self>, byte: u8) {
+        let line = console().lock().output(vm.arch.console, byte);
+        if let Some(line) = line {
+            crate::klog::print(format_args!("{line}"));
+        }
+    }
+
+    /// Before an entry: the virtual timer's level into the model, the list
+    /// registers from the model, the physical timer PPI as the level needs.
+    fn prepare_entry(&self, cpu: usize, vm: &Vm<Self>, vcpu: &Vcpu<Self>, ctx: &mut VcpuState) {
+        let level = vtimer_level();
+        let fill = {
+            let mut g = vm.arch.vgic.lock();
+            g.set_level(vcpu.index, VTIMER_PPI, level);
+            g.fill_lrs(vcpu.index, self.hw.nr_lrs())
+        };
+        set_vtimer_phys(&self.gic, cpu, !level);
+        self.hw.write_lrs(&fill, ctx.lrs_used);
+        ctx.lrs_used = fill.lrs.len();
+    }
+
+    /// After an exit: the list registers back into the model.
+    fn sync_after_exit(&self, vm: &Vm<Self>, vcpu: &Vcpu<Self>, ctx: &mut VcpuState) {
+        let mut lrs: heapless::Vec<LrEntry, MAX_LRS> = heapless::Vec::new();
+        self.hw.read_lrs(ctx.lrs_used, &mut lrs);
+        let level = vtimer_level();
+        let mut g = vm.arch.vgic.lock();
+        g.sync_lrs(vcpu.index, &lrs);
+        g.set_level(vcpu.index, VTIMER_PPI, level);
+    }
+
+    /// Whether the loaded vCPU has an interrupt to take (WFI would wake).
+    pub fn has_work(&self, vm: &Vm<Self>, vcpu: &Vcpu<Self>) -> bool {
+        let level = vtimer_level();
+        let mut g = vm.arch.vgic.lock();
+        g.set_level(vcpu.index, VTIMER_PPI, level);
+        g.has_pending(vcpu.index)
+    }
+}
+
+impl Backend for Arm64Backend {
+    type VmState = VmState;
+    type VcpuState = VcpuState;
+
+    fn load(&self, cpu: usize, vm: &Vm<Self>, vcpu: &Vcpu<Self>, ctx: &mut VcpuState) {
+        let sh = &vm.arch.shared[vcpu.index];
+        sh.wake_at.store(u64::MAX, Ordering::Release);
+        if let Some((entry, x0)) = sh.boot.lock().take() {
+            ctx.reset(entry, x0);
+        }
+        ctx.started = true;
+        // VMID: from the allocator on every load.
+        let before = self.vmids.counters();
+        let l = self.vmids.vcpu_load(cpu, &vm.vmid, &|| self.flush_tlb());
+        let after = self.vmids.counters();
+        vm.stats.record_vmid(&l);
+        vm.stats
+            .add(Counter::VmidRollovers, after.rollovers - before.rollovers);
+        vm.stats
+            .add(Counter::TlbFlushes, after.flushes - before.flushes);
+        msr!("vtcr_el2", vm.arch.stage2.vtcr());
+        msr!("vttbr_el2", vm.arch.stage2.vttbr(l.vmid));
+        if l.flush_local {
+            // Only needed where the rollover flush is not broadcast; cheap
+            // insurance here: this VMID's stale entries go.
+            // SAFETY: TLB maintenance of the current VMID only.
+            unsafe {
+                core::arch::asm!("isb", "tlbi vmalls12e1", "dsb nsh", "isb", options(nostack))
+            };
+        }
+        msr!("hcr_el2", HCR_GUEST);
+        msr!("vpidr_el2", self.midr);
+        msr!("vmpidr_el2", ctx.vmpidr);
+        msr!("cntvoff_el2", vm.arch.cntvoff);
+        let hpmn = mrs!("mdcr_el2") & 0x1f;
+        msr!("mdcr_el2", MDCR_GUEST | hpmn);
+        msr!("cnthctl_el2", CNTHCTL_GUEST);
+        ctx.el1.restore();
+        self.hw.load(&ctx.gic);
+        ctx.lrs_used = 0;
+        // Lazy FP: wait for the pCPU holding our registers to write them back.
+        loop {
+            let before = PCPU[cpu].fp.lock().as_ref().map(|e| e.counters());
+            let r = PCPU[cpu].fp.lock().as_mut().map(|e| e.vcpu_load(&ctx.fp));
+            if let (Some(b), Some(a)) = (before, PCPU[cpu].fp.lock().as_ref().map(|e| e.counters()))
+            {
+                vm.stats.record_fp(&b, &a);
+            }
+            match r {
+                Some(FpLoad::LiveOn(p)) if p < MAX_CPUS => {
+                    PCPU[p].fp_requests.lock().push(ctx.fp.clone());
+                    self.kick(p);
+                    while ctx.fp.live_on() == Some(p) {
+                        self.service_fp(cpu);
+                        core::hint::spin_loop();
+                    }
+                }
+                _ => break,
+            }
+        }
+        // SAFETY: barrier only: the EL2 controls above take effect.
+        unsafe { core::arch::asm!("isb", options(nostack, preserves_flags)) };
+    }
+
+    fn run(
+        &self,
+        hv: &Hypervisor<Self>,
+        cpu: usize,
+        vm: &Vm<Self>,
+        vcpu: &Vcpu<Self>,
+        ctx: &mut VcpuState,
+    ) -> RunExit {
+        self.prepare_entry(cpu, vm, vcpu, ctx);
+        let kind = switch::enter(&mut ctx.regs);
+        let esr = mrs!("esr_el2");
+        let far = mrs!("far_el2");
+        let hpfar = mrs!("hpfar_el2");
+        self.sync_after_exit(vm, vcpu, ctx);
+        let exit = match kind {
+            8 => exits::sync(self, hv, cpu, vm, vcpu, ctx, esr, far, hpfar),
+            9 | 10 => {
+                vm.stats.exit(crate::stats::ExitReason::Irq);
+                if let Some(intid) = exceptions::irq() {
+                    if intid == timer::PPI {
+                        self.check_timers(cpu);
+                        self.poll_console(cpu);
+                    }
+                }
+                RunExit::Continue
+            }
+            11 => RunExit::VmEnd(VmEnd::Fatal(format!(
+                "SError from the guest (ESR_EL2 {esr:#x}) on vCPU {}",
+                vcpu.index
+            ))),
+            _ => RunExit::VmEnd(VmEnd::Fatal(format!(
+                "exception from AArch32 state on vCPU {} (not supported)",
+                vcpu.index
+            ))),
+        };
+        self.service_fp(cpu);
+        exit
+    }
+
+    fn put(&self, cpu: usize, vm: &Vm<Self>, vcpu: &Vcpu<Self>, ctx: &mut VcpuState) {
+        ctx.el1.save();
+        self.hw.put(&mut ctx.gic);
+        ctx.lrs_used = 0;
+        {
+            let mut e = PCPU[cpu].fp.lock();
+            if let Some(engine) = e.as_mut() {
+                let before = engine.counters();
+                engine.vcpu_put();
+                vm.stats.record_fp(&before, &engine.counters());
+            }
+        }
+        self.vmids.vcpu_put(cpu);
+        msr!("hcr_el2", mmu::HCR_BOOT);
+        // The virtual timer of a vCPU that is not loaded is watched by the
+        // hypervisor's tick (and the idle pCPUs' timers).
+        let ctl = ctx.el1.cntv_ctl;
+        let deadline = if ctl & 0b11 == 0b01 {
+            ctx.el1.cntv_cval.saturating_add(vm.arch.cntvoff)
+        } else {
+            u64::MAX
+        };
+        if !vm.has_ended() {
+            vm.arch.shared[vcpu.index]
+                .wake_at
+                .store(deadline, Ordering::Release);
+        }
+        set_vtimer_phys(&self.gic, cpu, true);
+    }
+
+    fn kick(&self, cpu: usize) {
+        if let Some(&mpidr) = self.hw_ids.get(cpu) {
+            self.gic.send_sgi(cpu, mpidr, KICK_SGI);
+        }
+    }
+
+    fn idle(&self, cpu: usize) {
+        self.service_fp(cpu);
+        self.check_timers(cpu);
+        self.poll_console(cpu);
+        let deadline = self.next_deadline();
+        if deadline != u64::MAX {
+            timer::arm_before(deadline);
+        }
+        // SAFETY: wait for an interrupt, then let it be taken (the IRQ
+        // handler acknowledges the tick or the kick), then mask again.
+        unsafe {
+            core::arch::asm!(
+                "dsb sy",
+                "wfi",
+                "msr daifclr, #2",
+                "isb",
+                "msr daifset, #2",
+                options(nomem, nostack)
+            )
+        };
+        self.service_fp(cpu);
+        self.check_timers(cpu);
+    }
+
+    fn slice_expired(&self, cpu: usize) -> bool {
+        PCPU.get(cpu)
+            .is_some_and(|p| p.slice_expired.load(Ordering::Acquire))
+    }
+
+    fn slice_start(&self, cpu: usize) {
+        if let Some(p) = PCPU.get(cpu) {
+            p.slice_expired.store(false, Ordering::Release);
+        }
+    }
+}
+
+struct LogObserver;
+
+impl Observer for LogObserver {
+    fn vm_ended(&self, vm: &str, why: &VmEnd) {
+        if let Some(v) = vms().iter().find(|v| v.name == vm) {
+            let line = console().lock().flush(v.arch.console);
+            if let Some(line) = line {
+                crate::klog::print(format_args!("{line}"));
+            }
+            log::info!("VM \"{vm}\" {why}; stats: {}", v.stats);
+        } else {
+            log::info!("VM \"{vm}\" {why}");
+        }
+        // Its VMID may be recycled: no stale translation may survive.
+        stage2::flush_all_vmids();
+    }
+
+    fn all_ended(&self) {
+        log::info!("the last VM has ended");
+    }
+}
+
+static OBSERVER: LogObserver = LogObserver;
+
+/// Copies `data` into guest RAM at `gpa`.
+fn copy_to_guest(st: &VmState, gpa: u64, data: &[u8]) -> Result<(), String> {
+    let end = gpa
+        .checked_add(data.len() as u64)
+        .ok_or_else(|| String::from("address overflow"))?;
+    if gpa < st.ram_base || end > st.ram_base + st.ram_size {
+        return Err(format!(
+            "[{gpa:#x}, {end:#x}) lies outside guest RAM [{:#x}, {:#x})",
+            st.ram_base,
+            st.ram_base + st.ram_size
+        ));
+    }
+    let mut done = 0usize;
+    while done < data.len() {
+        let off = gpa - st.ram_base + done as u64;
+        let frame = st.frames[(off / stage2::BLOCK) as usize];
+        let within = off % stage2::BLOCK;
+        let n = ((stage2::BLOCK - within) as usize).min(data.len() - done);
+        let dst = (frame + within) as usize;
+        // SAFETY: `dst..dst + n` lies inside one 2 MiB frame owned by this
+        // VM (allocated by mem::alloc_frames, identity mapped as Normal
+        // memory), and `data[done..done + n]` is a valid source.
+        unsafe { core::ptr::copy_nonoverlapping(data.as_ptr().add(done), dst as *mut u8, n) };
+        mmu::clean_dcache_range(dst, dst + n);
+        done += n;
+    }
+    Ok(())
+}
+
+impl Arm64Backend {
+    fn build_vm(
+        &self,
+        board: &BoardInfo,
+        spec: &VmSpec<'static>,
+        console: usize,
+        online: CpuMask,
+        pinned_elsewhere: CpuMask,
+    ) -> Result<VmParts<Self>, String> {
+        if spec.console != ConsoleKind::Pl011 {
+            return Err(String::from(
+                "console: only the PL011 is emulated on arm64 (console = \"pl011\")",
+            ));
+        }
+        let vcpus = spec.vcpus as usize;
+        let vgic = Vgic::new(VgicConfig {
+            version: self.version,
+            vcpus,
+            nr_spis: NR_SPIS,
+        })
+        .map_err(|e| format!("vcpus: {e:?} for this GIC"))?;
+        let v3 = self.version == GicVersion::V3;
+        let mut s2 = Stage2::new(self.vmids.bits() > 8);
+        let ram_end = spec.ram_base + spec.ram_size;
+        if ram_end > 1 << s2.ipa_bits() {
+            return Err(format!(
+                "memory: guest RAM ends at {ram_end:#x}, beyond the {}-bit stage-2 space",
+                s2.ipa_bits()
+            ));
+        }
+        let frames = mem::alloc_frames(spec.ram_size).ok_or_else(|| {
+            format!(
+                "memory: {} MiB needed, only {} MiB of host memory left",
+                spec.ram_size >> 20,
+                mem::free_bytes() >> 20
+            )
+        })?;
+        for (i, &f) in frames.iter().enumerate() {
+            s2.map_ram_block(spec.ram_base + i as u64 * stage2::BLOCK, f)
+                .map_err(|e| format!("stage 2: {e:?}"))?;
+        }
+        if !v3 {
+            let gicv = match board.irqchip {
+                IrqChip::GicV2 { gicv: Some(v), .. } => v,
+                _ => return Err(String::from("GICv2 host without a GICV frame in its DTB")),
+            };
+            for page in 0..2 {
+                s2.map_device_page(GUEST_GICC.0 + page * 4096, gicv + page * 4096)
+                    .map_err(|e| format!("stage 2 (GICV): {e:?}"))?;
+            }
+        }
+        s2.publish();
+        let ids = IdConfig {
+            gic_v3: v3,
+            ipa_bits: s2.ipa_bits(),
+        };
+        let st = VmState {
+            console,
+            stage2: s2,
+            ram_base: spec.ram_base,
+            ram_size: spec.ram_size,
+            frames,
+            vgic: Mutex::new(vgic),
+            uart: Mutex::new(VPl011::new()),
+            cntvoff: timer::counter(),
+            ids,
+            shared: (0..vcpus)
+                .map(|_| VcpuShared {
+                    wake_at: AtomicU64::new(u64::MAX),
+                    boot: Mutex::new(None),
+                })
+                .collect(),
+        };
+        copy_to_guest(&st, spec.kernel_gpa, spec.kernel).map_err(|e| format!("kernel: {e}"))?;
+        if let Some(initrd) = spec.initrd {
+            copy_to_guest(&st, spec.initrd_gpa, initrd).map_err(|e| format!("initrd: {e}"))?;
+        }
+        let dtb = spec.guest_dtb(v3);
+        copy_to_guest(&st, spec.dtb_gpa, &dtb).map_err(|e| format!("dtb: {e}"))?;
+        // SAFETY: invalidates the instruction cache so the copied kernel is
+        // fetched from memory.
+        unsafe { core::arch::asm!("dsb ish", "ic ialluis", "dsb ish", "isb", options(nostack)) };
+        let mut states: Vec<VcpuState> = (0..vcpus).map(VcpuState::new).collect();
+        states[0].reset(spec.entry_gpa, spec.dtb_gpa);
+        let affinity = if spec.affinity.mask != 0 {
+            CpuMask(spec.affinity.mask).and(online)
+        } else {
+            CpuMask(online.0 & !pinned_elsewhere.0)
+        };
+        if affinity.is_empty() {
+            return Err(String::from("cpus: no online pCPU left for this VM"));
+        }
+        Ok(VmParts {
+            name: String::from(spec.name),
+            arch: st,
+            vcpus: states,
+            affinity,
+            pinned: spec.affinity.pinned,
+            started: 1,
+        })
+    }
+}
+
+/// `Platform::create_vms` for arm64 (boot CPU, after the banner).
+pub fn create_vms(
+    board: &BoardInfo,
+    specs: Vec<VmSpec<'static>>,
+    reserved: &[(u64, u64)],
+) -> usize {
+    let Some(gic) = platform::gic().copied() else {
+        return 0;
+    };
+    let (hw, version) = match board.irqchip {
+        IrqChip::GicV3 { .. } => (VgicHw::probe_v3(), GicVersion::V3),
+        IrqChip::GicV2 { gich: Some(h), .. } => (VgicHw::probe_v2(h as usize), GicVersion::V2),
+        _ => {
+            log::error!("no virtual GIC interface (GICv2 without GICH in the DTB): no VM can run");
+            return 0;
+        }
+    };
+    let policy = Package::parse(crate::vmconfig::package())
+        .map(|p| match p.settings().fp_policy {
+            kestrel_abi::package::FpPolicy::Eager => FpPolicy::Eager,
+            kestrel_abi::package::FpPolicy::SaveOnPut => FpPolicy::SaveOnPut,
+            _ => FpPolicy::Lazy,
+        })
+        .unwrap_or_default();
+    let mut online = CpuMask::default();
+    for i in 0..board.cpus.len().min(MAX_CPUS) {
+        if crate::runtime::cpu(i).is_some_and(|c| c.is_online()) {
+            online.0 |= 1 << i;
+        }
+    }
+    let vmid_bits = stage2::host_vmid_bits();
+    let backend = Arm64Backend {
+        gic,
+        hw,
+        version,
+        vmids: VmidAllocator::new(vmid_bits, board.cpus.len().clamp(1, MAX_CPUS)),
+        policy,
+        midr: mrs!("midr_el1"),
+        hw_ids: board.cpus.iter().map(|c| c.hw_id).collect(),
+    };
+    log::info!(
+        "arm64 VMs: GICv{} virtual interface with {} list registers, {}-bit VMIDs, \
+         {}-bit IPA, FP policy {:?}",
+        if version == GicVersion::V3 { 3 } else { 2 },
+        hw.nr_lrs(),
+        backend.vmids.bits(),
+        stage2::host_pa_bits().min(40),
+        policy
+    );
+    mem::init(&board.memory, reserved, mmu::VA_LIMIT);
+    log::info!("guest memory: {} MiB free", mem::free_bytes() >> 20);
+    let hv = HV.call_once(|| Hypervisor::new(backend, online));
+    let mut pinned = CpuMask::default();
+    let mut created = Vec::new();
+    for spec in &specs {
+        let slot = created.len();
+        let parts = hv
+            .backend
+            .build_vm(board, spec, slot, online, pinned)
+            .and_then(|p| {
+                let pin = if p.pinned {
+                    p.affinity
+                } else {
+                    CpuMask::default()
+                };
+                hv.add_vm(p)
+                    .map(|vm| (vm, pin))
+                    .map_err(|e| format!("scheduler: {e:?}"))
+            });
+        match parts {
+            Ok((vm, pin)) => {
+                pinned.0 |= pin.0;
+                console().lock().add_vm(&vm.name);
+                log::info!(
+                    "vm[{}] \"{}\" created: {} vCPU(s), {} MiB at {:#x}, entry {:#x}, DTB at {:#x}",
+                    spec.index,
+                    spec.name,
+                    spec.vcpus,
+                    spec.ram_size >> 20,
+                    spec.ram_base,
+                    spec.entry_gpa,
+                    spec.dtb_gpa
+                );
+                created.push(vm);
+            }
+            Err(e) => log::error!("VM refused: vm[{}] \"{}\": {e}", spec.index, spec.name),
+        }
+    }
+    let n = created.len();
+    VMS.call_once(|| created);
+    n
+}
+
+/// `Platform::run_vms` for arm64 (every online CPU).
+pub fn run_vms(cpu: usize) -> ExitStatus {
+    let Some(hv) = HV.get() else {
+        return ExitStatus::Success;
+    };
+    if cpu >= MAX_CPUS {
+        return ExitStatus::Failure;
+    }
+    hv.backend.init_cpu(cpu);
+    hv.run_cpu(cpu, &OBSERVER);
+    // SAFETY: back to the boot flow, which idles with IRQs enabled.
+    unsafe { core::arch::asm!("msr daifclr, #2", options(nomem, nostack)) };
+    if vms()
+        .iter()
+        .all(|vm| vm.end_reason() == Some(VmEnd::PowerOff))
+    {
+        ExitStatus::Success
+    } else {
+        ExitStatus::Failure
+    }
+}
