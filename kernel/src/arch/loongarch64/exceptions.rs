@@ -4,8 +4,10 @@
 //! so their CSRs hold physical addresses; their stubs jump to the cached
 //! window and re-enable paging before saving state.
 //!
-//! kestrel never maps anything through the TLB, so a TLB refill or a machine
-//! error is fatal: the CPU prints a crash dump and stops.
+//! kestrel itself never maps anything through the TLB, so a TLB refill or a
+//! machine error taken by kestrel is fatal: the CPU prints a crash dump and
+//! stops. Exceptions taken by a guest (previous privilege level non-zero:
+//! guests run at PLV3) go to the VM exit path instead (`vm/switch.rs`).
 
 use core::arch::global_asm;
 use core::fmt::Write;
@@ -80,6 +82,12 @@ global_asm!(
     .balign 4096
     .global kestrel_la_exception_entry
 kestrel_la_exception_entry:
+    // From a guest (PRMD.PPLV != 0): the VM exit path (vm/switch.rs).
+    csrwr   $t0, 0x30
+    csrrd   $t0, 0x1
+    andi    $t0, $t0, 3
+    bnez    $t0, kestrel_la_guest_exit
+    csrrd   $t0, 0x30
     KESTREL_SAVE_GPRS
     KESTREL_SAVE_CSRS 0x6, 0x1, 0x7, 0
     move    $a0, $sp
@@ -94,7 +102,19 @@ kestrel_la_exception_entry:
     .global kestrel_la_tlbr_entry
 kestrel_la_tlbr_entry:
     csrwr   $t0, 0x8b
+    // From a guest (TLBRPRMD.PPLV != 0): paged mode, then the VM exit path.
+    csrrd   $t0, 0x8f
+    andi    $t0, $t0, 3
+    bnez    $t0, 3f
     la.abs  $t0, 1f
+    jirl    $zero, $t0, 0
+3:
+    la.abs  $t0, 4f
+    jirl    $zero, $t0, 0
+4:
+    li.w    $t0, 0xb0
+    csrwr   $t0, 0x0
+    la.abs  $t0, kestrel_la_guest_exit_tlbr
     jirl    $zero, $t0, 0
 1:
     li.w    $t0, 0xb0
@@ -160,10 +180,18 @@ extern "C" fn handle_exception(frame: &mut TrapFrame) {
     if ecode != 0 {
         crash(frame)
     }
-    let pending = frame.estat & csr::ecfg() & 0x1fff;
+    host_interrupts(frame.estat);
+}
+
+/// Handles the physical interrupts pending in `estat` (kestrel's tick and
+/// IPIs), from kestrel's own entry or from a guest exit.
+pub fn host_interrupts(estat: u64) {
+    let pending = estat & csr::ecfg() & 0x1fff;
     if pending & csr::INT_TI != 0 {
         timer::ack();
-        crate::runtime::tick(super::platform::current_cpu());
+        let cpu = super::platform::current_cpu();
+        crate::runtime::tick(cpu);
+        super::vm::on_tick(cpu);
     }
     if pending & csr::INT_IPI != 0 {
         iocsr::ipi_ack();

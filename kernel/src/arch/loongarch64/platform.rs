@@ -142,6 +142,24 @@ impl Platform for LoongArchPlatform {
         self.halt()
     }
 
+    fn create_vms(
+        &self,
+        board: &crate::board::BoardInfo,
+        specs: alloc::vec::Vec<crate::vmconfig::VmSpec<'static>>,
+    ) -> usize {
+        unsafe extern "C" {
+            static __image_end: u8;
+        }
+        // Everything below the end of kestrel's image (loader data, the
+        // image with its stacks and heap) stays kestrel's.
+        let end = dmw::to_phys(core::ptr::addr_of!(__image_end) as u64);
+        super::vm::create_vms(board, specs, end)
+    }
+
+    fn run_vms(&self, cpu: usize) -> ExitStatus {
+        super::vm::run_vms(cpu)
+    }
+
     fn halt(&self) -> ! {
         csr::irq_disable();
         loop {

@@ -1,0 +1,609 @@
+//! What kestrel does with each guest exit: physical interrupts, TLB refills
+//! and page faults (shadow entries, MMIO, guest exceptions), privileged
+//! instructions (IPE: CSRs, IOCSRs, TLB, `ertn`, `idle`, `cacop`, page
+//! walks), `hvcl` (INE), FP traps, and everything else delivered to the
+//! guest's own handler as the architecture would.
+
+use alloc::format;
+
+use crate::guest::loongarch::csr::{ecode, num as vnum};
+use crate::guest::loongarch::insn::{self, Insn, Size};
+use crate::guest::loongarch::iocsr as viocsr;
+use crate::guest::loongarch::tlb::{self as vtlb, Access, Fault, Inval, ELO_D, ELO_NR, ELO_NX};
+use crate::hypercall::{self, Abi, HypercallArgs, HypercallEnv};
+use crate::ipi::{IpiError, IpiOutcome, IpiTarget, IpiWindow};
+use crate::sched::VcpuKey;
+use crate::stats::ExitReason;
+use crate::vdev::ns16550::Effect as UartEffect;
+use crate::vdev::Width;
+use crate::vm::{Hypervisor, RunExit, Vcpu, Vm, VmEnd};
+
+use super::super::{dmw, exceptions};
+use super::{hwtlb, LaBackend, VcpuState, GUEST_POWEROFF, GUEST_UART};
+
+type B = LaBackend;
+
+fn count(vm: &Vm<B>, vcpu: &Vcpu<B>, r: ExitReason) {
+    vm.stats.exit(r);
+    vcpu.stats.exit(r);
+}
+
+/// Handles the exit just taken by `ctx`.
+pub fn handle(
+    b: &B,
+    hv: &Hypervisor<B>,
+    cpu: usize,
+    vm: &Vm<B>,
+    vcpu: &Vcpu<B>,
+    ctx: &mut VcpuState,
+) -> RunExit {
+    if ctx.frame.kind == 1 {
+        ctx.frame.pc &= !3;
+        count(vm, vcpu, ExitReason::Abort);
+        let va = ctx.frame.badv;
+        let acc = if va & !3 == ctx.frame.pc {
+            Access::Fetch
+        } else {
+            data_access(vm, ctx)
+        };
+        return mem_fault(b, cpu, vm, ctx, va, acc);
+    }
+    let estat = ctx.frame.estat;
+    let code = ((estat >> 16) & 0x3f) as u8;
+    let sub = ((estat >> 22) & 0x1ff) as u16;
+    let badv = ctx.frame.badv;
+    let badi = ctx.frame.badi as u32;
+    match code {
+        ecode::INT => {
+            exceptions::host_interrupts(estat);
+            count(vm, vcpu, ExitReason::Irq);
+            RunExit::Continue
+        }
+        ecode::PIL | ecode::PNR | ecode::PPI => {
+            count(vm, vcpu, ExitReason::Abort);
+            mem_fault(b, cpu, vm, ctx, badv, Access::Load)
+        }
+        ecode::PIS | ecode::PME => {
+            count(vm, vcpu, ExitReason::Abort);
+            mem_fault(b, cpu, vm, ctx, badv, Access::Store)
+        }
+        ecode::PIF | ecode::PNX => {
+            count(vm, vcpu, ExitReason::Abort);
+            mem_fault(b, cpu, vm, ctx, badv, Access::Fetch)
+        }
+        ecode::ADE => {
+            count(vm, vcpu, ExitReason::Abort);
+            address_error(b, vm, ctx, badv, sub)
+        }
+        ecode::INE => match insn::decode(badi) {
+            Some(Insn::Hvcl { code }) => {
+                count(vm, vcpu, ExitReason::Hypercall);
+                hvcl(b, hv, cpu, vm, vcpu, ctx, code)
+            }
+            _ => deliver(ctx, ecode::INE, 0, None, badi),
+        },
+        ecode::IPE => privileged(b, hv, cpu, vm, vcpu, ctx, badi),
+        ecode::FPD | ecode::SXD | ecode::ASXD => {
+            count(vm, vcpu, ExitReason::FpTrap);
+            let bit = 1u64 << (code - ecode::FPD);
+            let owns = super::PCPU[cpu]
+                .fp
+                .lock()
+                .as_ref()
+                .is_some_and(|e| e.hw().enabled());
+            if ctx.csr.get(vnum::EUEN) & bit == 0 || owns {
+                // The guest disabled it itself (or the CPU lacks it): its exception.
+                deliver(ctx, code, 0, None, badi)
+            } else {
+                if let Some(e) = super::PCPU[cpu].fp.lock().as_mut() {
+                    let before = e.counters();
+                    e.fp_trap();
+                    vm.stats.record_fp(&before, &e.counters());
+                }
+                RunExit::Continue
+            }
+        }
+        _ => {
+            count(vm, vcpu, ExitReason::Other);
+            let v = matches!(code, ecode::ALE | ecode::BCE | 19).then_some(badv);
+            deliver(ctx, code, sub, v, badi)
+        }
+    }
+}
+
+/// Delivers exception `code` to the guest at its current PC.
+fn deliver(ctx: &mut VcpuState, code: u8, sub: u16, badv: Option<u64>, insn: u32) -> RunExit {
+    ctx.frame.pc = ctx.csr.raise(ctx.frame.pc, code, sub, badv, insn);
+    RunExit::Continue
+}
+
+/// The instruction word at the guest's PC (`None` if it cannot be fetched).
+fn fetch_insn(vm: &Vm<B>, ctx: &VcpuState) -> Option<u32> {
+    let pc = ctx.frame.pc;
+    let m = vtlb::translate(&ctx.csr, &ctx.tlb, pc, Access::Fetch).ok()?;
+    let h = vm.arch.hpa(m.pa & !3)?;
+    // SAFETY: a 4-byte aligned word of this VM's RAM, through the cached window.
+    Some(unsafe { core::ptr::read_volatile(dmw::cached(h) as *const u32) })
+}
+
+/// Whether the instruction at the PC stores (for a TLB refill, which does
+/// not say).
+fn data_access(vm: &Vm<B>, ctx: &VcpuState) -> Access {
+    match fetch_insn(vm, ctx).and_then(insn::decode) {
+        Some(Insn::Store { .. }) => Access::Store,
+        _ => Access::Load,
+    }
+}
+
+/// A real TLB refill or page fault at `va`: install a shadow entry, emulate
+/// MMIO, or give the guest the exception its own MMU would raise.
+fn mem_fault(b: &B, cpu: usize, vm: &Vm<B>, ctx: &mut VcpuState, va: u64, acc: Access) -> RunExit {
+    let _ = cpu;
+    match vtlb::translate(&ctx.csr, &ctx.tlb, va, acc) {
+        Ok(m) => {
+            if vm.arch.hpa(m.pa).is_some() {
+                install_shadow(vm, ctx, va, acc);
+                RunExit::Continue
+            } else {
+                mmio(b, vm, ctx, va, m.pa, acc)
+            }
+        }
+        Err(Fault::Refill) => {
+            ctx.frame.pc = ctx.csr.raise_tlbr(ctx.frame.pc, va);
+            RunExit::Continue
+        }
+        Err(Fault::Exception(code, sub)) => {
+            let w = if acc == Access::Fetch {
+                0
+            } else {
+                fetch_insn(vm, ctx).unwrap_or(0)
+            };
+            deliver(ctx, code, sub, Some(va), w)
+        }
+    }
+}
+
+/// The real ELO for guest virtual page `va` (V = 0 if it does not map guest RAM).
+fn shadow_elo(vm: &Vm<B>, ctx: &VcpuState, va: u64, first: Access) -> u64 {
+    for acc in [first, Access::Load, Access::Fetch] {
+        if let Ok(m) = vtlb::translate(&ctx.csr, &ctx.tlb, va, acc) {
+            let Some(h) = vm.arch.hpa(m.pa & !0xfff) else {
+                return 0;
+            };
+            let mut elo = (h & 0x0000_ffff_ffff_f000) | 1 | 3 << 2 | 1 << 4;
+            if m.dirty {
+                elo |= ELO_D;
+            }
+            if m.nr {
+                elo |= ELO_NR;
+            }
+            if m.nx {
+                elo |= ELO_NX;
+            }
+            return elo;
+        }
+    }
+    0
+}
+
+fn install_shadow(vm: &Vm<B>, ctx: &VcpuState, va: u64, acc: Access) {
+    let base = va & !0x1fff;
+    let odd = (va >> 12) & 1;
+    let mut elo = [0u64; 2];
+    for (half, e) in elo.iter_mut().enumerate() {
+        let a = if half as u64 == odd {
+            acc
+        } else {
+            Access::Load
+        };
+        *e = shadow_elo(vm, ctx, base + half as u64 * 0x1000, a);
+    }
+    hwtlb::set_asid(ctx.asid(ctx.context()));
+    hwtlb::install(base, elo);
+}
+
+/// A guest load or store at `va` (guest physical `gpa`) that is not RAM:
+/// the console UART, the power-off register, or nothing (ADE to the guest).
+fn mmio(b: &B, vm: &Vm<B>, ctx: &mut VcpuState, va: u64, gpa: u64, acc: Access) -> RunExit {
+    let w = if acc == Access::Fetch {
+        None
+    } else {
+        fetch_insn(vm, ctx)
+    };
+    let op = w.and_then(insn::decode);
+    let outside = |ctx: &mut VcpuState| {
+        let sub = if acc == Access::Fetch {
+            ecode::ADEF
+        } else {
+            ecode::ADEM
+        };
+        deliver(ctx, ecode::ADE, sub, Some(va), w.unwrap_or(0))
+    };
+    let (rd, size, store, signed) = match op {
+        Some(Insn::Load {
+            rd, size, signed, ..
+        }) => (rd, size, false, signed),
+        Some(Insn::Store { rd, size, .. }) => (rd, size, true, false),
+        _ => return outside(ctx),
+    };
+    let value = ctx.frame.reg(rd) & size.mask();
+    match device(b, vm, gpa, size, store.then_some(value)) {
+        Some(Dev::Read(v)) => {
+            let v = if signed {
+                size.sign_extend(v)
+            } else {
+                v & size.mask()
+            };
+            ctx.frame.set_reg(rd, v);
+        }
+        Some(Dev::Done) => {}
+        Some(Dev::PowerOff) => {
+            ctx.frame.pc += 4;
+            return RunExit::VmEnd(VmEnd::PowerOff);
+        }
+        None => return outside(ctx),
+    }
+    vm.stats.exit(ExitReason::Mmio);
+    ctx.frame.pc += 4;
+    RunExit::Continue
+}
+
+enum Dev {
+    Read(u64),
+    Done,
+    PowerOff,
+}
+
+/// The devices of the guest physical map; `None` for an address with nothing there.
+fn device(b: &B, vm: &Vm<B>, gpa: u64, size: Size, store: Option<u64>) -> Option<Dev> {
+    if (GUEST_UART..GUEST_UART + 8).contains(&gpa) {
+        let width = Width::new(size.bytes() as u8)?;
+        let off = gpa - GUEST_UART;
+        let mut u = vm.arch.uart.lock();
+        return Some(match store {
+            Some(v) => {
+                if let Ok(UartEffect::Transmit(byte)) = u.write(off, width, v) {
+                    drop(u);
+                    b.console_out(vm, byte);
+                }
+                Dev::Done
+            }
+            None => Dev::Read(u.read(off, width).unwrap_or(0)),
+        });
+    }
+    if gpa == GUEST_POWEROFF {
+        return Some(match store {
+            Some(0x34) => Dev::PowerOff,
+            Some(_) => Dev::Done,
+            None => Dev::Read(0),
+        });
+    }
+    None
+}
+
+/// ADE: a guest address outside the real 48-bit virtual space. Through a
+/// guest DMW window it is guest memory: loads and stores are emulated;
+/// fetches cannot be (the VM stops). Otherwise the guest's own ADE.
+fn address_error(b: &B, vm: &Vm<B>, ctx: &mut VcpuState, badv: u64, sub: u16) -> RunExit {
+    let fetch = sub == ecode::ADEF;
+    let acc = if fetch { Access::Fetch } else { Access::Load };
+    let m = match vtlb::translate(&ctx.csr, &ctx.tlb, badv, acc) {
+        Ok(m) => m,
+        Err(_) => {
+            let w = if fetch {
+                0
+            } else {
+                fetch_insn(vm, ctx).unwrap_or(0)
+            };
+            return deliver(ctx, ecode::ADE, sub, Some(badv), w);
+        }
+    };
+    if fetch {
+        return RunExit::VmEnd(VmEnd::Fatal(format!(
+            "vCPU executes at {badv:#x} through a DMW window: a PLV3 guest cannot \
+             (use a TLB mapping or a window with VSEG 0 / 0xf)"
+        )));
+    }
+    let Some(w) = fetch_insn(vm, ctx) else {
+        return deliver(ctx, ecode::ADE, sub, Some(badv), 0);
+    };
+    let Some(h) = vm.arch.hpa(m.pa) else {
+        return mmio(b, vm, ctx, badv, m.pa, acc);
+    };
+    let (rd, size, store, signed) = match insn::decode(w) {
+        Some(Insn::Load {
+            rd, size, signed, ..
+        }) => (rd, size, false, signed),
+        Some(Insn::Store { rd, size, .. }) => (rd, size, true, false),
+        _ => {
+            return RunExit::VmEnd(VmEnd::Fatal(format!(
+                "instruction {w:#010x} at {:#x} accesses {badv:#x} through a DMW window; \
+                 kestrel emulates only plain loads and stores there",
+                ctx.frame.pc
+            )))
+        }
+    };
+    if store && !m.dirty {
+        return deliver(ctx, ecode::PME, 0, Some(badv), w);
+    }
+    let n = size.bytes();
+    if (h & 0xfff) + n > 0x1000 || vm.arch.hpa(m.pa + n - 1).is_none() {
+        return deliver(ctx, ecode::ALE, 0, Some(badv), w);
+    }
+    let p = dmw::cached(h) as *mut u8;
+    let mut bytes = [0u8; 8];
+    if store {
+        bytes = ctx.frame.reg(rd).to_le_bytes();
+        // SAFETY: [h, h + n) lies in one page of this VM's RAM (checked above).
+        unsafe { core::ptr::copy_nonoverlapping(bytes.as_ptr(), p, n as usize) };
+    } else {
+        // SAFETY: as above, read.
+        unsafe { core::ptr::copy_nonoverlapping(p, bytes.as_mut_ptr(), n as usize) };
+        let v = u64::from_le_bytes(bytes) & size.mask();
+        ctx.frame
+            .set_reg(rd, if signed { size.sign_extend(v) } else { v });
+    }
+    ctx.frame.pc += 4;
+    RunExit::Continue
+}
+
+/// The guest's TLB changed: drop the shadows it invalidated.
+fn apply_inval(ctx: &mut VcpuState, cpu: usize, inv: Inval) {
+    match inv {
+        Inval::None => {}
+        Inval::Range(start, len) if len <= 0x10000 => {
+            let mut va = start & !0x1fff;
+            while va < start + len {
+                for c in [super::CTX_KERNEL, super::CTX_USER] {
+                    hwtlb::flush_page(ctx.asid(c), va);
+                }
+                va += 0x2000;
+            }
+        }
+        _ => ctx.invalidate_shadows(cpu),
+    }
+}
+
+/// IPE: a privileged instruction, emulated on the virtual state.
+fn privileged(
+    b: &B,
+    hv: &Hypervisor<B>,
+    cpu: usize,
+    vm: &Vm<B>,
+    vcpu: &Vcpu<B>,
+    ctx: &mut VcpuState,
+    w: u32,
+) -> RunExit {
+    // A guest at virtual PLV3 gets its IPE, as hardware would give it.
+    let Some(i) = insn::decode(w).filter(|i| i.is_privileged()) else {
+        count(vm, vcpu, ExitReason::Other);
+        return deliver(ctx, ecode::IPE, 0, None, w);
+    };
+    if ctx.csr.plv() != 0 {
+        count(vm, vcpu, ExitReason::Other);
+        return deliver(ctx, ecode::IPE, 0, None, w);
+    }
+    let now = b.now();
+    let reason = match i {
+        Insn::IocsrRd { .. } | Insn::IocsrWr { .. } => ExitReason::Ipi,
+        Insn::Idle { .. } => ExitReason::Idle,
+        _ => ExitReason::Sysreg,
+    };
+    count(vm, vcpu, reason);
+    let mut next = RunExit::Continue;
+    match i {
+        Insn::CsrRd { rd, csr } => {
+            let v = ctx.csr.read(csr, now);
+            ctx.frame.set_reg(rd, v);
+        }
+        Insn::CsrWr { rd, csr } => {
+            let old = ctx.csr.read(csr, now);
+            let fx = ctx.csr.write(csr, ctx.frame.reg(rd), now);
+            ctx.frame.set_reg(rd, old);
+            if fx.translation {
+                ctx.invalidate_shadows(cpu);
+            }
+        }
+        Insn::CsrXchg { rd, rj, csr } => {
+            let (old, fx) = ctx.csr.xchg(csr, ctx.frame.reg(rd), ctx.frame.reg(rj), now);
+            ctx.frame.set_reg(rd, old);
+            if fx.translation {
+                ctx.invalidate_shadows(cpu);
+            }
+        }
+        Insn::IocsrRd { rd, rj, size } => {
+            let v = viocsr::read(&vm.arch.ipi, vcpu.index, ctx.frame.reg(rj), size);
+            ctx.frame.set_reg(rd, v);
+        }
+        Insn::IocsrWr { rd, rj, size } => {
+            let fx = viocsr::write(
+                &vm.arch.ipi,
+                vcpu.index,
+                ctx.frame.reg(rj),
+                size,
+                ctx.frame.reg(rd),
+            );
+            match fx {
+                viocsr::Effect::Ipi(t) | viocsr::Effect::Mail(t) => {
+                    if !try_start(hv, cpu, vm, t) {
+                        if let viocsr::Effect::Ipi(t) = fx {
+                            hv.wake(key(vm, t), cpu);
+                        }
+                    }
+                }
+                viocsr::Effect::SelfLine | viocsr::Effect::None => {}
+            }
+        }
+        Insn::TlbSrch => ctx.tlb.srch(&mut ctx.csr),
+        Insn::TlbRd => ctx.tlb.rd(&mut ctx.csr),
+        Insn::TlbWr => {
+            let inv = ctx.tlb.wr(&ctx.csr);
+            apply_inval(ctx, cpu, inv);
+        }
+        Insn::TlbFill => {
+            let inv = ctx.tlb.fill(&ctx.csr);
+            apply_inval(ctx, cpu, inv);
+        }
+        Insn::TlbClr => {
+            let inv = ctx.tlb.clr(&ctx.csr);
+            apply_inval(ctx, cpu, inv);
+        }
+        Insn::TlbFlush => {
+            let inv = ctx.tlb.flush();
+            apply_inval(ctx, cpu, inv);
+        }
+        Insn::Invtlb { op, rj, rk } => {
+            match ctx.tlb.invtlb(op, ctx.frame.reg(rj), ctx.frame.reg(rk)) {
+                Some(inv) => apply_inval(ctx, cpu, inv),
+                None => return deliver(ctx, ecode::INE, 0, None, w),
+            }
+        }
+        Insn::Lddir { rd, rj, level } => {
+            let base = ctx.frame.reg(rj);
+            let v = vtlb::lddir(&ctx.csr, base, level, |pa| Some(vm.arch.read_u64(pa)));
+            ctx.frame.set_reg(rd, v.unwrap_or(0));
+        }
+        Insn::Ldpte { rj, seq } => {
+            let base = ctx.frame.reg(rj);
+            let _ = vtlb::ldpte(&mut ctx.csr, base, seq, |pa| Some(vm.arch.read_u64(pa)));
+        }
+        Insn::Ertn => {
+            ctx.frame.pc = ctx.csr.ertn();
+            return RunExit::Continue;
+        }
+        Insn::Idle { .. } => {
+            ctx.frame.pc += 4;
+            ctx.csr.update_timer(now);
+            ctx.csr.set_line(
+                crate::guest::loongarch::csr::IRQ_IPI,
+                vm.arch.ipi[vcpu.index].line(),
+            );
+            let sh = &vm.arch.shared[vcpu.index];
+            let swi = u64::from(sh.swi.load(core::sync::atomic::Ordering::Acquire) & 3);
+            let pending = ctx.csr.wake_pending().is_some() || swi & ctx.csr.get(vnum::ECFG) != 0;
+            if !pending {
+                next = RunExit::Block;
+            }
+            return next;
+        }
+        Insn::Cacop { .. } => {}
+        _ => return deliver(ctx, ecode::IPE, 0, None, w),
+    }
+    ctx.frame.pc += 4;
+    next
+}
+
+fn key(vm: &Vm<B>, vcpu: usize) -> VcpuKey {
+    VcpuKey {
+        vm: vm.slot,
+        vcpu: vcpu as u16,
+    }
+}
+
+/// The firmware's part of the mailbox start: a parked secondary with an
+/// IPI pending and a non-zero mailbox 0 starts there (DA mode, PLV0).
+/// Returns whether it started.
+fn try_start(hv: &Hypervisor<B>, cpu: usize, vm: &Vm<B>, t: usize) -> bool {
+    use core::sync::atomic::Ordering;
+    let (Some(sh), Some(ipi)) = (vm.arch.shared.get(t), vm.arch.ipi.get(t)) else {
+        return false;
+    };
+    if !sh.parked.load(Ordering::Acquire) {
+        return false;
+    }
+    let entry = ipi.mbuf[0].load(Ordering::Acquire);
+    if entry & 0xffff_ffff == 0 || ipi.status.load(Ordering::Acquire) == 0 {
+        return false;
+    }
+    if sh
+        .parked
+        .compare_exchange(true, false, Ordering::AcqRel, Ordering::Acquire)
+        .is_err()
+    {
+        return false;
+    }
+    // The boot code clears the IPI it woke on before jumping.
+    ipi.status.store(0, Ordering::Release);
+    *sh.boot.lock() = Some(entry);
+    let _ = hv.power_on(vm, t, cpu);
+    true
+}
+
+/// The calling VM as the PV IPI router sees it.
+struct Ipis<'a> {
+    hv: &'a Hypervisor<B>,
+    vm: &'a Vm<B>,
+    cpu: usize,
+}
+
+impl IpiTarget for Ipis<'_> {
+    fn vcpu_count(&self) -> usize {
+        self.vm.vcpus.len()
+    }
+
+    fn set_pending(&self, vcpu: usize) -> bool {
+        let old = self.vm.arch.shared[vcpu]
+            .swi
+            .fetch_or(1, core::sync::atomic::Ordering::AcqRel);
+        // Wakes it if blocked, kicks it if running elsewhere.
+        self.hv.wake(key(self.vm, vcpu), self.cpu);
+        old & 1 != 0
+    }
+
+    fn running_on(&self, _vcpu: usize) -> Option<usize> {
+        // `set_pending` already kicked it through the scheduler.
+        None
+    }
+
+    fn kick(&self, pcpu: usize) {
+        use crate::vm::Backend;
+        self.hv.backend.kick(pcpu);
+    }
+}
+
+struct Env<'a> {
+    ipis: Ipis<'a>,
+    sender: usize,
+}
+
+impl HypercallEnv for Env<'_> {
+    fn send_ipi(&mut self, window: &IpiWindow) -> Result<IpiOutcome, IpiError> {
+        let r = crate::ipi::send(&self.ipis, self.sender, window);
+        if let Ok(o) = &r {
+            self.ipis.vm.stats.record_ipi(o);
+        }
+        r
+    }
+
+    fn read_stat(&self, index: u64) -> Option<u64> {
+        self.ipis.vm.stats.read_index(index)
+    }
+}
+
+/// `hvcl code`: Linux KVM's LoongArch ABI (a0 function, a1-a5 arguments,
+/// a0 result, PC + 4).
+fn hvcl(
+    _b: &B,
+    hv: &Hypervisor<B>,
+    cpu: usize,
+    vm: &Vm<B>,
+    vcpu: &Vcpu<B>,
+    ctx: &mut VcpuState,
+    code: u16,
+) -> RunExit {
+    let r = &ctx.frame.regs;
+    let args = HypercallArgs {
+        code: u32::from(code),
+        function: r[4],
+        args: [r[5], r[6], r[7], r[8], r[9]],
+    };
+    let mut env = Env {
+        ipis: Ipis { hv, vm, cpu },
+        sender: vcpu.index,
+    };
+    let ret = hypercall::dispatch(Abi::LoongArch, &args, &mut env);
+    ctx.frame.regs[4] = ret.x0();
+    ctx.frame.pc += 4;
+    // A sender that targeted itself takes its SWI0 at the next entry.
+    RunExit::Continue
+}

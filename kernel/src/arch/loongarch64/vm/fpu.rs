@@ -1,0 +1,59 @@
+//! The FP unit as the portable lazy-FP engine drives it ([`crate::fpu::FpHw`]):
+//! register moves in `arch::loongarch64::fp`, traps through EUEN. While a
+//! vCPU that does not own the unit runs, EUEN.FPE/SXE/ASXE are 0 and its
+//! first FP/LSX/LASX instruction raises FPD/SXD/ASXD (a VM exit); while it
+//! owns it, EUEN is the guest's virtual EUEN (so FP it disabled itself still
+//! raises its own exception, delivered to it).
+
+use core::arch::asm;
+
+use crate::fpu::{FpHw, LoongArchFpState};
+
+use super::super::fp;
+
+pub struct LaFpHw {
+    level: u8,
+    enabled: bool,
+}
+
+impl LaFpHw {
+    pub fn new(level: u8) -> Self {
+        LaFpHw {
+            level,
+            enabled: false,
+        }
+    }
+
+    /// Whether the loaded vCPU owns the unit (FP traps off).
+    pub fn enabled(&self) -> bool {
+        self.enabled
+    }
+}
+
+impl FpHw for LaFpHw {
+    type State = LoongArchFpState;
+
+    fn save(&mut self, into: &mut LoongArchFpState) {
+        fp::save(into, self.level);
+    }
+
+    fn restore(&mut self, from: &LoongArchFpState) {
+        fp::restore(from, self.level);
+    }
+
+    fn trap_on(&mut self) {
+        self.enabled = false;
+        set_guest_euen(0);
+    }
+
+    fn trap_off(&mut self) {
+        self.enabled = true;
+    }
+}
+
+/// Sets the real EUEN the guest runs with.
+pub fn set_guest_euen(v: u64) {
+    // SAFETY: EUEN only gates FP/SIMD instructions; kestrel itself uses none
+    // (softfloat), and the guest gets the unit only as the engine decided.
+    unsafe { asm!("csrwr {0}, 0x2", inout(reg) v & 7 => _, options(nostack)) };
+}
