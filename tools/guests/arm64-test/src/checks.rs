@@ -1,0 +1,809 @@
+//! The boot vCPU: platform discovery, then the numbered checks, the
+//! benchmark, the summary line and SYSTEM_OFF.
+
+use crate::console::Msg;
+use crate::cpu::{self, CPUS};
+use crate::exceptions::probe_read;
+use crate::platform::Platform;
+use crate::smccc::{self, call, call0, psci};
+use crate::smp::{self, run_everywhere, send_arg, Cmd, PV_IPI_SGI};
+use crate::{gic, msg, println};
+use core::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use kestrel_abi::{arm64, features, ret, stat};
+
+/// The outcome of one check.
+pub enum Verdict {
+    Pass(Msg),
+    Fail(Msg),
+    Skip(&'static str),
+}
+
+macro_rules! fail {
+    ($($t:tt)*) => { return Verdict::Fail(msg!($($t)*)) };
+}
+
+/// SGI used by the target-list check.
+const SGI_LIST: u32 = 3;
+/// SGI used by the broadcast check.
+const SGI_BROADCAST: u32 = 4;
+/// SGI used by the ICC_SGI1R side of the benchmark.
+const SGI_BENCH: u32 = 5;
+/// Rounds of the FP check per vCPU unless `fp_iters=` says otherwise.
+const FP_ROUNDS: u64 = 2000;
+/// IPIs per benchmark case unless `bench_n=` says otherwise.
+const BENCH_N: u64 = 200;
+
+static PASSED: AtomicU32 = AtomicU32::new(0);
+static FAILED: AtomicU32 = AtomicU32::new(0);
+static SKIPPED: AtomicU32 = AtomicU32::new(0);
+static CURRENT: AtomicUsize = AtomicUsize::new(0);
+const NAMES: [&str; 13] = [
+    "boot",
+    "hypercall-discovery",
+    "hypercall-errors",
+    "psci-version-features",
+    "psci-smp-bringup",
+    "psci-errors",
+    "timer",
+    "sgi-target-list",
+    "sgi-broadcast",
+    "pv-ipi",
+    "fp-simd-switches",
+    "abort-outside-memory",
+    "bench-ipi-exits",
+];
+
+/// The check running now: (number, name).
+pub fn current() -> (usize, &'static str) {
+    let n = CURRENT.load(Ordering::Relaxed).min(NAMES.len() - 1);
+    (n, NAMES[n])
+}
+
+fn report(n: usize, v: Verdict) {
+    let name = NAMES[n];
+    match v {
+        Verdict::Pass(m) if m.is_empty() => {
+            PASSED.fetch_add(1, Ordering::Relaxed);
+            println!("PASS {n} {name}");
+        }
+        Verdict::Pass(m) => {
+            PASSED.fetch_add(1, Ordering::Relaxed);
+            println!("PASS {n} {name} ({})", m.as_str());
+        }
+        Verdict::Fail(m) => {
+            FAILED.fetch_add(1, Ordering::Relaxed);
+            println!("FAIL {n} {name}: {}", m.as_str());
+        }
+        Verdict::Skip(why) => {
+            SKIPPED.fetch_add(1, Ordering::Relaxed);
+            println!("SKIP {n} {name} ({why})");
+        }
+    }
+}
+
+fn summary_and_off(extra_failure: bool) -> ! {
+    if extra_failure {
+        FAILED.fetch_add(1, Ordering::Relaxed);
+    }
+    let skipped = SKIPPED.load(Ordering::Relaxed);
+    if skipped > 0 {
+        println!("{skipped} check(s) skipped");
+    }
+    println!(
+        "RESULT: {} passed, {} failed",
+        PASSED.load(Ordering::Relaxed),
+        FAILED.load(Ordering::Relaxed)
+    );
+    smccc::system_off()
+}
+
+/// After a fatal error (already printed as a FAIL line): summary, power off.
+pub fn finish_fatal() -> ! {
+    summary_and_off(true)
+}
+
+/// What every check may need.
+struct Ctx {
+    p: Platform,
+    kestrel: bool,
+    boot: usize,
+    /// All CPUs that came online (boot included).
+    all: u32,
+}
+
+/// Rust entry of the boot vCPU (from `primary_entry` in start.S).
+#[no_mangle]
+extern "C" fn primary_main(dtb: usize) -> ! {
+    let p = Platform::from_dtb(dtb);
+    crate::console::init(p.uart);
+    smccc::set_conduit_smc(p.psci_smc);
+    let mpidr = cpu::mpidr();
+    let boot = p.cpus[..p.ncpus]
+        .iter()
+        .position(|&m| m == mpidr)
+        .unwrap_or(0);
+    cpu::set_index(boot);
+    for (i, c) in CPUS.iter().enumerate().take(p.ncpus) {
+        c.mpidr.store(p.cpus[i], Ordering::Relaxed);
+    }
+    smp::NCPUS.store(p.ncpus, Ordering::Relaxed);
+    smp::BOOT.store(boot, Ordering::Relaxed);
+    CPUS[boot].seen_mpidr.store(mpidr, Ordering::Relaxed);
+    CPUS[boot].online.store(true, Ordering::Release);
+
+    println!(
+        "arm64-test: kestrel test guest; DTB {:#x}{}; {} vCPU(s), boot MPIDR {:#x}; GIC{:?} GICD {:#x} {} {:#x}; PL011 {:#x}; RAM {:#x}+{:#x}; PSCI via {}",
+        dtb,
+        if p.from_dtb { "" } else { " (unreadable: QEMU virt defaults)" },
+        p.ncpus,
+        mpidr,
+        p.gic,
+        p.gicd,
+        if p.gic == gic::Version::V3 { "GICR" } else { "GICC" },
+        p.gicr_or_gicc,
+        p.uart,
+        p.ram_base,
+        p.ram_size,
+        smccc::conduit()
+    );
+    gic::configure(p.gic, p.gicd, p.gicr_or_gicc);
+    gic::init_distributor();
+    if let Err(e) = gic::init_cpu(boot) {
+        report(0, Verdict::Fail(msg!("GIC CPU interface: {e}")));
+    }
+    cpu::irq_enable();
+
+    let kestrel = is_kestrel();
+    println!(
+        "arm64-test: hypervisor: {}",
+        if kestrel {
+            "kestrel"
+        } else {
+            "not kestrel (kestrel-specific checks are skipped)"
+        }
+    );
+    let mut ctx = Ctx {
+        p,
+        kestrel,
+        boot,
+        all: 1 << boot,
+    };
+
+    let checks: [fn(&mut Ctx) -> Verdict; 12] = [
+        hypercall_discovery,
+        hypercall_errors,
+        psci_version,
+        psci_smp,
+        psci_errors,
+        timer,
+        sgi_target_list,
+        sgi_broadcast,
+        pv_ipi,
+        fp_simd,
+        abort_outside_memory,
+        bench,
+    ];
+    for (i, check) in checks.iter().enumerate() {
+        let n = i + 1;
+        CURRENT.store(n, Ordering::Relaxed);
+        let v = check(&mut ctx);
+        report(n, v);
+    }
+    summary_and_off(false)
+}
+
+/// The SMCCC vendor UID query answers kestrel's UUID.
+fn is_kestrel() -> bool {
+    let r = call(arm64::CALL_UID as u64, [0; 3]);
+    (0..4).all(|i| r[i] == arm64::KESTREL_UID[i] as u64)
+}
+
+const NOT_KESTREL: &str = "not running on kestrel";
+
+fn hypercall_discovery(c: &mut Ctx) -> Verdict {
+    if !c.kestrel {
+        return Verdict::Skip(NOT_KESTREL);
+    }
+    let uid64 = call(arm64::CALL_UID as u64 | 0x4000_0000, [0; 3]);
+    if (0..4).any(|i| uid64[i] != arm64::KESTREL_UID[i] as u64) {
+        fail!("UID over the SMC64 spelling: {:#x?}", uid64);
+    }
+    let count = call0(arm64::CALL_COUNT, [0; 3]);
+    if count != arm64::FUNCTION_COUNT as i64 {
+        fail!("call count {count}, expected {}", arm64::FUNCTION_COUNT);
+    }
+    let rev = call(arm64::REVISION as u64, [0; 3]);
+    if rev[0] != arm64::REVISION_MAJOR || rev[1] != arm64::REVISION_MINOR {
+        fail!("revision {}.{}", rev[0], rev[1]);
+    }
+    let feats = call0(arm64::FEATURES, [0; 3]);
+    if feats != features::ALL as i64 {
+        fail!("features {feats:#x}, expected {:#x}", features::ALL);
+    }
+    // SMCCC: only w0 names the function.
+    let upper = call(0xFFFF_FFFF_0000_0000 | arm64::FEATURES as u64, [0; 3])[0] as i64;
+    if upper != feats {
+        fail!("features with x0[63:32] set: {upper:#x}");
+    }
+    let exits = call0(arm64::STATS, [stat::EXIT_HYPERCALL, 0, 0]);
+    if exits <= 0 {
+        fail!("stats[hypercall exits] = {exits}, expected > 0");
+    }
+    Verdict::Pass(msg!(
+        "UID 4b455354-524c-4e8a-9c1f-6b6573747265, {count} functions, revision {}.{}, features {feats:#x}, {exits} hypercall exits so far",
+        rev[0],
+        rev[1]
+    ))
+}
+
+fn hypercall_errors(c: &mut Ctx) -> Verdict {
+    if !c.kestrel {
+        return Verdict::Skip(NOT_KESTREL);
+    }
+    let n = c.p.ncpus as u64;
+    for fid in [
+        0xC600_0000u32,
+        0xC600_0004,
+        0xC600_FFFE,
+        0x8600_FF02,
+        0x8600_0001,
+    ] {
+        let r = call0(fid, [0; 3]);
+        if r != ret::INVALID_CODE {
+            fail!("unknown vendor function {fid:#x} returned {r}, expected -1");
+        }
+    }
+    let before = sgi_counts(PV_IPI_SGI);
+    let mut bad: [(u64, u64, u64, &str); 6] = [
+        (0, 0, 0, "empty bitmap"),
+        (1, 0, n, "min = number of vCPUs"),
+        (1, 0, u64::MAX, "min = 2^64-1"),
+        (0, 1 << 63, u64::MAX - 64, "min + 127 overflowing"),
+        (0, 1 << 63, 0, "bit 127 (no such vCPU)"),
+        (0, 0, 0, ""),
+    ];
+    if n < 64 {
+        bad[5] = (1 << n, 0, 0, "bit n (no such vCPU)");
+    }
+    let mut tried = 0;
+    for (low, high, min, what) in bad {
+        if what.is_empty() {
+            continue;
+        }
+        let r = call0(arm64::IPI_SEND, [low, high, min]);
+        if r != ret::INVALID_PARAMETER {
+            fail!("IPI_SEND with {what} returned {r}, expected -2");
+        }
+        tried += 1;
+    }
+    for idx in [stat::COUNT, u64::MAX] {
+        let r = call0(arm64::STATS, [idx, 0, 0]);
+        if r != ret::INVALID_PARAMETER {
+            fail!("STATS index {idx:#x} returned {r}, expected -2");
+        }
+    }
+    // Nothing may have been delivered by the refused sends.
+    spin_us(20_000);
+    if before != sgi_counts(PV_IPI_SGI) {
+        fail!("a refused IPI_SEND delivered SGI {PV_IPI_SGI}");
+    }
+    Verdict::Pass(msg!(
+        "5 unknown functions -> -1; {tried} bad IPI windows and 2 bad stats indices -> -2, nothing delivered"
+    ))
+}
+
+fn psci_version(c: &mut Ctx) -> Verdict {
+    let v = call0(psci::VERSION, [0; 3]);
+    if v < 0x2 {
+        fail!("PSCI_VERSION returned {v:#x}");
+    }
+    let (major, minor) = (v >> 16, v & 0xFFFF);
+    if major < 1 {
+        return Verdict::Pass(msg!("PSCI {major}.{minor} (no FEATURES before 1.0)"));
+    }
+    for (fid, name) in [
+        (psci::CPU_ON, "CPU_ON"),
+        (psci::AFFINITY_INFO, "AFFINITY_INFO"),
+        (psci::SYSTEM_OFF, "SYSTEM_OFF"),
+        (psci::VERSION, "PSCI_VERSION"),
+        (psci::FEATURES, "PSCI_FEATURES"),
+    ] {
+        let r = call0(psci::FEATURES, [fid as u64, 0, 0]);
+        if r < 0 {
+            fail!("PSCI_FEATURES({name}) = {r}");
+        }
+    }
+    let r = call0(psci::FEATURES, [0x8400_00FF, 0, 0]);
+    if r != psci::NOT_SUPPORTED {
+        fail!("PSCI_FEATURES(0x840000ff) = {r}, expected NOT_SUPPORTED");
+    }
+    let mig = call0(psci::MIGRATE_INFO_TYPE, [0; 3]);
+    if mig != 2 {
+        fail!("MIGRATE_INFO_TYPE = {mig}, expected 2 (no trusted OS)");
+    }
+    // SMCCC_VERSION exists from SMCCC 1.1 on; PSCI_FEATURES says whether.
+    let smccc = if call0(psci::FEATURES, [psci::SMCCC_VERSION as u64, 0, 0]) == psci::SUCCESS {
+        let v = call0(psci::SMCCC_VERSION, [0; 3]);
+        if v < 0x1_0001 {
+            fail!("SMCCC_VERSION = {v:#x}, expected 1.1 or later");
+        }
+        v
+    } else if c.kestrel {
+        fail!("PSCI_FEATURES(SMCCC_VERSION) says not supported; kestrel offers SMCCC 1.1");
+    } else {
+        0x1_0000
+    };
+    Verdict::Pass(msg!(
+        "PSCI {major}.{minor}, SMCCC {}.{}, FEATURES ok, MIGRATE_INFO_TYPE 2",
+        smccc >> 16,
+        smccc & 0xFFFF
+    ))
+}
+
+extern "C" {
+    fn secondary_entry();
+}
+
+fn secondary_entry_pa() -> u64 {
+    // The identity map makes the address the code runs at its PA.
+    secondary_entry as *const () as u64
+}
+
+fn psci_smp(c: &mut Ctx) -> Verdict {
+    let entry = secondary_entry_pa();
+    let mut problem = Msg::new();
+    for i in 0..c.p.ncpus {
+        if i == c.boot {
+            continue;
+        }
+        let m = c.p.cpus[i];
+        let a = call0(psci::AFFINITY_INFO, [m, 0, 0]);
+        if a != psci::AFF_OFF && problem.is_empty() {
+            problem = msg!("AFFINITY_INFO({m:#x}) before CPU_ON = {a}, expected 1 (OFF)");
+        }
+        let r = call0(psci::CPU_ON, [m, entry, i as u64]);
+        if r != psci::SUCCESS {
+            fail!("CPU_ON({m:#x}) = {r}");
+        }
+    }
+    let give_up = cpu::deadline(30_000_000);
+    let want = (1u32 << c.p.ncpus) - 1;
+    while smp::online_mask() != want {
+        if cpu::now() > give_up {
+            fail!(
+                "only CPUs {:#b} of {want:#b} reported in within 30 s",
+                smp::online_mask()
+            );
+        }
+        core::hint::spin_loop();
+    }
+    c.all = want;
+    for (i, (state, &m)) in CPUS.iter().zip(&c.p.cpus[..c.p.ncpus]).enumerate() {
+        let seen = state.seen_mpidr.load(Ordering::Relaxed);
+        if seen != m {
+            fail!("CPU {i} reads MPIDR {seen:#x}, the DTB says {m:#x}");
+        }
+        let a = call0(psci::AFFINITY_INFO, [m, 0, 0]);
+        if a != psci::AFF_ON {
+            fail!("AFFINITY_INFO({m:#x}) = {a}, expected 0 (ON)");
+        }
+    }
+    if !run_everywhere(Cmd::Nop, 0, 30_000_000) {
+        fail!("secondaries do not answer commands");
+    }
+    if !problem.is_empty() {
+        return Verdict::Fail(problem);
+    }
+    Verdict::Pass(msg!(
+        "{} of {} vCPUs online with the DTB's MPIDRs, AFFINITY_INFO OFF before and ON after",
+        c.all.count_ones(),
+        c.p.ncpus
+    ))
+}
+
+fn psci_errors(c: &mut Ctx) -> Verdict {
+    let entry = secondary_entry_pa();
+    let me = c.p.cpus[c.boot];
+    let r = call0(psci::CPU_ON, [me, entry, 0]);
+    if r != psci::ALREADY_ON {
+        fail!("CPU_ON(self) = {r}, expected -4 (ALREADY_ON)");
+    }
+    if let Some(other) = (0..c.p.ncpus).find(|&i| i != c.boot) {
+        let r = call0(psci::CPU_ON, [c.p.cpus[other], entry, other as u64]);
+        if r != psci::ALREADY_ON {
+            fail!("CPU_ON(running CPU {other}) = {r}, expected -4 (ALREADY_ON)");
+        }
+    }
+    let bad = 0xFE_0000_FEFE;
+    let r = call0(psci::CPU_ON, [bad, entry, 0]);
+    if r != psci::INVALID_PARAMETERS {
+        fail!("CPU_ON({bad:#x}) = {r}, expected -2 (INVALID_PARAMETERS)");
+    }
+    let r = call0(psci::AFFINITY_INFO, [bad, 0, 0]);
+    if r != psci::INVALID_PARAMETERS {
+        fail!("AFFINITY_INFO({bad:#x}) = {r}, expected -2 (INVALID_PARAMETERS)");
+    }
+    Verdict::Pass(msg!(
+        "ALREADY_ON for self and a running vCPU, INVALID_PARAMETERS for MPIDR {bad:#x}"
+    ))
+}
+
+fn timer(c: &mut Ctx) -> Verdict {
+    const ROUNDS: u64 = 20;
+    if !run_everywhere(Cmd::Timer, ROUNDS, 120_000_000) {
+        fail!("not every vCPU finished {ROUNDS} timer sleeps");
+    }
+    let mut shortest = u64::MAX;
+    for i in cpus(c.all) {
+        let failures = CPUS[i].result.load(Ordering::Acquire);
+        if failures != 0 {
+            fail!(
+                "CPU {i}: {failures} of {ROUNDS} 1 ms sleeps had no PPI 27 or ended early (shortest {} us)",
+                CPUS[i].detail.load(Ordering::Relaxed)
+            );
+        }
+        shortest = shortest.min(CPUS[i].detail.load(Ordering::Relaxed));
+        if CPUS[i].other_irqs.load(Ordering::Relaxed) != 0 {
+            fail!(
+                "CPU {i} took unexpected INTID {}",
+                CPUS[i].last_other.load(Ordering::Relaxed)
+            );
+        }
+    }
+    Verdict::Pass(msg!(
+        "{ROUNDS} virtual timer interrupts (PPI 27) on each of {} vCPUs, shortest 1 ms sleep {shortest} us",
+        c.all.count_ones()
+    ))
+}
+
+/// Busy-waits `us` microseconds.
+fn spin_us(us: u64) {
+    let t = cpu::deadline(us);
+    while cpu::now() < t {
+        core::hint::spin_loop();
+    }
+}
+
+/// CPU indices in `mask`.
+fn cpus(mask: u32) -> impl Iterator<Item = usize> {
+    (0..32).filter(move |i| mask & (1 << i) != 0)
+}
+
+fn sgi_counts(intid: u32) -> [u32; cpu::MAX_CPUS] {
+    core::array::from_fn(|i| CPUS[i].sgi[intid as usize].load(Ordering::Acquire))
+}
+
+/// Posts a send command and checks that exactly `targets` got SGI `intid`
+/// once (and, on GICv2, from the sender's CPU interface).
+fn deliver(
+    c: &Ctx,
+    cmd: Cmd,
+    sender: usize,
+    intid: u32,
+    mask: u32,
+    targets: u32,
+) -> Result<(), Msg> {
+    let before = sgi_counts(intid);
+    for i in cpus(c.all) {
+        CPUS[i].sgi_source.store(0, Ordering::Relaxed);
+    }
+    if !run_everywhere(cmd, send_arg(sender, intid, mask), 30_000_000) {
+        return Err(msg!("sender CPU {sender} did not finish"));
+    }
+    let r = CPUS[sender].result.load(Ordering::Acquire) as i64;
+    if r != 0 {
+        return Err(msg!("send from CPU {sender} returned {r}"));
+    }
+    let give_up = cpu::deadline(10_000_000);
+    loop {
+        let now = sgi_counts(intid);
+        if cpus(targets).all(|i| now[i] != before[i]) {
+            break;
+        }
+        if cpu::now() > give_up {
+            let missing = cpus(targets)
+                .filter(|&i| now[i] == before[i])
+                .fold(0u32, |m, i| m | 1 << i);
+            return Err(msg!(
+                "SGI {intid} from CPU {sender} to {targets:#b}: CPUs {missing:#b} got nothing in 10 s"
+            ));
+        }
+        core::hint::spin_loop();
+    }
+    // Let stray deliveries show up.
+    spin_us(10_000);
+    let now = sgi_counts(intid);
+    for i in cpus(c.all) {
+        let got = now[i].wrapping_sub(before[i]);
+        let want = u32::from(targets & (1 << i) != 0);
+        if got != want {
+            return Err(msg!(
+                "SGI {intid} from CPU {sender} to {targets:#b}: CPU {i} got it {got} times, expected {want}"
+            ));
+        }
+        if want == 1 && gic::version() == gic::Version::V2 {
+            let src = CPUS[i].sgi_source.load(Ordering::Relaxed);
+            let iface = CPUS[sender].gic_iface.load(Ordering::Relaxed);
+            if src == 0 || 1 << (src - 1) != iface {
+                return Err(msg!(
+                    "SGI {intid} from CPU {sender} (interface mask {iface:#x}) arrived at CPU {i} with source {}",
+                    src.wrapping_sub(1)
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn sgi_target_list(c: &mut Ctx) -> Verdict {
+    let n = c.p.ncpus;
+    if c.all.count_ones() < 2 {
+        return Verdict::Skip("needs 2 or more vCPUs");
+    }
+    let mut sends = 0;
+    for s in cpus(c.all) {
+        // A list that skips a vCPU when there are enough of them.
+        let mut mask = 1 << ((s + 1) % n);
+        if n >= 4 {
+            mask |= 1 << ((s + 3) % n);
+        }
+        mask &= c.all & !(1 << s);
+        if let Err(m) = deliver(c, Cmd::SgiList, s, SGI_LIST, mask, mask) {
+            return Verdict::Fail(m);
+        }
+        // And one including the sender itself.
+        let with_self = mask | 1 << s;
+        if let Err(m) = deliver(c, Cmd::SgiList, s, SGI_LIST, with_self, with_self) {
+            return Verdict::Fail(m);
+        }
+        sends += 2;
+    }
+    let how = match gic::version() {
+        gic::Version::V3 => "ICC_SGI1R_EL1 target lists",
+        gic::Version::V2 => "GICD_SGIR target lists, sources checked",
+    };
+    Verdict::Pass(msg!(
+        "{sends} sends from every vCPU through {how}, each target exactly once, nobody else"
+    ))
+}
+
+fn sgi_broadcast(c: &mut Ctx) -> Verdict {
+    if c.all.count_ones() < 2 {
+        return Verdict::Skip("needs 2 or more vCPUs");
+    }
+    for s in cpus(c.all) {
+        let targets = c.all & !(1 << s);
+        if let Err(m) = deliver(c, Cmd::SgiOthers, s, SGI_BROADCAST, 0, targets) {
+            return Verdict::Fail(m);
+        }
+    }
+    let how = match gic::version() {
+        gic::Version::V3 => "ICC_SGI1R_EL1.IRM",
+        gic::Version::V2 => "GICD_SGIR filter 1, sources checked",
+    };
+    Verdict::Pass(msg!(
+        "from each of {} vCPUs through {how}: every other vCPU once, never the sender",
+        c.all.count_ones()
+    ))
+}
+
+/// Target sets of the IPI checks: (label, mask) for 1, 3 and all vCPUs,
+/// seen from `sender` (0 when there are too few vCPUs).
+fn target_sets(c: &Ctx, sender: usize) -> [(&'static str, u32); 3] {
+    let others: u32 = c.all & !(1 << sender);
+    let first_n = |k: u32| {
+        let mut m = 0u32;
+        for i in cpus(others) {
+            if m.count_ones() < k {
+                m |= 1 << i;
+            }
+        }
+        m
+    };
+    [
+        ("1", first_n(1)),
+        (
+            "3",
+            if others.count_ones() >= 3 {
+                first_n(3)
+            } else {
+                0
+            },
+        ),
+        ("all", c.all),
+    ]
+}
+
+fn pv_ipi(c: &mut Ctx) -> Verdict {
+    if !c.kestrel {
+        return Verdict::Skip(NOT_KESTREL);
+    }
+    let mut done = 0;
+    let senders = [c.boot, cpus(c.all).last().unwrap_or(c.boot)];
+    for s in senders {
+        for (label, mask) in target_sets(c, s) {
+            if mask == 0 {
+                continue;
+            }
+            if let Err(m) = deliver(c, Cmd::PvIpi, s, PV_IPI_SGI, mask, mask) {
+                return Verdict::Fail(msg!("targets={label}: {}", m.as_str()));
+            }
+            done += 1;
+        }
+    }
+    Verdict::Pass(msg!(
+        "{done} IPI_SEND hypercalls to 1, 3 and all vCPUs from 2 senders: SGI {PV_IPI_SGI} acknowledged by exactly the targets"
+    ))
+}
+
+fn stat_read(i: u64) -> u64 {
+    call0(arm64::STATS, [i, 0, 0]).max(0) as u64
+}
+
+fn fp_stats() -> [u64; 3] {
+    [
+        stat_read(stat::FP_SAVES),
+        stat_read(stat::FP_RESTORES),
+        stat_read(stat::FP_TRAPS),
+    ]
+}
+
+fn fp_simd(c: &mut Ctx) -> Verdict {
+    let rounds = c.p.fp_iters.unwrap_or(FP_ROUNDS);
+    let before = c.kestrel.then(fp_stats);
+    let t0 = cpu::now();
+    if !run_everywhere(Cmd::Fp, rounds, 1_200_000_000) {
+        fail!("not every vCPU finished {rounds} rounds within 1200 s");
+    }
+    let ms = cpu::ticks_to_us(cpu::now() - t0) / 1000;
+    for i in cpus(c.all) {
+        let r = CPUS[i].result.load(Ordering::Acquire);
+        if r != 0 {
+            let bad = CPUS[i].detail.load(Ordering::Relaxed);
+            fail!(
+                "CPU {i}: round {r}: registers changed across the yield: V mask {:#x}{}{}",
+                bad & 0xFFFF_FFFF,
+                if bad & 1 << 32 != 0 { ", FPCR" } else { "" },
+                if bad & 1 << 33 != 0 { ", FPSR" } else { "" }
+            );
+        }
+    }
+    let mut m = msg!(
+        "{rounds} rounds x {} vCPUs, V0-V31 + FPCR/FPSR intact after every WFI/spin yield, {ms} ms",
+        c.all.count_ones()
+    );
+    if let Some(b) = before {
+        let a = fp_stats();
+        m = msg!(
+            "{}; kestrel meanwhile: {} FP saves, {} restores, {} traps",
+            m.as_str(),
+            a[0] - b[0],
+            a[1] - b[1],
+            a[2] - b[2]
+        );
+    }
+    Verdict::Pass(m)
+}
+
+fn abort_outside_memory(c: &mut Ctx) -> Verdict {
+    let past_ram = c.p.ram_base + c.p.ram_size;
+    let mut addrs = [(past_ram, "first byte past RAM"), (0, "")];
+    if c.kestrel {
+        // Unmapped in kestrel's guest map (QEMU has its PCIe window here).
+        addrs[1] = (0x1000_0000, "unmapped IPA 0x10000000");
+    }
+    let mut seen = Msg::new();
+    for (addr, what) in addrs {
+        if what.is_empty() {
+            continue;
+        }
+        let r = probe_read(addr);
+        if r.esr == 0 {
+            fail!(
+                "read of {what} ({addr:#x}) completed with {:#x}, no abort",
+                r.value
+            );
+        }
+        let ec = (r.esr >> 26) & 0x3F;
+        let dfsc = r.esr & 0x3F;
+        let fnv = r.esr & (1 << 10) != 0;
+        if ec != 0x25 {
+            fail!("read of {what} ({addr:#x}): EC {ec:#x}, expected 0x25 (data abort)");
+        }
+        if dfsc != 0x10 {
+            fail!(
+                "read of {what} ({addr:#x}): DFSC {dfsc:#x}, expected 0x10 (synchronous external abort); ESR {:#x}",
+                r.esr
+            );
+        }
+        if !fnv && r.far != addr {
+            fail!("read of {what} ({addr:#x}): FAR {:#x}", r.far);
+        }
+        seen = msg!(
+            "{}{}{addr:#x}: ESR {:#x}",
+            seen.as_str(),
+            if seen.is_empty() { "" } else { ", " },
+            r.esr
+        );
+    }
+    Verdict::Pass(msg!(
+        "synchronous external abort (EC 0x25, DFSC 0x10), guest continued: {}",
+        seen.as_str()
+    ))
+}
+
+/// Exits of every kind so far (the counters of `kestrel_abi::stat` 0-9).
+fn exits() -> u64 {
+    (stat::EXIT_HYPERCALL..=stat::EXIT_OTHER)
+        .map(stat_read)
+        .sum()
+}
+
+/// Exits during `n` sends to `mask` (PV IPI or the GIC's SGI register),
+/// each acknowledged by every target before the next.
+fn measure(pv: bool, mask: u32, n: u64) -> Result<u64, Msg> {
+    let intid = if pv { PV_IPI_SGI } else { SGI_BENCH };
+    let start = exits();
+    for _ in 0..n {
+        let before = sgi_counts(intid);
+        if pv {
+            let r = smp::pv_ipi(mask);
+            if r != 0 {
+                return Err(msg!("IPI_SEND returned {r}"));
+            }
+        } else {
+            gic::send_sgi(intid, mask);
+        }
+        let give_up = cpu::deadline(10_000_000);
+        loop {
+            let now = sgi_counts(intid);
+            if cpus(mask).all(|i| now[i] != before[i]) {
+                break;
+            }
+            if cpu::now() > give_up {
+                return Err(msg!("SGI {intid} to {mask:#b} not acknowledged in 10 s"));
+            }
+            core::hint::spin_loop();
+        }
+    }
+    Ok(exits() - start)
+}
+
+fn bench(c: &mut Ctx) -> Verdict {
+    if !c.kestrel {
+        return Verdict::Skip(NOT_KESTREL);
+    }
+    let n = c.p.bench_n.unwrap_or(BENCH_N).max(1);
+    // Receivers spin (no WFI exits) while this runs.
+    smp::SPIN.store(true, Ordering::SeqCst);
+    spin_us(20_000);
+    let mut result = Verdict::Pass(msg!("{n} IPIs per case, see the BENCH lines"));
+    'cases: for (label, mask) in target_sets(c, c.boot) {
+        if mask == 0 {
+            continue;
+        }
+        for pv in [true, false] {
+            // The cost of reading the counters, measured with no IPI.
+            let run = measure(pv, mask, 0).and_then(|base| Ok((base, measure(pv, mask, n)?)));
+            match run {
+                Ok((base, total)) => {
+                    let per100 = total.saturating_sub(base) * 100 / n;
+                    println!(
+                        "BENCH ipi {} targets={label} exits_per_ipi={}.{:02} n={n} vcpus={} gic=v{}",
+                        if pv { "pv" } else { "sgi" },
+                        per100 / 100,
+                        per100 % 100,
+                        c.all.count_ones(),
+                        if gic::version() == gic::Version::V3 { 3 } else { 2 }
+                    );
+                }
+                Err(m) => {
+                    result = Verdict::Fail(msg!("targets={label}: {}", m.as_str()));
+                    break 'cases;
+                }
+            }
+        }
+    }
+    smp::SPIN.store(false, Ordering::SeqCst);
+    result
+}

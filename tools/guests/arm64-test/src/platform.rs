@@ -1,0 +1,137 @@
+//! What the guest learns from its DTB: console, GIC, CPUs, RAM, PSCI
+//! conduit and command-line options. QEMU `virt` defaults fill any gap.
+
+use crate::cpu::MAX_CPUS;
+use crate::gic::Version;
+
+/// The machine as the DTB describes it.
+#[derive(Clone, Copy, Debug)]
+pub struct Platform {
+    pub uart: usize,
+    pub gic: Version,
+    pub gicd: usize,
+    /// GICv3 redistributors or GICv2 CPU interface.
+    pub gicr_or_gicc: usize,
+    pub cpus: [u64; MAX_CPUS],
+    pub ncpus: usize,
+    pub ram_base: u64,
+    pub ram_size: u64,
+    pub psci_smc: bool,
+    /// `fp_iters=N` on the command line (rounds of the FP check).
+    pub fp_iters: Option<u64>,
+    /// `bench_n=N`: IPIs per benchmark case.
+    pub bench_n: Option<u64>,
+    /// Whether a DTB was found at all.
+    pub from_dtb: bool,
+}
+
+impl Platform {
+    /// QEMU `virt`: GICv3, PL011, one CPU, 128 MiB at 1 GiB.
+    pub const fn qemu_virt() -> Self {
+        let mut cpus = [0; MAX_CPUS];
+        cpus[0] = 0;
+        Platform {
+            uart: 0x0900_0000,
+            gic: Version::V3,
+            gicd: 0x0800_0000,
+            gicr_or_gicc: 0x080A_0000,
+            cpus,
+            ncpus: 1,
+            ram_base: 0x4000_0000,
+            ram_size: 128 << 20,
+            psci_smc: false,
+            fp_iters: None,
+            bench_n: None,
+            from_dtb: false,
+        }
+    }
+
+    /// Parses the DTB at `dtb`, keeping defaults for what it lacks.
+    pub fn from_dtb(dtb: usize) -> Self {
+        let mut p = Self::qemu_virt();
+        if dtb == 0 {
+            return p;
+        }
+        // SAFETY: the boot protocol hands the DTB's address in x0; the
+        // identity map covers it. `from_ptr` checks the magic and size.
+        let Ok(fdt) = (unsafe { fdt::Fdt::from_ptr(dtb as *const u8) }) else {
+            return p;
+        };
+        p.from_dtb = true;
+        let first_reg = |node: fdt::node::FdtNode| -> Option<(usize, usize)> {
+            let mut regs = node.reg()?;
+            let r = regs.next()?;
+            Some((r.starting_address as usize, r.size.unwrap_or(0)))
+        };
+        if let Some(uart) = fdt.find_compatible(&["arm,pl011"]).and_then(first_reg) {
+            p.uart = uart.0;
+        }
+        if let Some(node) = fdt.find_compatible(&["arm,gic-v3"]) {
+            if let Some(mut regs) = node.reg() {
+                if let (Some(d), Some(r)) = (regs.next(), regs.next()) {
+                    p.gic = Version::V3;
+                    p.gicd = d.starting_address as usize;
+                    p.gicr_or_gicc = r.starting_address as usize;
+                }
+            }
+        } else if let Some(node) =
+            fdt.find_compatible(&["arm,cortex-a15-gic", "arm,gic-400", "arm,cortex-a9-gic"])
+        {
+            if let Some(mut regs) = node.reg() {
+                if let (Some(d), Some(c)) = (regs.next(), regs.next()) {
+                    p.gic = Version::V2;
+                    p.gicd = d.starting_address as usize;
+                    p.gicr_or_gicc = c.starting_address as usize;
+                }
+            }
+        }
+        if let Some(cpus) = fdt.find_node("/cpus") {
+            let mut n = 0;
+            for c in cpus.children() {
+                if c.name.split('@').next() != Some("cpu") || n == MAX_CPUS {
+                    continue;
+                }
+                let Some(reg) = c.property("reg") else {
+                    continue;
+                };
+                let v = reg.value;
+                let id = match v.len() {
+                    4 => u32::from_be_bytes([v[0], v[1], v[2], v[3]]) as u64,
+                    8 => u64::from_be_bytes([v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]]),
+                    _ => continue,
+                };
+                p.cpus[n] = id;
+                n += 1;
+            }
+            if n > 0 {
+                p.ncpus = n;
+            }
+        }
+        if let Some(mem) = fdt.find_node("/memory").and_then(first_reg) {
+            p.ram_base = mem.0 as u64;
+            p.ram_size = mem.1 as u64;
+        }
+        if let Some(method) = fdt
+            .find_node("/psci")
+            .and_then(|n| n.property("method"))
+            .and_then(|m| m.as_str())
+        {
+            p.psci_smc = method == "smc";
+        }
+        if let Some(args) = fdt
+            .find_node("/chosen")
+            .and_then(|c| c.property("bootargs").and_then(|b| b.as_str()))
+        {
+            for word in args.split_whitespace() {
+                let num = |k: &str| word.strip_prefix(k).and_then(|v| v.parse().ok());
+                if let Some(n) = num("fp_iters=") {
+                    p.fp_iters = Some(n);
+                }
+                if let Some(n) = num("bench_n=") {
+                    p.bench_n = Some(n);
+                }
+            }
+        }
+        p
+    }
+}

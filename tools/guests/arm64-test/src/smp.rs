@@ -1,0 +1,251 @@
+//! Secondary vCPUs and the commands the boot vCPU sends them.
+//!
+//! The boot vCPU posts a command (a sequence number, a command and an
+//! argument) and runs its own share; every online secondary runs the
+//! command once and counts itself done. Between commands a secondary idles
+//! in WFI with a 1 ms virtual timer, or spins (no exits) during the
+//! benchmark.
+
+use crate::cpu::{self, CPUS, MAX_CPUS};
+use crate::{gic, smccc};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use kestrel_abi::{arm64, IpiWindows};
+
+/// The SGI kestrel's PV IPI hypercall delivers. kestrel-abi does not name
+/// it yet; change it here if the backend documents another.
+pub const PV_IPI_SGI: u32 = 15;
+
+/// What a command asks each vCPU to do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Cmd {
+    /// Nothing (used to check the command path itself).
+    Nop = 0,
+    /// `arg` virtual-timer sleeps of 1 ms each.
+    Timer = 1,
+    /// `arg` rounds of the FP/SIMD check.
+    Fp = 2,
+    /// The vCPU [`sender`] sends SGI [`intid`] to [`mask`] (ICC_SGI1R / GICD_SGIR).
+    SgiList = 3,
+    /// The vCPU [`sender`] sends SGI [`intid`] to all others (IRM / filter 1).
+    SgiOthers = 4,
+    /// The vCPU [`sender`] sends a PV IPI to [`mask`].
+    PvIpi = 5,
+}
+
+impl Cmd {
+    fn from_u8(v: u8) -> Cmd {
+        match v {
+            1 => Cmd::Timer,
+            2 => Cmd::Fp,
+            3 => Cmd::SgiList,
+            4 => Cmd::SgiOthers,
+            5 => Cmd::PvIpi,
+            _ => Cmd::Nop,
+        }
+    }
+}
+
+/// Packs a send command's argument.
+pub const fn send_arg(sender: usize, intid: u32, mask: u32) -> u64 {
+    (sender as u64) << 48 | (intid as u64) << 32 | mask as u64
+}
+fn sender(arg: u64) -> usize {
+    (arg >> 48) as usize
+}
+fn intid(arg: u64) -> u32 {
+    ((arg >> 32) & 0xF) as u32
+}
+fn mask(arg: u64) -> u32 {
+    arg as u32
+}
+
+/// seq << 32 | cmd.
+static CMD: AtomicU64 = AtomicU64::new(0);
+static ARG: AtomicU64 = AtomicU64::new(0);
+static DONE: AtomicU32 = AtomicU32::new(0);
+/// Secondaries spin instead of sleeping between commands.
+pub static SPIN: AtomicBool = AtomicBool::new(false);
+/// Number of CPUs in the DTB.
+pub static NCPUS: AtomicUsize = AtomicUsize::new(1);
+/// Index of the boot CPU.
+pub static BOOT: AtomicUsize = AtomicUsize::new(0);
+
+/// Secondaries that reported in.
+pub fn online_mask() -> u32 {
+    let mut m = 0;
+    for (i, c) in CPUS.iter().enumerate().take(NCPUS.load(Ordering::Relaxed)) {
+        if c.online.load(Ordering::Acquire) {
+            m |= 1 << i;
+        }
+    }
+    m
+}
+
+/// Runs `cmd` on this vCPU and every online secondary; false if some did
+/// not finish within `timeout_us`.
+pub fn run_everywhere(cmd: Cmd, arg: u64, timeout_us: u64) -> bool {
+    let me = cpu::index();
+    let others = (online_mask() & !(1 << me)).count_ones();
+    DONE.store(0, Ordering::SeqCst);
+    ARG.store(arg, Ordering::SeqCst);
+    let seq = (CMD.load(Ordering::SeqCst) >> 32) + 1;
+    CMD.store(seq << 32 | cmd as u64, Ordering::SeqCst);
+    execute(me, cmd, arg);
+    let give_up = cpu::deadline(timeout_us);
+    while DONE.load(Ordering::Acquire) < others {
+        if cpu::now() > give_up {
+            return false;
+        }
+        core::hint::spin_loop();
+    }
+    true
+}
+
+/// Rust entry of a secondary vCPU (from `secondary_entry` in start.S).
+#[no_mangle]
+extern "C" fn secondary_main(index: usize) -> ! {
+    cpu::set_index(index);
+    let me = &CPUS[index];
+    me.seen_mpidr.store(cpu::mpidr(), Ordering::Relaxed);
+    if let Err(e) = gic::init_cpu(index) {
+        crate::println!("CPU {index}: GIC setup failed: {e}");
+    }
+    cpu::irq_enable();
+    let mut seen = CMD.load(Ordering::Acquire) >> 32;
+    me.online.store(true, Ordering::Release);
+    loop {
+        let c = CMD.load(Ordering::Acquire);
+        if c >> 32 != seen {
+            seen = c >> 32;
+            execute(index, Cmd::from_u8(c as u8), ARG.load(Ordering::Acquire));
+            DONE.fetch_add(1, Ordering::AcqRel);
+        } else if SPIN.load(Ordering::Relaxed) {
+            core::hint::spin_loop();
+        } else {
+            // Masked while arming so the tick cannot fire before the WFI
+            // (which it would then never end); taken right after it.
+            cpu::irq_disable();
+            cpu::timer_arm(cpu::us_to_ticks(1000));
+            cpu::wfi();
+            cpu::irq_enable();
+        }
+    }
+}
+
+fn execute(me: usize, cmd: Cmd, arg: u64) {
+    let state = &CPUS[me];
+    let (result, detail) = match cmd {
+        Cmd::Nop => (0, 0),
+        Cmd::Timer => timer_rounds(arg),
+        Cmd::Fp => fp_soak(arg),
+        Cmd::SgiList if sender(arg) == me => {
+            gic::send_sgi(intid(arg), mask(arg));
+            (0, 0)
+        }
+        Cmd::SgiOthers if sender(arg) == me => {
+            gic::send_sgi_others(intid(arg));
+            (0, 0)
+        }
+        Cmd::PvIpi if sender(arg) == me => (pv_ipi(mask(arg)) as u64, 0),
+        _ => (0, 0),
+    };
+    state.result.store(result, Ordering::Release);
+    state.detail.store(detail, Ordering::Release);
+}
+
+/// `n` timer sleeps of 1 ms: (failures, shortest sleep in µs).
+fn timer_rounds(n: u64) -> (u64, u64) {
+    let mut failures = 0;
+    let mut shortest = u64::MAX;
+    for _ in 0..n {
+        let t0 = cpu::now();
+        if !cpu::sleep_us(1000) {
+            failures += 1;
+            continue;
+        }
+        let us = cpu::ticks_to_us(cpu::now() - t0);
+        shortest = shortest.min(us);
+        if us < 1000 {
+            failures += 1;
+        }
+    }
+    (failures, shortest)
+}
+
+/// kestrel's vCPU id for the CPU with `mpidr` (`kernel::psci::vcpu_mpidr`'s
+/// inverse: 16 vCPUs per cluster).
+pub fn vcpu_id(mpidr: u64) -> u64 {
+    ((mpidr >> 8) & 0xFF) * 16 + (mpidr & 0xFF)
+}
+
+/// Sends a PV IPI to the CPUs in `mask` (CPU indices); returns the first
+/// error code, or 0.
+pub fn pv_ipi(mask: u32) -> i64 {
+    let mut windows = IpiWindows::new();
+    let mut ret = 0;
+    let mut send = |w: kestrel_abi::IpiWindow| {
+        let r = smccc::call0(arm64::IPI_SEND, [w.low, w.high, w.min]);
+        if ret == 0 {
+            ret = r;
+        }
+    };
+    for (i, c) in CPUS.iter().enumerate().take(MAX_CPUS) {
+        if mask & (1 << i) != 0 {
+            if let Some(w) = windows.push(vcpu_id(c.mpidr.load(Ordering::Relaxed))) {
+                send(w);
+            }
+        }
+    }
+    if let Some(w) = windows.finish() {
+        send(w);
+    }
+    ret
+}
+
+/// Rounds of the FP/SIMD check (`fp_round` in start.S): returns
+/// (0, 0) or (failing round + 1, bitmap of corrupted registers).
+fn fp_soak(rounds: u64) -> (u64, u64) {
+    const SPIN_EVERY: u64 = 8;
+    const SPIN_LOOPS: u64 = 20_000;
+    let seed0 = cpu::now().wrapping_mul(0x2545_F491_4F6C_DD1D) ^ cpu::mpidr().rotate_left(40);
+    let mut result = (0, 0);
+    for i in 0..rounds {
+        let seed = seed0.wrapping_add(i.wrapping_mul(0xD129_0B5A_7F3C_1E07));
+        let fpcr = ((seed >> 7) & 3) << 22 | ((seed >> 9) & 1) << 24 | ((seed >> 10) & 1) << 25;
+        let fpsr = (seed >> 11) & 0x9F | ((seed >> 16) & 1) << 27;
+        let spin = if i % SPIN_EVERY == SPIN_EVERY - 1 {
+            SPIN_LOOPS
+        } else {
+            cpu::irq_disable();
+            cpu::timer_arm(cpu::us_to_ticks(200));
+            0
+        };
+        let bad = fp_round(seed, spin, fpcr, fpsr);
+        if bad != 0 {
+            result = (i + 1, bad);
+            break;
+        }
+    }
+    cpu::timer_stop();
+    // Leave the default FP environment to the Rust code.
+    crate::cpu::sysreg_write!("fpcr", 0);
+    crate::cpu::sysreg_write!("fpsr", 0);
+    result
+}
+
+/// One round of `fp_round` (start.S), which owns all 32 V registers.
+fn fp_round(seed: u64, spin: u64, fpcr: u64, fpsr: u64) -> u64 {
+    let bad: u64;
+    // SAFETY: `fp_round` follows the C ABI except that it also clobbers
+    // v8-v15, which are declared here; it touches no memory.
+    unsafe {
+        core::arch::asm!("bl fp_round",
+            inout("x0") seed => bad, inout("x1") spin => _, inout("x2") fpcr => _,
+            inout("x3") fpsr => _,
+            out("v8") _, out("v9") _, out("v10") _, out("v11") _,
+            out("v12") _, out("v13") _, out("v14") _, out("v15") _,
+            clobber_abi("C"));
+    }
+    bad
+}
