@@ -177,6 +177,27 @@ fn ipi(pv: bool, set: Targets, overhead: u64) {
     );
 }
 
+/// Prints kestrel's FP and VMID counters as they stand (global to kestrel):
+/// `BENCH counters fp_saves=.. fp_restores=.. fp_traps=.. vmid_fast=..
+/// vmid_slow=.. vmid_rollovers=.. tlb_flushes=..`. The rollover test reads
+/// `vmid_rollovers` from it.
+pub fn counters(on_kestrel: bool) {
+    if !on_kestrel {
+        return;
+    }
+    let s = |i| trap::hvcl(FN_KESTREL_STATS, i, 0, 0) as i64;
+    println!(
+        "BENCH counters fp_saves={} fp_restores={} fp_traps={} vmid_fast={} vmid_slow={} vmid_rollovers={} tlb_flushes={}",
+        s(stat::FP_SAVES),
+        s(stat::FP_RESTORES),
+        s(stat::FP_TRAPS),
+        s(stat::VMID_FAST),
+        s(stat::VMID_SLOW),
+        s(stat::VMID_ROLLOVERS),
+        s(stat::TLB_FLUSHES),
+    );
+}
+
 fn timer(overhead: u64) {
     let me = cpu::cpu();
     let hz = COUNTER_HZ.load(Ordering::Relaxed);

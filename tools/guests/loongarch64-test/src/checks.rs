@@ -1,7 +1,7 @@
 //! The checks. Each returns an [`Outcome`]; `main` prints it.
 
 use core::cell::UnsafeCell;
-use core::sync::atomic::Ordering;
+use core::sync::atomic::{AtomicU64, Ordering};
 
 use kestrel_abi::loongarch::{FN_IPI, FN_KESTREL_FEATURES, FN_KESTREL_PROBE};
 use kestrel_abi::{ret, IpiWindows, KESTREL_MAGIC};
@@ -413,8 +413,8 @@ pub fn ipi_pv_invalid(on_kestrel: bool) -> Outcome {
     pass!("4 malformed windows refused with -2, nothing delivered")
 }
 
-/// Iterations of the FP/LSX check per CPU.
-pub const FP_ITERATIONS: u64 = 2000;
+/// Iterations of the FP/LSX check per CPU (command line `fp_iterations=N`).
+pub static FP_ITERATIONS: AtomicU64 = AtomicU64::new(2000);
 
 fn fp_pattern(me: usize, it: u64) -> FpState {
     let mut s = FpState::ZERO;
@@ -448,7 +448,7 @@ pub fn fp_on_this_cpu(me: usize) -> (u64, u64) {
     let mut errors = 0;
     let mut first = 0;
     let mut out = FpState::ZERO;
-    for it in 0..FP_ITERATIONS {
+    for it in 0..FP_ITERATIONS.load(Ordering::Relaxed) {
         let want = fp_pattern(me, it);
         // SAFETY: the buffers are valid FpState images; only FP/LSX
         // registers and t0/t1 are written.
@@ -515,15 +515,21 @@ pub fn fp_all_cpus() -> Outcome {
                 _ => "an FP/vector register",
             };
             return fail!(
-                "cpu {c}: {e} of {FP_ITERATIONS} iterations lost state (first: {what} {} at iteration {})",
+                "cpu {c}: {e} of {} iterations lost state (first: {what} {} at iteration {})",
+                FP_ITERATIONS.load(Ordering::Relaxed),
                 f >> 32,
                 f & 0xffff_ffff
             );
         }
     }
     pass!(
-        "{n} CPUs x {FP_ITERATIONS} iterations (idle / preempted), {} bits of 32 registers + FCSR0 + FCC intact",
-        if LSX.load(Ordering::Relaxed) != 0 { 128 } else { 64 }
+        "{n} CPUs x {} iterations (idle / preempted), {} bits of 32 registers + FCSR0 + FCC intact",
+        FP_ITERATIONS.load(Ordering::Relaxed),
+        if LSX.load(Ordering::Relaxed) != 0 {
+            128
+        } else {
+            64
+        }
     )
 }
 

@@ -20,6 +20,8 @@ mod bench;
 #[cfg(target_os = "none")]
 mod checks;
 #[cfg(target_os = "none")]
+mod cmdline;
+#[cfg(target_os = "none")]
 mod console;
 #[cfg(target_os = "none")]
 mod cpu;
@@ -45,7 +47,7 @@ mod guest {
     use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
     use crate::console::{println, report};
-    use crate::{checks, console, cpu, fdt, mmu, smp, trap, MAX_CPUS, STACK_SIZE};
+    use crate::{checks, cmdline, console, cpu, fdt, mmu, smp, trap, MAX_CPUS, STACK_SIZE};
 
     #[repr(C, align(4096))]
     pub struct Stacks(pub [[u8; STACK_SIZE]; MAX_CPUS]);
@@ -103,6 +105,7 @@ mod guest {
             if LSX.load(Ordering::Relaxed) != 0 { "yes" } else { "no" }
         );
         let fdt_cpus = info.map(|i| i.cpus).unwrap_or(0);
+        let bench = cmdline::apply(a1);
 
         report("exceptions", checks::exceptions());
         report("paging", checks::paging());
@@ -122,7 +125,12 @@ mod guest {
         report("fp-lsx", checks::fp_all_cpus());
         report("user-isolation", checks::user_isolation());
         report("outside-ram", checks::outside_ram());
-        crate::bench::run(on_kestrel);
+        if bench {
+            crate::bench::run(on_kestrel);
+        } else {
+            report("bench", console::skip!("bench=off on the command line"));
+        }
+        crate::bench::counters(on_kestrel);
         finish()
     }
 

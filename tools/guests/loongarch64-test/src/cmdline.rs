@@ -1,0 +1,55 @@
+//! Options from the command line (a NUL-terminated string whose physical
+//! address is in a1, as QEMU's LoongArch direct boot passes it; QEMU puts it
+//! at 0, so a1 = 0 is valid). Unknown words are ignored.
+//!
+//! | option | effect |
+//! |--------|--------|
+//! | `fp_iterations=N` | iterations of the FP/LSX check per CPU (default 2000, 1..=1000000) |
+//! | `bench=off` | skip the benchmark |
+
+use core::sync::atomic::Ordering;
+
+use crate::checks::FP_ITERATIONS;
+use crate::console::println;
+use crate::trap::probe_u64;
+
+const MAX: usize = 512;
+
+/// Reads and applies the options; returns whether the benchmark should run.
+pub fn apply(a1: u64) -> bool {
+    if !a1.is_multiple_of(8) {
+        return true;
+    }
+    let mut buf = [0u8; MAX];
+    let mut len = 0;
+    'read: while len < MAX {
+        let Some(w) = probe_u64((a1 as usize + len) & !7) else {
+            break;
+        };
+        for b in w.to_le_bytes() {
+            if b == 0 || len == MAX {
+                break 'read;
+            }
+            if !(0x20..0x7f).contains(&b) {
+                return true; // not a command line
+            }
+            buf[len] = b;
+            len += 1;
+        }
+    }
+    let text = core::str::from_utf8(&buf[..len]).unwrap_or("");
+    let mut bench = true;
+    for word in text.split_ascii_whitespace() {
+        if let Some(n) = word.strip_prefix("fp_iterations=") {
+            if let Ok(n) = n.parse::<u64>() {
+                FP_ITERATIONS.store(n.clamp(1, 1_000_000), Ordering::Relaxed);
+            }
+        } else if word == "bench=off" {
+            bench = false;
+        }
+    }
+    if !text.is_empty() {
+        println!("command line: {text}");
+    }
+    bench
+}
