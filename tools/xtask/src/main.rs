@@ -9,9 +9,11 @@
 //! cargo xtask check-fp                                   prove no FP/SIMD register is used
 //! ```
 
+mod assets;
 mod config;
 mod qemu;
 mod smoke;
+mod vmtests_linux;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -288,6 +290,7 @@ fn run() -> Result<(), String> {
             qemu::run_interactive(&o, &image, true)
         }
         "smoke" => smoke::run_all(),
+        "guest-assets" | "bench-linux" => assets::command(cmd, rest),
         "check-fp" => {
             let o = parse_opts(rest)?;
             let mut arches = vec![o.arch];

@@ -221,7 +221,7 @@ fn judge(case: &Case, out: &Outcome) -> Vec<String> {
 /// Runs every smoke case; prints the serial log of each failure.
 pub fn run_all() -> Result<(), String> {
     let cases = cases();
-    let (mut passed, mut failed) = (0, 0);
+    let (mut passed, mut failed) = crate::vmtests_linux::run_smoke();
     for case in &cases {
         eprintln!("smoke: {} ...", case.name);
         // Images with a config or features differ: build each before its boot.

@@ -1,0 +1,590 @@
+//! Linux guests: the bare-QEMU smoke cases that validate the guest assets
+//! and the init test, and `cargo xtask bench-linux` (boot to init, bare QEMU
+//! against kestrel). docs/linux-guests.md.
+//!
+//! The smoke cases boot Debian's kernel with the test initramfs directly on
+//! QEMU (no kestrel): they prove the kernel, the initramfs and the test
+//! script, so that a failure of the same kernel under kestrel is kestrel's.
+//! They run in `make test` when the assets are cached or can be fetched in
+//! [`FETCH_LIMIT`]; otherwise they are skipped with the reason (never failed
+//! for a missing network).
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::assets;
+use crate::{qemu, Arch, Opts};
+
+/// How long `make test` may spend fetching the assets.
+pub const FETCH_LIMIT: Duration = Duration::from_secs(120);
+/// How long one bare Linux boot may take (about 5 s here).
+const BOOT_LIMIT: Duration = Duration::from_secs(120);
+/// The first line of the init script.
+pub const INIT_LINE: &str = "LINUX-INIT: started";
+/// The line a passing test prints (with `kestrel.test_cpus=4`).
+pub const PASS_4: &str = "LINUX-TEST: PASS cpus=4 fp=ok";
+/// The config of the benchmark's kestrel side (and of the bare side's
+/// kernel, initrd and command line).
+pub const BENCH_CONFIG: &str = "configs/linux-1vm.toml";
+
+/// One serial line and when it arrived (since QEMU was started).
+#[derive(Clone, Debug)]
+pub struct Line {
+    pub at: Duration,
+    pub text: String,
+}
+
+/// What one QEMU boot printed and how it ended.
+#[derive(Debug)]
+pub struct Boot {
+    pub lines: Vec<Line>,
+    pub exit: Option<ExitStatus>,
+    /// When QEMU exited (power-off), if it did.
+    pub ended: Option<Duration>,
+    pub timed_out: bool,
+}
+
+impl Boot {
+    /// When the first line containing `s` arrived.
+    pub fn when(&self, s: &str) -> Option<Duration> {
+        self.lines.iter().find(|l| l.text.contains(s)).map(|l| l.at)
+    }
+
+    pub fn log(&self) -> String {
+        self.lines
+            .iter()
+            .map(|l| format!("[{:7.3}] {}", l.at.as_secs_f64(), l.text))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+/// Runs `cmd` (QEMU with the serial port on stdout) until it exits, or
+/// `stop_after` is seen in its output (then it is killed), or `limit`
+/// passes. Each line is stamped with the time its newline arrived.
+pub fn run_timed(
+    mut cmd: Command,
+    limit: Duration,
+    stop_after: Option<&str>,
+) -> Result<Boot, String> {
+    let program = cmd.get_program().to_string_lossy().into_owned();
+    let start = Instant::now();
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot start {program}: {e} (run `make setup`)"))?;
+    let lines = Arc::new(Mutex::new(Vec::<Line>::new()));
+    let mut readers = Vec::new();
+    for mut pipe in [
+        Box::new(child.stdout.take().unwrap()) as Box<dyn Read + Send>,
+        Box::new(child.stderr.take().unwrap()),
+    ] {
+        let lines = Arc::clone(&lines);
+        readers.push(std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            let mut partial = Vec::new();
+            while let Ok(n) = pipe.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                let at = start.elapsed();
+                for &b in &buf[..n] {
+                    match b {
+                        b'\n' => {
+                            let text = String::from_utf8_lossy(&partial).into_owned();
+                            lines.lock().unwrap().push(Line { at, text });
+                            partial.clear();
+                        }
+                        b'\r' => {}
+                        _ => partial.push(b),
+                    }
+                }
+            }
+            if !partial.is_empty() {
+                let text = String::from_utf8_lossy(&partial).into_owned();
+                lines.lock().unwrap().push(Line {
+                    at: start.elapsed(),
+                    text,
+                });
+            }
+        }));
+    }
+    let (exit, ended, timed_out) = loop {
+        if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
+            break (Some(status), Some(start.elapsed()), false);
+        }
+        if let Some(s) = stop_after {
+            if lines.lock().unwrap().iter().any(|l| l.text.contains(s)) {
+                let _ = child.kill();
+                let _ = child.wait();
+                break (None, None, false);
+            }
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            break (None, None, true);
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    for r in readers {
+        let _ = r.join();
+    }
+    let lines = lines.lock().unwrap().clone();
+    Ok(Boot {
+        lines,
+        exit,
+        ended,
+        timed_out,
+    })
+}
+
+/// Bare QEMU booting `kernel` directly, with the machine flags kestrel runs
+/// under (`qemu::command`): `-M machine -cpu max -smp -m -nic none`.
+pub fn bare_command(
+    machine: &str,
+    smp: u32,
+    mem_mib: u32,
+    kernel: &Path,
+    initrd: Option<&Path>,
+    append: &str,
+) -> Command {
+    let mut c = Command::new("qemu-system-aarch64");
+    c.args(["-M", machine, "-cpu", "max"])
+        .args(["-smp", &smp.to_string(), "-m", &mem_mib.to_string()])
+        .args(["-nic", "none", "-display", "none", "-monitor", "none"])
+        .args(["-serial", "stdio", "-no-reboot"])
+        .arg("-kernel")
+        .arg(kernel);
+    if let Some(i) = initrd {
+        c.arg("-initrd").arg(i);
+    }
+    c.args(["-append", append]);
+    c
+}
+
+/// A bare-QEMU Linux smoke case.
+struct BareCase {
+    name: &'static str,
+    machine: &'static str,
+}
+
+const BARE_CASES: [BareCase; 3] = [
+    BareCase {
+        name: "linux bare QEMU GICv3 virtualization=on (assets + init test)",
+        machine: "virt,virtualization=on,gic-version=3",
+    },
+    BareCase {
+        name: "linux bare QEMU GICv3 at EL1 (assets + init test)",
+        machine: "virt,gic-version=3",
+    },
+    BareCase {
+        name: "linux bare QEMU GICv2 virtualization=on (assets + init test)",
+        machine: "virt,virtualization=on,gic-version=2",
+    },
+];
+
+/// Problems with one test boot (empty = pass).
+pub fn judge_linux(boot: &Boot, pass_line: &str) -> Vec<String> {
+    let mut problems = Vec::new();
+    if boot.timed_out {
+        problems.push("no power-off within the time limit".to_string());
+    }
+    let has = |s: &str| boot.lines.iter().any(|l| l.text.contains(s));
+    if !has(INIT_LINE) {
+        problems.push(format!(
+            "the init script never started ({INIT_LINE:?} missing)"
+        ));
+    }
+    if !has(pass_line) {
+        match boot
+            .lines
+            .iter()
+            .find(|l| l.text.contains("LINUX-TEST: FAIL"))
+        {
+            Some(l) => problems.push(format!("the test failed: {}", l.text)),
+            None => problems.push(format!("serial log lacks {pass_line:?}")),
+        }
+    }
+    for bad in ["Kernel panic", "Internal error:", "Unable to handle kernel"] {
+        if has(bad) {
+            problems.push(format!("serial log contains {bad:?}"));
+        }
+    }
+    match boot.exit {
+        Some(s) if !s.success() => problems.push(format!("QEMU exited with {s}")),
+        _ => {}
+    }
+    problems
+}
+
+/// The Linux smoke cases of `cargo xtask smoke`: fetches or reuses the
+/// assets (or skips, saying why), boots each bare case, prints PASS/FAIL
+/// (and the serial log of a failure). Returns (passed, failed).
+pub fn run_smoke() -> (u32, u32) {
+    eprintln!(
+        "smoke: linux guest assets (cargo xtask guest-assets, at most {} s) ...",
+        FETCH_LIMIT.as_secs()
+    );
+    let assets = match assets::ensure_within(FETCH_LIMIT) {
+        Ok(a) => a,
+        Err(why) => {
+            println!("SKIP linux bare-QEMU cases: no Linux guest assets: {why}");
+            return (0, 0);
+        }
+    };
+    let (mut passed, mut failed) = (0, 0);
+    for case in &BARE_CASES {
+        eprintln!("smoke: {} ...", case.name);
+        let cmd = bare_command(
+            case.machine,
+            4,
+            1024,
+            &assets.image,
+            Some(&assets.initramfs),
+            "console=ttyAMA0 rdinit=/init kestrel.test_cpus=4 kestrel.name=bare",
+        );
+        eprintln!("    $ {}", qemu::render(&cmd));
+        let problems = match run_timed(cmd, BOOT_LIMIT, None) {
+            Ok(boot) => {
+                let p = judge_linux(&boot, PASS_4);
+                if p.is_empty() {
+                    println!(
+                        "PASS {} (init at {:.1} s, power-off at {:.1} s)",
+                        case.name,
+                        boot.when(INIT_LINE).unwrap_or_default().as_secs_f64(),
+                        boot.ended.unwrap_or_default().as_secs_f64()
+                    );
+                } else {
+                    print_failure(case.name, &p, &boot.log());
+                }
+                p
+            }
+            Err(e) => {
+                print_failure(case.name, std::slice::from_ref(&e), "");
+                vec![e]
+            }
+        };
+        if problems.is_empty() {
+            passed += 1;
+        } else {
+            failed += 1;
+        }
+    }
+    (passed, failed)
+}
+
+fn print_failure(name: &str, problems: &[String], log: &str) {
+    println!("FAIL {name}");
+    for p in problems {
+        println!("    - {p}");
+    }
+    println!("---- serial log ----\n{log}\n---- end of serial log ----");
+}
+
+// ---------------------------------------------------------------------------
+// bench-linux
+// ---------------------------------------------------------------------------
+
+/// The first VM of a config: kernel, initrd (paths resolved against the
+/// config's directory), command line, vCPUs.
+struct VmUnderTest {
+    kernel: PathBuf,
+    initrd: Option<PathBuf>,
+    cmdline: String,
+    vcpus: u32,
+}
+
+fn first_vm(config: &Path) -> Result<VmUnderTest, String> {
+    let text = std::fs::read_to_string(config).map_err(|e| format!("{}: {e}", config.display()))?;
+    let v: toml::Value = toml::from_str(&text).map_err(|e| format!("{}: {e}", config.display()))?;
+    let vm = v
+        .get("vm")
+        .and_then(|a| a.as_array())
+        .and_then(|a| a.first())
+        .ok_or_else(|| format!("{}: no [[vm]]", config.display()))?;
+    let dir = config.parent().unwrap_or(Path::new("."));
+    let path = |k: &str| vm.get(k).and_then(|p| p.as_str()).map(|p| dir.join(p));
+    Ok(VmUnderTest {
+        kernel: path("kernel")
+            .ok_or_else(|| format!("{}: vm[0].kernel missing", config.display()))?,
+        initrd: path("initrd"),
+        cmdline: vm
+            .get("cmdline")
+            .and_then(|c| c.as_str())
+            .unwrap_or("")
+            .to_string(),
+        vcpus: vm
+            .get("vcpus")
+            .and_then(|c| c.as_integer())
+            .unwrap_or(1)
+            .try_into()
+            .map_err(|_| format!("{}: vm[0].vcpus out of range", config.display()))?,
+    })
+}
+
+/// Times of one boot: to the init script's first line, to the test's
+/// result, to power-off (QEMU exit).
+#[derive(Clone, Copy, Default)]
+struct Times {
+    init: Option<f64>,
+    result: Option<f64>,
+    off: Option<f64>,
+}
+
+fn times_of(b: &Boot) -> Times {
+    let s = |d: Option<Duration>| d.map(|d| d.as_secs_f64());
+    Times {
+        init: s(b.when(INIT_LINE)),
+        result: s(b
+            .when("LINUX-TEST: PASS")
+            .or_else(|| b.when("LINUX-TEST: FAIL"))),
+        off: s(b.ended),
+    }
+}
+
+fn median(mut v: Vec<f64>) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    Some(v[v.len() / 2])
+}
+
+fn fmt_s(v: Option<f64>) -> String {
+    v.map(|v| format!("{v:.2}")).unwrap_or_else(|| "-".into())
+}
+
+/// `cargo xtask bench-linux [--runs N] [--config FILE]`: Linux boot to init
+/// on bare QEMU and under kestrel with the same machine flags, same kernel,
+/// initrd and command line (those of the config's first VM).
+pub fn bench(args: &[String]) -> Result<(), String> {
+    let mut runs = 3usize;
+    let mut config = crate::root().join(BENCH_CONFIG);
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--runs" => {
+                runs = it
+                    .next()
+                    .and_then(|n| n.parse().ok())
+                    .filter(|n| (1..=50).contains(n))
+                    .ok_or("--runs needs a number from 1 to 50")?
+            }
+            "--config" => {
+                config = PathBuf::from(it.next().ok_or("--config needs a file")?);
+            }
+            other => return Err(format!("bench-linux: unknown option '{other}'")),
+        }
+    }
+    let Some(assets) = assets::built() else {
+        println!(
+            "bench-linux: skipped: no Linux guest assets in {} (run `cargo xtask guest-assets`)",
+            assets::out_dir().display()
+        );
+        return Ok(());
+    };
+    if Command::new("qemu-system-aarch64")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        println!("bench-linux: skipped: qemu-system-aarch64 not found (run `make setup`)");
+        return Ok(());
+    }
+    let vm = first_vm(&config)?;
+    let opts = Opts {
+        arch: Arch::Aarch64,
+        smp: vm.vcpus.max(1),
+        gic: 3,
+        mem_mib: 1024,
+        append: "kestrel.exit=poweroff".into(),
+        config: Some(config.clone()),
+        ..Opts::default()
+    };
+    let machine = format!("virt,virtualization=on,gic-version={}", opts.gic);
+    println!(
+        "== Linux boot to init: {} ({}), {} vCPUs, -M {machine} -cpu max -smp {} -m {} ==",
+        assets.kernel,
+        vm.kernel.display(),
+        vm.vcpus,
+        opts.smp,
+        opts.mem_mib
+    );
+    println!("   command line: {}", vm.cmdline);
+    println!(
+        "   times in seconds from QEMU start to the serial line's arrival; {runs} runs per side"
+    );
+    println!(
+        "{:<10} {:<8} {:>10} {:>12} {:>14}  note",
+        "run", "side", "to init", "to result", "to power-off"
+    );
+    let mut bare = Vec::new();
+    for r in 1..=runs {
+        let cmd = bare_command(
+            &machine,
+            opts.smp,
+            opts.mem_mib,
+            &vm.kernel,
+            vm.initrd.as_deref(),
+            &vm.cmdline,
+        );
+        let boot = run_timed(cmd, BOOT_LIMIT, None)?;
+        let t = times_of(&boot);
+        let problems = judge_linux(&boot, "LINUX-TEST: PASS");
+        println!(
+            "{:<10} {:<8} {:>10} {:>12} {:>14}  {}",
+            r,
+            "bare",
+            fmt_s(t.init),
+            fmt_s(t.result),
+            fmt_s(t.off),
+            if problems.is_empty() {
+                "PASS".to_string()
+            } else {
+                problems.join("; ")
+            }
+        );
+        bare.push(t);
+    }
+    let med =
+        |ts: &[Times], f: fn(&Times) -> Option<f64>| median(ts.iter().filter_map(f).collect());
+    let bare_med = Times {
+        init: med(&bare, |t| t.init),
+        result: med(&bare, |t| t.result),
+        off: med(&bare, |t| t.off),
+    };
+    println!(
+        "{:<10} {:<8} {:>10} {:>12} {:>14}",
+        "median",
+        "bare",
+        fmt_s(bare_med.init),
+        fmt_s(bare_med.result),
+        fmt_s(bare_med.off)
+    );
+
+    // ---- kestrel side -------------------------------------------------
+    // HOOK (issue 5, benchmark): the same kernel, initrd and command line
+    // as vm[0] of `config`, packed into kestrel and booted on the same
+    // machine flags. Until the arm64 VM backend runs Linux, the boot does
+    // not reach the init script within the limit and no number is made up.
+    let limit = Duration::from_secs_f64((bare_med.off.unwrap_or(10.0) * 5.0).max(30.0));
+    let kestrel = kestrel_side(&opts, runs, limit);
+    match kestrel {
+        Ok(ks) => {
+            let k_med = Times {
+                init: med(&ks.times, |t| t.init),
+                result: med(&ks.times, |t| t.result),
+                off: med(&ks.times, |t| t.off),
+            };
+            println!(
+                "{:<10} {:<8} {:>10} {:>12} {:>14}",
+                "median",
+                "kestrel",
+                fmt_s(k_med.init),
+                fmt_s(k_med.result),
+                fmt_s(k_med.off)
+            );
+            let ratio = |k: Option<f64>, b: Option<f64>| match (k, b) {
+                (Some(k), Some(b)) if b > 0.0 => format!("{:.2}x", k / b),
+                _ => "-".into(),
+            };
+            println!(
+                "{:<10} {:<8} {:>10} {:>12} {:>14}  (goal: at most 1.5x)",
+                "ratio",
+                "k/bare",
+                ratio(k_med.init, bare_med.init),
+                ratio(k_med.result, bare_med.result),
+                ratio(k_med.off, bare_med.off)
+            );
+            println!("kestrel exits by reason during the last boot:");
+            if ks.exit_lines.is_empty() {
+                println!("    (kestrel printed no `exits N: ...` line)");
+            }
+            for l in &ks.exit_lines {
+                println!("    {l}");
+            }
+        }
+        Err(why) => {
+            println!(
+                "{:<10} {:<8} {:>10} {:>12} {:>14}  {why}",
+                "-", "kestrel", "-", "-", "-"
+            );
+            println!("ratio kestrel/bare: n/a (no kestrel number)");
+        }
+    }
+    Ok(())
+}
+
+struct KestrelRuns {
+    times: Vec<Times>,
+    /// `exits N: ...` (and the other statistics lines) of the last run.
+    exit_lines: Vec<String>,
+}
+
+/// Boots kestrel with `opts.config` `runs` times. Err with the reason
+/// (printed in the table) when it cannot run Linux.
+fn kestrel_side(opts: &Opts, runs: usize, limit: Duration) -> Result<KestrelRuns, String> {
+    let config = opts.config.as_deref().expect("bench config");
+    let image = crate::build_image_with(opts.arch, &opts.features, Some(config)).map_err(|e| {
+        format!(
+            "kestrel: cannot build the image with {}: {e}",
+            config.display()
+        )
+    })?;
+    let mut times = Vec::new();
+    let mut exit_lines = Vec::new();
+    for r in 1..=runs {
+        let cmd = qemu::command(opts, &image, true);
+        let boot = run_timed(cmd, limit, None)?;
+        if boot.when(INIT_LINE).is_none() {
+            let tail: Vec<String> = boot
+                .lines
+                .iter()
+                .rev()
+                .take(3)
+                .rev()
+                .map(|l| l.text.trim().to_string())
+                .collect();
+            return Err(format!(
+                "kestrel: not yet able to run Linux (backend missing): no {INIT_LINE:?} within {:.0} s; last lines: {}",
+                limit.as_secs_f64(),
+                tail.join(" | ")
+            ));
+        }
+        let t = times_of(&boot);
+        let problems = judge_linux(&boot, "LINUX-TEST: PASS");
+        println!(
+            "{:<10} {:<8} {:>10} {:>12} {:>14}  {}",
+            r,
+            "kestrel",
+            fmt_s(t.init),
+            fmt_s(t.result),
+            fmt_s(t.off),
+            if problems.is_empty() {
+                "PASS".to_string()
+            } else {
+                problems.join("; ")
+            }
+        );
+        times.push(t);
+        exit_lines = boot
+            .lines
+            .iter()
+            .map(|l| l.text.trim())
+            .filter(|l| {
+                ["exits ", "fp:", "vmid:", "ipi:"]
+                    .iter()
+                    .any(|p| l.contains(p))
+                    && !l.contains("LINUX-")
+            })
+            .map(str::to_string)
+            .collect();
+    }
+    Ok(KestrelRuns { times, exit_lines })
+}
