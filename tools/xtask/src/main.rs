@@ -6,6 +6,7 @@
 //! cargo xtask run     [--arch A] [--smp N] [--gic 2|3] [--append ARGS]   boot it under QEMU
 //! cargo xtask debug   [--arch A] [--smp N] [--gic 2|3]   QEMU waiting for gdb on :1234
 //! cargo xtask smoke                                      QEMU smoke tests on both architectures
+//! cargo xtask vmtest  [--case NAME] [--list]             LoongArch test guest under kestrel (docs/test-guest-loongarch.md)
 //! cargo xtask check-fp                                   prove no FP/SIMD register is used
 //! ```
 
@@ -13,6 +14,7 @@ mod assets;
 mod config;
 mod qemu;
 mod smoke;
+mod vmtests_la64;
 mod vmtests_linux;
 
 use std::path::{Path, PathBuf};
@@ -290,6 +292,7 @@ fn run() -> Result<(), String> {
             qemu::run_interactive(&o, &image, true)
         }
         "smoke" => smoke::run_all(),
+        "vmtest" => vmtests_la64::run(rest),
         "guest-assets" | "bench-linux" => assets::command(cmd, rest),
         "check-fp" => {
             let o = parse_opts(rest)?;

@@ -84,6 +84,7 @@ fn cases() -> Vec<Case> {
         boot_ok(Arch::Aarch64, 3, " irqchip:  GICv3"),
         boot_ok(Arch::Aarch64, 2, " irqchip:  GICv2"),
         boot_ok(Arch::LoongArch64, 0, " irqchip:  LoongArch"),
+        crate::vmtests_la64::bare_case(),
         // Bad input: without virtualization=on the CPU starts at EL1, where a
         // hypervisor cannot run: kestrel must say so and halt.
         Case {

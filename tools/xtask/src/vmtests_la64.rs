@@ -1,0 +1,495 @@
+//! The LoongArch test guest (`tools/guests/loongarch64-test`): its build,
+//! its bare-QEMU smoke case, and the kestrel VM tests (`cargo xtask vmtest`).
+//!
+//! - [`build_guest_la64`] builds the guest for `loongarch64-unknown-none`
+//!   (hard float: it checks FP/LSX registers) with `-Zbuild-std`.
+//! - [`bare_case`] is in `make test` (`cargo xtask smoke`): the guest alone
+//!   on `qemu-system-loongarch64 -smp 4`, where it runs at real PLV0 and every
+//!   check but the kestrel-specific ones must pass. It proves the checks are
+//!   real, so a failure under kestrel is kestrel's. About 1 s.
+//! - [`run`] (`cargo xtask vmtest [--arch loongarch64] [--case NAME]
+//!   [--list]`) boots kestrel with the VMs of `configs/test/la64-*.toml` and
+//!   needs the trap-and-emulate backend: it is not in `make test`.
+//!
+//! docs/test-guest-loongarch.md describes the guest and its output.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::smoke::{Case, Ending};
+use crate::{qemu, root, Arch, Opts};
+
+/// The guest's target: hard float, so it may use FP and LSX registers.
+pub const GUEST_TARGET: &str = "loongarch64-unknown-none";
+/// The guest's crate and binary.
+const GUEST_PACKAGE: &str = "kestrel-guest-loongarch64-test";
+const GUEST_BIN: &str = "loongarch64-test";
+
+/// Checks that only kestrel can pass; on bare QEMU they print `SKIP`.
+pub const KESTREL_ONLY: &[&str] = &[
+    "kestrel-probe",
+    "ipi-pv-1",
+    "ipi-pv-3",
+    "ipi-pv-all",
+    "ipi-pv-invalid",
+    "bench",
+];
+
+/// Checks that must pass everywhere with 4 CPUs.
+pub const EVERYWHERE: &[&str] = &[
+    "exceptions",
+    "paging",
+    "timer",
+    "smp",
+    "swi0-self",
+    "ipi-iocsr-1",
+    "ipi-iocsr-3",
+    "ipi-iocsr-all",
+    "fp-lsx",
+    "user-isolation",
+    "outside-ram",
+];
+
+/// Builds the guest; returns its ELF
+/// (`target/loongarch64-unknown-none/release/loongarch64-test`), which QEMU
+/// `-kernel` and kestrel's `kind = "test-guest"` both load.
+pub fn build_guest_la64() -> Result<PathBuf, String> {
+    let root = root();
+    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .current_dir(&root)
+        .env("RUSTC_BOOTSTRAP", "1")
+        .args([
+            "build",
+            "--release",
+            "-p",
+            GUEST_PACKAGE,
+            "--target",
+            GUEST_TARGET,
+            "-Zbuild-std=core",
+            "-Zbuild-std-features=compiler-builtins-mem",
+        ])
+        .status()
+        .map_err(|e| format!("cannot run cargo: {e}"))?;
+    if !status.success() {
+        return Err("building the LoongArch test guest failed".into());
+    }
+    let elf = guest_elf();
+    if !elf.exists() {
+        return Err(format!("{}: missing after the build", elf.display()));
+    }
+    Ok(elf)
+}
+
+/// Where [`build_guest_la64`] leaves the guest.
+pub fn guest_elf() -> PathBuf {
+    root()
+        .join("target")
+        .join(GUEST_TARGET)
+        .join("release")
+        .join(GUEST_BIN)
+}
+
+/// The bare-QEMU smoke case: the guest itself as QEMU's `-kernel` (a later
+/// `-kernel` replaces the kestrel image the smoke runner passes first).
+pub fn bare_case() -> Case {
+    let kernel: &'static str = match build_guest_la64() {
+        Ok(p) => Box::leak(p.to_string_lossy().into_owned().into_boxed_str()),
+        Err(e) => {
+            eprintln!("xtask: {e}");
+            "/nonexistent/loongarch64-test-guest-did-not-build"
+        }
+    };
+    let mut expect: Vec<&'static str> = vec!["RESULT: 11 passed, 0 failed"];
+    expect.extend(EVERYWHERE.iter().map(|c| pass_line(c)));
+    expect.push("SKIP kestrel-probe: not on kestrel (hvcl raised INE");
+    Case {
+        name: "loongarch64 test guest on bare QEMU (-smp 4)",
+        opts: Opts {
+            arch: Arch::LoongArch64,
+            smp: 4,
+            mem_mib: 1024,
+            ..Opts::default()
+        },
+        ending: Ending::PowerOff,
+        expect,
+        reject: vec!["FAIL ", "panic", "unexpected exception"],
+        extra: vec!["-kernel", kernel],
+        machine: None,
+        check: Some(check_bare),
+        timeout: Duration::from_secs(60),
+    }
+}
+
+fn pass_line(check: &str) -> &'static str {
+    Box::leak(format!("PASS {check}").into_boxed_str())
+}
+
+/// On bare QEMU only the kestrel-specific checks may be skipped.
+fn check_bare(log: &str) -> Vec<String> {
+    let mut problems = Vec::new();
+    for line in log.lines() {
+        if let Some(rest) = line.trim().strip_prefix("SKIP ") {
+            let name = rest.split(':').next().unwrap_or("");
+            if !KESTREL_ONLY.contains(&name) {
+                problems.push(format!("{name} was skipped on bare QEMU: {line}"));
+            }
+        }
+    }
+    problems
+}
+
+/// One kestrel run of the guest.
+pub struct VmCase {
+    pub name: &'static str,
+    /// Config file, relative to the workspace root.
+    pub config: &'static str,
+    /// kestrel features (e.g. `vmid4`).
+    pub features: &'static [&'static str],
+    /// VMs in the config: as many `RESULT:` lines are expected.
+    pub vms: usize,
+    /// Checks every VM must pass.
+    pub must_pass: &'static [&'static str],
+    /// Further check of the whole log.
+    pub check: Option<fn(&str) -> Vec<String>>,
+    pub timeout: Duration,
+}
+
+const ALL_CHECKS_4: &[&str] = &[
+    "exceptions",
+    "paging",
+    "timer",
+    "smp",
+    "kestrel-probe",
+    "swi0-self",
+    "ipi-iocsr-1",
+    "ipi-iocsr-3",
+    "ipi-iocsr-all",
+    "ipi-pv-1",
+    "ipi-pv-3",
+    "ipi-pv-all",
+    "ipi-pv-invalid",
+    "fp-lsx",
+    "user-isolation",
+    "outside-ram",
+];
+
+/// The kestrel cases (they need the trap-and-emulate backend).
+pub fn vm_cases() -> Vec<VmCase> {
+    vec![
+        VmCase {
+            name: "la64-1vm: one VM, 4 vCPUs on -smp 4, every check",
+            config: "configs/test/la64-1vm.toml",
+            features: &[],
+            vms: 1,
+            must_pass: ALL_CHECKS_4,
+            check: Some(check_bench_lines),
+            timeout: Duration::from_secs(600),
+        },
+        VmCase {
+            name: "la64-fp-shared: 3 VMs x 4 vCPUs sharing 4 pCPUs, FP/LSX across switches",
+            config: "configs/test/la64-fp-shared.toml",
+            features: &[],
+            vms: 3,
+            must_pass: &[
+                "kestrel-probe",
+                "smp",
+                "fp-lsx",
+                "ipi-pv-all",
+                "user-isolation",
+            ],
+            check: None,
+            timeout: Duration::from_secs(900),
+        },
+        VmCase {
+            name: "la64-rollover: 18 VMs on a 4-bit VMID space (vmid4), every VM passing",
+            config: "configs/test/la64-rollover.toml",
+            features: &["vmid4"],
+            vms: 18,
+            must_pass: &[
+                "kestrel-probe",
+                "paging",
+                "fp-lsx",
+                "user-isolation",
+                "outside-ram",
+            ],
+            check: Some(check_rollover),
+            timeout: Duration::from_secs(900),
+        },
+    ]
+}
+
+/// The single-VM run prints the benchmark: every line must be there.
+fn check_bench_lines(log: &str) -> Vec<String> {
+    let mut problems = Vec::new();
+    for mode in ["pv", "iocsr"] {
+        for t in ["1", "3", "all"] {
+            let want = format!("BENCH ipi {mode} targets={t} exits_per_ipi=");
+            if !log.contains(&want) {
+                problems.push(format!("no {want:?} line"));
+            }
+        }
+    }
+    if !log.contains("BENCH timer traps_per_irq=") {
+        problems.push("no BENCH timer line".into());
+    }
+    problems
+}
+
+/// At least one VM must have seen a VMID rollover (kestrel's counter).
+fn check_rollover(log: &str) -> Vec<String> {
+    let most = log
+        .lines()
+        .filter_map(|l| l.split("vmid_rollovers=").nth(1))
+        .filter_map(|v| v.split_whitespace().next()?.parse::<i64>().ok())
+        .max();
+    match most {
+        Some(n) if n >= 1 => Vec::new(),
+        Some(n) => vec![format!("no VMID rollover counted (vmid_rollovers={n})")],
+        None => vec!["no BENCH counters line with vmid_rollovers".into()],
+    }
+}
+
+/// Judges a kestrel run: every VM printed a clean result and passed the
+/// checks of the case.
+pub fn judge_vm(case: &VmCase, log: &str) -> Vec<String> {
+    let mut problems = Vec::new();
+    let results: Vec<&str> = log.lines().filter(|l| l.contains("RESULT: ")).collect();
+    if results.len() != case.vms {
+        problems.push(format!(
+            "{} RESULT lines for {} VMs",
+            results.len(),
+            case.vms
+        ));
+    }
+    for r in &results {
+        if !r.contains(", 0 failed") {
+            problems.push(format!("a VM failed: {}", r.trim()));
+        }
+    }
+    for l in log.lines().filter(|l| l.contains("FAIL ")) {
+        problems.push(format!("failing check: {}", l.trim()));
+    }
+    for c in case.must_pass {
+        let n = passes(log, c);
+        if n < case.vms {
+            problems.push(format!("\"PASS {c}\" printed by {n} of {} VMs", case.vms));
+        }
+    }
+    if let Some(check) = case.check {
+        problems.extend(check(log));
+    }
+    problems
+}
+
+/// How many lines say `PASS <check>` (possibly behind a console tag),
+/// exactly that check: followed by `:` or the end of the line.
+fn passes(log: &str, check: &str) -> usize {
+    let want = format!("PASS {check}");
+    log.lines()
+        .filter(|l| {
+            l.match_indices(&want).any(|(i, _)| {
+                let rest = &l[i + want.len()..];
+                rest.is_empty() || rest.starts_with(':') || rest.trim().is_empty()
+            })
+        })
+        .count()
+}
+
+/// Boots kestrel with the case's config; returns the serial log, whether it
+/// timed out, and QEMU's exit.
+fn boot_vm(case: &VmCase) -> Result<(String, bool), String> {
+    build_guest_la64()?;
+    let features: Vec<String> = case.features.iter().map(|s| s.to_string()).collect();
+    let config = root().join(case.config);
+    let image = crate::build_image_with(Arch::LoongArch64, &features, Some(&config))?;
+    let opts = Opts {
+        arch: Arch::LoongArch64,
+        smp: 4,
+        mem_mib: 1024,
+        features,
+        append: "kestrel.exit=poweroff".into(),
+        config: Some(config),
+        ..Opts::default()
+    };
+    let cmd = qemu::command(&opts, &image, true);
+    eprintln!("    $ {}", qemu::render(&cmd));
+    run_until(cmd, case.vms, case.timeout)
+}
+
+/// Runs QEMU until it exits, `results` `RESULT:` lines appeared (then 3 s
+/// more for the power-off), or `limit`.
+fn run_until(mut cmd: Command, results: usize, limit: Duration) -> Result<(String, bool), String> {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot start QEMU: {e} (run `make setup`)"))?;
+    let log = Arc::new(Mutex::new(String::new()));
+    let mut readers = Vec::new();
+    for mut pipe in [
+        Box::new(child.stdout.take().unwrap()) as Box<dyn Read + Send>,
+        Box::new(child.stderr.take().unwrap()),
+    ] {
+        let log = Arc::clone(&log);
+        readers.push(std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = pipe.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                log.lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&buf[..n]).replace('\r', ""));
+            }
+        }));
+    }
+    let start = Instant::now();
+    let mut all_seen: Option<Instant> = None;
+    let timed_out = loop {
+        if child.try_wait().map_err(|e| e.to_string())?.is_some() {
+            break false;
+        }
+        if all_seen.is_none() && log.lock().unwrap().matches("RESULT: ").count() >= results {
+            all_seen = Some(Instant::now());
+        }
+        if all_seen.is_some_and(|t| t.elapsed() > Duration::from_secs(3)) {
+            let _ = child.kill();
+            let _ = child.wait();
+            break false;
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            break true;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    for r in readers {
+        let _ = r.join();
+    }
+    let log = log.lock().unwrap().clone();
+    Ok((log, timed_out))
+}
+
+/// `cargo xtask vmtest [--arch loongarch64] [--case NAME] [--list]`: the
+/// kestrel cases, with the guest's BENCH lines echoed.
+pub fn run(args: &[String]) -> Result<(), String> {
+    let mut only: Option<String> = None;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--arch" => {
+                let arch = Arch::parse(it.next().ok_or("--arch needs a value")?)?;
+                if arch != Arch::LoongArch64 {
+                    return Err("vmtest: only --arch loongarch64 has cases here".into());
+                }
+            }
+            "--case" => only = Some(it.next().ok_or("--case needs a value")?.clone()),
+            "--list" => {
+                for c in vm_cases() {
+                    println!("{}", c.name);
+                }
+                return Ok(());
+            }
+            other => return Err(format!("vmtest: unknown option '{other}'")),
+        }
+    }
+    let cases: Vec<VmCase> = vm_cases()
+        .into_iter()
+        .filter(|c| only.as_deref().is_none_or(|o| c.name.starts_with(o)))
+        .collect();
+    if cases.is_empty() {
+        return Err("vmtest: no case matches (see --list)".into());
+    }
+    let (mut passed, mut failed) = (0, 0);
+    for case in &cases {
+        eprintln!("vmtest: {} ...", case.name);
+        let t = Instant::now();
+        let (log, timed_out) = boot_vm(case)?;
+        let mut problems = judge_vm(case, &log);
+        if timed_out {
+            problems.insert(0, format!("not done within {} s", case.timeout.as_secs()));
+        }
+        for l in log.lines().filter(|l| l.contains("BENCH ")) {
+            println!("    {}", l.trim());
+        }
+        if problems.is_empty() {
+            passed += 1;
+            println!("PASS {} ({:.1} s)", case.name, t.elapsed().as_secs_f64());
+        } else {
+            failed += 1;
+            println!("FAIL {}", case.name);
+            for p in &problems {
+                println!("    - {p}");
+            }
+            save_log(case, &log);
+        }
+    }
+    println!("{passed} passed, {failed} failed");
+    if failed == 0 {
+        Ok(())
+    } else {
+        Err(format!("{failed} LoongArch VM test(s) failed"))
+    }
+}
+
+/// Failing logs go to `build/loongarch64/vmtest-<case>.log` (they are long).
+fn save_log(case: &VmCase, log: &str) {
+    let short = case.name.split(':').next().unwrap_or("case");
+    let path: PathBuf = root()
+        .join("build/loongarch64")
+        .join(format!("vmtest-{short}.log"));
+    let _ = std::fs::create_dir_all(path.parent().unwrap_or(Path::new(".")));
+    match std::fs::write(&path, log) {
+        Ok(()) => println!("    serial log: {}", path.display()),
+        Err(_) => println!("---- serial log ----\n{log}\n---- end ----"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn judge_counts_results_and_passes() {
+        let case = &vm_cases()[0];
+        let mut log = String::new();
+        for c in ALL_CHECKS_4 {
+            log.push_str(&format!("[vm0] PASS {c}: fine\n"));
+        }
+        for mode in ["pv", "iocsr"] {
+            for t in ["1", "3", "all"] {
+                log.push_str(&format!(
+                    "[vm0] BENCH ipi {mode} targets={t} exits_per_ipi=1.00\n"
+                ));
+            }
+        }
+        log.push_str("[vm0] BENCH timer traps_per_irq=4.00 irqs=100\n");
+        log.push_str("[vm0] RESULT: 16 passed, 0 failed\n");
+        assert!(
+            judge_vm(case, &log).is_empty(),
+            "{:?}",
+            judge_vm(case, &log)
+        );
+        let bad = log.replace("PASS fp-lsx: fine", "FAIL fp-lsx: lost");
+        assert!(!judge_vm(case, &bad).is_empty());
+        assert!(!judge_vm(case, &log.replace("RESULT: 16", "")).is_empty());
+    }
+
+    #[test]
+    fn bare_skips_only_kestrel_checks() {
+        assert!(check_bare("SKIP ipi-pv-1: not on kestrel\nSKIP bench: x\n").is_empty());
+        assert_eq!(check_bare("SKIP fp-lsx: hmm\n").len(), 1);
+    }
+
+    #[test]
+    fn rollover_needs_a_counted_rollover() {
+        assert!(check_rollover("BENCH counters vmid_rollovers=2 tlb_flushes=3").is_empty());
+        assert!(!check_rollover("BENCH counters vmid_rollovers=0").is_empty());
+        assert!(!check_rollover("").is_empty());
+    }
+}
