@@ -99,16 +99,18 @@ pub fn command(cmd: &str, args: &[String]) -> Result<(), String> {
     if cmd == "bench-linux" {
         return crate::vmtests_linux::bench(args);
     }
-    let mut refresh = false;
+    let (mut refresh, mut test) = (false, false);
     for a in args {
         match a.as_str() {
             "--refresh" => refresh = true,
+            "--test" => test = true,
             "-h" | "--help" => {
                 println!(
-                    "usage: cargo xtask guest-assets [--refresh]\n\
+                    "usage: cargo xtask guest-assets [--refresh] [--test]\n\
                      Fetches Debian's arm64 cloud kernel and busybox-static with apt (cache: {}),\n\
                      checks them and builds {}/{{Image,initramfs.cpio.gz}}.\n\
                      --refresh  resolve and download the current versions even if the cache is valid\n\
+                     --test     then boot them on bare QEMU (GICv3, GICv3 at EL1, GICv2) and run the init test\n\
                      Environment: KESTREL_GUEST_CACHE (cache dir), KESTREL_DEBIAN_SUITE (default {DEFAULT_SUITE}),\n\
                      KESTREL_DEBIAN_MIRROR (default {DEFAULT_MIRROR}). See docs/linux-guests.md.",
                     cache_dir().display(),
@@ -126,6 +128,13 @@ pub fn command(cmd: &str, args: &[String]) -> Result<(), String> {
     let a = ensure(refresh)?;
     println!("{}", a.image.display());
     println!("{}", a.initramfs.display());
+    if test {
+        let (passed, failed) = crate::vmtests_linux::run_bare_cases(&a);
+        println!("{passed} passed, {failed} failed");
+        if failed > 0 {
+            return Err(format!("{failed} bare-QEMU Linux case(s) failed"));
+        }
+    }
     Ok(())
 }
 
@@ -179,8 +188,25 @@ pub fn ensure(refresh: bool) -> Result<LinuxAssets, String> {
     say("[3/4] extracting the kernel Image and busybox");
     let kernel_deb = debs.join(&manifest["kernel_deb"]);
     let image = out.join("Image");
-    let kernel_member = deb_member(&kernel_deb, "./boot/vmlinuz-")?;
-    extract_member(&kernel_deb, &kernel_member, &image)?;
+    // Reuse the Image extracted last time if it is still the same file.
+    let last = std::fs::read_to_string(out.join("ASSETS.txt"))
+        .map(|t| parse_manifest(&t))
+        .unwrap_or_default();
+    let kernel_member = match last.get("kernel_member") {
+        Some(m)
+            if last.get("kernel_sha256") == manifest.get("kernel_sha256")
+                && last.contains_key("image_sha256")
+                && image.is_file()
+                && sha256(&image).ok().as_ref() == last.get("image_sha256") =>
+        {
+            m.clone()
+        }
+        _ => {
+            let m = deb_member(&kernel_deb, "./boot/vmlinuz-")?;
+            extract_member(&kernel_deb, &m, &image)?;
+            m
+        }
+    };
     check_arm64_image(&image)?;
     let busybox_deb = debs.join(&manifest["busybox_deb"]);
     let busybox = out.join("busybox");

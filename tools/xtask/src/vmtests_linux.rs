@@ -238,6 +238,12 @@ pub fn run_smoke() -> (u32, u32) {
             return (0, 0);
         }
     };
+    run_bare_cases(&assets)
+}
+
+/// Boots the bare-QEMU Linux cases with `assets`; prints PASS/FAIL (and the
+/// serial log of a failure). Returns (passed, failed).
+pub fn run_bare_cases(assets: &assets::LinuxAssets) -> (u32, u32) {
     let (mut passed, mut failed) = (0, 0);
     for case in &BARE_CASES {
         eprintln!("smoke: {} ...", case.name);
