@@ -24,15 +24,10 @@ struct Pl011(usize);
 
 impl Pl011 {
     fn putc(&self, byte: u8) {
-        // SAFETY: `self.0` is the PL011 named by the DTB (or QEMU's default),
-        // mapped as Device memory by the identity map; DR and FR are 32-bit
-        // registers of that device.
-        unsafe {
-            while core::ptr::read_volatile((self.0 + FR) as *const u32) & FR_TXFF != 0 {
-                core::hint::spin_loop();
-            }
-            core::ptr::write_volatile((self.0 + DR) as *mut u32, byte as u32);
+        while crate::cpu::mmio_read32(self.0 + FR) & FR_TXFF != 0 {
+            core::hint::spin_loop();
         }
+        crate::cpu::mmio_write32(self.0 + DR, byte as u32);
     }
 }
 

@@ -31,6 +31,25 @@ macro_rules! sysreg_write {
 }
 pub(crate) use sysreg_write;
 
+/// Reads a 32-bit device register. A single `ldr w, [x]` (no writeback,
+/// no pair): a hypervisor emulating the device gets a valid syndrome
+/// (ESR ISV = 1) for it, which compiler-chosen addressing modes do not
+/// guarantee.
+pub fn mmio_read32(addr: usize) -> u32 {
+    let v: u32;
+    // SAFETY: callers pass registers of devices the DTB names (GIC, PL011),
+    // mapped as Device memory by the identity map.
+    unsafe { asm!("ldr {v:w}, [{a}]", a = in(reg) addr, v = out(reg) v, options(nostack)) };
+    v
+}
+
+/// Writes a 32-bit device register with a single `str w, [x]` (see
+/// [`mmio_read32`]).
+pub fn mmio_write32(addr: usize, v: u32) {
+    // SAFETY: as in `mmio_read32`.
+    unsafe { asm!("str {v:w}, [{a}]", a = in(reg) addr, v = in(reg) v, options(nostack)) };
+}
+
 /// State one vCPU publishes to the others.
 pub struct PerCpu {
     /// MPIDR affinity from the DTB (`reg` of `/cpus/cpu@N`).

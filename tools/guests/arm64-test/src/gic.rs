@@ -46,14 +46,11 @@ const PRIORITY: u32 = 0xA0;
 const ENABLED: u32 = 0xFFFF | (1 << VTIMER_INTID);
 
 fn rd(addr: usize) -> u32 {
-    // SAFETY: `addr` is a register of the GIC frames named by the DTB, mapped
-    // as Device memory by the identity map.
-    unsafe { core::ptr::read_volatile(addr as *const u32) }
+    crate::cpu::mmio_read32(addr)
 }
 
 fn wr(addr: usize, v: u32) {
-    // SAFETY: as in `rd`.
-    unsafe { core::ptr::write_volatile(addr as *mut u32, v) }
+    crate::cpu::mmio_write32(addr, v)
 }
 
 /// Records the GIC found in the DTB.

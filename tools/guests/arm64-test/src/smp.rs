@@ -11,9 +11,8 @@ use crate::{gic, smccc};
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use kestrel_abi::{arm64, IpiWindows};
 
-/// The SGI kestrel's PV IPI hypercall delivers. kestrel-abi does not name
-/// it yet; change it here if the backend documents another.
-pub const PV_IPI_SGI: u32 = 15;
+/// The SGI kestrel's PV IPI hypercall delivers.
+pub const PV_IPI_SGI: u32 = arm64::PV_IPI_SGI;
 
 /// What a command asks each vCPU to do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
