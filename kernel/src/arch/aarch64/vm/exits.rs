@@ -123,7 +123,7 @@ pub fn sync(
     match esr::decode(esr, far, hpfar) {
         Exit::Wfi => {
             vm.stats.exit(ExitReason::Idle);
-            ctx.regs.pc += 4;
+            ctx.regs.pc = ctx.regs.pc.wrapping_add(4);
             if be.has_work(vm, vcpu) {
                 RunExit::Continue
             } else {
@@ -132,7 +132,7 @@ pub fn sync(
         }
         Exit::Wfe => {
             vm.stats.exit(ExitReason::Idle);
-            ctx.regs.pc += 4;
+            ctx.regs.pc = ctx.regs.pc.wrapping_add(4);
             if hv.sched.should_preempt(cpu) {
                 RunExit::Yield
             } else {
@@ -161,7 +161,7 @@ pub fn sync(
         Exit::Smc { .. } => {
             vm.stats.exit(ExitReason::Hypercall);
             // A trapped SMC's ELR points at the SMC itself.
-            ctx.regs.pc += 4;
+            ctx.regs.pc = ctx.regs.pc.wrapping_add(4);
             call(be, hv, cpu, vm, vcpu, ctx)
         }
         Exit::SysReg(acc) => sysreg_trap(hv, cpu, vm, vcpu, ctx, acc),
@@ -396,7 +396,7 @@ fn sysreg_trap(
         let value = reg(ctx, acc.rt);
         let kicks = vm.arch.vgic.lock().write_icc_sgi(vcpu.index, which, value);
         wake_set(hv, vm, kicks, vcpu.index, cpu);
-        ctx.regs.pc += 4;
+        ctx.regs.pc = ctx.regs.pc.wrapping_add(4);
         return RunExit::Continue;
     }
     vm.stats.exit(ExitReason::Sysreg);
@@ -404,7 +404,7 @@ fn sysreg_trap(
         if acc.read {
             let v = idregs::guest_view(r, host_id(r), vm.arch.ids);
             set_reg(ctx, acc.rt, v);
-            ctx.regs.pc += 4;
+            ctx.regs.pc = ctx.regs.pc.wrapping_add(4);
         } else {
             inject_undef(ctx);
         }
@@ -414,7 +414,7 @@ fn sysreg_trap(
         if acc.read {
             set_reg(ctx, acc.rt, 0);
         }
-        ctx.regs.pc += 4;
+        ctx.regs.pc = ctx.regs.pc.wrapping_add(4);
         return RunExit::Continue;
     }
     inject_undef(ctx);
@@ -513,7 +513,7 @@ fn data_abort(
                 }
                 set_reg(ctx, acc.rt, v);
             }
-            ctx.regs.pc += 4;
+            ctx.regs.pc = ctx.regs.pc.wrapping_add(4);
         }
         Err(()) => {
             vm.stats.exit(ExitReason::Abort);
