@@ -283,7 +283,7 @@ fn hypercall_errors(c: &mut Ctx) -> Verdict {
         }
     }
     // Nothing may have been delivered by the refused sends.
-    spin_us(20_000);
+    sleep_us(20_000);
     if before != sgi_counts(PV_IPI_SGI) {
         fail!("a refused IPI_SEND delivered SGI {PV_IPI_SGI}");
     }
@@ -375,7 +375,7 @@ fn psci_smp(c: &mut Ctx) -> Verdict {
                 smp::online_mask()
             );
         }
-        core::hint::spin_loop();
+        sleep_us(100);
     }
     c.all = want;
     for (i, (state, &m)) in CPUS.iter().zip(&c.p.cpus[..c.p.ncpus]).enumerate() {
@@ -456,11 +456,20 @@ fn timer(c: &mut Ctx) -> Verdict {
     ))
 }
 
-/// Busy-waits `us` microseconds.
+/// Busy-waits `us` microseconds (the benchmark: no exits).
 fn spin_us(us: u64) {
     let t = cpu::deadline(us);
     while cpu::now() < t {
         core::hint::spin_loop();
+    }
+}
+
+/// Waits `us` microseconds in WFI on the virtual timer, so a hypervisor
+/// can run other vCPUs meanwhile (many vCPUs share few pCPUs in the
+/// multi-VM runs).
+fn sleep_us(us: u64) {
+    if !cpu::sleep_us(us) {
+        spin_us(us);
     }
 }
 
@@ -508,10 +517,10 @@ fn deliver(
                 "SGI {intid} from CPU {sender} to {targets:#b}: CPUs {missing:#b} got nothing in 10 s"
             ));
         }
-        core::hint::spin_loop();
+        sleep_us(100);
     }
     // Let stray deliveries show up.
-    spin_us(10_000);
+    sleep_us(10_000);
     let now = sgi_counts(intid);
     for i in cpus(c.all) {
         let got = now[i].wrapping_sub(before[i]);
@@ -732,18 +741,30 @@ fn abort_outside_memory(c: &mut Ctx) -> Verdict {
     ))
 }
 
-/// Exits of every kind so far (the counters of `kestrel_abi::stat` 0-9).
-fn exits() -> u64 {
-    (stat::EXIT_HYPERCALL..=stat::EXIT_OTHER)
-        .map(stat_read)
-        .sum()
+/// Number of exit counters (`kestrel_abi::stat` 0-9).
+const EXIT_KINDS: usize = (stat::EXIT_OTHER + 1) as usize;
+/// Short names of the exit counters, for the BENCH lines.
+const EXIT_NAMES: [&str; EXIT_KINDS] = [
+    "hvc", "sysreg", "mmio", "idle", "irq", "fp", "ipi", "timer", "abort", "other",
+];
+
+/// Exits of every kind so far.
+fn exits() -> [u64; EXIT_KINDS] {
+    core::array::from_fn(|i| stat_read(i as u64))
+}
+
+/// `after - before`, per kind.
+fn delta(before: [u64; EXIT_KINDS], after: [u64; EXIT_KINDS]) -> [u64; EXIT_KINDS] {
+    core::array::from_fn(|i| after[i].saturating_sub(before[i]))
 }
 
 /// Exits during `n` sends to `mask` (PV IPI or the GIC's SGI register),
-/// each acknowledged by every target before the next.
-fn measure(pv: bool, mask: u32, n: u64) -> Result<u64, Msg> {
+/// each acknowledged by every target before the next, and how long that
+/// took in counter ticks.
+fn measure(pv: bool, mask: u32, n: u64) -> Result<([u64; EXIT_KINDS], u64), Msg> {
     let intid = if pv { PV_IPI_SGI } else { SGI_BENCH };
     let start = exits();
+    let t0 = cpu::now();
     for _ in 0..n {
         let before = sgi_counts(intid);
         if pv {
@@ -766,14 +787,54 @@ fn measure(pv: bool, mask: u32, n: u64) -> Result<u64, Msg> {
             core::hint::spin_loop();
         }
     }
-    Ok(exits() - start)
+    let ticks = cpu::now() - t0;
+    Ok((delta(start, exits()), ticks))
+}
+
+/// Exits while spinning `ticks` with no IPI: the background (hypervisor
+/// ticks, timer emulation, the counter reads themselves) a measurement of
+/// the same length also contains.
+fn background(ticks: u64) -> [u64; EXIT_KINDS] {
+    let start = exits();
+    let end = cpu::now() + ticks;
+    while cpu::now() < end {
+        core::hint::spin_loop();
+    }
+    delta(start, exits())
+}
+
+/// `x / n` with two decimals.
+struct Per(u64, u64);
+
+impl core::fmt::Display for Per {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let h = self.0 * 100 / self.1.max(1);
+        write!(f, "{}.{:02}", h / 100, h % 100)
+    }
 }
 
 fn bench(c: &mut Ctx) -> Verdict {
     if !c.kestrel {
         return Verdict::Skip(NOT_KESTREL);
     }
-    let n = c.p.bench_n.unwrap_or(BENCH_N).max(1);
+    let counters = [
+        stat::VMID_FAST,
+        stat::VMID_SLOW,
+        stat::VMID_ROLLOVERS,
+        stat::TLB_FLUSHES,
+        stat::FP_SAVES,
+        stat::FP_RESTORES,
+        stat::FP_TRAPS,
+    ]
+    .map(stat_read);
+    println!(
+        "BENCH counters vmid_fast={} vmid_slow={} vmid_rollovers={} tlb_flushes={} fp_saves={} fp_restores={} fp_traps={}",
+        counters[0], counters[1], counters[2], counters[3], counters[4], counters[5], counters[6]
+    );
+    let n = c.p.bench_n.unwrap_or(BENCH_N);
+    if n == 0 {
+        return Verdict::Pass(msg!("IPI benchmark off (bench_n=0), counters printed"));
+    }
     // Receivers spin (no WFI exits) while this runs.
     smp::SPIN.store(true, Ordering::SeqCst);
     spin_us(20_000);
@@ -783,18 +844,29 @@ fn bench(c: &mut Ctx) -> Verdict {
             continue;
         }
         for pv in [true, false] {
-            // The cost of reading the counters, measured with no IPI.
-            let run = measure(pv, mask, 0).and_then(|base| Ok((base, measure(pv, mask, n)?)));
-            match run {
-                Ok((base, total)) => {
-                    let per100 = total.saturating_sub(base) * 100 / n;
+            match measure(pv, mask, n) {
+                Ok((total, ticks)) => {
+                    let net = delta(background(ticks), total);
+                    let mut kinds = Msg::new();
+                    for (name, &x) in EXIT_NAMES.iter().zip(&net) {
+                        if x != 0 {
+                            let _ = core::fmt::Write::write_fmt(
+                                &mut kinds,
+                                format_args!(" {name}={}", Per(x, n)),
+                            );
+                        }
+                    }
                     println!(
-                        "BENCH ipi {} targets={label} exits_per_ipi={}.{:02} n={n} vcpus={} gic=v{}",
+                        "BENCH ipi {} targets={label} exits_per_ipi={} n={n} vcpus={} gic=v{}{}",
                         if pv { "pv" } else { "sgi" },
-                        per100 / 100,
-                        per100 % 100,
+                        Per(net.iter().sum(), n),
                         c.all.count_ones(),
-                        if gic::version() == gic::Version::V3 { 3 } else { 2 }
+                        if gic::version() == gic::Version::V3 {
+                            3
+                        } else {
+                            2
+                        },
+                        kinds.as_str()
                     );
                 }
                 Err(m) => {

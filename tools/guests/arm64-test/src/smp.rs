@@ -96,7 +96,11 @@ pub fn run_everywhere(cmd: Cmd, arg: u64, timeout_us: u64) -> bool {
         if cpu::now() > give_up {
             return false;
         }
-        core::hint::spin_loop();
+        if SPIN.load(Ordering::Relaxed) {
+            core::hint::spin_loop();
+        } else if !cpu::sleep_us(100) {
+            return false;
+        }
     }
     true
 }
