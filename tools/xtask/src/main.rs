@@ -14,6 +14,7 @@ mod assets;
 mod config;
 mod qemu;
 mod smoke;
+mod vmtests_arm64;
 mod vmtests_la64;
 mod vmtests_linux;
 
@@ -292,6 +293,7 @@ fn run() -> Result<(), String> {
             qemu::run_interactive(&o, &image, true)
         }
         "smoke" => smoke::run_all(),
+        "vmtest" if vmtests_arm64::selected(rest) => vmtests_arm64::run(rest),
         "vmtest" => vmtests_la64::run(rest),
         "guest-assets" | "bench-linux" => assets::command(cmd, rest),
         "check-fp" => {

@@ -1,0 +1,517 @@
+//! The arm64 test guest (`tools/guests/arm64-test`): its build, its
+//! bare-QEMU smoke cases, and the kestrel VM tests.
+//!
+//! - [`build_guest_arm64`] builds the guest for `aarch64-unknown-none`
+//!   (hard float: it checks the FP/SIMD registers) and flattens it into
+//!   `build/guests/arm64-test.bin` (an arm64 `Image`, which QEMU `-kernel`
+//!   loads and which the configs name with `kind = "test-guest"`).
+//! - [`bare_case`] (GICv3 and GICv2) are in `make test` (`cargo xtask smoke`): the guest alone on
+//!   QEMU at EL1 (`-M virt,gic-version=3|2`, no virtualization, PSCI over
+//!   HVC handled by QEMU) with 4 CPUs. Every check but the kestrel-specific
+//!   ones must pass there, which proves the checks are real: a failure under
+//!   kestrel is kestrel's. A few seconds each.
+//! - [`run`] (`cargo xtask vmtest --arch aarch64 [--case NAME] [--list]`)
+//!   boots kestrel with the VMs of `configs/test/arm64-*.toml`. It needs the
+//!   arm64 VM backend and takes minutes: it is not in `make test`.
+//!
+//! docs/test-guest.md describes the guest, its checks and its output.
+
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::smoke::{Case, Ending};
+use crate::{qemu, root, Arch, Opts};
+
+/// The guest's target: hard float, so it may use the FP/SIMD registers.
+const GUEST_TARGET: &str = "aarch64-unknown-none";
+const GUEST_PACKAGE: &str = "kestrel-guest-arm64-test";
+const GUEST_BIN: &str = "arm64-test";
+
+/// Checks only kestrel can pass; on bare QEMU they print `SKIP`.
+const KESTREL_ONLY: &[&str] = &[
+    "hypercall-discovery",
+    "hypercall-errors",
+    "pv-ipi",
+    "bench-ipi-exits",
+];
+
+/// Checks that pass anywhere with 4 CPUs.
+const EVERYWHERE: &[&str] = &[
+    "psci-version-features",
+    "psci-smp-bringup",
+    "psci-errors",
+    "timer",
+    "sgi-target-list",
+    "sgi-broadcast",
+    "fp-simd-switches",
+    "abort-outside-memory",
+];
+
+/// Builds the guest and returns `build/guests/arm64-test.bin`.
+pub fn build_guest_arm64() -> Result<PathBuf, String> {
+    let root = root();
+    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .current_dir(&root)
+        .args([
+            "build",
+            "--release",
+            "-p",
+            GUEST_PACKAGE,
+            "--target",
+            GUEST_TARGET,
+        ])
+        .status()
+        .map_err(|e| format!("cannot run cargo: {e}"))?;
+    if !status.success() {
+        return Err("building the arm64 test guest failed".into());
+    }
+    let elf = root
+        .join("target")
+        .join(GUEST_TARGET)
+        .join("release")
+        .join(GUEST_BIN);
+    let out_dir = root.join("build/guests");
+    std::fs::create_dir_all(&out_dir).map_err(|e| format!("{}: {e}", out_dir.display()))?;
+    let bin = out_dir.join("arm64-test.bin");
+    let status = Command::new(crate::llvm_tool("llvm-objcopy")?)
+        .args(["-O", "binary"])
+        .arg(&elf)
+        .arg(&bin)
+        .status()
+        .map_err(|e| format!("cannot run llvm-objcopy: {e}"))?;
+    if !status.success() {
+        return Err("llvm-objcopy of the arm64 test guest failed".into());
+    }
+    Ok(bin)
+}
+
+/// A smoke case: the guest on bare QEMU at EL1 with GIC version `gic`
+/// (3 or 2). The smoke runner passes the kestrel image as `-kernel` first;
+/// the guest's later `-kernel` replaces it.
+pub fn bare_case(gic: u32) -> Case {
+    let kernel: &'static str = match build_guest_arm64() {
+        Ok(p) => leak(p.to_string_lossy().into_owned()),
+        Err(e) => {
+            eprintln!("xtask: {e}");
+            "/nonexistent/arm64-test-guest-did-not-build"
+        }
+    };
+    let mut expect: Vec<&'static str> = vec!["RESULT: 8 passed, 0 failed"];
+    expect.extend(
+        EVERYWHERE
+            .iter()
+            .map(|c| leak(format!("PASS {} {c}", number(c)))),
+    );
+    Case {
+        name: if gic == 2 {
+            "arm64 test guest on bare QEMU at EL1 (GICv2, -smp 4)"
+        } else {
+            "arm64 test guest on bare QEMU at EL1 (GICv3, -smp 4)"
+        },
+        opts: Opts {
+            arch: Arch::Aarch64,
+            smp: 4,
+            gic,
+            ..Opts::default()
+        },
+        ending: Ending::PowerOff,
+        expect,
+        reject: vec!["FAIL ", "panic", "unexpected exception"],
+        extra: vec!["-kernel", kernel],
+        machine: Some(if gic == 2 {
+            "virt,gic-version=2"
+        } else {
+            "virt,gic-version=3"
+        }),
+        check: Some(check_bare),
+        timeout: Duration::from_secs(120),
+    }
+}
+
+fn leak(s: String) -> &'static str {
+    Box::leak(s.into_boxed_str())
+}
+
+/// The number the guest gives check `name` (its position in the run).
+fn number(name: &str) -> usize {
+    const ORDER: &[&str] = &[
+        "hypercall-discovery",
+        "hypercall-errors",
+        "psci-version-features",
+        "psci-smp-bringup",
+        "psci-errors",
+        "timer",
+        "sgi-target-list",
+        "sgi-broadcast",
+        "pv-ipi",
+        "fp-simd-switches",
+        "abort-outside-memory",
+        "bench-ipi-exits",
+    ];
+    ORDER.iter().position(|c| *c == name).map_or(0, |i| i + 1)
+}
+
+/// On bare QEMU only the kestrel-specific checks may be skipped.
+fn check_bare(log: &str) -> Vec<String> {
+    let mut problems = Vec::new();
+    for line in log.lines() {
+        if let Some(rest) = line.trim().strip_prefix("SKIP ") {
+            let name = rest.split_whitespace().nth(1).unwrap_or("");
+            if !KESTREL_ONLY.contains(&name) {
+                problems.push(format!("{name} was skipped on bare QEMU: {line}"));
+            }
+        }
+    }
+    problems
+}
+
+/// One kestrel boot with test-guest VMs.
+pub struct VmCase {
+    pub name: &'static str,
+    /// Config file, relative to the workspace root.
+    pub config: &'static str,
+    /// kestrel features (e.g. `vmid4`).
+    pub features: &'static [&'static str],
+    pub gic: u32,
+    pub mem_mib: u32,
+    /// The VM names: each must print `[name] RESULT: N passed, 0 failed`.
+    pub vms: Vec<String>,
+    /// Checks every VM must pass.
+    pub must_pass: &'static [&'static str],
+    /// Further checks of the whole log.
+    pub check: Option<fn(&str) -> Vec<String>>,
+    pub timeout: Duration,
+}
+
+/// Every check of the guest.
+const ALL: &[&str] = &[
+    "hypercall-discovery",
+    "hypercall-errors",
+    "psci-version-features",
+    "psci-smp-bringup",
+    "psci-errors",
+    "timer",
+    "sgi-target-list",
+    "sgi-broadcast",
+    "pv-ipi",
+    "fp-simd-switches",
+    "abort-outside-memory",
+    "bench-ipi-exits",
+];
+
+/// The kestrel cases (they need the arm64 VM backend).
+pub fn vm_cases() -> Vec<VmCase> {
+    let names = |prefix: &str, n: usize| -> Vec<String> {
+        (0..n).map(|i| format!("{prefix}{i:02}")).collect()
+    };
+    vec![
+        VmCase {
+            name: "arm64-1vm-gicv3: one VM, 4 vCPUs on -smp 4, GICv3, every check + IPI benchmark",
+            config: "configs/test/arm64-1vm.toml",
+            features: &[],
+            gic: 3,
+            mem_mib: 1024,
+            vms: vec!["t0".into()],
+            must_pass: ALL,
+            check: Some(check_bench_lines),
+            timeout: Duration::from_secs(600),
+        },
+        VmCase {
+            name: "arm64-1vm-gicv2: one VM, 4 vCPUs on -smp 4, GICv2, every check + IPI benchmark",
+            config: "configs/test/arm64-1vm.toml",
+            features: &[],
+            gic: 2,
+            mem_mib: 1024,
+            vms: vec!["t0".into()],
+            must_pass: ALL,
+            check: Some(check_bench_lines),
+            timeout: Duration::from_secs(600),
+        },
+        VmCase {
+            name: "arm64-fp-shared: 3 VMs x 2-4 vCPUs sharing 4 pCPUs, lazy FP across switches",
+            config: "configs/test/arm64-fp-shared.toml",
+            features: &[],
+            gic: 3,
+            mem_mib: 1024,
+            vms: vec!["fp-a".into(), "fp-b".into(), "fp-c".into()],
+            must_pass: ALL,
+            check: None,
+            timeout: Duration::from_secs(1200),
+        },
+        VmCase {
+            name: "arm64-rollover: 20 VMs x 2 vCPUs on 4 pCPUs with 4-bit VMIDs (vmid4)",
+            config: "configs/test/arm64-rollover.toml",
+            features: &["vmid4"],
+            gic: 3,
+            mem_mib: 2048,
+            vms: names("roll-", 20),
+            must_pass: ALL,
+            check: Some(check_rollover),
+            timeout: Duration::from_secs(1800),
+        },
+    ]
+}
+
+/// The single-VM runs print the IPI benchmark: every line must be there.
+fn check_bench_lines(log: &str) -> Vec<String> {
+    let mut problems = Vec::new();
+    for mode in ["pv", "sgi"] {
+        for t in ["1", "3", "all"] {
+            let want = format!("BENCH ipi {mode} targets={t} exits_per_ipi=");
+            if !log.contains(&want) {
+                problems.push(format!("no {want:?} line"));
+            }
+        }
+    }
+    problems
+}
+
+/// At least one VMID rollover must have been counted (the guests'
+/// `BENCH counters ... vmid_rollovers=N` or kestrel's per-VM stats).
+fn check_rollover(log: &str) -> Vec<String> {
+    let most = log
+        .lines()
+        .filter_map(|l| l.split("vmid_rollovers=").nth(1))
+        .filter_map(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        .max();
+    match most {
+        Some(n) if n >= 1 => Vec::new(),
+        Some(_) => vec!["no VMID rollover counted (vmid_rollovers=0 everywhere)".into()],
+        None => vec!["no vmid_rollovers= counter in the log".into()],
+    }
+}
+
+/// Judges a kestrel run from each VM's tagged lines and kestrel's ending.
+fn judge_vm(case: &VmCase, log: &str, timed_out: bool) -> Vec<String> {
+    let mut problems = Vec::new();
+    if timed_out {
+        problems.push(format!("no ending within {} s", case.timeout.as_secs()));
+    }
+    for vm in &case.vms {
+        let tag = format!("[{vm}] ");
+        let lines: Vec<&str> = log
+            .lines()
+            .filter_map(|l| l.find(&tag).map(|i| &l[i + tag.len()..]))
+            .collect();
+        match lines.iter().find(|l| l.starts_with("RESULT: ")) {
+            None => problems.push(format!("{vm}: no RESULT line")),
+            Some(r) if !r.ends_with(" passed, 0 failed") => problems.push(format!("{vm}: {r}")),
+            Some(_) => {}
+        }
+        for l in lines.iter().filter(|l| l.starts_with("FAIL ")) {
+            problems.push(format!("{vm}: {l}"));
+        }
+        for c in case.must_pass {
+            let want = format!("PASS {} {c}", number(c));
+            if !lines.iter().any(|l| {
+                l.strip_prefix(&want)
+                    .is_some_and(|r| r.is_empty() || r.starts_with(' '))
+            }) {
+                problems.push(format!("{vm}: no \"{want}\""));
+            }
+        }
+    }
+    if !log.contains("all VMs have ended (status 0)") {
+        problems.push("kestrel did not say \"all VMs have ended (status 0)\"".into());
+    }
+    for bad in ["panic", "FATAL"] {
+        if log.contains(bad) {
+            problems.push(format!("the log contains {bad:?}"));
+        }
+    }
+    if let Some(check) = case.check {
+        problems.extend(check(log));
+    }
+    problems
+}
+
+/// Boots kestrel with the case's config; returns the serial log and
+/// whether it timed out.
+fn boot_vm(case: &VmCase) -> Result<(String, bool), String> {
+    let features: Vec<String> = case.features.iter().map(|s| s.to_string()).collect();
+    let config = root().join(case.config);
+    let image = crate::build_image_with(Arch::Aarch64, &features, Some(&config))?;
+    let opts = Opts {
+        arch: Arch::Aarch64,
+        smp: 4,
+        gic: case.gic,
+        mem_mib: case.mem_mib,
+        features,
+        append: "kestrel.exit=poweroff".into(),
+        config: Some(config),
+    };
+    let mut cmd = qemu::command(&opts, &image, true);
+    eprintln!("    $ {}", qemu::render(&cmd));
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot start QEMU: {e} (run `make setup`)"))?;
+    let log = Arc::new(Mutex::new(String::new()));
+    let mut readers = Vec::new();
+    for mut pipe in [
+        Box::new(child.stdout.take().expect("piped")) as Box<dyn Read + Send>,
+        Box::new(child.stderr.take().expect("piped")),
+    ] {
+        let log = Arc::clone(&log);
+        readers.push(std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = pipe.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                log.lock()
+                    .expect("log lock")
+                    .push_str(&String::from_utf8_lossy(&buf[..n]).replace('\r', ""));
+            }
+        }));
+    }
+    let start = Instant::now();
+    let timed_out = loop {
+        if child.try_wait().map_err(|e| e.to_string())?.is_some() {
+            break false;
+        }
+        if start.elapsed() > case.timeout {
+            let _ = child.kill();
+            let _ = child.wait();
+            break true;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    for r in readers {
+        let _ = r.join();
+    }
+    let log = log.lock().expect("log lock").clone();
+    Ok((log, timed_out))
+}
+
+/// Whether `cargo xtask vmtest ARGS` is for this module (`--arch aarch64`).
+pub fn selected(args: &[String]) -> bool {
+    args.windows(2)
+        .any(|w| w[0] == "--arch" && Arch::parse(&w[1]) == Ok(Arch::Aarch64))
+}
+
+/// `cargo xtask vmtest --arch aarch64 [--case NAME] [--list]`: the kestrel
+/// cases whose name starts with NAME (all without), with the guests' BENCH
+/// lines echoed.
+pub fn run(args: &[String]) -> Result<(), String> {
+    let mut only: Option<String> = None;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--arch" => {
+                let arch = Arch::parse(it.next().ok_or("--arch needs a value")?)?;
+                if arch != Arch::Aarch64 {
+                    return Err("vmtest: this runner has the aarch64 cases".into());
+                }
+            }
+            "--case" => only = Some(it.next().ok_or("--case needs a value")?.clone()),
+            "--list" => {
+                for c in vm_cases() {
+                    println!("{}", c.name);
+                }
+                return Ok(());
+            }
+            other => return Err(format!("vmtest: unknown option '{other}'")),
+        }
+    }
+    let cases: Vec<VmCase> = vm_cases()
+        .into_iter()
+        .filter(|c| only.as_deref().is_none_or(|o| c.name.starts_with(o)))
+        .collect();
+    if cases.is_empty() {
+        return Err("vmtest: no case matches (see --list)".into());
+    }
+    build_guest_arm64()?;
+    let (mut passed, mut failed) = (0, 0);
+    for case in &cases {
+        eprintln!("vmtest: {} ...", case.name);
+        let t = Instant::now();
+        let (log, timed_out) = boot_vm(case)?;
+        for l in log.lines().filter(|l| l.contains("BENCH ")) {
+            println!("    {}", l.trim());
+        }
+        let problems = judge_vm(case, &log, timed_out);
+        if problems.is_empty() {
+            passed += 1;
+            println!("PASS {} ({:.1} s)", case.name, t.elapsed().as_secs_f64());
+        } else {
+            failed += 1;
+            println!("FAIL {}", case.name);
+            for p in &problems {
+                println!("    - {p}");
+            }
+            println!("---- serial log ----\n{log}\n---- end of serial log ----");
+        }
+    }
+    println!("vmtest: {passed} passed, {failed} failed");
+    if failed == 0 {
+        Ok(())
+    } else {
+        Err(format!("{failed} arm64 VM test(s) failed"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn judge_reads_tagged_results() {
+        let case = VmCase {
+            name: "t",
+            config: "",
+            features: &[],
+            gic: 3,
+            mem_mib: 1024,
+            vms: vec!["a".into(), "b".into()],
+            must_pass: &["timer"],
+            check: None,
+            timeout: Duration::from_secs(1),
+        };
+        let good = "[a] PASS 6 timer (x)\n[a] RESULT: 12 passed, 0 failed\n\
+                    [b] PASS 6 timer\n[b] RESULT: 12 passed, 0 failed\n\
+                    [cpu0] INFO  kestrel: all VMs have ended (status 0)\n";
+        assert!(judge_vm(&case, good, false).is_empty());
+        let bad = good.replace(
+            "[b] RESULT: 12 passed, 0 failed",
+            "[b] RESULT: 11 passed, 1 failed",
+        );
+        assert_eq!(judge_vm(&case, &bad, false).len(), 1);
+        let missing = good.replace("[b] PASS 6 timer\n", "");
+        assert_eq!(judge_vm(&case, &missing, false).len(), 1);
+        assert!(!judge_vm(&case, good, true).is_empty());
+    }
+
+    #[test]
+    fn bare_skips_only_kestrel_checks() {
+        assert!(check_bare("SKIP 1 hypercall-discovery (not running on kestrel)").is_empty());
+        assert_eq!(
+            check_bare("SKIP 7 sgi-target-list (needs 2 or more vCPUs)").len(),
+            1
+        );
+    }
+
+    #[test]
+    fn rollover_counter() {
+        assert!(check_rollover("[r] BENCH counters vmid_fast=1 vmid_rollovers=2 x").is_empty());
+        assert_eq!(
+            check_rollover("[r] BENCH counters vmid_rollovers=0").len(),
+            1
+        );
+        assert_eq!(check_rollover("").len(), 1);
+    }
+
+    #[test]
+    fn arch_selection() {
+        let args = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert!(selected(&args(&["--arch", "aarch64", "--case", "x"])));
+        assert!(selected(&args(&["--arch", "arm64"])));
+        assert!(!selected(&args(&["--arch", "loongarch64"])));
+        assert!(!selected(&args(&[])));
+    }
+}
