@@ -190,8 +190,11 @@ pub fn host_interrupts(estat: u64) {
     if pending & csr::INT_TI != 0 {
         timer::ack();
         let cpu = super::platform::current_cpu();
-        crate::runtime::tick(cpu);
-        super::vm::on_tick(cpu);
+        // While VMs run the timer is one-shot and also serves guest timers:
+        // only some of its interrupts are kestrel's tick.
+        if super::vm::host_tick_due(cpu) {
+            crate::runtime::tick(cpu);
+        }
     }
     if pending & csr::INT_IPI != 0 {
         iocsr::ipi_ack();

@@ -197,6 +197,8 @@ struct Pcpu {
     fp: Mutex<Option<FpEngine<LaFpHw>>>,
     fp_requests: Mutex<Vec<Arc<VcpuFp<LoongArchFpState>>>>,
     slice_expired: AtomicBool,
+    /// Counter value of kestrel's next tick (0: the timer is still periodic).
+    next_tick: AtomicU64,
     /// Whose shadow entries this pCPU's TLB holds: (vCPU, epoch, VMID).
     last: Mutex<Option<(VcpuKey, u64, u16)>>,
 }
@@ -207,6 +209,7 @@ impl Pcpu {
             fp: Mutex::new(None),
             fp_requests: Mutex::new(Vec::new()),
             slice_expired: AtomicBool::new(false),
+            next_tick: AtomicU64::new(0),
             last: Mutex::new(None),
         }
     }
@@ -225,11 +228,42 @@ fn vms() -> &'static [Arc<Vm<LaBackend>>] {
     VMS.get().map_or(&[], |v| v.as_slice())
 }
 
-/// Called from kestrel's tick (interrupt context): the slice is over.
-pub fn on_tick(cpu: usize) {
-    if let Some(p) = PCPU.get(cpu) {
-        p.slice_expired.store(true, Ordering::Release);
+/// A timer interrupt on `cpu` (interrupt context): whether it is kestrel's
+/// tick. Before the CPU runs VMs the timer is periodic and every interrupt
+/// is; afterwards it is one-shot ([`arm_timer`]) and the tick is due when
+/// its deadline has passed, which also ends the time slice.
+pub fn host_tick_due(cpu: usize) -> bool {
+    let Some(p) = PCPU.get(cpu) else { return true };
+    let next = p.next_tick.load(Ordering::Relaxed);
+    if next == 0 {
+        return true;
     }
+    let now = csr::rdtime();
+    if now < next {
+        return false;
+    }
+    let period = super::timer::period().max(1);
+    p.next_tick.store(
+        next + period * ((now - next) / period + 1),
+        Ordering::Relaxed,
+    );
+    p.slice_expired.store(true, Ordering::Release);
+    true
+}
+
+/// Arms this CPU's timer for the earliest of kestrel's next tick, `guest`
+/// (the loaded vCPU's virtual timer) and the virtual timers of blocked vCPUs.
+fn arm_timer(cpu: usize, guest: Option<u64>) {
+    let next = PCPU[cpu].next_tick.load(Ordering::Relaxed);
+    let blocked = vms()
+        .iter()
+        .filter(|vm| !vm.has_ended())
+        .flat_map(|vm| vm.arch.shared.iter())
+        .map(|s| s.wake_at.load(Ordering::Relaxed))
+        .min()
+        .unwrap_or(u64::MAX);
+    let at = next.min(guest.unwrap_or(u64::MAX)).min(blocked);
+    super::timer::oneshot(at.saturating_sub(csr::rdtime()));
 }
 
 /// The trap-and-emulate backend.
@@ -247,6 +281,11 @@ impl LaBackend {
         hwtlb::init_cpu();
         *PCPU[cpu].fp.lock() = Some(FpEngine::new(cpu, self.policy, LaFpHw::new(self.fp_level)));
         *PCPU[cpu].last.lock() = None;
+        let period = super::timer::period().max(1);
+        PCPU[cpu]
+            .next_tick
+            .store(csr::rdtime() + period, Ordering::Relaxed);
+        arm_timer(cpu, None);
     }
 
     fn now(&self) -> u64 {
@@ -405,6 +444,7 @@ impl Backend for LaBackend {
         self.service_fp(cpu);
         self.prepare_entry(cpu, vm, vcpu, ctx);
         csr::irq_disable();
+        arm_timer(cpu, ctx.csr.timer_deadline());
         // SAFETY: interrupts are masked; the TLB holds only this vCPU's
         // shadows under its ASIDs (load flushed others' of this VM); EUEN
         // exposes the FP unit only if this vCPU owns it.
@@ -441,6 +481,7 @@ impl Backend for LaBackend {
         // `idle` wakes on a pending interrupt even with CRMD.IE = 0: take it
         // right after, so a kick between the scheduler's decision and here
         // is not lost.
+        arm_timer(cpu, None);
         csr::idle();
         csr::irq_enable();
         csr::irq_disable();
