@@ -56,7 +56,8 @@
 //!
 //! The CPU that rolls over calls [`TlbFlush::flush_all_vmids`] once, *under
 //! the allocator lock*, before any CPU can be handed a recycled index: that is
-//! where arm64 issues its broadcast `TLBI VMALLS12E1IS; DSB ISH`. Architectures
+//! where arm64 issues its broadcast `TLBI ALLE1IS; DSB ISH` (all VMIDs: `VMALLS12E1IS`
+//! would only cover the VMID in VTTBR_EL2). Architectures
 //! whose TLB invalidation is CPU-local (LoongArch `invtlb`) pass a no-op
 //! [`TlbFlush`] and honour [`VmidLoad::flush_local`] instead, which is set on
 //! each CPU's first load after a rollover (the per-CPU pending-flush variant

@@ -308,7 +308,12 @@ impl Arm64Backend {
                         .compare_exchange(at, u64::MAX, Ordering::AcqRel, Ordering::Relaxed)
                         .is_ok()
                 {
-                    vm.arch.vgic.lock().set_level(i, VTIMER_PPI, true);
+                    // Only a deliverable interrupt wakes a WFI (a guest that
+                    // disabled the PPI stays blocked, without re-checks).
+                    let kicks = vm.arch.vgic.lock().set_level(i, VTIMER_PPI, true);
+                    if !kicks.contains(i) {
+                        continue;
+                    }
                     vm.stats.exit(crate::stats::ExitReason::Timer);
                     hv.wake(
                         VcpuKey {
