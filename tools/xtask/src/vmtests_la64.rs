@@ -414,19 +414,24 @@ pub fn run(args: &[String]) -> Result<(), String> {
         if timed_out {
             problems.insert(0, format!("not done within {} s", case.timeout.as_secs()));
         }
-        for l in log.lines().filter(|l| l.contains("BENCH ")) {
+        for l in log
+            .lines()
+            .filter(|l| l.contains("BENCH ") || l.contains("RESULT: "))
+        {
             println!("    {}", l.trim());
         }
+        let saved = save_log(case, &log);
         if problems.is_empty() {
             passed += 1;
             println!("PASS {} ({:.1} s)", case.name, t.elapsed().as_secs_f64());
+            println!("    serial log: {saved}");
         } else {
             failed += 1;
             println!("FAIL {}", case.name);
             for p in &problems {
                 println!("    - {p}");
             }
-            save_log(case, &log);
+            println!("    serial log: {saved}");
         }
     }
     println!("{passed} passed, {failed} failed");
@@ -437,16 +442,17 @@ pub fn run(args: &[String]) -> Result<(), String> {
     }
 }
 
-/// Failing logs go to `build/loongarch64/vmtest-<case>.log` (they are long).
-fn save_log(case: &VmCase, log: &str) {
+/// Saves the serial log to `build/loongarch64/vmtest-<case>.log` (they
+/// are long); returns where, or the log itself when it cannot be written.
+fn save_log(case: &VmCase, log: &str) -> String {
     let short = case.name.split(':').next().unwrap_or("case");
     let path: PathBuf = root()
         .join("build/loongarch64")
         .join(format!("vmtest-{short}.log"));
     let _ = std::fs::create_dir_all(path.parent().unwrap_or(Path::new(".")));
     match std::fs::write(&path, log) {
-        Ok(()) => println!("    serial log: {}", path.display()),
-        Err(_) => println!("---- serial log ----\n{log}\n---- end ----"),
+        Ok(()) => path.display().to_string(),
+        Err(_) => format!("(not saved)\n{log}"),
     }
 }
 
