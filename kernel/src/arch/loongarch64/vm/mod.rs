@@ -31,6 +31,7 @@ use crate::guest::loongarch::iocsr::VIpi;
 use crate::guest::loongarch::tlb::SoftTlb;
 use crate::platform::ExitStatus;
 use crate::sched::{CpuMask, VcpuKey};
+use crate::stats::Counter;
 use crate::vdev::ns16550::Ns16550 as VNs16550;
 use crate::vm::{Backend, Hypervisor, Observer, RunExit, Vcpu, Vm, VmEnd, VmParts};
 use crate::vmconfig::VmSpec;
@@ -397,9 +398,13 @@ impl Backend for LaBackend {
         }
         // VMID -> real ASIDs; invtlb is CPU-local, so a rollover is seen
         // as `flush_local` on each CPU's next load.
+        let before = self.vmids.counters().rollovers;
         let l = self.vmids.vcpu_load(cpu, &vm.vmid, &|| {});
+        let rolled = self.vmids.counters().rollovers - before;
         vm.stats.record_vmid(&l);
+        vm.stats.add(Counter::VmidRollovers, rolled);
         if l.flush_local {
+            vm.stats.inc(Counter::TlbFlushes);
             hwtlb::flush_all();
             *PCPU[cpu].last.lock() = None;
         }
