@@ -396,8 +396,8 @@ pub fn selected(args: &[String]) -> bool {
 }
 
 /// `cargo xtask vmtest --arch aarch64 [--case NAME] [--list]`: the kestrel
-/// cases whose name starts with NAME (all without), with the guests' BENCH
-/// lines echoed.
+/// cases whose name starts with NAME (all without), with the guests' BENCH,
+/// FP and RESULT lines echoed.
 pub fn run(args: &[String]) -> Result<(), String> {
     let mut only: Option<String> = None;
     let mut it = args.iter();
@@ -432,7 +432,9 @@ pub fn run(args: &[String]) -> Result<(), String> {
         eprintln!("vmtest: {} ...", case.name);
         let t = Instant::now();
         let (log, timed_out) = boot_vm(case)?;
-        for l in log.lines().filter(|l| l.contains("BENCH ")) {
+        for l in log.lines().filter(|l| {
+            l.contains("BENCH ") || l.contains("RESULT: ") || l.contains("fp-simd-switches")
+        }) {
             println!("    {}", l.trim());
         }
         let problems = judge_vm(case, &log, timed_out);
