@@ -8,9 +8,10 @@
 //! BENCH timer traps_per_irq=5.00 irqs=100
 //! ```
 //!
-//! Counters are global to kestrel, so every measurement subtracts the cost
-//! of reading them (calibrated), and ignores `EXIT_IRQ` (the hypervisor's
-//! own tick) for the IPI numbers. The sender share is measured with the
+//! kestrel keeps the counters per VM (the stats call returns the calling
+//! VM's), so other VMs do not disturb them; every measurement subtracts the
+//! cost of reading them (calibrated), and the IPI numbers ignore `EXIT_IRQ`
+//! (the hypervisor's own tick interrupting this VM). The sender share is measured with the
 //! receivers spinning with interrupts masked; the receivers' share is the
 //! rest of a run in which they take and acknowledge every IPI.
 
@@ -177,7 +178,7 @@ fn ipi(pv: bool, set: Targets, overhead: u64) {
     );
 }
 
-/// Prints kestrel's FP and VMID counters as they stand (global to kestrel):
+/// Prints this VM's FP and VMID counters as kestrel keeps them:
 /// `BENCH counters fp_saves=.. fp_restores=.. fp_traps=.. vmid_fast=..
 /// vmid_slow=.. vmid_rollovers=.. tlb_flushes=..`. The rollover test reads
 /// `vmid_rollovers` from it.

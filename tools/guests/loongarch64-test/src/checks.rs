@@ -434,6 +434,49 @@ fn fp_pattern(me: usize, it: u64) -> FpState {
     s
 }
 
+/// The first difference between what was read back and what was loaded:
+/// register 0-31, 32 = FCSR0, 33 = FCC.
+fn fp_diff(out: &FpState, want: &FpState, lsx: bool) -> Option<u64> {
+    for i in 0..32 {
+        if out.regs[i][0] != want.regs[i][0] || (lsx && out.regs[i][1] != want.regs[i][1]) {
+            return Some(i as u64);
+        }
+    }
+    if (out.fcsr0 & 0x1f1f_031f) != want.fcsr0 {
+        return Some(32);
+    }
+    if (out.fcc & 0xff) != want.fcc {
+        return Some(33);
+    }
+    None
+}
+
+/// Proves the FP check can fail: loads a pattern with one register (its
+/// high half when there is LSX), FCSR0 or FCC changed, and the comparison
+/// against the original must name exactly that item.
+fn fp_selftest() -> Result<(), u64> {
+    let lsx = LSX.load(Ordering::Relaxed);
+    let want = fp_pattern(0, 12345);
+    for (k, item) in [7u64, 31, 32, 33].into_iter().enumerate() {
+        let mut changed = want;
+        match item {
+            32 => changed.fcsr0 ^= 1 << 8,
+            33 => changed.fcc ^= 1 << 5,
+            i => changed.regs[i as usize][(lsx != 0) as usize] ^= 1 << (3 + k),
+        }
+        let mut out = FpState::ZERO;
+        // SAFETY: valid FpState images; only FP/LSX registers and t0/t1 change.
+        unsafe {
+            asm::guest_fp_load(&changed, lsx);
+            asm::guest_fp_store(&mut out, lsx);
+        }
+        if fp_diff(&out, &want, lsx != 0) != Some(item) {
+            return Err(item);
+        }
+    }
+    Ok(())
+}
+
 /// Loads a per-CPU, per-iteration pattern into all 32 FPRs (128-bit LSX
 /// registers when present), FCSR0 and FCC0-7, lets the CPU idle (odd
 /// iterations: wait for a 200 us timer interrupt) or spin (even ones), and
@@ -463,21 +506,7 @@ pub fn fp_on_this_cpu(me: usize) -> (u64, u64) {
         }
         // SAFETY: as above.
         unsafe { asm::guest_fp_store(&mut out, lsx) };
-        let mut bad = None;
-        for i in 0..32 {
-            if out.regs[i][0] != want.regs[i][0] || (lsx != 0 && out.regs[i][1] != want.regs[i][1])
-            {
-                bad = Some(i as u64);
-                break;
-            }
-        }
-        if bad.is_none() && (out.fcsr0 & 0x1f1f_031f) != want.fcsr0 {
-            bad = Some(32);
-        }
-        if bad.is_none() && (out.fcc & 0xff) != want.fcc {
-            bad = Some(33);
-        }
-        if let Some(b) = bad {
+        if let Some(b) = fp_diff(&out, &want, lsx != 0) {
             if errors == 0 {
                 first = b << 32 | it;
             }
@@ -494,6 +523,11 @@ pub fn fp_on_this_cpu(me: usize) -> (u64, u64) {
 
 /// The FP/LSX check on every CPU at once.
 pub fn fp_all_cpus() -> Outcome {
+    if let Err(item) = fp_selftest() {
+        return fail!(
+            "self-test: a change of item {item} (0-31 register, 32 FCSR0, 33 FCC) went unnoticed"
+        );
+    }
     let n = CPUS.load(Ordering::Acquire);
     for e in smp::FP_ERRORS.iter() {
         e.store(u64::MAX, Ordering::Relaxed);
@@ -523,7 +557,7 @@ pub fn fp_all_cpus() -> Outcome {
         }
     }
     pass!(
-        "{n} CPUs x {} iterations (idle / preempted), {} bits of 32 registers + FCSR0 + FCC intact",
+        "{n} CPUs x {} iterations (idle / preempted), {} bits of 32 registers + FCSR0 + FCC intact (the comparison caught 4 planted changes)",
         FP_ITERATIONS.load(Ordering::Relaxed),
         if LSX.load(Ordering::Relaxed) != 0 {
             128
