@@ -238,7 +238,7 @@ pub fn vm_cases() -> Vec<VmCase> {
             mem_mib: 1024,
             vms: vec!["fp-a".into(), "fp-b".into(), "fp-c".into()],
             must_pass: ALL,
-            check: None,
+            check: Some(check_fp_switches),
             timeout: Duration::from_secs(1200),
         },
         VmCase {
@@ -267,6 +267,24 @@ fn check_bench_lines(log: &str) -> Vec<String> {
         }
     }
     problems
+}
+
+/// The FP check must really have run across FP switches: kestrel's
+/// counters, as the guests print them, show at least 1000 lazy restores.
+fn check_fp_switches(log: &str) -> Vec<String> {
+    let restores: u64 = log
+        .lines()
+        .filter(|l| l.contains("BENCH counters"))
+        .filter_map(|l| l.split("fp_restores=").nth(1))
+        .filter_map(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        .sum();
+    if restores >= 1000 {
+        Vec::new()
+    } else {
+        vec![format!(
+            "only {restores} FP restores counted by kestrel: too few switches to prove anything"
+        )]
+    }
 }
 
 /// At least one VMID rollover must have been counted (the guests'
@@ -506,6 +524,13 @@ mod tests {
             1
         );
         assert_eq!(check_rollover("").len(), 1);
+    }
+
+    #[test]
+    fn fp_switch_counter() {
+        let line = |n| format!("[a] BENCH counters vmid_fast=1 fp_restores={n} fp_traps=1\n");
+        assert!(check_fp_switches(&(line(600) + &line(500))).is_empty());
+        assert_eq!(check_fp_switches(&line(10)).len(), 1);
     }
 
     #[test]
