@@ -62,6 +62,7 @@ check-fp: setup-rust
 
 bench: setup-rust
 	$(CARGO) run --release -q -p kestrel-bench
+	$(CARGO) xtask bench-linux
 
 lint: setup-rust
 	$(CARGO) fmt --all --check
