@@ -186,7 +186,7 @@ pub fn vm_cases() -> Vec<VmCase> {
             vms: 1,
             must_pass: ALL_CHECKS_4,
             check: Some(check_bench_lines),
-            timeout: Duration::from_secs(600),
+            timeout: Duration::from_secs(300),
         },
         VmCase {
             name: "la64-fp-shared: 3 VMs x 4 vCPUs sharing 4 pCPUs, FP/LSX across switches",
@@ -201,7 +201,7 @@ pub fn vm_cases() -> Vec<VmCase> {
                 "user-isolation",
             ],
             check: None,
-            timeout: Duration::from_secs(900),
+            timeout: Duration::from_secs(600),
         },
         VmCase {
             name: "la64-rollover: 18 VMs on a 4-bit VMID space (vmid4), every VM passing",
@@ -216,7 +216,7 @@ pub fn vm_cases() -> Vec<VmCase> {
                 "outside-ram",
             ],
             check: Some(check_rollover),
-            timeout: Duration::from_secs(900),
+            timeout: Duration::from_secs(600),
         },
     ]
 }
