@@ -1,6 +1,6 @@
 //! Polled NS16550A output (register stride 1, as on QEMU's LoongArch virt
 //! machine and the Loongson 3A5000/LS7A UARTs). Firmware has set the baud
-//! rate; kestrel only transmits.
+//! rate; kestrel transmits, and polls for input bytes for the VMs' consoles.
 
 use core::sync::atomic::{AtomicU64, Ordering};
 
@@ -9,6 +9,7 @@ use super::dmw;
 const THR: u64 = 0;
 const LSR: u64 = 5;
 const LSR_THRE: u8 = 1 << 5;
+const LSR_DR: u8 = 1 << 0;
 
 pub struct Ns16550 {
     /// Uncached virtual address of the register block; 0 = no console.
@@ -47,6 +48,24 @@ impl Ns16550 {
                 }
                 core::ptr::write_volatile(thr, b);
             }
+        }
+    }
+}
+
+impl Ns16550 {
+    /// A received byte, if one is waiting (LSR.DR).
+    pub fn read_byte(&self) -> Option<u8> {
+        let base = self.base.load(Ordering::Acquire);
+        if base == 0 {
+            return None;
+        }
+        // SAFETY: as in `write_bytes`; reading RBR only pops the byte LSR.DR
+        // says is there.
+        unsafe {
+            if core::ptr::read_volatile((base + LSR) as *const u8) & LSR_DR == 0 {
+                return None;
+            }
+            Some(core::ptr::read_volatile((base + THR) as *const u8))
         }
     }
 }

@@ -44,6 +44,11 @@ impl LoongArchPlatform {
         self.uart.set_base(pa);
     }
 
+    /// A byte typed on the console, if any.
+    pub fn console_read(&self) -> Option<u8> {
+        self.uart.read_byte()
+    }
+
     pub fn console_pa(&self) -> u64 {
         self.uart.base_pa()
     }

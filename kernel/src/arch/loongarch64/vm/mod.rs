@@ -24,7 +24,7 @@ use spin::{Mutex, Once};
 use kestrel_abi::package::{ConsoleKind, FpPolicy as PkgFpPolicy, GuestKind, Package};
 
 use crate::board::BoardInfo;
-use crate::console::ConsoleMux;
+use crate::console::{ConsoleMux, InputAction};
 use crate::fpu::{FpEngine, FpLoad, FpPolicy, LoongArchFpState, VcpuFp};
 use crate::guest::loongarch::csr::{self as vcsr, CsrFile};
 use crate::guest::loongarch::iocsr::VIpi;
@@ -335,6 +335,26 @@ impl LaBackend {
         }
     }
 
+    /// Console input (boot CPU only): bytes typed on the physical UART go
+    /// to the VM with the focus (its 16550's receive FIFO; guests poll it).
+    fn poll_console(&self, cpu: usize) {
+        if cpu != 0 {
+            return;
+        }
+        while let Some(b) = super::platform::PLATFORM.console_read() {
+            let action = console().lock().input(b);
+            match action {
+                InputAction::Deliver { vm, byte } => {
+                    if let Some(vm) = vms().get(vm) {
+                        vm.arch.uart.lock().receive(byte);
+                    }
+                }
+                InputAction::Say(text) => crate::klog::print(format_args!("{text}")),
+                InputAction::None => {}
+            }
+        }
+    }
+
     /// A guest byte for the console: tagged lines on the physical UART.
     pub fn console_out(&self, vm: &Vm<Self>, byte: u8) {
         let line = console().lock().output(vm.arch.console, byte);
@@ -456,6 +476,7 @@ impl Backend for LaBackend {
         unsafe { switch::enter(&mut ctx.frame) };
         let exit = exits::handle(self, hv, cpu, vm, vcpu, ctx);
         self.check_timers(cpu);
+        self.poll_console(cpu);
         exit
     }
 
@@ -469,7 +490,10 @@ impl Backend for LaBackend {
             vm.stats.record_fp(&before, &e.counters());
         }
         self.vmids.vcpu_put(cpu);
-        if let Some(at) = ctx.csr.timer_deadline() {
+        // A vCPU put away wakes at its timer deadline, if the timer line is
+        // one that can wake it (ECFG.LIE.TI).
+        let lie = ctx.csr.get(vcsr::num::ECFG) & (1 << vcsr::IRQ_TI) != 0;
+        if let Some(at) = ctx.csr.timer_deadline().filter(|_| lie) {
             sh.wake_at.store(at, Ordering::Release);
         }
     }
@@ -491,6 +515,7 @@ impl Backend for LaBackend {
         csr::irq_enable();
         csr::irq_disable();
         self.check_timers(cpu);
+        self.poll_console(cpu);
     }
 
     fn slice_expired(&self, cpu: usize) -> bool {
