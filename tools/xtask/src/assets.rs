@@ -344,7 +344,7 @@ fn fetch(cache: &Path, debs: &Path) -> Result<BTreeMap<String, String>, String> 
     let opts = apt_opts(cache);
 
     say(&format!(
-        "[1/4] apt-get update: Debian {suite} arm64 package lists (about 20 MB, into {})",
+        "[1/4] apt-get update: Debian {suite} arm64 package lists (about 10 MB, into {})",
         apt.display()
     ));
     let t = Instant::now();
@@ -995,7 +995,12 @@ fn write_exec(path: &Path, text: &str) -> Result<(), String> {
         .map_err(|e| format!("{}: {e}", path.display()))
 }
 
-fn build_initramfs(busybox: &Path, staging: &Path, out: &Path) -> Result<(), String> {
+/// Builds `out` (gzip) and the uncompressed `.cpio` next to it, with the
+/// tree in `tree`. Everything is written under temporary names and renamed
+/// into place, so a test reading the files meanwhile never sees half of one.
+fn build_initramfs(busybox: &Path, tree: &Path, out: &Path) -> Result<(), String> {
+    let pid = std::process::id();
+    let staging = &tree.with_file_name(format!(".initramfs.d.{pid}"));
     if staging.exists() {
         std::fs::remove_dir_all(staging).map_err(|e| format!("{}: {e}", staging.display()))?;
     }
@@ -1023,7 +1028,8 @@ fn build_initramfs(busybox: &Path, staging: &Path, out: &Path) -> Result<(), Str
         .map(str::to_string)
         .collect();
     names.sort();
-    let cpio_path = out.with_extension(""); // initramfs.cpio
+    let cpio_final = out.with_extension(""); // initramfs.cpio
+    let cpio_path = cpio_final.with_extension(format!("cpio.{pid}.tmp"));
     let cpio_file =
         std::fs::File::create(&cpio_path).map_err(|e| format!("{}: {e}", cpio_path.display()))?;
     let mut cpio = Command::new("cpio")
@@ -1052,7 +1058,8 @@ fn build_initramfs(busybox: &Path, staging: &Path, out: &Path) -> Result<(), Str
             cpio_path.display()
         ));
     }
-    let gz = std::fs::File::create(out).map_err(|e| format!("{}: {e}", out.display()))?;
+    let gz_path = out.with_extension(format!("gz.{pid}.tmp"));
+    let gz = std::fs::File::create(&gz_path).map_err(|e| format!("{}: {e}", gz_path.display()))?;
     let st = Command::new("gzip")
         .args(["-9", "-n", "-c"])
         .arg(&cpio_path)
@@ -1062,7 +1069,16 @@ fn build_initramfs(busybox: &Path, staging: &Path, out: &Path) -> Result<(), Str
     if !st.success() {
         return Err(format!("gzip {} failed", cpio_path.display()));
     }
-    Ok(())
+    let rename = |from: &Path, to: &Path| {
+        std::fs::rename(from, to)
+            .map_err(|e| format!("{} -> {}: {e}", from.display(), to.display()))
+    };
+    rename(&cpio_path, &cpio_final)?;
+    rename(&gz_path, out)?;
+    if tree.exists() {
+        std::fs::remove_dir_all(tree).map_err(|e| format!("{}: {e}", tree.display()))?;
+    }
+    rename(staging, tree)
 }
 
 #[cfg(test)]
