@@ -289,6 +289,26 @@ pub fn decode(w: u32) -> Option<Insn> {
     decode_mem(w)
 }
 
+/// Whether `w` writes memory: plain stores, `sc.*`, atomics (`am*`),
+/// bound-checked stores, FP/LSX/LASX stores. A TLB refill does not say
+/// whether the access was a store; this does, for the page-fault code the
+/// guest should see (PIS rather than PIL).
+pub fn writes_memory(w: u32) -> bool {
+    if matches!(decode(w), Some(Insn::Store { .. })) {
+        return true;
+    }
+    let op8 = w >> 24;
+    let op10 = w & 0xffc0_0000;
+    let op17 = w & 0xffff_8000;
+    matches!(op8, 0x21 | 0x23 | 0x31 | 0x33)
+        || matches!(op10, 0x2b40_0000 | 0x2bc0_0000 | 0x2c40_0000 | 0x2cc0_0000)
+        || matches!(op17, 0x3838_0000 | 0x383c_0000 | 0x3844_0000 | 0x384c_0000)
+        || (0x3857_0000..0x3857_8000).contains(&w)
+        || (0x3858_0000..0x3872_0000).contains(&w)
+        || (0x3876_0000..0x3878_0000).contains(&w)
+        || (0x387c_0000..0x3880_0000).contains(&w)
+}
+
 fn decode_mem(w: u32) -> Option<Insn> {
     // ld/st with si12: 0010 10 op[25:22].
     if w & 0xfc00_0000 == 0x2800_0000 {
@@ -596,6 +616,50 @@ mod tests {
             }
         }
         assert!(accepted > 100_000);
+    }
+
+    #[test]
+    fn memory_writers() {
+        // sc.w, sc.d, fst.s, fstx.s, fstx.d, vstx, xvstx, vstelm.b, xvstelm.d,
+        // amswap.w, ammax_db.du, amadd.b, amcas.d, stgt.b, stle.d, fstgt.s,
+        // fstle.d, sc.q, st.d, vst, xvst (LLVM's encodings).
+        for w in [
+            0x2100_00a4u32,
+            0x2300_00a4,
+            0x2b40_00a0,
+            0x3838_18a0,
+            0x383c_18a0,
+            0x3844_18a0,
+            0x384c_18a0,
+            0x3180_00a0,
+            0x3310_00a0,
+            0x3860_14c4,
+            0x3870_94c4,
+            0x385d_14c4,
+            0x3859_94c4,
+            0x387c_18a4,
+            0x387f_98a4,
+            0x3876_18a0,
+            0x3877_98a0,
+            0x3857_14c4,
+            0x29c0_20a4,
+            0x2c40_c083,
+            0x2cc1_8083,
+        ] {
+            assert!(writes_memory(w), "{w:#010x}");
+        }
+        // ld.b, ldgt.b, fld.d, vld, ll.w, dbar, csrrd.
+        for w in [
+            0x283f_f0a4u32,
+            0x3878_18a4,
+            0x2b80_00a0,
+            0x2c00_00a0,
+            0x2000_00a4,
+            0x3872_0000,
+            0x0400_1404,
+        ] {
+            assert!(!writes_memory(w), "{w:#010x}");
+        }
     }
 
     #[test]

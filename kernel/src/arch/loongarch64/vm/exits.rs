@@ -129,9 +129,10 @@ fn fetch_insn(vm: &Vm<B>, ctx: &VcpuState) -> Option<u32> {
 /// Whether the instruction at the PC stores (for a TLB refill, which does
 /// not say).
 fn data_access(vm: &Vm<B>, ctx: &VcpuState) -> Access {
-    match fetch_insn(vm, ctx).and_then(insn::decode) {
-        Some(Insn::Store { .. }) => Access::Store,
-        _ => Access::Load,
+    if fetch_insn(vm, ctx).is_some_and(insn::writes_memory) {
+        Access::Store
+    } else {
+        Access::Load
     }
 }
 
@@ -300,8 +301,9 @@ fn address_error(b: &B, vm: &Vm<B>, ctx: &mut VcpuState, badv: u64, sub: u16) ->
     };
     if fetch {
         return RunExit::VmEnd(VmEnd::Fatal(format!(
-            "vCPU executes at {badv:#x} through a DMW window: a PLV3 guest cannot \
-             (use a TLB mapping or a window with VSEG 0 / 0xf)"
+            "vCPU executes at {badv:#x}, outside the 48-bit canonical range (a DMW \
+             window or DA-mode high bits): at PLV3 that cannot be mapped; use a TLB \
+             mapping or a window with VSEG 0 / 0xf"
         )));
     }
     let Some(w) = fetch_insn(vm, ctx) else {
