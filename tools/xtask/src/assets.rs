@@ -633,6 +633,13 @@ fn check_deb_fields(path: &Path, name: &str, version: &str) -> Result<(), String
 
 /// Is the cache complete and intact?
 fn check_cached(m: &BTreeMap<String, String>, debs: &Path) -> Result<(), String> {
+    let suite = std::env::var("KESTREL_DEBIAN_SUITE").unwrap_or_else(|_| DEFAULT_SUITE.into());
+    if m.get("suite") != Some(&suite) {
+        return Err(format!(
+            "it holds Debian {:?}, {suite:?} is wanted",
+            m.get("suite").map(String::as_str).unwrap_or("?")
+        ));
+    }
     for key in ["kernel", "busybox"] {
         let field = |f: &str| {
             m.get(&format!("{key}_{f}"))
