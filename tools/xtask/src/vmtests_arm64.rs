@@ -346,12 +346,46 @@ fn judge_vm(case: &VmCase, log: &str, timed_out: bool) -> Vec<String> {
     problems
 }
 
+/// Builds kestrel with the case's VMs and copies the image to a file of
+/// this case's own (`build/aarch64/vmtest-<case>.bin`): `build/aarch64/
+/// kestrel.bin` is shared with every other build, and another build that
+/// lands between ours and QEMU's start would boot the wrong VMs. The copy
+/// must contain every VM name of the case (the package is embedded in the
+/// image); otherwise it is built again.
+fn private_image(
+    case: &VmCase,
+    features: &[String],
+    config: &std::path::Path,
+) -> Result<PathBuf, String> {
+    let slug = case.name.split(':').next().unwrap_or("case");
+    let private = root()
+        .join("build")
+        .join(Arch::Aarch64.name())
+        .join(format!("vmtest-{slug}.bin"));
+    for _ in 0..3 {
+        let image = crate::build_image_with(Arch::Aarch64, features, Some(config))?;
+        let bytes = std::fs::read(&image).map_err(|e| format!("{}: {e}", image.display()))?;
+        let has = |name: &str| bytes.windows(name.len()).any(|w| w == name.as_bytes());
+        if case.vms.iter().all(|vm| has(vm)) {
+            std::fs::write(&private, &bytes).map_err(|e| format!("{}: {e}", private.display()))?;
+            return Ok(private);
+        }
+        eprintln!(
+            "vmtest: {} was replaced by another build; building again",
+            image.display()
+        );
+    }
+    Err(format!(
+        "{slug}: could not get an image with this case's VMs"
+    ))
+}
+
 /// Boots kestrel with the case's config; returns the serial log and
 /// whether it timed out.
 fn boot_vm(case: &VmCase) -> Result<(String, bool), String> {
     let features: Vec<String> = case.features.iter().map(|s| s.to_string()).collect();
     let config = root().join(case.config);
-    let image = crate::build_image_with(Arch::Aarch64, &features, Some(&config))?;
+    let image = private_image(case, &features, &config)?;
     let opts = Opts {
         arch: Arch::Aarch64,
         smp: 4,
