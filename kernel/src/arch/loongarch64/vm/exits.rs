@@ -593,6 +593,13 @@ fn hvcl(
     ctx: &mut VcpuState,
     code: u16,
 ) -> RunExit {
+    if ctx.csr.plv() != 0 {
+        // The services are the guest kernel's: its user code gets "unknown
+        // code" and nothing happens (no IPIs from guest user space).
+        ctx.frame.regs[4] = kestrel_abi::ret::INVALID_CODE as u64;
+        ctx.frame.pc += 4;
+        return RunExit::Continue;
+    }
     let r = &ctx.frame.regs;
     let args = HypercallArgs {
         code: u32::from(code),
