@@ -24,10 +24,14 @@ struct Pl011(usize);
 
 impl Pl011 {
     fn putc(&self, byte: u8) {
-        while crate::cpu::mmio_read32(self.0 + FR) & FR_TXFF != 0 {
-            core::hint::spin_loop();
+        // SAFETY: `self.0` is the PL011 the DTB names (or QEMU's default),
+        // mapped as Device memory; FR is read-only status, DR takes the byte.
+        unsafe {
+            while crate::cpu::mmio_read32(self.0 + FR) & FR_TXFF != 0 {
+                core::hint::spin_loop();
+            }
+            crate::cpu::mmio_write32(self.0 + DR, byte as u32);
         }
-        crate::cpu::mmio_write32(self.0 + DR, byte as u32);
     }
 }
 

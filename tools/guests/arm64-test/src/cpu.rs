@@ -35,18 +35,27 @@ pub(crate) use sysreg_write;
 /// no pair): a hypervisor emulating the device gets a valid syndrome
 /// (ESR ISV = 1) for it, which compiler-chosen addressing modes do not
 /// guarantee.
-pub fn mmio_read32(addr: usize) -> u32 {
+///
+/// # Safety
+///
+/// `addr` must be a 4-byte aligned device register that may be read (its
+/// side effects, such as acknowledging an interrupt, are the caller's).
+pub unsafe fn mmio_read32(addr: usize) -> u32 {
     let v: u32;
-    // SAFETY: callers pass registers of devices the DTB names (GIC, PL011),
-    // mapped as Device memory by the identity map.
+    // SAFETY: the caller guarantees `addr` is a readable device register.
     unsafe { asm!("ldr {v:w}, [{a}]", a = in(reg) addr, v = out(reg) v, options(nostack)) };
     v
 }
 
 /// Writes a 32-bit device register with a single `str w, [x]` (see
 /// [`mmio_read32`]).
-pub fn mmio_write32(addr: usize, v: u32) {
-    // SAFETY: as in `mmio_read32`.
+///
+/// # Safety
+///
+/// `addr` must be a 4-byte aligned device register that may be written
+/// with `v`.
+pub unsafe fn mmio_write32(addr: usize, v: u32) {
+    // SAFETY: the caller guarantees `addr` is a writable device register.
     unsafe { asm!("str {v:w}, [{a}]", a = in(reg) addr, v = in(reg) v, options(nostack)) };
 }
 

@@ -46,11 +46,14 @@ const PRIORITY: u32 = 0xA0;
 const ENABLED: u32 = 0xFFFF | (1 << VTIMER_INTID);
 
 fn rd(addr: usize) -> u32 {
-    crate::cpu::mmio_read32(addr)
+    // SAFETY: every caller passes a register of the GIC frames the DTB
+    // names (or QEMU's defaults), mapped as Device memory.
+    unsafe { crate::cpu::mmio_read32(addr) }
 }
 
 fn wr(addr: usize, v: u32) {
-    crate::cpu::mmio_write32(addr, v)
+    // SAFETY: as in `rd`.
+    unsafe { crate::cpu::mmio_write32(addr, v) }
 }
 
 /// Records the GIC found in the DTB.
