@@ -459,6 +459,11 @@ impl Backend for Arm64Backend {
                     PCPU[p].fp_requests.lock().push(ctx.fp.clone());
                     self.kick(p);
                     while ctx.fp.live_on() == Some(p) {
+                        if vm.has_ended() {
+                            // The run loop drops this vCPU at once; `p` may
+                            // have left its run loop already.
+                            return;
+                        }
                         self.service_fp(cpu);
                         core::hint::spin_loop();
                     }
