@@ -354,13 +354,16 @@ fn apply_inval(ctx: &mut VcpuState, cpu: usize, inv: Inval) {
     match inv {
         Inval::None => {}
         Inval::Range(start, len) if len <= 0x10000 => {
-            let mut va = start & !0x1fff;
-            while va < start + len {
+            let first = start & !0x1fff;
+            let pairs = (start - first + len).div_ceil(0x2000);
+            for i in 0..pairs {
+                let va = first.wrapping_add(i * 0x2000);
                 for c in [super::CTX_KERNEL, super::CTX_USER] {
                     hwtlb::flush_page(ctx.asid(c), va);
                 }
-                va += 0x2000;
             }
+            // Shadows of this range on other pCPUs are stale too.
+            ctx.shadows_changed(cpu);
         }
         _ => ctx.invalidate_shadows(cpu),
     }

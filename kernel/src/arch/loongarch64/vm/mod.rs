@@ -139,6 +139,8 @@ pub struct VcpuState {
     pub vmid: u16,
     /// Guest PLV the user context's shadows were made at (1..=3).
     pub user_plv: u64,
+    /// This vCPU (set at each load).
+    pub key: VcpuKey,
 }
 
 impl VcpuState {
@@ -151,6 +153,10 @@ impl VcpuState {
             epoch: 0,
             vmid: 0,
             user_plv: 3,
+            key: VcpuKey {
+                vm: 0,
+                vcpu: index as u16,
+            },
         }
     }
 
@@ -186,9 +192,16 @@ impl VcpuState {
         for c in 0..CONTEXTS {
             hwtlb::flush_asid(self.asid(c));
         }
+        self.shadows_changed(cpu);
+    }
+
+    /// The caller dropped what became stale on this pCPU: other pCPUs'
+    /// shadows of this vCPU are stale now (they flush at its next load
+    /// there), this pCPU's are current.
+    pub fn shadows_changed(&mut self, cpu: usize) {
         self.epoch += 1;
         if let Some(p) = PCPU.get(cpu) {
-            *p.last.lock() = None;
+            *p.last.lock() = Some((self.key, self.epoch, self.vmid));
         }
     }
 }
@@ -429,6 +442,7 @@ impl Backend for LaBackend {
             *PCPU[cpu].last.lock() = None;
         }
         ctx.vmid = l.vmid;
+        ctx.key = vcpu.key;
         // Shadow entries on this pCPU belong to whoever ran last here.
         let me = (vcpu.key, ctx.epoch, ctx.vmid);
         {
