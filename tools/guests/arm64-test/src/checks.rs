@@ -572,7 +572,7 @@ fn sgi_target_list(c: &mut Ctx) -> Verdict {
         gic::Version::V2 => "GICD_SGIR target lists, sources checked",
     };
     Verdict::Pass(msg!(
-        "{sends} sends from every vCPU through {how}, each target exactly once, nobody else"
+        "{sends} sends, 2 from each vCPU, through {how}: each target exactly once, nobody else"
     ))
 }
 
