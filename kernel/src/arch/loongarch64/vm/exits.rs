@@ -440,7 +440,14 @@ fn privileged(
             }
         }
         Insn::TlbSrch => ctx.tlb.srch(&mut ctx.csr),
-        Insn::TlbRd => ctx.tlb.rd(&mut ctx.csr),
+        Insn::TlbRd => {
+            // tlbrd loads ASID.ASID too: a new guest ASID is a new address space.
+            let asid = ctx.csr.guest_asid();
+            ctx.tlb.rd(&mut ctx.csr);
+            if ctx.csr.guest_asid() != asid {
+                ctx.invalidate_shadows(cpu);
+            }
+        }
         Insn::TlbWr => {
             let inv = ctx.tlb.wr(&ctx.csr);
             apply_inval(ctx, cpu, inv);
