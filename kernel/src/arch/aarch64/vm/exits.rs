@@ -41,6 +41,12 @@ pub fn wake_set(hv: &Hypervisor<B>, vm: &Vm<B>, set: VcpuSet, me: usize, cpu: us
     }
 }
 
+/// Steps over the trapped instruction (4 bytes, or 2 for a 16-bit T32
+/// instruction of an AArch32 EL0: ESR_EL2.IL, recorded in `ctx.ilen`).
+fn skip(ctx: &mut VcpuState) {
+    ctx.regs.pc = ctx.regs.pc.wrapping_add(ctx.ilen);
+}
+
 fn reg(ctx: &VcpuState, r: u8) -> u64 {
     if r >= 31 {
         0
@@ -84,7 +90,8 @@ const ESR_IL: u64 = 1 << 25;
 
 /// An undefined-instruction exception (EC 0x00) for the current instruction.
 pub fn inject_undef(ctx: &mut VcpuState) {
-    inject_sync(ctx, ESR_IL, None);
+    let il = if ctx.ilen == 2 { 0 } else { ESR_IL };
+    inject_sync(ctx, il, None);
 }
 
 fn from_el0(ctx: &VcpuState) -> bool {
@@ -120,10 +127,11 @@ pub fn sync(
     far: u64,
     hpfar: u64,
 ) -> RunExit {
+    ctx.ilen = if esr & ESR_IL != 0 { 4 } else { 2 };
     match esr::decode(esr, far, hpfar) {
         Exit::Wfi => {
             vm.stats.exit(ExitReason::Idle);
-            ctx.regs.pc = ctx.regs.pc.wrapping_add(4);
+            skip(ctx);
             if be.has_work(vm, vcpu) {
                 RunExit::Continue
             } else {
@@ -132,7 +140,7 @@ pub fn sync(
         }
         Exit::Wfe => {
             vm.stats.exit(ExitReason::Idle);
-            ctx.regs.pc = ctx.regs.pc.wrapping_add(4);
+            skip(ctx);
             if hv.sched.should_preempt(cpu) {
                 RunExit::Yield
             } else {
@@ -161,7 +169,7 @@ pub fn sync(
         Exit::Smc { .. } => {
             vm.stats.exit(ExitReason::Hypercall);
             // A trapped SMC's ELR points at the SMC itself.
-            ctx.regs.pc = ctx.regs.pc.wrapping_add(4);
+            skip(ctx);
             call(be, hv, cpu, vm, vcpu, ctx)
         }
         Exit::SysReg(acc) => sysreg_trap(hv, cpu, vm, vcpu, ctx, acc),
@@ -396,7 +404,7 @@ fn sysreg_trap(
         let value = reg(ctx, acc.rt);
         let kicks = vm.arch.vgic.lock().write_icc_sgi(vcpu.index, which, value);
         wake_set(hv, vm, kicks, vcpu.index, cpu);
-        ctx.regs.pc = ctx.regs.pc.wrapping_add(4);
+        skip(ctx);
         return RunExit::Continue;
     }
     vm.stats.exit(ExitReason::Sysreg);
@@ -404,7 +412,7 @@ fn sysreg_trap(
         if acc.read {
             let v = idregs::guest_view(r, host_id(r), vm.arch.ids);
             set_reg(ctx, acc.rt, v);
-            ctx.regs.pc = ctx.regs.pc.wrapping_add(4);
+            skip(ctx);
         } else {
             inject_undef(ctx);
         }
@@ -414,7 +422,7 @@ fn sysreg_trap(
         if acc.read {
             set_reg(ctx, acc.rt, 0);
         }
-        ctx.regs.pc = ctx.regs.pc.wrapping_add(4);
+        skip(ctx);
         return RunExit::Continue;
     }
     inject_undef(ctx);
@@ -513,7 +521,7 @@ fn data_abort(
                 }
                 set_reg(ctx, acc.rt, v);
             }
-            ctx.regs.pc = ctx.regs.pc.wrapping_add(4);
+            skip(ctx);
         }
         Err(()) => {
             vm.stats.exit(ExitReason::Abort);

@@ -140,6 +140,8 @@ pub struct VcpuState {
     pub lrs_used: usize,
     /// The vCPU has run at least once (so its EL1 state is its own).
     pub started: bool,
+    /// Length of the instruction that caused the last synchronous exit.
+    pub ilen: u64,
 }
 
 impl VcpuState {
@@ -152,6 +154,7 @@ impl VcpuState {
             vmpidr: (1 << 31) | crate::psci::vcpu_mpidr(index),
             lrs_used: 0,
             started: false,
+            ilen: 4,
         }
     }
 
@@ -490,8 +493,10 @@ impl Backend for Arm64Backend {
         let hpfar = mrs!("hpfar_el2");
         self.sync_after_exit(vm, vcpu, ctx);
         let exit = match kind {
-            8 => exits::sync(self, hv, cpu, vm, vcpu, ctx, esr, far, hpfar),
-            9 | 10 => {
+            // Lower EL in AArch64 (8-11) or AArch32 (12-15, an EL0 the
+            // guest kernel entered although AArch32 is hidden).
+            8 | 12 => exits::sync(self, hv, cpu, vm, vcpu, ctx, esr, far, hpfar),
+            9 | 10 | 13 | 14 => {
                 vm.stats.exit(crate::stats::ExitReason::Irq);
                 if let Some(intid) = exceptions::irq() {
                     if intid == timer::PPI {
@@ -501,12 +506,8 @@ impl Backend for Arm64Backend {
                 }
                 RunExit::Continue
             }
-            11 => RunExit::VmEnd(VmEnd::Fatal(format!(
-                "SError from the guest (ESR_EL2 {esr:#x}) on vCPU {}",
-                vcpu.index
-            ))),
             _ => RunExit::VmEnd(VmEnd::Fatal(format!(
-                "exception from AArch32 state on vCPU {} (not supported)",
+                "SError from the guest (ESR_EL2 {esr:#x}) on vCPU {}",
                 vcpu.index
             ))),
         };
