@@ -774,11 +774,24 @@ pub fn create_vms(
         }
     }
     let vmid_bits = stage2::host_vmid_bits();
+    let usable_bits = if cfg!(feature = "vmid4") {
+        vmid_bits.min(4)
+    } else {
+        vmid_bits
+    };
+    let cpus = board.cpus.len().clamp(1, MAX_CPUS);
+    if cpus + 2 > 1 << usable_bits {
+        log::error!(
+            "{cpus} CPUs cannot share {usable_bits}-bit VMIDs (each CPU may hold one across a \
+             rollover): no VM can run"
+        );
+        return 0;
+    }
     let backend = Arm64Backend {
         gic,
         hw,
         version,
-        vmids: VmidAllocator::new(vmid_bits, board.cpus.len().clamp(1, MAX_CPUS)),
+        vmids: VmidAllocator::new(vmid_bits, cpus),
         policy,
         midr: mrs!("midr_el1"),
         hw_ids: board.cpus.iter().map(|c| c.hw_id).collect(),
