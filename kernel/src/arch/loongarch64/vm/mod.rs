@@ -461,9 +461,14 @@ impl Backend for LaBackend {
                 Some(FpLoad::LiveOn(p)) if p < MAX_CPUS => {
                     PCPU[p].fp_requests.lock().push(Arc::clone(&ctx.fp));
                     self.kick(p);
-                    while ctx.fp.live_on() == Some(p) {
+                    while ctx.fp.live_on() == Some(p) && !vm.has_ended() {
                         self.service_fp(cpu);
                         core::hint::spin_loop();
+                    }
+                    // Once every VM has ended `p` may have left its run loop
+                    // and will never answer; the run loop drops this vCPU.
+                    if vm.has_ended() {
+                        break;
                     }
                 }
                 _ => break,
