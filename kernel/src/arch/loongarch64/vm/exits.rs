@@ -239,13 +239,13 @@ fn mmio(b: &B, vm: &Vm<B>, ctx: &mut VcpuState, va: u64, gpa: u64, acc: Access) 
         }
         Some(Dev::Done) => {}
         Some(Dev::PowerOff) => {
-            ctx.frame.pc += 4;
+            ctx.frame.pc = ctx.frame.pc.wrapping_add(4);
             return RunExit::VmEnd(VmEnd::PowerOff);
         }
         None => return outside(ctx),
     }
     vm.stats.exit(ExitReason::Mmio);
-    ctx.frame.pc += 4;
+    ctx.frame.pc = ctx.frame.pc.wrapping_add(4);
     RunExit::Continue
 }
 
@@ -345,7 +345,7 @@ fn address_error(b: &B, vm: &Vm<B>, ctx: &mut VcpuState, badv: u64, sub: u16) ->
         ctx.frame
             .set_reg(rd, if signed { size.sign_extend(v) } else { v });
     }
-    ctx.frame.pc += 4;
+    ctx.frame.pc = ctx.frame.pc.wrapping_add(4);
     RunExit::Continue
 }
 
@@ -484,7 +484,7 @@ fn privileged(
             return RunExit::Continue;
         }
         Insn::Idle { .. } => {
-            ctx.frame.pc += 4;
+            ctx.frame.pc = ctx.frame.pc.wrapping_add(4);
             ctx.csr.update_timer(now);
             ctx.csr.set_line(
                 crate::guest::loongarch::csr::IRQ_IPI,
@@ -501,7 +501,7 @@ fn privileged(
         Insn::Cacop { .. } => {}
         _ => return deliver(ctx, ecode::IPE, 0, None, w),
     }
-    ctx.frame.pc += 4;
+    ctx.frame.pc = ctx.frame.pc.wrapping_add(4);
     next
 }
 
@@ -607,7 +607,7 @@ fn hvcl(
         // The services are the guest kernel's: its user code gets "unknown
         // code" and nothing happens (no IPIs from guest user space).
         ctx.frame.regs[4] = kestrel_abi::ret::INVALID_CODE as u64;
-        ctx.frame.pc += 4;
+        ctx.frame.pc = ctx.frame.pc.wrapping_add(4);
         return RunExit::Continue;
     }
     let r = &ctx.frame.regs;
@@ -622,7 +622,7 @@ fn hvcl(
     };
     let ret = hypercall::dispatch(Abi::LoongArch, &args, &mut env);
     ctx.frame.regs[4] = ret.x0();
-    ctx.frame.pc += 4;
+    ctx.frame.pc = ctx.frame.pc.wrapping_add(4);
     // A sender that targeted itself takes its SWI0 at the next entry.
     RunExit::Continue
 }
