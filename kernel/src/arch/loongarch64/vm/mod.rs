@@ -733,6 +733,11 @@ pub fn create_vms(board: &BoardInfo, specs: Vec<VmSpec<'static>>, reserved_end: 
         hw_ids: board.cpus.iter().map(|c| c.hw_id).collect(),
         fp_level,
     };
+    if board.backend == crate::board::Backend::LoongArchLvz {
+        // An LVZ backend would be a second `Backend` chosen here; until it
+        // exists, trap-and-emulate runs on LVZ hardware too.
+        log::warn!("LVZ present, but kestrel has no LVZ backend yet: using trap-and-emulate");
+    }
     log::info!(
         "LoongArch VMs: trap-and-emulate at PLV3, {}-bit VMIDs x {CONTEXTS} ASIDs, FP {} ({policy:?})",
         backend.vmids.bits(),
