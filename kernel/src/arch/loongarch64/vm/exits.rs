@@ -379,6 +379,12 @@ fn privileged(
     ctx: &mut VcpuState,
     w: u32,
 ) -> RunExit {
+    // On a CPU with LVZ, `hvcl` in root mode at PLV3 is privileged rather
+    // than undefined: the same hypercall.
+    if let Some(Insn::Hvcl { code }) = insn::decode(w) {
+        count(vm, vcpu, ExitReason::Hypercall);
+        return hvcl(b, hv, cpu, vm, vcpu, ctx, code);
+    }
     // A guest at virtual PLV3 gets its IPE, as hardware would give it.
     let Some(i) = insn::decode(w).filter(|i| i.is_privileged()) else {
         count(vm, vcpu, ExitReason::Other);
