@@ -333,10 +333,18 @@ fn psci_version(c: &mut Ctx) -> Verdict {
     } else {
         0x1_0000
     };
+    // kestrel also answers over SMC (trapped with HCR_EL2.TSC).
+    if c.kestrel {
+        let over_smc = smccc::call0_smc(psci::VERSION);
+        if over_smc != v {
+            fail!("PSCI_VERSION over SMC = {over_smc:#x}, over the DTB's conduit {v:#x}");
+        }
+    }
     Verdict::Pass(msg!(
-        "PSCI {major}.{minor}, SMCCC {}.{}, FEATURES ok, MIGRATE_INFO_TYPE 2",
+        "PSCI {major}.{minor}, SMCCC {}.{}, FEATURES ok, MIGRATE_INFO_TYPE 2{}",
         smccc >> 16,
-        smccc & 0xFFFF
+        smccc & 0xFFFF,
+        if c.kestrel { ", also over SMC" } else { "" }
     ))
 }
 
@@ -813,8 +821,40 @@ impl core::fmt::Display for Per {
     }
 }
 
+/// Off kestrel: only the SGI round-trip time, a baseline for kestrel's
+/// `us_per_ipi` (no exit counters to read).
+fn bench_latency_only(c: &Ctx) {
+    smp::SPIN.store(true, Ordering::SeqCst);
+    spin_us(20_000);
+    let n = 50;
+    for (label, mask) in target_sets(c, c.boot) {
+        if mask == 0 {
+            continue;
+        }
+        let t0 = cpu::now();
+        for _ in 0..n {
+            let before = sgi_counts(SGI_BENCH);
+            gic::send_sgi(SGI_BENCH, mask);
+            let give_up = cpu::deadline(1_000_000);
+            while cpus(mask).any(|i| sgi_counts(SGI_BENCH)[i] == before[i]) && cpu::now() < give_up
+            {
+                core::hint::spin_loop();
+            }
+        }
+        println!(
+            "BENCH ipi-latency sgi targets={label} us_per_ipi={} n={n} vcpus={} (not on kestrel)",
+            cpu::ticks_to_us(cpu::now() - t0) / n,
+            c.all.count_ones()
+        );
+    }
+    smp::SPIN.store(false, Ordering::SeqCst);
+}
+
 fn bench(c: &mut Ctx) -> Verdict {
     if !c.kestrel {
+        if c.all.count_ones() > 1 {
+            bench_latency_only(c);
+        }
         return Verdict::Skip(NOT_KESTREL);
     }
     let counters = [
@@ -857,15 +897,12 @@ fn bench(c: &mut Ctx) -> Verdict {
                         }
                     }
                     println!(
-                        "BENCH ipi {} targets={label} exits_per_ipi={} n={n} vcpus={} gic=v{}{}",
+                        "BENCH ipi {} targets={label} exits_per_ipi={} n={n} vcpus={} gic=v{} us_per_ipi={}{}",
                         if pv { "pv" } else { "sgi" },
                         Per(net.iter().sum(), n),
                         c.all.count_ones(),
-                        if gic::version() == gic::Version::V3 {
-                            3
-                        } else {
-                            2
-                        },
+                        if gic::version() == gic::Version::V3 { 3 } else { 2 },
+                        cpu::ticks_to_us(ticks) / n,
                         kinds.as_str()
                     );
                 }

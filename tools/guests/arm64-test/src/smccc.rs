@@ -48,6 +48,23 @@ pub fn call(fid: u64, args: [u64; 3]) -> [u64; 4] {
     [x0, x1, x2, x3]
 }
 
+/// x0 of a call made with `smc` whatever the DTB says (a hypervisor that
+/// traps SMC, HCR_EL2.TSC, must answer PSCI there too). Only on kestrel:
+/// at EL1 with no EL3 below, `smc` is undefined.
+pub fn call0_smc(fid: u32) -> i64 {
+    let mut x0 = fid as u64;
+    // SAFETY: as in `call`; arguments x1-x3 are zero.
+    unsafe {
+        asm!("smc #0",
+            inout("x0") x0, inout("x1") 0u64 => _, inout("x2") 0u64 => _, inout("x3") 0u64 => _,
+            out("x4") _, out("x5") _, out("x6") _, out("x7") _, out("x8") _,
+            out("x9") _, out("x10") _, out("x11") _, out("x12") _, out("x13") _,
+            out("x14") _, out("x15") _, out("x16") _, out("x17") _,
+            options(nostack));
+    }
+    x0 as i64
+}
+
 /// x0 of a call, as the signed value SMCCC returns.
 pub fn call0(fid: u32, args: [u64; 3]) -> i64 {
     call(fid as u64, args)[0] as i64
