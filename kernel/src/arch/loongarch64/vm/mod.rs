@@ -84,14 +84,48 @@ pub struct VmState {
     pub shared: Vec<VcpuShared>,
 }
 
+/// Guest RAM below the device window, as on QEMU virt: the first
+/// `LOW_RAM` bytes of a VM's RAM are at guest physical 0, the rest at
+/// [`HIGH_RAM_BASE`] (the console and power-off registers lie between).
+pub const LOW_RAM: u64 = 0x1000_0000;
+pub const HIGH_RAM_BASE: u64 = 0x8000_0000;
+
 impl VmState {
+    /// Offset in the VM's RAM of guest physical `gpa`, if it is RAM.
+    pub fn ram_offset(&self, gpa: u64) -> Option<u64> {
+        let off = if gpa < LOW_RAM {
+            gpa
+        } else if gpa >= HIGH_RAM_BASE {
+            gpa - HIGH_RAM_BASE + LOW_RAM
+        } else {
+            return None;
+        };
+        (off < self.ram_size).then_some(off)
+    }
+
+    /// Guest physical address of RAM offset `off`.
+    pub fn gpa_of(off: u64) -> u64 {
+        if off < LOW_RAM {
+            off
+        } else {
+            off - LOW_RAM + HIGH_RAM_BASE
+        }
+    }
+
+    /// The guest physical RAM ranges (start, size) of a VM with `size` bytes.
+    pub fn ram_ranges(size: u64) -> Vec<(u64, u64)> {
+        let mut v = alloc::vec![(0, size.min(LOW_RAM))];
+        if size > LOW_RAM {
+            v.push((HIGH_RAM_BASE, size - LOW_RAM));
+        }
+        v
+    }
+
     /// Host physical address of guest physical `gpa`, if it is guest RAM.
     pub fn hpa(&self, gpa: u64) -> Option<u64> {
-        if gpa >= self.ram_size {
-            return None;
-        }
-        let f = self.frames.get((gpa / mem::FRAME) as usize)?;
-        Some(f + gpa % mem::FRAME)
+        let off = self.ram_offset(gpa)?;
+        let f = self.frames.get((off / mem::FRAME) as usize)?;
+        Some(f + off % mem::FRAME)
     }
 
     /// Reads a 64-bit guest physical word (0 outside RAM, as on a bus that
@@ -105,17 +139,21 @@ impl VmState {
         }
     }
 
-    /// Copies `data` to guest physical `gpa`.
-    pub fn copy_in(&self, gpa: u64, data: &[u8]) -> Result<(), String> {
-        let end = gpa
+    /// Copies `data` to offset `off` of the VM's RAM.
+    pub fn copy_in(&self, off: u64, data: &[u8]) -> Result<(), String> {
+        let end = off
             .checked_add(data.len() as u64)
             .filter(|&e| e <= self.ram_size)
-            .ok_or_else(|| format!("{} bytes at {gpa:#x} do not fit guest RAM", data.len()))?;
-        let mut at = gpa;
+            .ok_or_else(|| format!("{} bytes at RAM offset {off:#x} do not fit", data.len()))?;
+        let mut at = off;
         while at < end {
             let n = (mem::FRAME - at % mem::FRAME).min(end - at);
-            let h = self.hpa(at).ok_or("outside guest RAM")?;
-            let src = &data[(at - gpa) as usize..(at - gpa + n) as usize];
+            let h = self
+                .frames
+                .get((at / mem::FRAME) as usize)
+                .map(|f| f + at % mem::FRAME)
+                .ok_or("outside guest RAM")?;
+            let src = &data[(at - off) as usize..(at - off + n) as usize];
             // SAFETY: [h, h + n) lies inside one frame of this VM's RAM
             // (n stops at the frame end), reached through the cached window.
             unsafe {
@@ -625,14 +663,20 @@ impl LaBackend {
         };
         st.copy_in(spec.dtb_gpa, &blob)
             .map_err(|e| format!("dtb: {e}"))?;
-        // The command line, NUL-terminated, right after the DTB.
-        let cmdline_gpa = (spec.dtb_gpa + blob.len() as u64 + 8) & !7;
+        // The command line, NUL-terminated, right after the DTB (the spec's
+        // "guest physical" addresses are RAM offsets: its RAM base is 0).
+        let cmdline_off = (spec.dtb_gpa + blob.len() as u64 + 8) & !7;
         let mut cl = Vec::from(spec.cmdline.as_bytes());
         cl.push(0);
-        st.copy_in(cmdline_gpa, &cl)
+        st.copy_in(cmdline_off, &cl)
             .map_err(|e| format!("cmdline: {e}"))?;
         let mut states: Vec<VcpuState> = (0..vcpus).map(VcpuState::new).collect();
-        states[0].reset(0, entry, [0, cmdline_gpa, spec.dtb_gpa]);
+        let args = [
+            0,
+            VmState::gpa_of(cmdline_off),
+            VmState::gpa_of(spec.dtb_gpa),
+        ];
+        states[0].reset(0, entry, args);
         let affinity = if spec.affinity.mask != 0 {
             CpuMask(spec.affinity.mask).and(online)
         } else {
@@ -689,13 +733,22 @@ fn load_elf(st: &VmState, elf: &[u8]) -> Result<u64, String> {
             .checked_add(filesz)
             .and_then(|end| elf.get(off..end))
             .ok_or_else(|| format!("kernel: segment {i} outside the file"))?;
-        if paddr.checked_add(memsz).is_none_or(|e| e > st.ram_size) {
+        // The segment must be RAM from end to end (not across the device window).
+        let off = st.ram_offset(paddr);
+        let last = paddr
+            .checked_add(memsz.max(1) - 1)
+            .and_then(|l| st.ram_offset(l));
+        let (Some(off), Some(last)) = (off, last) else {
             return Err(format!(
                 "kernel: segment {i} at {paddr:#x} (+{memsz:#x}) is outside guest RAM"
             ));
+        };
+        if last - off != memsz.max(1) - 1 {
+            return Err(format!(
+                "kernel: segment {i} at {paddr:#x} (+{memsz:#x}) spans the device window"
+            ));
         }
-        st.copy_in(paddr, data)
-            .map_err(|e| format!("kernel: {e}"))?;
+        st.copy_in(off, data).map_err(|e| format!("kernel: {e}"))?;
         loaded += 1;
     }
     if loaded == 0 {
