@@ -8,4 +8,5 @@
 pub mod csr;
 pub mod insn;
 pub mod iocsr;
+pub mod layout;
 pub mod tlb;

@@ -9,7 +9,9 @@ use alloc::vec::Vec;
 use crate::fdt_build::FdtWriter;
 use crate::vmconfig::VmSpec;
 
-use super::{VmState, GUEST_POWEROFF, GUEST_UART};
+use crate::guest::loongarch::layout;
+
+use super::{GUEST_POWEROFF, GUEST_UART};
 
 /// The guest DTB for `spec` (empty if the writer fails, which it cannot
 /// for these sizes).
@@ -31,13 +33,13 @@ pub fn generate(spec: &VmSpec) -> Vec<u8> {
         // RAM offsets to guest physical. An initrd that straddles offset
         // LOW_RAM is not contiguous in guest physical memory: such a VM
         // needs its initrd wholly above or below 256 MiB of RAM.
-        w.prop_u64("linux,initrd-start", VmState::gpa_of(s))
-            .prop_u64("linux,initrd-end", VmState::gpa_of(e - 1) + 1);
+        w.prop_u64("linux,initrd-start", layout::gpa_of(s))
+            .prop_u64("linux,initrd-end", layout::gpa_of(e - 1) + 1);
     }
     w.end_node();
     w.begin_node("memory@0")
         .prop_str("device_type", "memory")
-        .prop_reg("reg", &VmState::ram_ranges(spec.ram_size))
+        .prop_reg("reg", &layout::ram_ranges(spec.ram_size))
         .end_node();
     w.begin_node("cpus")
         .prop_u32("#address-cells", 1)

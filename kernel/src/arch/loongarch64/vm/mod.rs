@@ -28,6 +28,7 @@ use crate::console::{ConsoleMux, InputAction};
 use crate::fpu::{FpEngine, FpLoad, FpPolicy, LoongArchFpState, VcpuFp};
 use crate::guest::loongarch::csr::{self as vcsr, CsrFile};
 use crate::guest::loongarch::iocsr::VIpi;
+use crate::guest::loongarch::layout;
 use crate::guest::loongarch::tlb::SoftTlb;
 use crate::platform::ExitStatus;
 use crate::sched::{CpuMask, VcpuKey};
@@ -43,10 +44,10 @@ use fpu::LaFpHw;
 use switch::GuestFrame;
 
 /// Guest physical address of the console 16550 (as QEMU virt).
-pub const GUEST_UART: u64 = 0x1fe0_01e0;
+pub const GUEST_UART: u64 = layout::UART;
 /// Guest physical address of the power-off register (QEMU virt's GED
 /// sleep control: a byte write of 0x34 powers off).
-pub const GUEST_POWEROFF: u64 = 0x100e_001c;
+pub const GUEST_POWEROFF: u64 = layout::POWEROFF;
 /// IPI vector kestrel kicks pCPUs with (vector 0 is the boot mailbox's).
 const KICK_VECTOR: u32 = 1;
 /// Real ASIDs per VM: direct-address mode, paged at virtual PLV0, paged at
@@ -84,41 +85,10 @@ pub struct VmState {
     pub shared: Vec<VcpuShared>,
 }
 
-/// Guest RAM below the device window, as on QEMU virt: the first
-/// `LOW_RAM` bytes of a VM's RAM are at guest physical 0, the rest at
-/// [`HIGH_RAM_BASE`] (the console and power-off registers lie between).
-pub const LOW_RAM: u64 = 0x1000_0000;
-pub const HIGH_RAM_BASE: u64 = 0x8000_0000;
-
 impl VmState {
     /// Offset in the VM's RAM of guest physical `gpa`, if it is RAM.
     pub fn ram_offset(&self, gpa: u64) -> Option<u64> {
-        let off = if gpa < LOW_RAM {
-            gpa
-        } else if gpa >= HIGH_RAM_BASE {
-            gpa - HIGH_RAM_BASE + LOW_RAM
-        } else {
-            return None;
-        };
-        (off < self.ram_size).then_some(off)
-    }
-
-    /// Guest physical address of RAM offset `off`.
-    pub fn gpa_of(off: u64) -> u64 {
-        if off < LOW_RAM {
-            off
-        } else {
-            off - LOW_RAM + HIGH_RAM_BASE
-        }
-    }
-
-    /// The guest physical RAM ranges (start, size) of a VM with `size` bytes.
-    pub fn ram_ranges(size: u64) -> Vec<(u64, u64)> {
-        let mut v = alloc::vec![(0, size.min(LOW_RAM))];
-        if size > LOW_RAM {
-            v.push((HIGH_RAM_BASE, size - LOW_RAM));
-        }
-        v
+        layout::ram_offset(gpa, self.ram_size)
     }
 
     /// Host physical address of guest physical `gpa`, if it is guest RAM.
@@ -671,11 +641,7 @@ impl LaBackend {
         st.copy_in(cmdline_off, &cl)
             .map_err(|e| format!("cmdline: {e}"))?;
         let mut states: Vec<VcpuState> = (0..vcpus).map(VcpuState::new).collect();
-        let args = [
-            0,
-            VmState::gpa_of(cmdline_off),
-            VmState::gpa_of(spec.dtb_gpa),
-        ];
+        let args = [0, layout::gpa_of(cmdline_off), layout::gpa_of(spec.dtb_gpa)];
         states[0].reset(0, entry, args);
         let affinity = if spec.affinity.mask != 0 {
             CpuMask(spec.affinity.mask).and(online)
