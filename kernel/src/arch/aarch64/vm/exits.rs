@@ -15,7 +15,9 @@ use crate::psci::{self, Effect, PsciVm};
 use crate::sched::{RunState, VcpuKey};
 use crate::stats::ExitReason;
 use crate::vdev::pl011::Effect as UartEffect;
-use crate::vgic::{GicVersion, SgiRegister, VcpuSet, Width as GicWidth};
+use core::sync::atomic::Ordering;
+
+use crate::vgic::{SgiRegister, VcpuSet, Width as GicWidth};
 use crate::vm::{Hypervisor, RunExit, Vcpu, Vm, VmEnd};
 use crate::vmconfig::{GUEST_GICD, GUEST_GICR, GUEST_UART};
 
@@ -437,18 +439,13 @@ enum Region {
 }
 
 fn region(vm: &Vm<B>, ipa: u64) -> Option<Region> {
-    let (dist_size, v3) = {
-        let g = vm.arch.vgic.lock();
-        (g.dist_size(), g.version() == GicVersion::V3)
-    };
-    if ipa >= GUEST_GICD.0 && ipa < GUEST_GICD.0 + dist_size {
+    let st = &vm.arch;
+    if ipa >= GUEST_GICD.0 && ipa < GUEST_GICD.0 + st.dist_size {
         return Some(Region::Gicd(ipa - GUEST_GICD.0));
     }
-    if v3 {
-        let size = vm.arch.vgic.lock().redist_size();
-        if ipa >= GUEST_GICR.0 && ipa < GUEST_GICR.0 + size {
-            return Some(Region::Gicr(ipa - GUEST_GICR.0));
-        }
+    // redist_size is 0 on GICv2.
+    if ipa >= GUEST_GICR.0 && ipa < GUEST_GICR.0 + st.redist_size {
+        return Some(Region::Gicr(ipa - GUEST_GICR.0));
     }
     if ipa >= GUEST_UART.0 && ipa < GUEST_UART.0 + GUEST_UART.1 {
         return Some(Region::Uart(ipa - GUEST_UART.0));
@@ -546,21 +543,28 @@ fn uart(
     let Some(w) = crate::vdev::Width::new(width) else {
         return Err(());
     };
-    let (res, level) = {
-        let mut u = vm.arch.uart.lock();
-        let res = if write {
-            u.write(off, w, value).map(|e| {
-                if let UartEffect::Transmit(b) = e {
-                    be.console_out(vm, b);
-                }
-                None
-            })
-        } else {
-            u.read(off, w).map(Some)
-        };
-        (res.map_err(|_| ()), u.irq_level())
+    let mut u = vm.arch.uart.lock();
+    let res = if write {
+        u.write(off, w, value).map(|e| {
+            if let UartEffect::Transmit(b) = e {
+                be.console_out(vm, b);
+            }
+            None
+        })
+    } else {
+        u.read(off, w).map(Some)
     };
+    // Under the UART lock, so line changes reach the vGIC in order.
+    uart_line(hv, vm, u.irq_level(), vcpu.index, cpu);
+    res.map_err(|_| ())
+}
+
+/// Drives the UART's interrupt line in the vGIC when its level changed.
+/// Call with the VM's UART lock held (lock order: UART, then vGIC).
+pub fn uart_line(hv: &Hypervisor<B>, vm: &Vm<B>, level: bool, me: usize, cpu: usize) {
+    if vm.arch.uart_level.swap(level, Ordering::AcqRel) == level {
+        return;
+    }
     let kicks = vm.arch.vgic.lock().set_level(0, UART_INTID, level);
-    wake_set(hv, vm, kicks, vcpu.index, cpu);
-    res
+    wake_set(hv, vm, kicks, me, cpu);
 }

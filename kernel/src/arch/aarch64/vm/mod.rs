@@ -123,7 +123,12 @@ pub struct VmState {
     /// Host frames backing guest RAM, 2 MiB each, in IPA order.
     pub frames: Vec<u64>,
     pub vgic: Mutex<Vgic>,
+    /// The vGIC's distributor and redistributor region sizes (fixed).
+    pub dist_size: u64,
+    pub redist_size: u64,
     pub uart: Mutex<VPl011>,
+    /// The UART interrupt line as last given to the vGIC.
+    pub uart_level: AtomicBool,
     pub cntvoff: u64,
     pub ids: IdConfig,
     pub shared: Vec<VcpuShared>,
@@ -353,13 +358,9 @@ impl Arm64Backend {
             match action {
                 InputAction::Deliver { vm, byte } => {
                     if let Some(vm) = vms().get(vm) {
-                        let level = {
-                            let mut u = vm.arch.uart.lock();
-                            u.receive(byte);
-                            u.irq_level()
-                        };
-                        let kicks = vm.arch.vgic.lock().set_level(0, UART_INTID, level);
-                        exits::wake_set(hv, vm, kicks, usize::MAX, cpu);
+                        let mut u = vm.arch.uart.lock();
+                        u.receive(byte);
+                        exits::uart_line(hv, vm, u.irq_level(), usize::MAX, cpu);
                     }
                 }
                 InputAction::Say(text) => crate::klog::print(format_args!("{text}")),
@@ -702,8 +703,11 @@ impl Arm64Backend {
             ram_base: spec.ram_base,
             ram_size: spec.ram_size,
             frames,
+            dist_size: vgic.dist_size(),
+            redist_size: if v3 { vgic.redist_size() } else { 0 },
             vgic: Mutex::new(vgic),
             uart: Mutex::new(VPl011::new()),
+            uart_level: AtomicBool::new(false),
             cntvoff: timer::counter(),
             ids,
             shared: (0..vcpus)
