@@ -234,11 +234,139 @@ pub fn run_smoke() -> (u32, u32) {
     let assets = match assets::ensure_within(FETCH_LIMIT) {
         Ok(a) => a,
         Err(why) => {
-            println!("SKIP linux bare-QEMU cases: no Linux guest assets: {why}");
+            println!("SKIP linux bare-QEMU and kestrel cases: no Linux guest assets: {why}");
             return (0, 0);
         }
     };
-    run_bare_cases(&assets)
+    let (p1, f1) = run_bare_cases(&assets);
+    let (p2, f2) = run_kestrel_cases();
+    (p1 + p2, f1 + f2)
+}
+
+/// One boot of Debian's kernel as VMs under kestrel.
+struct KestrelCase {
+    name: &'static str,
+    /// Relative to the workspace root.
+    config: &'static str,
+    gic: u32,
+    /// The VMs' names: each must print its own PASS line, tagged by kestrel.
+    vms: &'static [&'static str],
+}
+
+const KESTREL_CASES: [KestrelCase; 3] = [
+    KestrelCase {
+        name: "linux on kestrel: 1 VM x 4 vCPUs, GICv3",
+        config: "configs/linux-1vm.toml",
+        gic: 3,
+        vms: &["linux0"],
+    },
+    KestrelCase {
+        name: "linux on kestrel: 2 VMs x 4 vCPUs sharing 4 pCPUs, GICv3",
+        config: "configs/linux-2vm.toml",
+        gic: 3,
+        vms: &["linux0", "linux1"],
+    },
+    KestrelCase {
+        name: "linux on kestrel: 1 VM x 4 vCPUs, GICv2",
+        config: "configs/linux-1vm.toml",
+        gic: 2,
+        vms: &["linux0"],
+    },
+];
+
+/// How long one kestrel Linux boot may take (two VMs share the pCPUs).
+const KESTREL_BOOT_LIMIT: Duration = Duration::from_secs(300);
+
+/// Problems with one kestrel Linux boot: every VM's tagged PASS line, every
+/// VM ended, kestrel's own clean power-off.
+fn judge_kestrel(boot: &Boot, vms: &[&str]) -> Vec<String> {
+    let mut problems = Vec::new();
+    if boot.timed_out {
+        problems.push("no power-off within the time limit".to_string());
+    }
+    let has = |s: &str| boot.lines.iter().any(|l| l.text.contains(s));
+    for vm in vms {
+        let pass = format!("[{vm}] {PASS_4}");
+        if !has(&pass) {
+            let fail = format!("[{vm}] LINUX-TEST: FAIL");
+            match boot.lines.iter().find(|l| l.text.contains(&fail)) {
+                Some(l) => problems.push(format!("{vm}: the test failed: {}", l.text)),
+                None => problems.push(format!("serial log lacks {pass:?}")),
+            }
+        }
+    }
+    for must in [
+        "kestrel: all VMs have ended (status 0)",
+        "kestrel: work done, powering off (status 0)",
+    ] {
+        if !has(must) {
+            problems.push(format!("serial log lacks {must:?}"));
+        }
+    }
+    for bad in [
+        "Kernel panic",
+        "Internal error:",
+        "Unable to handle kernel",
+        "FATAL",
+    ] {
+        if has(bad) {
+            problems.push(format!("serial log contains {bad:?}"));
+        }
+    }
+    if let Some(s) = boot.exit.filter(|s| !s.success()) {
+        problems.push(format!("QEMU exited with {s}"));
+    }
+    problems
+}
+
+/// Boots Debian's kernel as VMs under kestrel (issue: Linux guests); prints
+/// PASS/FAIL (and the serial log of a failure). Returns (passed, failed).
+pub fn run_kestrel_cases() -> (u32, u32) {
+    let (mut passed, mut failed) = (0, 0);
+    for case in &KESTREL_CASES {
+        eprintln!("smoke: {} ...", case.name);
+        let config = crate::root().join(case.config);
+        let opts = Opts {
+            arch: Arch::Aarch64,
+            smp: 4,
+            gic: case.gic,
+            mem_mib: 1024,
+            append: "kestrel.exit=poweroff".into(),
+            config: Some(config.clone()),
+            ..Opts::default()
+        };
+        let result =
+            crate::build_image_with(opts.arch, &opts.features, Some(&config)).and_then(|image| {
+                let cmd = qemu::command(&opts, &image, true);
+                eprintln!("    $ {}", qemu::render(&cmd));
+                run_timed(cmd, KESTREL_BOOT_LIMIT, None)
+            });
+        let problems = match result {
+            Ok(boot) => {
+                let p = judge_kestrel(&boot, case.vms);
+                if p.is_empty() {
+                    println!(
+                        "PASS {} (power-off at {:.1} s)",
+                        case.name,
+                        boot.ended.unwrap_or_default().as_secs_f64()
+                    );
+                } else {
+                    print_failure(case.name, &p, &boot.log());
+                }
+                p
+            }
+            Err(e) => {
+                print_failure(case.name, std::slice::from_ref(&e), "");
+                vec![e]
+            }
+        };
+        if problems.is_empty() {
+            passed += 1;
+        } else {
+            failed += 1;
+        }
+    }
+    (passed, failed)
 }
 
 /// Boots the bare-QEMU Linux cases with `assets`; prints PASS/FAIL (and the
