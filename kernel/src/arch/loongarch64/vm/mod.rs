@@ -464,7 +464,13 @@ impl Backend for LaBackend {
         }
         // FP: ask the pCPU holding this vCPU's registers to write them back.
         loop {
-            let r = PCPU[cpu].fp.lock().as_mut().map(|e| e.vcpu_load(&ctx.fp));
+            // Count what the load itself did (the eager policy restores here).
+            let r = PCPU[cpu].fp.lock().as_mut().map(|e| {
+                let before = e.counters();
+                let r = e.vcpu_load(&ctx.fp);
+                vm.stats.record_fp(&before, &e.counters());
+                r
+            });
             match r {
                 Some(FpLoad::LiveOn(p)) if p < MAX_CPUS => {
                     PCPU[p].fp_requests.lock().push(Arc::clone(&ctx.fp));
