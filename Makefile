@@ -5,7 +5,7 @@
 #   make image [ARCH=...]     build the bootable image and print its path
 #   make image|run CONFIG=f   ... with the VMs of config file f packed in (docs/config.md)
 #   make debug [ARCH=...]     boot under QEMU waiting for gdb on :1234
-#   make bench                deterministic benchmark tables
+#   make bench                benchmark tables: host simulations, VMs under kestrel, Linux boot
 #   make lint                 cargo fmt --check + clippy (host and both targets)
 #   make setup                install what is missing (toolchain targets, QEMU 10)
 #   make clean
@@ -27,7 +27,7 @@ XTASK_OPTS = --arch $(ARCH) --smp $(SMP) --gic $(GIC) --mem $(MEM) \
 LA_BUILD = RUSTC_BOOTSTRAP=1 $(CARGO) clippy -p kestrel-boot --target loongarch64-unknown-none-softfloat \
            -Zbuild-std=core,alloc -Zbuild-std-features=compiler-builtins-mem
 
-.PHONY: all setup setup-rust run test test-host test-qemu image debug bench lint check-fp clean
+.PHONY: all setup setup-rust run test test-host test-qemu test-vm image debug bench lint check-fp clean
 
 all: image
 
@@ -50,6 +50,7 @@ test: setup
 	@$(MAKE) --no-print-directory test-host
 	@$(MAKE) --no-print-directory check-fp
 	@$(MAKE) --no-print-directory test-qemu
+	@$(MAKE) --no-print-directory test-vm
 
 test-host: setup-rust
 	$(CARGO) test
@@ -57,11 +58,17 @@ test-host: setup-rust
 test-qemu: setup
 	$(CARGO) xtask smoke
 
+# kestrel running the test guests as VMs (one VM, VMs sharing pCPUs, VMID rollover)
+test-vm: setup
+	$(CARGO) xtask vmtest --arch aarch64
+	$(CARGO) xtask vmtest --arch loongarch64
+
 check-fp: setup-rust
 	$(CARGO) xtask check-fp
 
-bench: setup-rust
+bench: setup
 	$(CARGO) run --release -q -p kestrel-bench
+	$(CARGO) xtask bench-vm
 	$(CARGO) xtask bench-linux
 
 lint: setup-rust

@@ -11,6 +11,7 @@
 //! ```
 
 mod assets;
+mod bench_vm;
 mod config;
 mod qemu;
 mod smoke;
@@ -296,6 +297,7 @@ fn run() -> Result<(), String> {
         "vmtest" if vmtests_arm64::selected(rest) => vmtests_arm64::run(rest),
         "vmtest" => vmtests_la64::run(rest),
         "guest-assets" | "bench-linux" => assets::command(cmd, rest),
+        "bench-vm" => bench_vm::run(rest),
         "check-fp" => {
             let o = parse_opts(rest)?;
             let mut arches = vec![o.arch];

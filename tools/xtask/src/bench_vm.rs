@@ -1,0 +1,399 @@
+//! `cargo xtask bench-vm`: the benchmarks measured with real VMs under
+//! kestrel (QEMU), from kestrel's own per-VM counters and the test guests'
+//! `BENCH` lines. Counts, not times: the same workload gives the same
+//! order of numbers on any machine, and ratios are taken within one run.
+//!
+//! - FP: exits and FP/SIMD saves+restores per 1000 vCPU switches under the
+//!   three policies (`eager`, `save-on-put`, `lazy`), with the test guests'
+//!   FP workload (configs/test/*-fp-shared.toml, the policy swapped in).
+//! - IPI: exits per IPI, PV hypercall against the emulated path (arm64
+//!   trapped ICC_SGI1R_EL1, LoongArch IOCSR), to 1, 3 and all vCPUs, as the
+//!   guests measure them; LoongArch also traps per guest timer interrupt.
+//! - VMID: fast-path share, rollovers and TLB flushes in the 4-bit rollover runs.
+//!
+//! A vCPU switch is a vCPU load, which is also one VMID lookup: the sum of
+//! kestrel's `vmid_fast` and `vmid_slow` counters.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::vmtests_linux::{run_timed, Boot};
+use crate::{qemu, root, Arch, Opts};
+
+/// How long one benchmark boot may take.
+const LIMIT: Duration = Duration::from_secs(600);
+
+/// Per-VM counters kestrel prints when a VM ends
+/// (`vm "x" powered off; exits N: ...` then `fp: ...`, `vmid: ...`, `ipi: ...`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct VmCounters {
+    pub name: String,
+    pub exits: u64,
+    pub values: BTreeMap<String, u64>,
+}
+
+impl VmCounters {
+    fn get(&self, key: &str) -> u64 {
+        self.values.get(key).copied().unwrap_or(0)
+    }
+    fn switches(&self) -> u64 {
+        self.get("vmid_fast") + self.get("vmid_slow")
+    }
+}
+
+/// Every VM's end-of-run counters in a serial log.
+pub fn parse_vm_counters(log: &str) -> Vec<VmCounters> {
+    let mut out = Vec::new();
+    let mut current: Option<VmCounters> = None;
+    for line in log.lines() {
+        // arm64 says `VM "x" powered off; stats: exits N: ...`, LoongArch
+        // `vm "x" powered off; exits N: ...`.
+        let start = line
+            .split("INFO  vm \"")
+            .nth(1)
+            .or_else(|| line.split("INFO  VM \"").nth(1));
+        if let Some(rest) = start {
+            if let Some(c) = current.take() {
+                out.push(c);
+            }
+            let Some((name, tail)) = rest.split_once('"') else {
+                continue;
+            };
+            let Some(exits) = tail
+                .split("exits ")
+                .nth(1)
+                .and_then(|t| t.split(':').next())
+                .and_then(|n| n.trim().parse().ok())
+            else {
+                continue;
+            };
+            current = Some(VmCounters {
+                name: name.to_string(),
+                exits,
+                values: BTreeMap::new(),
+            });
+            continue;
+        }
+        let Some(c) = current.as_mut() else { continue };
+        let trimmed = line.trim();
+        let group = ["fp:", "vmid:", "ipi:"]
+            .iter()
+            .find_map(|g| trimmed.strip_prefix(g));
+        match group {
+            Some(pairs) => {
+                for pair in pairs.split_whitespace() {
+                    if let Some((k, v)) = pair.split_once('=') {
+                        if let Ok(v) = v.parse() {
+                            c.values.insert(k.to_string(), v);
+                        }
+                    }
+                }
+            }
+            None => out.extend(current.take()),
+        }
+    }
+    out.extend(current);
+    out
+}
+
+/// The `key=value` fields of a `BENCH` line.
+fn fields(line: &str) -> BTreeMap<&str, &str> {
+    line.split_whitespace()
+        .filter_map(|w| w.split_once('='))
+        .collect()
+}
+
+fn build_guest(arch: Arch) -> Result<(), String> {
+    match arch {
+        Arch::Aarch64 => crate::vmtests_arm64::build_guest_arm64().map(|_| ()),
+        Arch::LoongArch64 => crate::vmtests_la64::build_guest_la64().map(|_| ()),
+    }
+}
+
+fn prefix(arch: Arch) -> &'static str {
+    match arch {
+        Arch::Aarch64 => "arm64",
+        Arch::LoongArch64 => "la64",
+    }
+}
+
+/// The serial log as printed (without run_timed's arrival stamps).
+fn plain(b: &Boot) -> String {
+    b.lines
+        .iter()
+        .map(|l| l.text.as_str())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Boots kestrel with `config` (and `features`) until it powers off;
+/// returns the serial log.
+fn boot(arch: Arch, config: &Path, features: &[&str]) -> Result<String, String> {
+    let features: Vec<String> = features.iter().map(|s| s.to_string()).collect();
+    let image = crate::build_image_with(arch, &features, Some(config))?;
+    // Each boot gets its own copy: other builds may replace the shared image.
+    let private = root()
+        .join("build/bench-vm")
+        .join(format!("kestrel-{}", image_name(config)));
+    std::fs::copy(&image, &private).map_err(|e| format!("{}: {e}", private.display()))?;
+    let opts = Opts {
+        arch,
+        smp: 4,
+        gic: 3,
+        mem_mib: if features.is_empty() { 1024 } else { 2048 },
+        features,
+        append: "kestrel.exit=poweroff".into(),
+        config: Some(config.to_path_buf()),
+    };
+    let cmd = qemu::command(&opts, &private, true);
+    eprintln!("bench-vm: $ {}", qemu::render(&cmd));
+    let b = run_timed(cmd, LIMIT, None)?;
+    let log = plain(&b);
+    if b.timed_out || !log.contains("all VMs have ended (status 0)") {
+        return Err(format!(
+            "{}: the VMs did not all end well (timed out: {}); last lines:\n{}",
+            config.display(),
+            b.timed_out,
+            log.lines()
+                .rev()
+                .take(15)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect::<Vec<_>>()
+                .join("\n")
+        ));
+    }
+    Ok(log)
+}
+
+fn image_name(config: &Path) -> String {
+    config
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "image".into())
+}
+
+/// The FP-policy table of one architecture.
+fn fp_policies(arch: Arch) -> Result<(), String> {
+    let base = root().join(format!("configs/test/{}-fp-shared.toml", prefix(arch)));
+    let text = std::fs::read_to_string(&base).map_err(|e| format!("{}: {e}", base.display()))?;
+    if !text.contains("fp_policy = \"lazy\"") {
+        return Err(format!(
+            "{}: expected a line fp_policy = \"lazy\"",
+            base.display()
+        ));
+    }
+    // Same depth as configs/test, so the config's relative paths still hold.
+    let dir = root().join("build/bench-vm");
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    println!(
+        "== {}: FP/SIMD switching with the test guest's FP workload ({}) ==",
+        arch.name(),
+        base.strip_prefix(root()).unwrap_or(&base).display()
+    );
+    println!(
+        "{:<12} {:>14} {:>20} {:>24} {:>18}",
+        "policy", "vCPU switches", "exits/1000 switches", "FP saves+restores/1000", "FP traps/1000"
+    );
+    let mut rows = Vec::new();
+    for policy in ["eager", "save-on-put", "lazy"] {
+        let config: PathBuf = dir.join(format!("{}-fp-{policy}.toml", prefix(arch)));
+        let text = text.replace("fp_policy = \"lazy\"", &format!("fp_policy = \"{policy}\""));
+        std::fs::write(&config, text).map_err(|e| format!("{}: {e}", config.display()))?;
+        let vms = parse_vm_counters(&boot(arch, &config, &[])?);
+        if vms.is_empty() {
+            return Err(format!(
+                "{}: kestrel printed no per-VM counters",
+                config.display()
+            ));
+        }
+        let sum = |k: &str| vms.iter().map(|v| v.get(k)).sum::<u64>();
+        let switches: u64 = vms.iter().map(VmCounters::switches).sum();
+        let exits: u64 = vms.iter().map(|v| v.exits).sum();
+        let per_k = |n: u64| n as f64 * 1000.0 / switches.max(1) as f64;
+        let fp = sum("fp_saves") + sum("fp_restores");
+        println!(
+            "{:<12} {:>14} {:>20.1} {:>24.1} {:>18.1}",
+            policy,
+            switches,
+            per_k(exits),
+            per_k(fp),
+            per_k(sum("fp_traps"))
+        );
+        rows.push((policy, per_k(fp)));
+    }
+    let eager = rows[0].1;
+    let lazy = rows[2].1;
+    println!(
+        "every vCPU here uses FP, so most switches change the FP owner; lazy does {:.0}% fewer FP saves+restores than eager\n",
+        if eager > 0.0 { 100.0 * (1.0 - lazy / eager) } else { 0.0 }
+    );
+    Ok(())
+}
+
+/// The IPI table of one architecture from its 1-VM test run.
+fn ipi(arch: Arch) -> Result<(), String> {
+    let config = root().join(format!("configs/test/{}-1vm.toml", prefix(arch)));
+    let log = boot(arch, &config, &[])?;
+    let emulated = match arch {
+        Arch::Aarch64 => "sgi",
+        Arch::LoongArch64 => "iocsr",
+    };
+    println!(
+        "== {}: exits per IPI, measured in the test guest (PV hypercall vs {}) ==",
+        arch.name(),
+        match arch {
+            Arch::Aarch64 => "trapped ICC_SGI1R_EL1",
+            Arch::LoongArch64 => "emulated IOCSR IPI_SEND",
+        }
+    );
+    println!(
+        "{:<8} {:>10} {:>10} {:>12} {:>10} {:>10} {:>12}",
+        "targets", "PV total", "PV send", "PV receive", "emul total", "emul send", "emul receive"
+    );
+    let find = |mode: &str, t: &str| {
+        log.lines()
+            .find(|l| l.contains(&format!("BENCH ipi {mode} targets={t} ")))
+            .map(fields)
+    };
+    let mut rows = 0;
+    for t in ["1", "3", "all"] {
+        let (Some(pv), Some(em)) = (find("pv", t), find(emulated, t)) else {
+            continue;
+        };
+        let g = |m: &BTreeMap<&str, &str>, k: &str| m.get(k).copied().unwrap_or("-").to_string();
+        // arm64 lines give the send as hvc/ipi exits, LoongArch as sender=.
+        let send = |m: &BTreeMap<&str, &str>| {
+            m.get("sender")
+                .or_else(|| m.get("hvc"))
+                .or_else(|| m.get("ipi"))
+                .copied()
+                .unwrap_or("-")
+                .to_string()
+        };
+        let recv = |m: &BTreeMap<&str, &str>| {
+            m.get("receivers")
+                .or_else(|| m.get("irq"))
+                .copied()
+                .unwrap_or("-")
+                .to_string()
+        };
+        println!(
+            "{:<8} {:>10} {:>10} {:>12} {:>10} {:>10} {:>12}",
+            t,
+            g(&pv, "exits_per_ipi"),
+            send(&pv),
+            recv(&pv),
+            g(&em, "exits_per_ipi"),
+            send(&em),
+            recv(&em)
+        );
+        rows += 1;
+    }
+    if rows == 0 {
+        return Err(format!(
+            "{}: the guest printed no BENCH ipi lines",
+            config.display()
+        ));
+    }
+    if let Some(t) = log.lines().find(|l| l.contains("BENCH timer ")) {
+        let f = fields(t);
+        println!(
+            "traps per guest timer interrupt: {}",
+            f.get("traps_per_irq").copied().unwrap_or("-")
+        );
+    }
+    println!("(receive-side exits on arm64 are the kicks of running targets; a trap-and-emulate LoongArch receiver also traps on its handler's privileged instructions)\n");
+    Ok(())
+}
+
+/// The VMID table of one architecture from its 4-bit rollover run.
+fn vmid(arch: Arch) -> Result<(), String> {
+    let config = root().join(format!("configs/test/{}-rollover.toml", prefix(arch)));
+    let vms = parse_vm_counters(&boot(arch, &config, &["vmid4"])?);
+    if vms.is_empty() {
+        return Err(format!(
+            "{}: kestrel printed no per-VM counters",
+            config.display()
+        ));
+    }
+    let sum = |k: &str| vms.iter().map(|v| v.get(k)).sum::<u64>();
+    let loads = sum("vmid_fast") + sum("vmid_slow");
+    println!(
+        "== {}: VMIDs in the rollover run ({} VMs, 4-bit VMIDs, 4 pCPUs) ==",
+        arch.name(),
+        vms.len()
+    );
+    println!(
+        "vCPU loads {loads}   fast path {:.1}%   rollovers seen by the VMs {}   TLB flushes {}\n",
+        100.0 * sum("vmid_fast") as f64 / loads.max(1) as f64,
+        sum("vmid_rollovers"),
+        sum("tlb_flushes")
+    );
+    Ok(())
+}
+
+/// `cargo xtask bench-vm [--arch A]`.
+pub fn run(args: &[String]) -> Result<(), String> {
+    let mut arches = vec![Arch::Aarch64, Arch::LoongArch64];
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--arch" => arches = vec![Arch::parse(it.next().ok_or("--arch needs a value")?)?],
+            other => return Err(format!("bench-vm: unknown option '{other}'")),
+        }
+    }
+    std::fs::create_dir_all(root().join("build/bench-vm")).map_err(|e| e.to_string())?;
+    for arch in arches {
+        build_guest(arch)?;
+        fp_policies(arch)?;
+        ipi(arch)?;
+        vmid(arch)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_per_vm_counters_kestrel_prints() {
+        let log = "\
+[cpu2] INFO  vm \"fp-b\" powered off; exits 151294: hypercall=163 sysreg=51521
+fp: fp_saves=7711 fp_restores=7756 fp_traps=7756
+vmid: vmid_fast=8943 vmid_slow=2
+ipi: ipi_sent=150 ipi_delivered=400
+[fp-c] PASS fp-lsx: something
+[cpu0] INFO  vm \"fp-c\" powered off; exits 10: hypercall=1
+vmid: vmid_fast=5 vmid_rollovers=1
+";
+        let vms = parse_vm_counters(log);
+        assert_eq!(vms.len(), 2);
+        let arm = parse_vm_counters(
+            "[cpu1] INFO  VM \"a\" powered off; stats: exits 7: hvc=7\nfp: fp_saves=3\n",
+        );
+        assert_eq!(arm.len(), 1);
+        assert_eq!(
+            (arm[0].name.as_str(), arm[0].exits, arm[0].get("fp_saves")),
+            ("a", 7, 3)
+        );
+        assert_eq!(vms[0].name, "fp-b");
+        assert_eq!(vms[0].exits, 151_294);
+        assert_eq!(vms[0].get("fp_restores"), 7756);
+        assert_eq!(vms[0].switches(), 8945);
+        assert_eq!(vms[1].name, "fp-c");
+        assert_eq!(vms[1].get("vmid_rollovers"), 1);
+        assert_eq!(vms[1].get("fp_saves"), 0);
+    }
+
+    #[test]
+    fn bench_fields() {
+        let f = fields("[a] BENCH ipi pv targets=3 exits_per_ipi=4.42 hvc=1.00 irq=3.42");
+        assert_eq!(f.get("targets"), Some(&"3"));
+        assert_eq!(f.get("exits_per_ipi"), Some(&"4.42"));
+        assert_eq!(f.get("irq"), Some(&"3.42"));
+    }
+}
