@@ -167,8 +167,13 @@ pub fn irq() -> Option<u32> {
         timer::rearm();
         crate::runtime::tick(percpu::index());
     }
-    super::vm::host_irq(intid);
-    gic.eoi(iar);
+    if super::vm::host_irq(intid) {
+        // Forwarded to the loaded vCPU: the guest's deactivation of the
+        // virtual interrupt (list register HW bit) deactivates this one.
+        gic.priority_drop(iar);
+    } else {
+        gic.eoi(iar);
+    }
     Some(intid)
 }
 

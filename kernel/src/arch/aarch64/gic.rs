@@ -5,7 +5,7 @@
 //! (GICv3) or whatever group the firmware left (GICv2: group 0 without
 //! security extensions, as on QEMU; group 1 as seen from the non-secure side).
 
-use core::sync::atomic::{AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use crate::board::IrqChip;
 use crate::MAX_CPUS;
@@ -47,9 +47,18 @@ const GICC_PMR: usize = 0x04;
 const GICC_BPR: usize = 0x08;
 const GICC_IAR: usize = 0x0c;
 const GICC_EOIR: usize = 0x10;
+const GICC_DIR: usize = 0x1000;
+/// GICC_CTLR.EOImodeNS: EOIR only drops priority, GICC_DIR deactivates.
+const GICC_CTLR_EOIMODE: u32 = 1 << 9;
+/// ICC_CTLR_EL1.EOImode: the same for GICv3.
+const ICC_CTLR_EOIMODE: u64 = 1 << 1;
+const GICD_ICACTIVER: usize = 0x0380;
 
 /// This CPU's redistributor (GICv3), by logical CPU index.
 static REDIST: [AtomicUsize; MAX_CPUS] = [const { AtomicUsize::new(0) }; MAX_CPUS];
+/// Per CPU: EOI split into priority drop (EOIR) and deactivation (DIR), so
+/// an interrupt can stay active for a guest to deactivate (VM backend).
+static SPLIT_EOI: [AtomicBool; MAX_CPUS] = [const { AtomicBool::new(false) }; MAX_CPUS];
 /// GICv2: each CPU's interface mask (its banked GICD_ITARGETSR0 byte), for
 /// GICD_SGIR target lists.
 static V2_CPU_MASK: [AtomicUsize; MAX_CPUS] = [const { AtomicUsize::new(0) }; MAX_CPUS];
@@ -290,8 +299,69 @@ impl Gic {
         }
     }
 
+    /// Splits EOI on the calling CPU: from now on [`Gic::eoi`] drops the
+    /// priority and deactivates, [`Gic::priority_drop`] only drops it.
+    pub fn enable_split_eoi(&self) {
+        let cpu = percpu::index();
+        match *self {
+            Gic::V2 { gicc, .. } => write32(
+                gicc + GICC_CTLR,
+                read32(gicc + GICC_CTLR) | GICC_CTLR_EOIMODE,
+            ),
+            Gic::V3 { .. } => {
+                let ctlr = sysreg_read!("icc_ctlr_el1");
+                sysreg_write!("icc_ctlr_el1", ctlr | ICC_CTLR_EOIMODE);
+                isb();
+            }
+        }
+        if let Some(f) = SPLIT_EOI.get(cpu) {
+            f.store(true, Ordering::Release);
+        }
+    }
+
+    /// Drops the running priority of an acknowledged interrupt but leaves it
+    /// active (split EOI only; otherwise a full [`Gic::eoi`]).
+    pub fn priority_drop(&self, iar: u32) {
+        if !SPLIT_EOI[percpu::index()].load(Ordering::Acquire) {
+            return self.eoi(iar);
+        }
+        match *self {
+            Gic::V2 { gicc, .. } => write32(gicc + GICC_EOIR, iar),
+            Gic::V3 { .. } => {
+                sysreg_write!("icc_eoir1_el1", iar);
+                isb();
+            }
+        }
+    }
+
+    /// Clears the active state of private interrupt `intid` on the calling CPU.
+    pub fn clear_active_ppi(&self, intid: u32) {
+        let bit = 1u32 << (intid % 32);
+        match *self {
+            Gic::V2 { gicd, .. } => write32(gicd + GICD_ICACTIVER, bit),
+            Gic::V3 { .. } => {
+                let rd = REDIST[percpu::index()].load(Ordering::Relaxed);
+                write32(rd + GICR_SGI + GICD_ICACTIVER, bit);
+            }
+        }
+    }
+
     /// Ends (drops priority and deactivates) an acknowledged interrupt.
     pub fn eoi(&self, iar: u32) {
+        if SPLIT_EOI[percpu::index()].load(Ordering::Acquire) {
+            match *self {
+                Gic::V2 { gicc, .. } => {
+                    write32(gicc + GICC_EOIR, iar);
+                    write32(gicc + GICC_DIR, iar);
+                }
+                Gic::V3 { .. } => {
+                    sysreg_write!("icc_eoir1_el1", iar);
+                    sysreg_write!("icc_dir_el1", iar);
+                    isb();
+                }
+            }
+            return;
+        }
         match *self {
             Gic::V2 { gicc, .. } => write32(gicc + GICC_EOIR, iar),
             Gic::V3 { .. } => {

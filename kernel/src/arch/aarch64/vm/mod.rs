@@ -183,6 +183,10 @@ struct Pcpu {
     slice_expired: AtomicBool,
     /// Whether the physical virtual-timer PPI is enabled on this pCPU.
     vtimer_enabled: AtomicBool,
+    /// A vCPU is loaded here.
+    loaded: AtomicBool,
+    /// The physical virtual-timer PPI was left active for the loaded vCPU.
+    vtimer_forwarded: AtomicBool,
 }
 
 impl Pcpu {
@@ -192,6 +196,8 @@ impl Pcpu {
             fp_requests: Mutex::new(Vec::new()),
             slice_expired: AtomicBool::new(false),
             vtimer_enabled: AtomicBool::new(true),
+            loaded: AtomicBool::new(false),
+            vtimer_forwarded: AtomicBool::new(false),
         }
     }
 }
@@ -223,19 +229,21 @@ fn vms() -> &'static [Arc<Vm<Arm64Backend>>] {
 
 /// Called for every physical interrupt kestrel takes (exceptions::irq),
 /// before its EOI.
-pub fn host_irq(intid: u32) {
+pub fn host_irq(intid: u32) -> bool {
     let cpu = percpu::index();
-    let Some(p) = PCPU.get(cpu) else { return };
+    let Some(p) = PCPU.get(cpu) else {
+        return false;
+    };
     if intid == timer::PPI {
         p.slice_expired.store(true, Ordering::Release);
-    } else if intid == VTIMER_PPI {
-        // The loaded vCPU's timer fired: stop the physical line from
-        // re-firing until the guest has dealt with the virtual one.
-        if let Some(gic) = platform::gic() {
-            gic.disable_ppi(VTIMER_PPI);
-        }
-        p.vtimer_enabled.store(false, Ordering::Relaxed);
+    } else if intid == VTIMER_PPI && p.loaded.load(Ordering::Acquire) {
+        // The loaded vCPU's timer fired: it stays active (no re-firing)
+        // until the guest deactivates the virtual one, which the list
+        // register's HW bit passes on to this physical interrupt.
+        p.vtimer_forwarded.store(true, Ordering::Release);
+        return true;
     }
+    false
 }
 
 fn set_vtimer_phys(gic: &Gic, cpu: usize, enable: bool) {
@@ -262,6 +270,7 @@ impl Arm64Backend {
     /// except while idle.
     fn init_cpu(&self, cpu: usize) {
         *PCPU[cpu].fp.lock() = Some(FpEngine::new(cpu, self.policy, Arm64FpHw));
+        self.gic.enable_split_eoi();
         self.gic.enable_ppi(KICK_SGI);
         self.gic.enable_ppi(MAINTENANCE_PPI);
         self.gic.enable_ppi(VTIMER_PPI);
@@ -386,7 +395,16 @@ impl Arm64Backend {
             g.set_level(vcpu.index, VTIMER_PPI, level);
             g.fill_lrs(vcpu.index, self.hw.nr_lrs())
         };
-        set_vtimer_phys(&self.gic, cpu, !level);
+        // The physical timer PPI: left active for the guest while the
+        // virtual one is in a list register (HW bit); otherwise deactivated,
+        // and disabled while its level is high but the guest cannot take it
+        // (so it does not fire again and again).
+        let in_lr = fill.lrs.iter().any(|e| e.intid == VTIMER_PPI);
+        let p = &PCPU[cpu];
+        if !in_lr && p.vtimer_forwarded.swap(false, Ordering::AcqRel) {
+            self.gic.clear_active_ppi(VTIMER_PPI);
+        }
+        set_vtimer_phys(&self.gic, cpu, in_lr || !level);
         self.hw.write_lrs(&fill, ctx.lrs_used);
         ctx.lrs_used = fill.lrs.len();
     }
@@ -450,6 +468,7 @@ impl Backend for Arm64Backend {
         ctx.el1.restore();
         self.hw.load(&ctx.gic);
         ctx.lrs_used = 0;
+        PCPU[cpu].loaded.store(true, Ordering::Release);
         // Lazy FP: wait for the pCPU holding our registers to write them back.
         loop {
             let before = PCPU[cpu].fp.lock().as_ref().map(|e| e.counters());
@@ -542,6 +561,10 @@ impl Backend for Arm64Backend {
             vm.arch.shared[vcpu.index]
                 .wake_at
                 .store(deadline, Ordering::Release);
+        }
+        PCPU[cpu].loaded.store(false, Ordering::Release);
+        if PCPU[cpu].vtimer_forwarded.swap(false, Ordering::AcqRel) {
+            self.gic.clear_active_ppi(VTIMER_PPI);
         }
         set_vtimer_phys(&self.gic, cpu, true);
     }
@@ -662,6 +685,12 @@ impl Arm64Backend {
             nr_spis: NR_SPIS,
         })
         .map_err(|e| format!("vcpus: {e:?} for this GIC"))?;
+        let mut vgic = vgic;
+        for v in 0..vcpus {
+            // The virtual timer is forwarded: the guest's deactivation
+            // deactivates the physical PPI (no maintenance exit).
+            vgic.set_hw_mapping(v, VTIMER_PPI, Some(VTIMER_PPI as u16));
+        }
         let v3 = self.version == GicVersion::V3;
         let mut s2 = Stage2::new(self.vmids.bits() > 8);
         let ram_end = spec.ram_base + spec.ram_size;
