@@ -3,7 +3,11 @@
 //! Output: each VM's bytes are collected into lines and written with a tag
 //! naming the VM (`[linux0] ...`), so interleaved guests stay readable and
 //! tests can tell who printed what. A partial line is flushed when it grows
-//! past [`LINE_MAX`] or when the VM ends.
+//! past [`LINE_MAX`] or when the VM ends. The VM with the input focus is
+//! the exception: its bytes go out as they come (a shell prompt and the
+//! echo of typed keys must show before the newline); when another VM's line
+//! interrupts its partial line, that line is ended and the partial line is
+//! printed again, tagged, at the focused VM's next byte.
 //!
 //! Input goes to the VM with the focus. The escape key **Ctrl-]** (0x1d)
 //! followed by:
@@ -48,6 +52,8 @@ pub struct ConsoleMux {
     vms: Vec<VmConsole>,
     focus: usize,
     escape: bool,
+    /// The VM whose partial line stands on the terminal (streamed, no newline yet).
+    open: Option<usize>,
 }
 
 impl ConsoleMux {
@@ -56,6 +62,7 @@ impl ConsoleMux {
             vms: Vec::new(),
             focus: 0,
             escape: false,
+            open: None,
         }
     }
 
@@ -73,22 +80,74 @@ impl ConsoleMux {
         self.focus
     }
 
-    /// VM `vm` wrote `byte`. Returns a complete tagged line (with its
-    /// newline) when one is ready.
+    /// VM `vm` wrote `byte`. Returns the text to write to the terminal, if
+    /// any: a complete tagged line, or (for the focused VM) the byte itself.
     pub fn output(&mut self, vm: usize, byte: u8) -> Option<String> {
-        let c = self.vms.get_mut(vm)?;
-        match byte {
-            b'\r' => None,
-            b'\n' => Some(Self::take_line(c)),
+        if vm >= self.vms.len() || byte == b'\r' {
+            return None;
+        }
+        if vm == self.focus {
+            return Some(self.stream(vm, byte));
+        }
+        let c = &mut self.vms[vm];
+        let line = match byte {
+            b'\n' => Self::take_line(c),
             _ => {
                 c.line.push(byte);
-                (c.line.len() >= LINE_MAX).then(|| Self::take_line(c))
+                if c.line.len() < LINE_MAX {
+                    return None;
+                }
+                Self::take_line(c)
             }
+        };
+        // A streamed partial line of the focused VM is ended first.
+        Some(match self.open.take() {
+            Some(_) => String::from("\n") + &line,
+            None => line,
+        })
+    }
+
+    /// The focused VM's byte, written at once.
+    fn stream(&mut self, vm: usize, byte: u8) -> String {
+        let mut out = String::new();
+        if self.open != Some(vm) {
+            if self.open.take().is_some() {
+                out.push('\n');
+            }
+            // (Re)print the tag and what of the line was already written.
+            let c = &self.vms[vm];
+            out.push('[');
+            out.push_str(&c.name);
+            out.push_str("] ");
+            out.extend(String::from_utf8_lossy(&c.line).chars().map(printable));
+            self.open = Some(vm);
         }
+        let c = &mut self.vms[vm];
+        if byte == b'\n' {
+            c.line.clear();
+            self.open = None;
+            out.push('\n');
+        } else {
+            if c.line.len() >= LINE_MAX {
+                // Wrap a very long line, as buffered VMs do.
+                c.line.clear();
+                out.push_str("\n[");
+                out.push_str(&c.name);
+                out.push_str("] ");
+            }
+            c.line.push(byte);
+            out.push(printable(byte as char));
+        }
+        out
     }
 
     /// Flushes VM `vm`'s partial line (when it ends).
     pub fn flush(&mut self, vm: usize) -> Option<String> {
+        if self.open == Some(vm) {
+            self.open = None;
+            self.vms[vm].line.clear();
+            return Some(String::from("\n"));
+        }
         let c = self.vms.get_mut(vm)?;
         (!c.line.is_empty()).then(|| Self::take_line(c))
     }
@@ -100,14 +159,7 @@ impl ConsoleMux {
         s.push('[');
         s.push_str(&c.name);
         s.push_str("] ");
-        // Control characters other than tab would garble the shared terminal.
-        s.extend(text.chars().map(|ch| {
-            if ch.is_control() && ch != '\t' {
-                '.'
-            } else {
-                ch
-            }
-        }));
+        s.extend(text.chars().map(printable));
         s.push('\n');
         s
     }
@@ -170,6 +222,15 @@ impl ConsoleMux {
     }
 }
 
+/// Control characters other than tab would garble the shared terminal.
+fn printable(ch: char) -> char {
+    if ch.is_control() && ch != '\t' {
+        '.'
+    } else {
+        ch
+    }
+}
+
 impl Default for ConsoleMux {
     fn default() -> Self {
         Self::new()
@@ -194,22 +255,48 @@ mod tests {
     #[test]
     fn interleaved_output_comes_out_as_tagged_lines() {
         let mut m = mux();
+        // beta has no focus: its output waits for whole lines.
+        let mut out = write(&mut m, 1, "oth");
+        assert!(out.is_empty());
+        out.extend(write(&mut m, 1, "er\r\n"));
+        assert_eq!(out, ["[beta] other\n"]);
+        let mut m = mux();
+        m.input(ESCAPE);
+        m.input(b'1');
         let mut out = write(&mut m, 0, "hel");
-        out.extend(write(&mut m, 1, "other\r\n"));
         out.extend(write(&mut m, 0, "lo\n"));
-        assert_eq!(out, ["[beta] other\n", "[alpha] hello\n"]);
+        assert_eq!(out.concat(), "[alpha] hello\n");
+    }
+
+    #[test]
+    fn the_focused_vm_streams_and_is_reprinted_after_an_interruption() {
+        let mut m = mux();
+        // alpha (focused) prints a prompt: it shows at once.
+        assert_eq!(write(&mut m, 0, "$ ").concat(), "[alpha] $ ");
+        // beta's line ends the prompt's terminal line first.
+        assert_eq!(write(&mut m, 1, "log\n").concat(), "\n[beta] log\n");
+        // alpha's next byte reprints the prompt, tagged.
+        assert_eq!(write(&mut m, 0, "l").concat(), "[alpha] $ l");
+        assert_eq!(write(&mut m, 0, "s\n").concat(), "s\n");
+        // Ending a VM with an open line closes it.
+        write(&mut m, 0, "x");
+        assert_eq!(m.flush(0).as_deref(), Some("\n"));
+        assert_eq!(m.flush(0), None);
     }
 
     #[test]
     fn long_lines_and_control_bytes() {
         let mut m = mux();
         let long = "x".repeat(LINE_MAX + 3);
-        let out = write(&mut m, 0, &long);
+        let out = write(&mut m, 1, &long);
         assert_eq!(out.len(), 1);
-        assert_eq!(out[0].len(), "[alpha] ".len() + LINE_MAX + 1);
-        assert_eq!(m.flush(0).as_deref(), Some("[alpha] xxx\n"));
-        assert_eq!(m.flush(0), None);
+        assert_eq!(out[0].len(), "[beta] ".len() + LINE_MAX + 1);
+        assert_eq!(m.flush(1).as_deref(), Some("[beta] xxx\n"));
+        assert_eq!(m.flush(1), None);
         assert_eq!(write(&mut m, 1, "a\x1b[2Jb\n"), ["[beta] a.[2Jb\n"]);
+        // The focused VM wraps long lines too.
+        let streamed = write(&mut m, 0, &long).concat();
+        assert_eq!(streamed.matches("[alpha] ").count(), 2);
         assert_eq!(m.output(7, b'x'), None, "unknown VM is ignored");
     }
 
