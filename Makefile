@@ -1,7 +1,9 @@
 # kestrel: one-command build, run and test. See README.md.
 #
 #   make run   [ARCH=aarch64|loongarch64] [SMP=N] [GIC=2|3] [APPEND="kestrel.exit=poweroff"]
-#   make test                 host unit tests + QEMU smoke tests on both architectures
+#                             arm64 default: two Debian Linux VMs to busybox shells (Ctrl-] N
+#                             switches the console; CONFIG=none boots kestrel alone)
+#   make test                 host unit tests, FP check, QEMU smoke tests, VM tests (both arches)
 #   make image [ARCH=...]     build the bootable image and print its path
 #   make image|run CONFIG=f   ... with the VMs of config file f packed in (docs/config.md)
 #   make debug [ARCH=...]     boot under QEMU waiting for gdb on :1234
@@ -19,9 +21,14 @@ APPEND   ?=
 CONFIG   ?=
 CARGO    ?= cargo
 
-XTASK_OPTS = --arch $(ARCH) --smp $(SMP) --gic $(GIC) --mem $(MEM) \
-             $(if $(FEATURES),--features "$(FEATURES)") $(if $(APPEND),--append "$(APPEND)") \
-             $(if $(CONFIG),--config "$(CONFIG)")
+XTASK_BASE = --arch $(ARCH) --smp $(SMP) --gic $(GIC) --mem $(MEM) \
+             $(if $(FEATURES),--features "$(FEATURES)") $(if $(APPEND),--append "$(APPEND)")
+XTASK_OPTS = $(XTASK_BASE) $(if $(CONFIG),--config "$(CONFIG)")
+
+# What `make run` boots: the config given, else on arm64 the two-Linux-VM
+# demo (its kernel and initramfs come from `cargo xtask guest-assets`).
+DEMO_CONFIG = configs/linux-shell.toml
+RUN_CONFIG  = $(if $(CONFIG),$(filter-out none,$(CONFIG)),$(if $(filter aarch64 arm64,$(ARCH)),$(DEMO_CONFIG)))
 
 # build-std for LoongArch on the pinned stable toolchain
 LA_BUILD = RUSTC_BOOTSTRAP=1 $(CARGO) clippy -p kestrel-boot --target loongarch64-unknown-none-softfloat \
@@ -41,7 +48,10 @@ image: setup-rust
 	@$(CARGO) xtask image $(XTASK_OPTS)
 
 run: setup
-	@$(CARGO) xtask run $(XTASK_OPTS)
+ifeq ($(RUN_CONFIG),$(DEMO_CONFIG))
+	@$(CARGO) xtask guest-assets
+endif
+	@$(CARGO) xtask run $(XTASK_BASE) $(if $(RUN_CONFIG),--config "$(RUN_CONFIG)")
 
 debug: setup
 	@$(CARGO) xtask debug $(XTASK_OPTS)
