@@ -86,6 +86,9 @@ lint: setup-rust
 	$(CARGO) clippy --all-targets -- -D warnings
 	$(CARGO) clippy -p kestrel-boot --target aarch64-unknown-none-softfloat -- -D warnings
 	$(LA_BUILD) -- -D warnings
+	$(CARGO) clippy -p kestrel-guest-arm64-test --target aarch64-unknown-none -- -D warnings
+	RUSTC_BOOTSTRAP=1 $(CARGO) clippy -p kestrel-guest-loongarch64-test --target loongarch64-unknown-none \
+	    -Zbuild-std=core -Zbuild-std-features=compiler-builtins-mem -- -D warnings
 
 clean:
 	$(CARGO) clean
