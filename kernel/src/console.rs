@@ -22,6 +22,7 @@
 //! Anything else after the escape is dropped. (Ctrl-A is QEMU's own escape
 //! under `-nographic`, so kestrel uses another.)
 
+use alloc::collections::VecDeque;
 use alloc::string::String;
 use alloc::vec::Vec;
 
@@ -33,7 +34,13 @@ pub const LINE_MAX: usize = 256;
 struct VmConsole {
     name: String,
     line: Vec<u8>,
+    /// Typed bytes the VM's UART had no room for yet, oldest first.
+    held: VecDeque<u8>,
 }
+
+/// Most typed bytes held for one VM whose UART is full (a paste); beyond
+/// it input is dropped and counted.
+pub const HELD_MAX: usize = 4096;
 
 /// Where input bytes go, as decided by [`ConsoleMux::input`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -54,6 +61,7 @@ pub struct ConsoleMux {
     escape: bool,
     /// The VM whose partial line stands on the terminal (streamed, no newline yet).
     open: Option<usize>,
+    dropped: u64,
 }
 
 impl ConsoleMux {
@@ -63,6 +71,7 @@ impl ConsoleMux {
             focus: 0,
             escape: false,
             open: None,
+            dropped: 0,
         }
     }
 
@@ -71,6 +80,7 @@ impl ConsoleMux {
         self.vms.push(VmConsole {
             name: name.into(),
             line: Vec::new(),
+            held: VecDeque::new(),
         });
         self.vms.len() - 1
     }
@@ -78,6 +88,36 @@ impl ConsoleMux {
     /// The VM with the input focus.
     pub fn focus(&self) -> usize {
         self.focus
+    }
+
+    /// Keeps `byte` for VM `vm` whose UART is full (or already has bytes
+    /// waiting, to keep their order). Returns false when it had to be dropped.
+    pub fn hold(&mut self, vm: usize, byte: u8) -> bool {
+        match self.vms.get_mut(vm) {
+            Some(c) if c.held.len() < HELD_MAX => {
+                c.held.push_back(byte);
+                true
+            }
+            _ => {
+                self.dropped += 1;
+                false
+            }
+        }
+    }
+
+    /// Whether VM `vm` has typed bytes waiting.
+    pub fn has_held(&self, vm: usize) -> bool {
+        self.vms.get(vm).is_some_and(|c| !c.held.is_empty())
+    }
+
+    /// The oldest byte waiting for VM `vm`.
+    pub fn next_held(&mut self, vm: usize) -> Option<u8> {
+        self.vms.get_mut(vm)?.held.pop_front()
+    }
+
+    /// Typed bytes dropped because a VM's hold queue was full.
+    pub fn dropped(&self) -> u64 {
+        self.dropped
     }
 
     /// VM `vm` wrote `byte`. Returns the text to write to the terminal, if
@@ -328,6 +368,26 @@ mod tests {
         m.input(ESCAPE);
         assert_eq!(m.input(b'z'), InputAction::None);
         assert_eq!(m.input(b'z'), InputAction::Deliver { vm: 0, byte: b'z' });
+    }
+
+    #[test]
+    fn held_input_keeps_its_order_and_is_bounded() {
+        let mut m = mux();
+        assert!(!m.has_held(0));
+        for b in b"abc" {
+            assert!(m.hold(0, *b));
+        }
+        assert!(m.has_held(0));
+        assert!(!m.has_held(1));
+        assert_eq!(m.next_held(0), Some(b'a'));
+        assert_eq!(m.next_held(0), Some(b'b'));
+        for _ in 0..HELD_MAX {
+            m.hold(1, b'x');
+        }
+        assert!(!m.hold(1, b'y'), "a full queue drops");
+        assert_eq!(m.dropped(), 1);
+        assert!(!m.hold(9, b'z'), "unknown VM");
+        assert_eq!(m.next_held(9), None);
     }
 
     #[test]

@@ -113,6 +113,12 @@ impl Ns16550 {
         self.iir() & iir::NO_INT == 0
     }
 
+    /// Whether the receive FIFO has room for another byte (else the
+    /// console multiplexer holds typed input until it has).
+    pub fn can_receive(&self) -> bool {
+        !self.rx.is_full()
+    }
+
     /// A byte typed for this VM. Returns false if the FIFO was full.
     pub fn receive(&mut self, byte: u8) -> bool {
         if self.rx.push_back(byte).is_err() {

@@ -362,14 +362,36 @@ impl Arm64Backend {
             return;
         }
         let Some(hv) = HV.get() else { return };
+        // Bytes a full UART could not take earlier go first, in order.
+        for (i, vm) in vms().iter().enumerate() {
+            let mut u = vm.arch.uart.lock();
+            let mut moved = false;
+            while u.can_receive() {
+                let Some(byte) = console().lock().next_held(i) else {
+                    break;
+                };
+                u.receive(byte);
+                moved = true;
+            }
+            if moved {
+                exits::uart_line(hv, vm, u.irq_level(), usize::MAX, cpu);
+            }
+        }
         while let Some(b) = platform::console_read() {
             let action = console().lock().input(b);
             match action {
-                InputAction::Deliver { vm, byte } => {
-                    if let Some(vm) = vms().get(vm) {
+                InputAction::Deliver { vm: i, byte } => {
+                    if let Some(vm) = vms().get(i) {
                         let mut u = vm.arch.uart.lock();
-                        u.receive(byte);
-                        exits::uart_line(hv, vm, u.irq_level(), usize::MAX, cpu);
+                        let mut mux = console().lock();
+                        if u.can_receive() && !mux.has_held(i) {
+                            drop(mux);
+                            u.receive(byte);
+                            exits::uart_line(hv, vm, u.irq_level(), usize::MAX, cpu);
+                        } else {
+                            // A paste faster than the guest reads: keep it.
+                            mux.hold(i, byte);
+                        }
                     }
                 }
                 InputAction::Say(text) => crate::klog::print(format_args!("{text}")),

@@ -362,12 +362,29 @@ impl LaBackend {
         if cpu != 0 {
             return;
         }
+        // Bytes a full UART could not take earlier go first, in order.
+        for (i, vm) in vms().iter().enumerate() {
+            let mut u = vm.arch.uart.lock();
+            while u.can_receive() {
+                let Some(byte) = console().lock().next_held(i) else {
+                    break;
+                };
+                u.receive(byte);
+            }
+        }
         while let Some(b) = super::platform::PLATFORM.console_read() {
             let action = console().lock().input(b);
             match action {
-                InputAction::Deliver { vm, byte } => {
-                    if let Some(vm) = vms().get(vm) {
-                        vm.arch.uart.lock().receive(byte);
+                InputAction::Deliver { vm: i, byte } => {
+                    if let Some(vm) = vms().get(i) {
+                        let mut u = vm.arch.uart.lock();
+                        let mut mux = console().lock();
+                        if u.can_receive() && !mux.has_held(i) {
+                            u.receive(byte);
+                        } else {
+                            // A paste faster than the guest reads: keep it.
+                            mux.hold(i, byte);
+                        }
                     }
                 }
                 InputAction::Say(text) => crate::klog::print(format_args!("{text}")),
