@@ -3,11 +3,14 @@
 //! Output: each VM's bytes are collected into lines and written with a tag
 //! naming the VM (`[linux0] ...`), so interleaved guests stay readable and
 //! tests can tell who printed what. A partial line is flushed when it grows
-//! past [`LINE_MAX`] or when the VM ends. The VM with the input focus is
-//! the exception: its bytes go out as they come (a shell prompt and the
-//! echo of typed keys must show before the newline); when another VM's line
-//! interrupts its partial line, that line is ended and the partial line is
-//! printed again, tagged, at the focused VM's next byte.
+//! past [`LINE_MAX`] or when the VM ends. Once someone types (the console
+//! is interactive), the VM with the input focus is the exception: its bytes
+//! go out as they come (a shell prompt and the echo of typed keys must show
+//! before the newline); when another VM's line interrupts its partial line,
+//! that line is ended and the partial line is printed again, tagged, at the
+//! focused VM's next byte. Logs nobody types into stay whole tagged lines.
+//! Callers must write what [`ConsoleMux::output`] returns before releasing
+//! the multiplexer's lock, so the terminal sees the order decided here.
 //!
 //! Input goes to the VM with the focus. The escape key **Ctrl-]** (0x1d)
 //! followed by:
@@ -62,6 +65,8 @@ pub struct ConsoleMux {
     /// The VM whose partial line stands on the terminal (streamed, no newline yet).
     open: Option<usize>,
     dropped: u64,
+    /// Someone has typed: the focused VM's output streams.
+    interactive: bool,
 }
 
 impl ConsoleMux {
@@ -72,6 +77,7 @@ impl ConsoleMux {
             escape: false,
             open: None,
             dropped: 0,
+            interactive: false,
         }
     }
 
@@ -126,7 +132,7 @@ impl ConsoleMux {
         if vm >= self.vms.len() || byte == b'\r' {
             return None;
         }
-        if vm == self.focus {
+        if vm == self.focus && self.interactive {
             return Some(self.stream(vm, byte));
         }
         let c = &mut self.vms[vm];
@@ -209,6 +215,7 @@ impl ConsoleMux {
         if self.vms.is_empty() {
             return InputAction::None;
         }
+        self.interactive = true;
         if !self.escape {
             if byte == ESCAPE {
                 self.escape = true;
@@ -309,8 +316,17 @@ mod tests {
     }
 
     #[test]
+    fn without_typing_every_vm_prints_whole_lines() {
+        let mut m = mux();
+        assert!(write(&mut m, 0, "$ ").is_empty());
+        assert_eq!(write(&mut m, 0, "ok\n"), ["[alpha] $ ok\n"]);
+    }
+
+    #[test]
     fn the_focused_vm_streams_and_is_reprinted_after_an_interruption() {
         let mut m = mux();
+        // A keystroke makes the console interactive.
+        assert_eq!(m.input(b'l'), InputAction::Deliver { vm: 0, byte: b'l' });
         // alpha (focused) prints a prompt: it shows at once.
         assert_eq!(write(&mut m, 0, "$ ").concat(), "[alpha] $ ");
         // beta's line ends the prompt's terminal line first.
@@ -334,7 +350,8 @@ mod tests {
         assert_eq!(m.flush(1).as_deref(), Some("[beta] xxx\n"));
         assert_eq!(m.flush(1), None);
         assert_eq!(write(&mut m, 1, "a\x1b[2Jb\n"), ["[beta] a.[2Jb\n"]);
-        // The focused VM wraps long lines too.
+        // The focused VM wraps long lines too (once interactive).
+        m.input(b'\r');
         let streamed = write(&mut m, 0, &long).concat();
         assert_eq!(streamed.matches("[alpha] ").count(), 2);
         assert_eq!(m.output(7, b'x'), None, "unknown VM is ignored");

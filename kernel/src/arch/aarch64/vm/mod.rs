@@ -402,8 +402,10 @@ impl Arm64Backend {
 
     /// A guest byte for the console: tagged lines on the physical UART.
     pub fn console_out(&self, vm: &Vm<Self>, byte: u8) {
-        let line = console().lock().output(vm.arch.console, byte);
-        if let Some(line) = line {
+        // Written under the multiplexer's lock: the terminal must see
+        // the order the multiplexer decided (streamed partial lines).
+        let mut mux = console().lock();
+        if let Some(line) = mux.output(vm.arch.console, byte) {
             crate::klog::print(format_args!("{line}"));
         }
     }
@@ -638,10 +640,11 @@ struct LogObserver;
 impl Observer for LogObserver {
     fn vm_ended(&self, vm: &str, why: &VmEnd) {
         if let Some(v) = vms().iter().find(|v| v.name == vm) {
-            let line = console().lock().flush(v.arch.console);
-            if let Some(line) = line {
+            let mut mux = console().lock();
+            if let Some(line) = mux.flush(v.arch.console) {
                 crate::klog::print(format_args!("{line}"));
             }
+            drop(mux);
             log::info!("VM \"{vm}\" {why}; stats: {}", v.stats);
         } else {
             log::info!("VM \"{vm}\" {why}");

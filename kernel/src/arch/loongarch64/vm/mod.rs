@@ -395,8 +395,10 @@ impl LaBackend {
 
     /// A guest byte for the console: tagged lines on the physical UART.
     pub fn console_out(&self, vm: &Vm<Self>, byte: u8) {
-        let line = console().lock().output(vm.arch.console, byte);
-        if let Some(line) = line {
+        // Written under the multiplexer's lock: the terminal must see
+        // the order the multiplexer decided (streamed partial lines).
+        let mut mux = console().lock();
+        if let Some(line) = mux.output(vm.arch.console, byte) {
             crate::klog::print(format_args!("{line}"));
         }
     }
