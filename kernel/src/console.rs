@@ -227,6 +227,18 @@ impl ConsoleMux {
             };
         }
         self.escape = false;
+        let action = self.escape_key(byte);
+        match action {
+            // A message starts on its own line, after a streamed partial one.
+            InputAction::Say(text) if self.open.take().is_some() => {
+                InputAction::Say(String::from("\n") + &text)
+            }
+            other => other,
+        }
+    }
+
+    /// What the key after the escape does.
+    fn escape_key(&mut self, byte: u8) -> InputAction {
         match byte {
             ESCAPE => InputAction::Deliver {
                 vm: self.focus,
@@ -266,6 +278,81 @@ impl ConsoleMux {
             self.focus,
             self.vms[self.focus].name
         )
+    }
+}
+
+/// A guest UART's receive side, as the console feeds it.
+pub trait RxPort {
+    /// Whether the receive FIFO has room for another byte.
+    fn can_receive(&self) -> bool;
+    /// Adds a byte; false if there was no room.
+    fn receive(&mut self, byte: u8) -> bool;
+}
+
+impl RxPort for crate::vdev::pl011::Pl011 {
+    fn can_receive(&self) -> bool {
+        crate::vdev::pl011::Pl011::can_receive(self)
+    }
+    fn receive(&mut self, byte: u8) -> bool {
+        crate::vdev::pl011::Pl011::receive(self, byte)
+    }
+}
+
+impl RxPort for crate::vdev::ns16550::Ns16550 {
+    fn can_receive(&self) -> bool {
+        crate::vdev::ns16550::Ns16550::can_receive(self)
+    }
+    fn receive(&mut self, byte: u8) -> bool {
+        crate::vdev::ns16550::Ns16550::receive(self, byte)
+    }
+}
+
+/// Moves typed input into the VMs' UARTs: first the bytes held for a UART
+/// that was full, in order, then every byte `read` yields from the physical
+/// UART (escapes act at once; a byte for a full UART is held). `uart_of(i)`
+/// is the UART of console `i`; `received(i, uart)` runs, under that UART's
+/// lock, after bytes went in (the backend updates the interrupt line).
+/// Lock order: a UART, then the multiplexer.
+pub fn pump_input<'a, U: RxPort + 'a>(
+    mux: &spin::Mutex<ConsoleMux>,
+    uart_of: impl Fn(usize) -> Option<&'a spin::Mutex<U>>,
+    mut read: impl FnMut() -> Option<u8>,
+    mut received: impl FnMut(usize, &U),
+) {
+    let consoles = mux.lock().vms.len();
+    for i in 0..consoles {
+        let Some(uart) = uart_of(i) else { continue };
+        let mut u = uart.lock();
+        let mut moved = false;
+        while u.can_receive() {
+            let Some(byte) = mux.lock().next_held(i) else {
+                break;
+            };
+            moved |= u.receive(byte);
+        }
+        if moved {
+            received(i, &u);
+        }
+    }
+    while let Some(b) = read() {
+        let action = mux.lock().input(b);
+        match action {
+            InputAction::Deliver { vm: i, byte } => {
+                let Some(uart) = uart_of(i) else { continue };
+                let mut u = uart.lock();
+                let mut m = mux.lock();
+                if u.can_receive() && !m.has_held(i) {
+                    drop(m);
+                    u.receive(byte);
+                    received(i, &u);
+                } else {
+                    // A paste faster than the guest reads: keep it.
+                    m.hold(i, byte);
+                }
+            }
+            InputAction::Say(text) => crate::klog::print(format_args!("{text}")),
+            InputAction::None => {}
+        }
     }
 }
 
@@ -334,6 +421,12 @@ mod tests {
         // alpha's next byte reprints the prompt, tagged.
         assert_eq!(write(&mut m, 0, "l").concat(), "[alpha] $ l");
         assert_eq!(write(&mut m, 0, "s\n").concat(), "s\n");
+        // A focus message after a streamed prompt starts on a new line.
+        write(&mut m, 0, "$ ");
+        m.input(ESCAPE);
+        assert!(
+            matches!(m.input(b'?'), InputAction::Say(s) if s.starts_with("\nkestrel: consoles"))
+        );
         // Ending a VM with an open line closes it.
         write(&mut m, 0, "x");
         assert_eq!(m.flush(0).as_deref(), Some("\n"));
@@ -405,6 +498,51 @@ mod tests {
         assert_eq!(m.dropped(), 1);
         assert!(!m.hold(9, b'z'), "unknown VM");
         assert_eq!(m.next_held(9), None);
+    }
+
+    /// A UART with a two-byte FIFO the test drains by hand.
+    #[derive(Default)]
+    struct Fifo(Vec<u8>);
+
+    impl RxPort for Fifo {
+        fn can_receive(&self) -> bool {
+            self.0.len() < 2
+        }
+        fn receive(&mut self, byte: u8) -> bool {
+            self.can_receive() && {
+                self.0.push(byte);
+                true
+            }
+        }
+    }
+
+    #[test]
+    fn pump_holds_what_a_full_uart_cannot_take_and_keeps_the_order() {
+        let mux = spin::Mutex::new(mux());
+        let uarts = [
+            spin::Mutex::new(Fifo::default()),
+            spin::Mutex::new(Fifo::default()),
+        ];
+        let mut typed = b"hello".iter().copied();
+        let mut woke = Vec::new();
+        pump_input(&mux, |i| uarts.get(i), || typed.next(), |i, _| woke.push(i));
+        assert_eq!(uarts[0].lock().0, b"he");
+        assert!(mux.lock().has_held(0));
+        assert_eq!(woke, [0, 0]);
+        // The guest reads its FIFO; the next pump moves held bytes first.
+        uarts[0].lock().0.clear();
+        let mut more = [ESCAPE, b'1', b'!'].into_iter();
+        pump_input(&mux, |i| uarts.get(i), || more.next(), |_, _| {});
+        assert_eq!(uarts[0].lock().0, b"ll", "held bytes, in order");
+        assert_eq!(
+            uarts[1].lock().0,
+            b"!",
+            "the escape switched the focus at once"
+        );
+        uarts[0].lock().0.clear();
+        pump_input(&mux, |i| uarts.get(i), || None, |_, _| {});
+        assert_eq!(uarts[0].lock().0, b"o");
+        assert!(!mux.lock().has_held(0));
     }
 
     #[test]

@@ -23,7 +23,7 @@ use spin::{Mutex, Once};
 use kestrel_abi::package::{ConsoleKind, Package};
 
 use crate::board::{BoardInfo, IrqChip};
-use crate::console::{ConsoleMux, InputAction};
+use crate::console::ConsoleMux;
 use crate::fpu::{Arm64FpState, FpEngine, FpLoad, FpPolicy, VcpuFp};
 use crate::guest::arm64::idregs::IdConfig;
 use crate::platform::ExitStatus;
@@ -362,42 +362,16 @@ impl Arm64Backend {
             return;
         }
         let Some(hv) = HV.get() else { return };
-        // Bytes a full UART could not take earlier go first, in order.
-        for (i, vm) in vms().iter().enumerate() {
-            let mut u = vm.arch.uart.lock();
-            let mut moved = false;
-            while u.can_receive() {
-                let Some(byte) = console().lock().next_held(i) else {
-                    break;
-                };
-                u.receive(byte);
-                moved = true;
-            }
-            if moved {
-                exits::uart_line(hv, vm, u.irq_level(), usize::MAX, cpu);
-            }
-        }
-        while let Some(b) = platform::console_read() {
-            let action = console().lock().input(b);
-            match action {
-                InputAction::Deliver { vm: i, byte } => {
-                    if let Some(vm) = vms().get(i) {
-                        let mut u = vm.arch.uart.lock();
-                        let mut mux = console().lock();
-                        if u.can_receive() && !mux.has_held(i) {
-                            drop(mux);
-                            u.receive(byte);
-                            exits::uart_line(hv, vm, u.irq_level(), usize::MAX, cpu);
-                        } else {
-                            // A paste faster than the guest reads: keep it.
-                            mux.hold(i, byte);
-                        }
-                    }
+        crate::console::pump_input(
+            console(),
+            |i| vms().get(i).map(|vm| &vm.arch.uart),
+            platform::console_read,
+            |i, u| {
+                if let Some(vm) = vms().get(i) {
+                    exits::uart_line(hv, vm, u.irq_level(), usize::MAX, cpu);
                 }
-                InputAction::Say(text) => crate::klog::print(format_args!("{text}")),
-                InputAction::None => {}
-            }
-        }
+            },
+        );
     }
 
     /// A guest byte for the console: tagged lines on the physical UART.

@@ -24,7 +24,7 @@ use spin::{Mutex, Once};
 use kestrel_abi::package::{ConsoleKind, FpPolicy as PkgFpPolicy, GuestKind, Package};
 
 use crate::board::BoardInfo;
-use crate::console::{ConsoleMux, InputAction};
+use crate::console::ConsoleMux;
 use crate::fpu::{FpEngine, FpLoad, FpPolicy, LoongArchFpState, VcpuFp};
 use crate::guest::loongarch::csr::{self as vcsr, CsrFile};
 use crate::guest::loongarch::iocsr::VIpi;
@@ -362,35 +362,13 @@ impl LaBackend {
         if cpu != 0 {
             return;
         }
-        // Bytes a full UART could not take earlier go first, in order.
-        for (i, vm) in vms().iter().enumerate() {
-            let mut u = vm.arch.uart.lock();
-            while u.can_receive() {
-                let Some(byte) = console().lock().next_held(i) else {
-                    break;
-                };
-                u.receive(byte);
-            }
-        }
-        while let Some(b) = super::platform::PLATFORM.console_read() {
-            let action = console().lock().input(b);
-            match action {
-                InputAction::Deliver { vm: i, byte } => {
-                    if let Some(vm) = vms().get(i) {
-                        let mut u = vm.arch.uart.lock();
-                        let mut mux = console().lock();
-                        if u.can_receive() && !mux.has_held(i) {
-                            u.receive(byte);
-                        } else {
-                            // A paste faster than the guest reads: keep it.
-                            mux.hold(i, byte);
-                        }
-                    }
-                }
-                InputAction::Say(text) => crate::klog::print(format_args!("{text}")),
-                InputAction::None => {}
-            }
-        }
+        // The 16550 has no receive interrupt here: guests poll it.
+        crate::console::pump_input(
+            console(),
+            |i| vms().get(i).map(|vm| &vm.arch.uart),
+            || super::platform::PLATFORM.console_read(),
+            |_, _| {},
+        );
     }
 
     /// A guest byte for the console: tagged lines on the physical UART.
