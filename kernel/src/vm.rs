@@ -18,6 +18,7 @@ use alloc::vec::Vec;
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use spin::Mutex;
 
+use crate::platform::ExitStatus;
 use crate::sched::{CpuMask, Kick, PutReason, RunState, SchedError, Scheduler, VcpuKey};
 use crate::stats::Stats;
 use crate::vmid::VmVmid;
@@ -273,6 +274,19 @@ impl<B: Backend> Hypervisor<B> {
     pub fn all_ended(&self) -> bool {
         let vms = self.vms.lock();
         !vms.is_empty() && vms.iter().all(|vm| vm.has_ended())
+    }
+
+    /// How the run ended: `Success` when every VM powered itself off.
+    pub fn exit_status(&self) -> ExitStatus {
+        let vms = self.vms.lock();
+        if vms
+            .iter()
+            .all(|vm| vm.end_reason() == Some(VmEnd::PowerOff))
+        {
+            ExitStatus::Success
+        } else {
+            ExitStatus::Failure
+        }
     }
 
     /// The run loop of pCPU `cpu`. Returns once every VM has ended.

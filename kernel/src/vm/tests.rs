@@ -304,6 +304,11 @@ fn a_fatal_vm_ends_alone() {
     hv.power_on(&bad, 1, 0).unwrap();
     run_all(&hv, cpus, &log);
     assert!(matches!(bad.end_reason(), Some(VmEnd::Fatal(_))));
+    assert_eq!(
+        hv.exit_status(),
+        ExitStatus::Failure,
+        "one VM stopped by kestrel"
+    );
     assert_eq!(good.end_reason(), Some(VmEnd::PowerOff));
     assert!(bad.vcpus[1].ctx.lock().left < 1_000_000);
 }

@@ -893,12 +893,5 @@ pub fn run_vms(cpu: usize) -> ExitStatus {
     hv.run_cpu(cpu, &OBSERVER);
     // SAFETY: back to the boot flow, which idles with IRQs enabled.
     unsafe { core::arch::asm!("msr daifclr, #2", options(nomem, nostack)) };
-    if vms()
-        .iter()
-        .all(|vm| vm.end_reason() == Some(VmEnd::PowerOff))
-    {
-        ExitStatus::Success
-    } else {
-        ExitStatus::Failure
-    }
+    hv.exit_status()
 }

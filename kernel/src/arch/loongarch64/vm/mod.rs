@@ -818,12 +818,5 @@ pub fn run_vms(cpu: usize) -> ExitStatus {
     hv.backend.init_cpu(cpu);
     hv.run_cpu(cpu, &OBSERVER);
     csr::irq_enable();
-    if vms()
-        .iter()
-        .all(|vm| vm.end_reason() == Some(VmEnd::PowerOff))
-    {
-        ExitStatus::Success
-    } else {
-        ExitStatus::Failure
-    }
+    hv.exit_status()
 }
