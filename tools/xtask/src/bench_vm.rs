@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::vmtests_linux::{run_timed, Boot};
+use crate::vmtests_linux::run_timed;
 use crate::{qemu, root, Arch, Opts};
 
 /// How long one benchmark boot may take.
@@ -118,15 +118,6 @@ fn prefix(arch: Arch) -> &'static str {
     }
 }
 
-/// The serial log as printed (without run_timed's arrival stamps).
-fn plain(b: &Boot) -> String {
-    b.lines
-        .iter()
-        .map(|l| l.text.as_str())
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
 /// Boots kestrel with `config` (and `features`) until it powers off;
 /// returns the serial log.
 fn boot(arch: Arch, config: &Path, features: &[&str]) -> Result<String, String> {
@@ -149,7 +140,7 @@ fn boot(arch: Arch, config: &Path, features: &[&str]) -> Result<String, String> 
     let cmd = qemu::command(&opts, &private, true);
     eprintln!("bench-vm: $ {}", qemu::render(&cmd));
     let b = run_timed(cmd, LIMIT, None)?;
-    let log = plain(&b);
+    let log = b.text();
     if b.timed_out || !log.contains("all VMs have ended (status 0)") {
         return Err(format!(
             "{}: the VMs did not all end well (timed out: {}); last lines:\n{}",

@@ -16,10 +16,8 @@
 //!
 //! docs/test-guest.md describes the guest, its checks and its output.
 
-use std::io::Read;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::smoke::{Case, Ending};
@@ -395,50 +393,10 @@ fn boot_vm(case: &VmCase) -> Result<(String, bool), String> {
         append: "kestrel.exit=poweroff".into(),
         config: Some(config),
     };
-    let mut cmd = qemu::command(&opts, &image, true);
+    let cmd = qemu::command(&opts, &image, true);
     eprintln!("    $ {}", qemu::render(&cmd));
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("cannot start QEMU: {e} (run `make setup`)"))?;
-    let log = Arc::new(Mutex::new(String::new()));
-    let mut readers = Vec::new();
-    for mut pipe in [
-        Box::new(child.stdout.take().expect("piped")) as Box<dyn Read + Send>,
-        Box::new(child.stderr.take().expect("piped")),
-    ] {
-        let log = Arc::clone(&log);
-        readers.push(std::thread::spawn(move || {
-            let mut buf = [0u8; 4096];
-            while let Ok(n) = pipe.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                log.lock()
-                    .expect("log lock")
-                    .push_str(&String::from_utf8_lossy(&buf[..n]).replace('\r', ""));
-            }
-        }));
-    }
-    let start = Instant::now();
-    let timed_out = loop {
-        if child.try_wait().map_err(|e| e.to_string())?.is_some() {
-            break false;
-        }
-        if start.elapsed() > case.timeout {
-            let _ = child.kill();
-            let _ = child.wait();
-            break true;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    for r in readers {
-        let _ = r.join();
-    }
-    let log = log.lock().expect("log lock").clone();
-    Ok((log, timed_out))
+    let boot = crate::vmtests_linux::run_timed(cmd, case.timeout, None)?;
+    Ok((boot.text(), boot.timed_out))
 }
 
 /// Whether `cargo xtask vmtest ARGS` is for this module (`--arch aarch64`).

@@ -53,6 +53,15 @@ impl Boot {
         self.lines.iter().find(|l| l.text.contains(s)).map(|l| l.at)
     }
 
+    /// The serial log as printed (no arrival stamps).
+    pub fn text(&self) -> String {
+        self.lines
+            .iter()
+            .map(|l| l.text.as_str())
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
     pub fn log(&self) -> String {
         self.lines
             .iter()
