@@ -159,7 +159,9 @@ pub struct LrFill {
     pub overflow: bool,
     /// Set ICH_HCR_EL2.NPIE / GICH_HCR.NPIE: the guest will take the pending
     /// entries, and the exit when none is left pending lets the rest in.
-    /// (When every entry is active instead, they carry `eoi_maintenance`.)
+    /// Only set when some entry is in the Pending state (not
+    /// pending+active); otherwise every non-HW entry carries
+    /// `eoi_maintenance`, so the rest get in when the guest deactivates one.
     pub npie: bool,
 }
 
@@ -246,7 +248,15 @@ impl Vgic {
             let _ = fill.lrs.push(entry);
         }
         if fill.overflow {
-            fill.npie = fill.lrs.iter().any(|e| e.state.is_pending());
+            // NPIE's maintenance interrupt is asserted while no list register
+            // is in the Pending state (0b01: pending+active does not count),
+            // so it is only useful, and only safe, when some entry is purely
+            // pending: with every entry active or pending+active it would
+            // fire at once on every entry and no guest instruction would run
+            // in between (a guest with interrupts masked could hold a pCPU in
+            // that loop for good). Then the entries ask to hear of their
+            // deactivation instead, which takes the guest's own progress.
+            fill.npie = fill.lrs.iter().any(|e| e.state == LrState::Pending);
             if !fill.npie {
                 for e in fill.lrs.iter_mut().filter(|e| !e.hw) {
                     e.eoi_maintenance = true;

@@ -630,6 +630,58 @@ fn fill_picks_highest_priority_and_reports_overflow() {
         .all(|e| e.state == LrState::Active && e.eoi_maintenance));
 }
 
+/// A hostile guest with interrupts masked makes more interrupts pending and
+/// active than there are list registers (GICv3: SGIs through its
+/// redistributor; GICv2: PPIs through the banked distributor registers).
+/// Every entry is then pending+active: NPIE would assert the maintenance
+/// interrupt at once on every entry (no LR is in the Pending state) and
+/// hold the pCPU in an entry/maintenance loop. The fill must ask for EOI
+/// maintenance instead, and stay stable over exits the guest makes no
+/// progress in.
+#[test]
+fn pending_active_overflow_never_sets_npie() {
+    for version in [GicVersion::V3, GicVersion::V2] {
+        let mut g = gic(version, 2, 32);
+        wr(&mut g, 0, 0x0, 3);
+        // GICv3: SGIs 0-4 in the redistributor's SGI_base frame; GICv2:
+        // PPIs 16-20 in the banked distributor registers.
+        let v3 = version == GicVersion::V3;
+        if v3 {
+            rwr(&mut g, 0x14, 0); // wake the redistributor
+        }
+        for off in [0x100, 0x200, 0x300] {
+            if v3 {
+                rwr(&mut g, sgi_base(0) + off, 0x1f);
+            } else {
+                wr(&mut g, 0, off, 0x1f << 16);
+            }
+        }
+        for round in 0..3 {
+            let fill = g.fill_lrs(0, 4);
+            assert_eq!(fill.lrs.len(), 4, "{version:?} round {round}");
+            assert!(fill.overflow, "{version:?}: the fifth one waits");
+            assert!(
+                fill.lrs.iter().all(|e| e.state == LrState::PendingActive),
+                "{version:?}: {:?}",
+                fill.lrs
+            );
+            assert!(!fill.npie, "{version:?}: NPIE with no Pending entry");
+            assert!(fill.lrs.iter().all(|e| e.eoi_maintenance));
+            // The guest (masked) changes nothing; the exit syncs it back.
+            g.sync_lrs(0, &back(&fill, &[LrState::PendingActive; 4]));
+        }
+        // Progress is the guest's: once it has handled one of them for good
+        // (taken its pending part and deactivated it), the fifth gets in.
+        let fill = g.fill_lrs(0, 4);
+        let mut states = [LrState::PendingActive; 4];
+        states[0] = LrState::Invalid;
+        g.sync_lrs(0, &back(&fill, &states));
+        let fill = g.fill_lrs(0, 4);
+        assert_eq!(fill.lrs.len(), 4);
+        assert!(!fill.overflow && !fill.npie, "{version:?}");
+    }
+}
+
 #[test]
 fn lr_round_trip_edge() {
     let mut g = linux_v3(2, 32);
@@ -883,6 +935,9 @@ fn check_fill(fills: &[(usize, LrFill)], nr_lrs: usize) {
     let mut seen_spis = Vec::new();
     for (_, fill) in fills {
         assert!(fill.lrs.len() <= nr_lrs);
+        // NPIE only with an entry in the Pending state, else its maintenance
+        // interrupt would fire on entry with no guest progress.
+        assert!(!fill.npie || fill.lrs.iter().any(|e| e.state == LrState::Pending));
         for (i, e) in fill.lrs.iter().enumerate() {
             assert!(e.state != LrState::Invalid);
             assert!(
