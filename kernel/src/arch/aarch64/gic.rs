@@ -12,8 +12,27 @@ use crate::MAX_CPUS;
 
 use super::percpu;
 
-/// Priority of kestrel's interrupts (below the 0xF0 mask).
-const PRIORITY: u32 = 0xa0;
+/// Priority of an interrupt kestrel takes (all below the 0xF0 mask; a
+/// GIC-400 keeps 5 priority bits, so values are multiples of 8).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Priority {
+    /// kestrel's own tick: above everything a guest can make pending (the
+    /// maintenance interrupt, kicks, forwarded timers), so no guest-driven
+    /// interrupt can keep the tick, and with it the end of a time slice,
+    /// from being acknowledged.
+    Tick,
+    /// Everything else.
+    Normal,
+}
+
+impl Priority {
+    const fn value(self) -> u32 {
+        match self {
+            Priority::Tick => 0x80,
+            Priority::Normal => 0xa0,
+        }
+    }
+}
 /// Priority mask: everything with a higher priority than 0xF0 is signalled.
 const PMR: u64 = 0xf0;
 const SPIN_LIMIT: u32 = 10_000_000;
@@ -219,8 +238,10 @@ impl Gic {
         }
     }
 
-    /// Enables private interrupt `intid` (a PPI) on the calling CPU.
-    pub fn enable_ppi(&self, intid: u32) {
+    /// Enables private interrupt `intid` (a PPI) on the calling CPU at
+    /// `priority`.
+    pub fn enable_ppi(&self, intid: u32, priority: Priority) {
+        let prio = priority.value();
         let bit = 1u32 << (intid % 32);
         let prio_reg = (intid as usize / 4) * 4;
         let prio_shift = (intid % 4) * 8;
@@ -229,7 +250,7 @@ impl Gic {
                 let p = gicd + GICD_IPRIORITYR + prio_reg;
                 write32(
                     p,
-                    (read32(p) & !(0xff << prio_shift)) | (PRIORITY << prio_shift),
+                    (read32(p) & !(0xff << prio_shift)) | (prio << prio_shift),
                 );
                 write32(gicd + GICD_ISENABLER, bit);
             }
@@ -241,7 +262,7 @@ impl Gic {
                 let p = sgi + GICD_IPRIORITYR + prio_reg;
                 write32(
                     p,
-                    (read32(p) & !(0xff << prio_shift)) | (PRIORITY << prio_shift),
+                    (read32(p) & !(0xff << prio_shift)) | (prio << prio_shift),
                 );
                 write32(sgi + GICD_ISENABLER, bit);
                 wait_clear(rd + GICR_CTLR, 1 << 3);

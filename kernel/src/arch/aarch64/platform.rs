@@ -8,7 +8,7 @@ use crate::platform::{ExitStatus, Platform, StartError};
 use crate::vmconfig::VmSpec;
 use crate::MAX_CPUS;
 
-use super::gic::Gic;
+use super::gic::{self, Gic};
 use super::pl011::{self, Pl011};
 use super::{percpu, psci, smp, timer};
 
@@ -103,7 +103,7 @@ impl Platform for Arm64 {
 
     fn start_tick(&self, hz: u32) {
         if let Some(s) = STATE.get() {
-            s.gic.enable_ppi(timer::PPI);
+            s.gic.enable_ppi(timer::PPI, gic::Priority::Tick);
         }
         timer::start(hz);
         // SAFETY: unmasking IRQs: the vectors and GIC are set up on this CPU.

@@ -36,7 +36,7 @@ use crate::vmconfig::{VmSpec, GUEST_GICC};
 use crate::vmid::VmidAllocator;
 use crate::MAX_CPUS;
 
-use super::gic::Gic;
+use super::gic::{Gic, Priority};
 use super::{exceptions, mmu, percpu, platform, timer};
 use fp::Arm64FpHw;
 use regs::{mrs, msr, El1Regs, PSTATE_EL1H_MASKED};
@@ -250,7 +250,7 @@ fn set_vtimer_phys(gic: &Gic, cpu: usize, enable: bool) {
     let p = &PCPU[cpu];
     if p.vtimer_enabled.load(Ordering::Relaxed) != enable {
         if enable {
-            gic.enable_ppi(VTIMER_PPI);
+            gic.enable_ppi(VTIMER_PPI, Priority::Normal);
         } else {
             gic.disable_ppi(VTIMER_PPI);
         }
@@ -271,9 +271,9 @@ impl Arm64Backend {
     fn init_cpu(&self, cpu: usize) {
         *PCPU[cpu].fp.lock() = Some(FpEngine::new(cpu, self.policy, Arm64FpHw));
         self.gic.enable_split_eoi();
-        self.gic.enable_ppi(KICK_SGI);
-        self.gic.enable_ppi(MAINTENANCE_PPI);
-        self.gic.enable_ppi(VTIMER_PPI);
+        self.gic.enable_ppi(KICK_SGI, Priority::Normal);
+        self.gic.enable_ppi(MAINTENANCE_PPI, Priority::Normal);
+        self.gic.enable_ppi(VTIMER_PPI, Priority::Normal);
         PCPU[cpu].vtimer_enabled.store(true, Ordering::Relaxed);
         if let VgicHw::V3 { .. } = self.hw {
             msr!("ich_hcr_el2", 0);
