@@ -51,6 +51,8 @@ use alloc::sync::Arc;
 use core::sync::atomic::{AtomicUsize, Ordering};
 use spin::Mutex;
 
+use crate::stats::{Counter, Stats};
+
 #[cfg(test)]
 mod tests;
 
@@ -101,14 +103,36 @@ pub struct VcpuFp<S> {
     state: Mutex<S>,
     /// pCPU whose unit holds newer registers than `state`, or `NOWHERE`.
     live_on: AtomicUsize,
+    /// Where this vCPU's saves, restores and traps are counted (its VM's
+    /// statistics). Every move is counted against the vCPU whose registers
+    /// moved, whichever vCPU's trap caused it, so a VM's counters never tell
+    /// it what another VM did on the same pCPU.
+    account: Option<Arc<Stats>>,
 }
 
 impl<S> VcpuFp<S> {
-    /// A vCPU whose FP registers start as `initial`.
+    /// A vCPU whose FP registers start as `initial` (moves not counted).
     pub fn new(initial: S) -> Self {
         Self {
             state: Mutex::new(initial),
             live_on: AtomicUsize::new(NOWHERE),
+            account: None,
+        }
+    }
+
+    /// A vCPU whose FP registers start as `initial` and whose register
+    /// moves are counted in `stats` (its VM's `FpSaves`, `FpRestores`,
+    /// `FpTraps`).
+    pub fn counted(initial: S, stats: Arc<Stats>) -> Self {
+        Self {
+            account: Some(stats),
+            ..Self::new(initial)
+        }
+    }
+
+    fn count(&self, c: Counter) {
+        if let Some(s) = &self.account {
+            s.inc(c);
         }
     }
 
@@ -141,7 +165,8 @@ pub enum FpLoad {
     LiveOn(usize),
 }
 
-/// Per-pCPU counters.
+/// Per-pCPU counters (every vCPU's moves on this pCPU: for the host's
+/// benchmarks and logs, never for a guest; see [`VcpuFp::counted`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct FpCounters {
     /// Register file saves.
@@ -217,6 +242,9 @@ impl<H: FpHw> FpEngine<H> {
     /// its registers and traps are off: return and retry the instruction.
     pub fn fp_trap(&mut self) {
         self.counters.traps += 1;
+        if let Some(cur) = &self.current {
+            cur.count(Counter::FpTraps);
+        }
         self.take_unit();
     }
 
@@ -278,6 +306,7 @@ impl<H: FpHw> FpEngine<H> {
             }
             self.hw.restore(&cur.state.lock());
             self.counters.restores += 1;
+            cur.count(Counter::FpRestores);
             cur.live_on.store(self.cpu, Ordering::Release);
             self.owner = Some(cur);
         }
@@ -288,6 +317,7 @@ impl<H: FpHw> FpEngine<H> {
         if let Some(owner) = self.owner.take() {
             self.hw.save(&mut owner.state.lock());
             self.counters.saves += 1;
+            owner.count(Counter::FpSaves);
             // Release: the saved registers are visible before another pCPU
             // sees `live_on` cleared and restores them.
             owner.live_on.store(NOWHERE, Ordering::Release);

@@ -10,7 +10,6 @@
 //! hypercall and defined in `kestrel_abi::stat`; a [`Snapshot`] prints as the
 //! summary the hypervisor logs.
 
-use crate::fpu::FpCounters;
 use crate::ipi::IpiOutcome;
 use crate::vmid::VmidLoad;
 use core::fmt;
@@ -209,13 +208,6 @@ impl Stats {
         });
     }
 
-    /// Add the growth of an FP engine's counters since `before`.
-    pub fn record_fp(&self, before: &FpCounters, after: &FpCounters) {
-        self.add(Counter::FpSaves, after.saves - before.saves);
-        self.add(Counter::FpRestores, after.restores - before.restores);
-        self.add(Counter::FpTraps, after.traps - before.traps);
-    }
-
     /// Count one accepted PV IPI send.
     pub fn record_ipi(&self, outcome: &IpiOutcome) {
         self.inc(Counter::IpiSent);
@@ -328,18 +320,7 @@ mod tests {
             coalesced: 2,
             kicked: 1,
         });
-        s.record_fp(
-            &FpCounters {
-                saves: 1,
-                restores: 1,
-                traps: 1,
-            },
-            &FpCounters {
-                saves: 3,
-                restores: 4,
-                traps: 1,
-            },
-        );
+        s.add(Counter::FpRestores, 3);
         assert_eq!(s.read_index(stat::EXIT_MMIO), Some(2));
         assert_eq!(s.read_index(stat::IPI_DELIVERED), Some(3));
         assert_eq!(s.read_index(stat::FP_RESTORES), Some(3));

@@ -103,7 +103,9 @@ pub struct Vm<B: Backend> {
     pub slot: u16,
     pub name: String,
     pub vmid: VmVmid,
-    pub stats: Stats,
+    /// The VM's counters (shared with its vCPUs' FP state, which counts
+    /// its own register moves here: [`crate::fpu::VcpuFp::counted`]).
+    pub stats: Arc<Stats>,
     pub arch: B::VmState,
     pub vcpus: Vec<Vcpu<B>>,
     ended: AtomicBool,
@@ -126,6 +128,9 @@ impl<B: Backend> Vm<B> {
 pub struct VmParts<B: Backend> {
     pub name: String,
     pub arch: B::VmState,
+    /// The VM's statistics block (the arch may hand clones to per-vCPU
+    /// state that counts into it, e.g. the FP engine's accounting).
+    pub stats: Arc<Stats>,
     /// Register files of the vCPUs, index order.
     pub vcpus: Vec<B::VcpuState>,
     /// pCPUs each vCPU may run on (same for all), cut to the online ones.
@@ -200,7 +205,7 @@ impl<B: Backend> Hypervisor<B> {
             slot,
             name: parts.name,
             vmid: VmVmid::new(),
-            stats: Stats::new(),
+            stats: parts.stats,
             arch: parts.arch,
             vcpus,
             ended: AtomicBool::new(false),

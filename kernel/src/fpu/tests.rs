@@ -302,3 +302,45 @@ fn run_schedule(policy: FpPolicy, seed: u64, pcpus: usize, vcpus: usize, steps: 
         ),
     }
 }
+
+/// Every register move is counted in the VM of the vCPU whose registers
+/// moved: a VM's counters never show another VM's FP use on the same pCPU
+/// (the save of the previous owner happens inside the next user's trap).
+#[test]
+fn moves_are_counted_against_the_vcpu_whose_registers_moved() {
+    for policy in POLICIES {
+        let (sa, sb) = (Arc::new(Stats::new()), Arc::new(Stats::new()));
+        let a = Arc::new(VcpuFp::counted([1; 4], Arc::clone(&sa)));
+        let b = Arc::new(VcpuFp::counted([2; 4], Arc::clone(&sb)));
+        let mut e = FpEngine::new(0, policy, FakeUnit::default());
+        let read = |s: &Stats| {
+            [Counter::FpSaves, Counter::FpRestores, Counter::FpTraps]
+                .map(|c| s.read_index(c.index() as u64).unwrap())
+        };
+        // VM A uses FP; VM B runs on the same pCPU without touching it.
+        assert_eq!(e.vcpu_load(&a), FpLoad::Ready);
+        use_fp(&mut e, [1; 4], [11; 4]);
+        e.vcpu_put();
+        assert_eq!(e.vcpu_load(&b), FpLoad::Ready);
+        e.vcpu_put();
+        let b_quiet = read(&sb);
+        // Now B uses FP: its trap saves A's registers.
+        assert_eq!(e.vcpu_load(&b), FpLoad::Ready);
+        use_fp(&mut e, [2; 4], [22; 4]);
+        e.vcpu_put();
+        let (ra, rb) = (read(&sa), read(&sb));
+        // B's counters are what B's own use costs, whatever A did.
+        let own = match policy {
+            FpPolicy::Eager => [b_quiet[0] + 1, b_quiet[1] + 1, 0],
+            FpPolicy::SaveOnPut => [1, 1, 1],
+            FpPolicy::Lazy => [0, 1, 1],
+        };
+        assert_eq!(rb, own, "{policy:?}: B's counters");
+        // A's save shows in A's counters, never in B's.
+        assert!(ra[0] >= 1, "{policy:?}: A's save not counted: {ra:?}");
+        let total = e.counters();
+        assert_eq!(ra[0] + rb[0], total.saves, "{policy:?}");
+        assert_eq!(ra[1] + rb[1], total.restores, "{policy:?}");
+        assert_eq!(ra[2] + rb[2], total.traps, "{policy:?}");
+    }
+}

@@ -153,9 +153,9 @@ pub fn sync(
             vm.stats.exit(ExitReason::FpTrap);
             let mut e = super::PCPU[cpu].fp.lock();
             if let Some(engine) = e.as_mut() {
-                let before = engine.counters();
+                // Counts the trap and restore in this VM, and the save of
+                // the previous owner's registers in that owner's VM.
                 engine.fp_trap();
-                vm.stats.record_fp(&before, &engine.counters());
             }
             RunExit::Continue
         }

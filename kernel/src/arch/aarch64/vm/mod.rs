@@ -28,7 +28,7 @@ use crate::fpu::{Arm64FpState, FpEngine, FpLoad, FpPolicy, VcpuFp};
 use crate::guest::arm64::idregs::IdConfig;
 use crate::platform::ExitStatus;
 use crate::sched::{CpuMask, VcpuKey};
-use crate::stats::Counter;
+use crate::stats::{Counter, Stats};
 use crate::vdev::pl011::Pl011 as VPl011;
 use crate::vgic::{GicVersion, LrEntry, Vgic, VgicConfig, MAX_LRS};
 use crate::vm::{Backend, Hypervisor, Observer, RunExit, Vcpu, Vm, VmEnd, VmParts};
@@ -150,12 +150,12 @@ pub struct VcpuState {
 }
 
 impl VcpuState {
-    fn new(index: usize) -> VcpuState {
+    fn new(index: usize, stats: &Arc<Stats>) -> VcpuState {
         VcpuState {
             regs: GuestRegs::default(),
             el1: El1Regs::reset(),
             gic: VgicCpu::default(),
-            fp: Arc::new(VcpuFp::new(Arm64FpState::default())),
+            fp: Arc::new(VcpuFp::counted(Arm64FpState::default(), Arc::clone(stats))),
             vmpidr: (1 << 31) | crate::psci::vcpu_mpidr(index),
             lrs_used: 0,
             started: false,
@@ -469,12 +469,8 @@ impl Backend for Arm64Backend {
         PCPU[cpu].loaded.store(true, Ordering::Release);
         // Lazy FP: wait for the pCPU holding our registers to write them back.
         loop {
-            let before = PCPU[cpu].fp.lock().as_ref().map(|e| e.counters());
+            // (Register moves count themselves in their own VM's stats.)
             let r = PCPU[cpu].fp.lock().as_mut().map(|e| e.vcpu_load(&ctx.fp));
-            if let (Some(b), Some(a)) = (before, PCPU[cpu].fp.lock().as_ref().map(|e| e.counters()))
-            {
-                vm.stats.record_fp(&b, &a);
-            }
             match r {
                 Some(FpLoad::LiveOn(p)) if p < MAX_CPUS => {
                     PCPU[p].fp_requests.lock().push(ctx.fp.clone());
@@ -540,9 +536,7 @@ impl Backend for Arm64Backend {
         {
             let mut e = PCPU[cpu].fp.lock();
             if let Some(engine) = e.as_mut() {
-                let before = engine.counters();
                 engine.vcpu_put();
-                vm.stats.record_fp(&before, &engine.counters());
             }
         }
         self.vmids.vcpu_put(cpu);
@@ -754,7 +748,8 @@ impl Arm64Backend {
         // SAFETY: invalidates the instruction cache so the copied kernel is
         // fetched from memory.
         unsafe { core::arch::asm!("dsb ish", "ic ialluis", "dsb ish", "isb", options(nostack)) };
-        let mut states: Vec<VcpuState> = (0..vcpus).map(VcpuState::new).collect();
+        let stats = Arc::new(Stats::new());
+        let mut states: Vec<VcpuState> = (0..vcpus).map(|i| VcpuState::new(i, &stats)).collect();
         states[0].reset(spec.entry_gpa, spec.dtb_gpa);
         let affinity = if spec.affinity.mask != 0 {
             CpuMask(spec.affinity.mask).and(online)
@@ -767,6 +762,7 @@ impl Arm64Backend {
         Ok(VmParts {
             name: String::from(spec.name),
             arch: st,
+            stats,
             vcpus: states,
             affinity,
             pinned: spec.affinity.pinned,

@@ -96,9 +96,9 @@ pub fn handle(
                 deliver(ctx, code, 0, None, badi)
             } else {
                 if let Some(e) = super::PCPU[cpu].fp.lock().as_mut() {
-                    let before = e.counters();
+                    // Counts the trap and restore in this VM, and the save
+                    // of the previous owner's registers in that owner's VM.
                     e.fp_trap();
-                    vm.stats.record_fp(&before, &e.counters());
                 }
                 RunExit::Continue
             }

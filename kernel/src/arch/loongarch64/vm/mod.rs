@@ -32,7 +32,7 @@ use crate::guest::loongarch::layout;
 use crate::guest::loongarch::tlb::SoftTlb;
 use crate::platform::ExitStatus;
 use crate::sched::{CpuMask, VcpuKey};
-use crate::stats::Counter;
+use crate::stats::{Counter, Stats};
 use crate::vdev::ns16550::Ns16550 as VNs16550;
 use crate::vm::{Backend, Hypervisor, Observer, RunExit, Vcpu, Vm, VmEnd, VmParts};
 use crate::vmconfig::VmSpec;
@@ -152,12 +152,15 @@ pub struct VcpuState {
 }
 
 impl VcpuState {
-    fn new(index: usize) -> VcpuState {
+    fn new(index: usize, stats: &Arc<Stats>) -> VcpuState {
         VcpuState {
             frame: GuestFrame::default(),
             csr: CsrFile::new(index as u64),
             tlb: SoftTlb::new(),
-            fp: Arc::new(VcpuFp::new(LoongArchFpState::default())),
+            fp: Arc::new(VcpuFp::counted(
+                LoongArchFpState::default(),
+                Arc::clone(stats),
+            )),
             epoch: 0,
             vmid: 0,
             user_plv: 3,
@@ -461,13 +464,8 @@ impl Backend for LaBackend {
         }
         // FP: ask the pCPU holding this vCPU's registers to write them back.
         loop {
-            // Count what the load itself did (the eager policy restores here).
-            let r = PCPU[cpu].fp.lock().as_mut().map(|e| {
-                let before = e.counters();
-                let r = e.vcpu_load(&ctx.fp);
-                vm.stats.record_fp(&before, &e.counters());
-                r
-            });
+            // (Register moves count themselves in their own VM's stats.)
+            let r = PCPU[cpu].fp.lock().as_mut().map(|e| e.vcpu_load(&ctx.fp));
             match r {
                 Some(FpLoad::LiveOn(p)) if p < MAX_CPUS => {
                     PCPU[p].fp_requests.lock().push(Arc::clone(&ctx.fp));
@@ -515,9 +513,7 @@ impl Backend for LaBackend {
         sh.running_on.store(usize::MAX, Ordering::SeqCst);
         fpu::set_guest_euen(0);
         if let Some(e) = PCPU[cpu].fp.lock().as_mut() {
-            let before = e.counters();
             e.vcpu_put();
-            vm.stats.record_fp(&before, &e.counters());
         }
         self.vmids.vcpu_put(cpu);
         // A vCPU put away wakes at its timer deadline, if the timer line is
@@ -643,7 +639,8 @@ impl LaBackend {
         cl.push(0);
         st.copy_in(cmdline_off, &cl)
             .map_err(|e| format!("cmdline: {e}"))?;
-        let mut states: Vec<VcpuState> = (0..vcpus).map(VcpuState::new).collect();
+        let stats = Arc::new(Stats::new());
+        let mut states: Vec<VcpuState> = (0..vcpus).map(|i| VcpuState::new(i, &stats)).collect();
         let args = [0, layout::gpa_of(cmdline_off), layout::gpa_of(spec.dtb_gpa)];
         states[0].reset(0, entry, args);
         let affinity = if spec.affinity.mask != 0 {
@@ -657,6 +654,7 @@ impl LaBackend {
         Ok(VmParts {
             name: String::from(spec.name),
             arch: st,
+            stats,
             vcpus: states,
             affinity,
             pinned: spec.affinity.pinned,
