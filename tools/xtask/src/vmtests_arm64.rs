@@ -182,6 +182,10 @@ pub struct VmCase {
     /// Further checks of the whole log.
     pub check: Option<fn(&str) -> Vec<String>>,
     pub timeout: Duration,
+    /// Extra QEMU arguments (e.g. `-icount` for cases that measure time
+    /// shares: the guest counter then counts instructions, so the host's
+    /// load cannot change what the guests measure).
+    pub qemu_args: &'static [&'static str],
 }
 
 /// Every check of the guest.
@@ -216,6 +220,7 @@ pub fn vm_cases() -> Vec<VmCase> {
             must_pass: ALL,
             check: Some(check_bench_lines),
             timeout: Duration::from_secs(600),
+            qemu_args: &[],
         },
         VmCase {
             name: "arm64-1vm-gicv2: one VM, 4 vCPUs on -smp 4, GICv2, every check + IPI benchmark",
@@ -227,6 +232,7 @@ pub fn vm_cases() -> Vec<VmCase> {
             must_pass: ALL,
             check: Some(check_bench_lines),
             timeout: Duration::from_secs(600),
+            qemu_args: &[],
         },
         VmCase {
             name: "arm64-fp-shared: 3 VMs x 2-4 vCPUs sharing 4 pCPUs, lazy FP across switches",
@@ -238,6 +244,31 @@ pub fn vm_cases() -> Vec<VmCase> {
             must_pass: ALL,
             check: Some(check_fp_switches),
             timeout: Duration::from_secs(1200),
+            qemu_args: &[],
+        },
+        VmCase {
+            name: "arm64-hostile-gicv3: an attacker VM beside a victim VM on one pCPU, GICv3",
+            config: "configs/test/arm64-hostile.toml",
+            features: &[],
+            gic: 3,
+            mem_mib: 1024,
+            vms: vec!["attacker".into(), "victim".into()],
+            must_pass: &[],
+            check: Some(check_hostile),
+            timeout: Duration::from_secs(300),
+            qemu_args: ICOUNT,
+        },
+        VmCase {
+            name: "arm64-hostile-gicv2: an attacker VM beside a victim VM on one pCPU, GICv2",
+            config: "configs/test/arm64-hostile.toml",
+            features: &[],
+            gic: 2,
+            mem_mib: 1024,
+            vms: vec!["attacker".into(), "victim".into()],
+            must_pass: &[],
+            check: Some(check_hostile),
+            timeout: Duration::from_secs(300),
+            qemu_args: ICOUNT,
         },
         VmCase {
             name: "arm64-rollover: 20 VMs x 2 vCPUs on 4 pCPUs with 4-bit VMIDs (vmid4)",
@@ -249,8 +280,102 @@ pub fn vm_cases() -> Vec<VmCase> {
             must_pass: ALL,
             check: Some(check_rollover),
             timeout: Duration::from_secs(1800),
+            qemu_args: &[],
         },
     ]
+}
+
+/// Deterministic guest time: one counter tick per instruction, no sleeping.
+const ICOUNT: &[&str] = &["-icount", "shift=0,sleep=off"];
+
+/// Every phase of the hostile-guest suite (tools/guests/arm64-test/src/hostile.rs).
+const HOSTILE_PASS: &[(&str, &str)] = &[
+    ("attacker", "attack-storms"),
+    ("attacker", "attack-vgic-freeze"),
+    ("attacker", "attack-sysreg-read"),
+    ("attacker", "attack-sysreg-write"),
+    ("attacker", "attack-sys-insn"),
+    ("attacker", "attack-hypercalls"),
+    ("attacker", "attack-mmio"),
+    ("attacker", "attack-isolation"),
+    ("attacker", "attack-hold"),
+    ("victim", "victim-memory"),
+    ("victim", "victim-registers"),
+    ("victim", "victim-heartbeat"),
+];
+
+/// The victim's numbers from its `VICTIM:` line.
+#[derive(Debug, PartialEq)]
+struct VictimLine {
+    window_ms: u64,
+    share_pct: u64,
+    ticks: u64,
+    period_ms: u64,
+    max_gap_ms: u64,
+}
+
+fn parse_victim(log: &str) -> Option<VictimLine> {
+    let line = log.lines().find_map(|l| {
+        l.find("[victim] VICTIM: ")
+            .map(|i| &l[i + "[victim] VICTIM: ".len()..])
+    })?;
+    // "window W ms, ran R ms (share S%), ticks T (period P ms, max gap G ms), ..."
+    let after = |key: &str| -> Option<u64> {
+        let i = line.find(key)? + key.len();
+        let digits: String = line[i..]
+            .chars()
+            .take_while(|c| c.is_ascii_digit())
+            .collect();
+        digits.parse().ok()
+    };
+    Some(VictimLine {
+        window_ms: after("window ")?,
+        share_pct: after("(share ")?,
+        ticks: after("ticks ")?,
+        period_ms: after("(period ")?,
+        max_gap_ms: after("max gap ")?,
+    })
+}
+
+/// The hostile suite: every phase passed, and the victim, sharing one
+/// pCPU with the attacker (fair share 50%), got at least 20% of the time,
+/// an eighth of its timer interrupts, and never waited a second for one.
+fn check_hostile(log: &str) -> Vec<String> {
+    let mut problems = Vec::new();
+    for (vm, name) in HOSTILE_PASS {
+        let want = format!("[{vm}] PASS {name} ");
+        if !log.contains(&want) {
+            problems.push(format!("{vm}: no \"PASS {name}\""));
+        }
+    }
+    match parse_victim(log) {
+        None => problems.push("victim: no VICTIM line".into()),
+        Some(v) => {
+            if v.share_pct < 20 {
+                problems.push(format!(
+                    "victim ran {}% of its window sharing one pCPU with the attacker (fair: 50%, at least 20% expected)",
+                    v.share_pct
+                ));
+            }
+            let expected = v.window_ms / v.period_ms.max(1);
+            if v.ticks * 8 < expected {
+                problems.push(format!(
+                    "victim took {} timer interrupts in {} ms (period {} ms: at least {} expected)",
+                    v.ticks,
+                    v.window_ms,
+                    v.period_ms,
+                    expected / 8
+                ));
+            }
+            if v.max_gap_ms > 1000 {
+                problems.push(format!(
+                    "victim waited {} ms for a timer interrupt (at most 1000 ms expected)",
+                    v.max_gap_ms
+                ));
+            }
+        }
+    }
+    problems
 }
 
 /// The single-VM runs print the IPI benchmark: every line must be there.
@@ -393,7 +518,8 @@ fn boot_vm(case: &VmCase) -> Result<(String, bool), String> {
         append: "kestrel.exit=poweroff".into(),
         config: Some(config),
     };
-    let cmd = qemu::command(&opts, &image, true);
+    let mut cmd = qemu::command(&opts, &image, true);
+    cmd.args(case.qemu_args);
     eprintln!("    $ {}", qemu::render(&cmd));
     let boot = crate::vmtests_linux::run_timed(cmd, case.timeout, None)?;
     Ok((boot.text(), boot.timed_out))
@@ -484,6 +610,7 @@ mod tests {
             must_pass: &["timer"],
             check: None,
             timeout: Duration::from_secs(1),
+            qemu_args: &[],
         };
         let good = "[a] PASS 6 timer (x)\n[a] RESULT: 12 passed, 0 failed\n\
                     [b] PASS 6 timer\n[b] RESULT: 12 passed, 0 failed\n\
@@ -506,6 +633,32 @@ mod tests {
             check_bare("SKIP 7 sgi-target-list (needs 2 or more vCPUs)").len(),
             1
         );
+    }
+
+    #[test]
+    fn hostile_judge_reads_the_victim_line() {
+        let line = "[cpu0] x\n[victim] VICTIM: window 8000 ms, ran 3900 ms (share 48%), ticks 390 (period 10 ms, max gap 31 ms), memory ok, registers ok\n";
+        assert_eq!(
+            parse_victim(line),
+            Some(VictimLine {
+                window_ms: 8000,
+                share_pct: 48,
+                ticks: 390,
+                period_ms: 10,
+                max_gap_ms: 31
+            })
+        );
+        let mut log = String::from(line);
+        for (vm, name) in HOSTILE_PASS {
+            log.push_str(&format!("[{vm}] PASS {name} (x)\n"));
+        }
+        assert!(check_hostile(&log).is_empty(), "{:?}", check_hostile(&log));
+        let starved = log
+            .replace("share 48%", "share 3%")
+            .replace("ticks 390", "ticks 20");
+        assert_eq!(check_hostile(&starved).len(), 2);
+        let missing = log.replace("PASS attack-mmio", "FAIL attack-mmio");
+        assert_eq!(check_hostile(&missing).len(), 1);
     }
 
     #[test]

@@ -162,6 +162,11 @@ extern "C" fn primary_main(dtb: usize) -> ! {
             "not kestrel (kestrel-specific checks are skipped)"
         }
     );
+    match p.mode {
+        crate::platform::Mode::Checks => {}
+        crate::platform::Mode::Attack => crate::hostile::attack(&p),
+        crate::platform::Mode::Victim => crate::hostile::victim(&p),
+    }
     let mut ctx = Ctx {
         p,
         kestrel,

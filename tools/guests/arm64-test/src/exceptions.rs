@@ -4,7 +4,7 @@
 
 use crate::cpu::{sysreg_read, CPUS, VTIMER_INTID};
 use crate::gic;
-use core::sync::atomic::{AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// The frame `start.S` saves on every exception.
 #[repr(C)]
@@ -24,6 +24,27 @@ static PROBE_ADDR: AtomicU64 = AtomicU64::new(0);
 static PROBE_ESR: AtomicU64 = AtomicU64::new(0);
 /// FAR_EL1 of that abort.
 static PROBE_FAR: AtomicU64 = AtomicU64::new(0);
+
+/// Set while [`probe_any`] runs: any synchronous exception is recorded and
+/// the faulting instruction skipped (an instruction abort returns to the
+/// caller of the probed code through x30).
+static PROBE_ANY: AtomicBool = AtomicBool::new(false);
+
+/// Runs `f` with every synchronous exception caught: returns what `f`
+/// returned and ESR_EL1 of the first exception it took (0 = none), with
+/// FAR_EL1. Used by the hostile-guest mode to see what answer each probe
+/// got.
+pub fn probe_any(f: impl FnOnce() -> u64) -> (u64, u64, u64) {
+    PROBE_ESR.store(0, Ordering::SeqCst);
+    PROBE_ANY.store(true, Ordering::SeqCst);
+    let v = f();
+    PROBE_ANY.store(false, Ordering::SeqCst);
+    (
+        v,
+        PROBE_ESR.load(Ordering::SeqCst),
+        PROBE_FAR.load(Ordering::SeqCst),
+    )
+}
 
 /// What a probe read saw.
 #[derive(Clone, Copy, Debug)]
@@ -87,6 +108,20 @@ extern "C" fn exception_handler(kind: u64, frame: &mut Frame) {
                 PROBE_FAR.store(far, Ordering::SeqCst);
                 PROBE_ESR.store(esr, Ordering::SeqCst);
                 frame.elr += 4;
+                return;
+            }
+            if PROBE_ANY.load(Ordering::SeqCst) {
+                if PROBE_ESR.load(Ordering::SeqCst) == 0 {
+                    PROBE_FAR.store(far, Ordering::SeqCst);
+                    PROBE_ESR.store(esr, Ordering::SeqCst);
+                }
+                // An instruction abort (EC 0x21) has nothing to skip: go
+                // back to the caller, which reached it with BLR.
+                frame.elr = if ec == 0x21 {
+                    frame.x[30]
+                } else {
+                    frame.elr + 4
+                };
                 return;
             }
             fatal(kind, frame)

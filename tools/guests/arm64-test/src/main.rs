@@ -26,6 +26,8 @@ mod exceptions;
 #[cfg(target_os = "none")]
 mod gic;
 #[cfg(target_os = "none")]
+mod hostile;
+#[cfg(target_os = "none")]
 mod platform;
 #[cfg(target_os = "none")]
 mod smccc;

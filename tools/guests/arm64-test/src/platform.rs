@@ -23,6 +23,21 @@ pub struct Platform {
     pub bench_n: Option<u64>,
     /// Whether a DTB was found at all.
     pub from_dtb: bool,
+    /// `mode=attack` / `mode=victim`: the hostile-guest suite instead of
+    /// the checks (`hostile.rs`).
+    pub mode: Mode,
+    /// `window_ms=N`: how long the victim measures; `hold_ms=N`: how long
+    /// after its start the attacker keeps its pCPU busy.
+    pub window_ms: Option<u64>,
+    pub hold_ms: Option<u64>,
+}
+
+/// What the guest runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    Checks,
+    Attack,
+    Victim,
 }
 
 impl Platform {
@@ -43,6 +58,9 @@ impl Platform {
             fp_iters: None,
             bench_n: None,
             from_dtb: false,
+            mode: Mode::Checks,
+            window_ms: None,
+            hold_ms: None,
         }
     }
 
@@ -129,6 +147,17 @@ impl Platform {
                 }
                 if let Some(n) = num("bench_n=") {
                     p.bench_n = Some(n);
+                }
+                if let Some(n) = num("window_ms=") {
+                    p.window_ms = Some(n);
+                }
+                if let Some(n) = num("hold_ms=") {
+                    p.hold_ms = Some(n);
+                }
+                match word {
+                    "mode=attack" => p.mode = Mode::Attack,
+                    "mode=victim" => p.mode = Mode::Victim,
+                    _ => {}
                 }
             }
         }
