@@ -79,6 +79,7 @@ check-fp: setup-rust
 bench: setup
 	$(CARGO) run --release -q -p kestrel-bench
 	$(CARGO) xtask bench-vm
+	$(CARGO) xtask bench-exits
 	$(CARGO) xtask bench-linux
 
 lint: setup-rust

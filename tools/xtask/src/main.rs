@@ -11,6 +11,7 @@
 //! ```
 
 mod assets;
+mod bench_exits;
 mod bench_vm;
 mod config;
 mod qemu;
@@ -298,6 +299,7 @@ fn run() -> Result<(), String> {
         "vmtest" => vmtests_la64::run(rest),
         "guest-assets" | "bench-linux" => assets::command(cmd, rest),
         "bench-vm" => bench_vm::run(rest),
+        "bench-exits" => bench_exits::run(rest),
         "check-fp" => {
             let o = parse_opts(rest)?;
             let mut arches = vec![o.arch];

@@ -166,6 +166,8 @@ extern "C" fn primary_main(dtb: usize) -> ! {
         crate::platform::Mode::Checks => {}
         crate::platform::Mode::Attack => crate::hostile::attack(&p),
         crate::platform::Mode::Victim => crate::hostile::victim(&p),
+        crate::platform::Mode::BenchExits => crate::exitbench::exits_mode(&p, kestrel),
+        crate::platform::Mode::BenchSwitch => crate::exitbench::switch_mode(kestrel),
     }
     let mut ctx = Ctx {
         p,

@@ -24,6 +24,8 @@ mod cpu;
 #[cfg(target_os = "none")]
 mod exceptions;
 #[cfg(target_os = "none")]
+mod exitbench;
+#[cfg(target_os = "none")]
 mod gic;
 #[cfg(target_os = "none")]
 mod hostile;

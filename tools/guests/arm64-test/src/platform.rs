@@ -38,6 +38,10 @@ pub enum Mode {
     Checks,
     Attack,
     Victim,
+    /// `mode=bench-exits`: instructions per exit kind (`exitbench.rs`).
+    BenchExits,
+    /// `mode=bench-switch`: instructions per switch between two VMs.
+    BenchSwitch,
 }
 
 impl Platform {
@@ -157,6 +161,8 @@ impl Platform {
                 match word {
                     "mode=attack" => p.mode = Mode::Attack,
                     "mode=victim" => p.mode = Mode::Victim,
+                    "mode=bench-exits" => p.mode = Mode::BenchExits,
+                    "mode=bench-switch" => p.mode = Mode::BenchSwitch,
                     _ => {}
                 }
             }

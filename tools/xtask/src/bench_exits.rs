@@ -1,0 +1,200 @@
+//! `cargo xtask bench-exits`: what one exit costs, in guest instructions.
+//!
+//! QEMU runs with `-icount shift=0,sleep=off`: every instruction advances
+//! the virtual clock by 1 ns, so the test guest's `mode=bench-exits`, which
+//! times N round trips of each operation with its own counter, measures
+//! instructions per operation (the guest's and kestrel's together), the
+//! same on every run and every host. The same guest on bare QEMU at EL1
+//! (same flags) gives the native cost where the operation exists there.
+//! Two VMs pinned to one pCPU in `mode=bench-switch` give the cost of a
+//! vCPU switch between VMs. Output: one table, case | kestrel | bare | goal.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::vmtests_arm64::build_guest_arm64;
+use crate::vmtests_linux::{bare_command, run_timed};
+use crate::{qemu, root, Arch, Opts};
+
+const ICOUNT: [&str; 2] = ["-icount", "shift=0,sleep=off"];
+const LIMIT: Duration = Duration::from_secs(600);
+
+/// One `EXIT <case> instr=N exits=E n=M` line.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ExitLine {
+    pub case: String,
+    pub instr: u64,
+    pub exits: Option<String>,
+}
+
+/// Every `EXIT` case line of a log (tagged or not).
+pub fn parse(log: &str) -> BTreeMap<String, ExitLine> {
+    let mut out = BTreeMap::new();
+    for line in log.lines() {
+        let Some(rest) = line.split("EXIT ").nth(1) else {
+            continue;
+        };
+        let mut words = rest.split_whitespace();
+        let Some(case) = words.next() else { continue };
+        let mut instr = None;
+        let mut exits = None;
+        for w in words {
+            if let Some(v) = w.strip_prefix("instr=") {
+                instr = v.parse().ok();
+            } else if let Some(v) = w.strip_prefix("exits=") {
+                exits = (v != "-").then(|| v.to_string());
+            }
+        }
+        if let Some(instr) = instr {
+            out.insert(
+                case.to_string(),
+                ExitLine {
+                    case: case.to_string(),
+                    instr,
+                    exits,
+                },
+            );
+        }
+    }
+    out
+}
+
+/// The goals of issue-level targets (arm64): instructions per round trip.
+fn goal(case: &str) -> Option<u64> {
+    match case {
+        "hypercall" | "mmio-uart-read" | "gicd-read" | "sysreg-trap" => Some(1_000),
+        "ipi-self" => Some(3_000),
+        _ => None,
+    }
+}
+
+fn boot_kestrel(config: &str, gic: u32) -> Result<String, String> {
+    let config = root().join(config);
+    let image = crate::build_image_with(Arch::Aarch64, &[], Some(&config))?;
+    let opts = Opts {
+        arch: Arch::Aarch64,
+        smp: 2,
+        gic,
+        mem_mib: 1024,
+        features: Vec::new(),
+        append: "kestrel.exit=poweroff".into(),
+        config: Some(config),
+    };
+    let mut cmd = qemu::command(&opts, &image, true);
+    cmd.args(ICOUNT);
+    eprintln!("    $ {}", qemu::render(&cmd));
+    let boot = run_timed(cmd, LIMIT, None)?;
+    if boot.timed_out {
+        return Err(format!(
+            "kestrel did not finish within {} s",
+            LIMIT.as_secs()
+        ));
+    }
+    Ok(boot.text())
+}
+
+fn boot_bare(gic: u32) -> Result<String, String> {
+    let guest = build_guest_arm64()?;
+    let mut cmd = bare_command(
+        &format!("virt,gic-version={gic}"),
+        1,
+        1024,
+        &guest,
+        None,
+        "mode=bench-exits",
+    );
+    cmd.args(ICOUNT);
+    eprintln!("    $ {}", qemu::render(&cmd));
+    let boot = run_timed(cmd, LIMIT, None)?;
+    if boot.timed_out {
+        return Err("the bare-QEMU run did not finish".into());
+    }
+    Ok(boot.text())
+}
+
+/// `cargo xtask bench-exits [--gic 2|3]`.
+pub fn run(args: &[String]) -> Result<(), String> {
+    let mut gic = 3;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--gic" => {
+                gic = it
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .filter(|g| *g == 2 || *g == 3)
+                    .ok_or("--gic takes 2 or 3")?
+            }
+            other => return Err(format!("bench-exits: unknown option '{other}'")),
+        }
+    }
+    build_guest_arm64()?;
+    let k = boot_kestrel("configs/bench/arm64-exits.toml", gic)?;
+    let s = boot_kestrel("configs/bench/arm64-switch.toml", gic)?;
+    let b = boot_bare(gic)?;
+    let (mut kestrel, bare) = (parse(&k), parse(&b));
+    kestrel.extend(parse(&s));
+    if !kestrel.contains_key("hypercall") {
+        return Err(format!("no EXIT lines from kestrel:\n{k}"));
+    }
+    println!(
+        "\nExit costs, arm64 (GICv{gic}), guest instructions per round trip under -icount shift=0 (kestrel's and the guest's together)"
+    );
+    println!(
+        "{:<18} {:>10} {:>12} {:>10} {:>8}",
+        "case", "kestrel", "exits/op", "bare", "goal"
+    );
+    let order = [
+        "loop",
+        "hypercall",
+        "mmio-uart-read",
+        "gicd-read",
+        "sysreg-trap",
+        "ipi-self",
+        "wfi-timer-wake",
+        "vm-switch-wfi",
+    ];
+    let mut missed = Vec::new();
+    for case in order {
+        let kv = kestrel.get(case);
+        let bv = bare.get(case);
+        let g = goal(case);
+        println!(
+            "{:<18} {:>10} {:>12} {:>10} {:>8}",
+            case,
+            kv.map_or("-".into(), |l| l.instr.to_string()),
+            kv.and_then(|l| l.exits.clone()).unwrap_or("-".into()),
+            bv.map_or("-".into(), |l| l.instr.to_string()),
+            g.map_or("-".into(), |g| format!("<={g}")),
+        );
+        if let (Some(l), Some(g)) = (kv, g) {
+            if l.instr > g {
+                missed.push(format!("{case} {} > {g}", l.instr));
+            }
+        }
+    }
+    println!(
+        "(wfi-timer-wake includes its 50 us = 50000-instruction timer period; vm-switch-wfi is a round of two VMs blocking in WFI on one pCPU, woken by 1 us timers: two switches, two WFI exits, a wake-up)"
+    );
+    if missed.is_empty() {
+        println!("goals: all met");
+    } else {
+        println!("goals not met: {}", missed.join(", "));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_exit_lines() {
+        let log = "[bench] EXIT begin kestrel=1\n[bench] EXIT hypercall instr=3764 exits=1.00 n=2000\nEXIT gicd-read instr=80 exits=- n=2000\nEXIT note x\n";
+        let p = parse(log);
+        assert_eq!(p.len(), 2);
+        assert_eq!(p["hypercall"].instr, 3764);
+        assert_eq!(p["hypercall"].exits.as_deref(), Some("1.00"));
+        assert_eq!(p["gicd-read"].exits, None);
+    }
+}
