@@ -19,12 +19,15 @@
 //!
 //! A vCPU that was blocked, offline or queued elsewhere must not bank the
 //! time it did not run: when it is queued on pCPU `c` (wake, power-on) or
-//! taken from another pCPU's queue, its vruntime is raised to at least
-//! `floor[c]` minus two slices, where `floor[c]` is a monotonic estimate of
-//! the lowest vruntime competing for `c`. So a sleeper gets a short head
-//! start, not the whole time it slept, and a vCPU moving from a lightly to a
-//! heavily loaded pCPU does not monopolise it. The slice length is learnt
-//! from the charges at slice ends, so the scheduler needs no clock rate.
+//! taken from another pCPU's queue to run on `c`, its vruntime is raised
+//! to at least `c`'s floor minus two slices. The floor of `c` is the lowest
+//! vruntime among the vCPUs running or queued there; when there are none,
+//! the lowest among all running and runnable vCPUs (kept monotonic, for
+//! when nothing runs at all). So a sleeper gets a short head start, not the
+//! whole time it slept, and a vCPU moving from a crowded pCPU to one where
+//! a pinned vCPU ran alone does not monopolise it. The slice length is
+//! learnt from the charges at slice ends, so the scheduler needs no clock
+//! rate.
 //!
 //! A vCPU that yields (`put(Yield)`, e.g. arm64 WFE while others wait) is
 //! passed over once by the next pick on that pCPU if anyone else may run.
@@ -169,8 +172,9 @@ struct Inner {
     /// vCPU switches: picks of a vCPU other than the pCPU's previous one.
     switches: u64,
     last_run: [Option<usize>; MAX_CPUS],
-    /// Per pCPU: a monotonic estimate of the lowest vruntime competing for it.
-    floor: [u64; MAX_CPUS],
+    /// The lowest vruntime of the running and runnable vCPUs, last seen
+    /// (monotonic): the floor of a pCPU nobody runs or waits on.
+    global_floor: u64,
     /// Per pCPU: the vCPU that yielded it, passed over by its next pick.
     yielder: [Option<usize>; MAX_CPUS],
     /// Average slice length in counter ticks, learnt at slice ends.
@@ -211,7 +215,7 @@ impl Scheduler {
                 steals: 0,
                 switches: 0,
                 last_run: [None; MAX_CPUS],
-                floor: [0; MAX_CPUS],
+                global_floor: 0,
                 yielder: [None; MAX_CPUS],
                 slice: 0,
             }),
@@ -282,7 +286,6 @@ impl Scheduler {
             s.clamp(i, cpu);
         }
         s.idle.0 &= !(1 << cpu);
-        s.floor[cpu] = s.floor[cpu].max(s.entries[i].vruntime);
         let e = &mut s.entries[i];
         e.state = RunState::Running(cpu);
         e.home = cpu;
@@ -310,9 +313,9 @@ impl Scheduler {
         } else {
             s.slice - s.slice / 8 + ran / 8
         };
+        s.update_global_floor();
         let mine = s.entries[i].vruntime;
         let lowest = s.best(cpu, None).map(|c| s.entries[c.entry].vruntime);
-        s.floor[cpu] = s.floor[cpu].max(lowest.map_or(mine, |l| l.min(mine)));
         lowest.is_some_and(|l| l < mine)
     }
 
@@ -492,9 +495,43 @@ impl Inner {
     /// allowed lag: time spent blocked, offline or elsewhere is not banked.
     fn clamp(&mut self, i: usize, cpu: usize) {
         let lag = self.slice.saturating_mul(MAX_LAG_SLICES);
-        let least = self.floor[cpu].saturating_sub(lag);
+        let least = self.floor(cpu, i).saturating_sub(lag);
         let e = &mut self.entries[i];
         e.vruntime = e.vruntime.max(least);
+    }
+
+    /// The lowest vruntime among the vCPUs other than `except` running on
+    /// or queued on `cpu`; without any, the global floor.
+    fn floor(&mut self, cpu: usize, except: usize) -> u64 {
+        let running = self.running_on(cpu).filter(|&r| r != except);
+        let local = self.queues[cpu]
+            .iter()
+            .copied()
+            .chain(running)
+            .filter(|&j| j != except)
+            .map(|j| self.entries[j].vruntime)
+            .min();
+        match local {
+            Some(v) => v,
+            None => {
+                self.update_global_floor();
+                self.global_floor
+            }
+        }
+    }
+
+    /// Raises the global floor to the lowest vruntime of the running and
+    /// runnable vCPUs, if any.
+    fn update_global_floor(&mut self) {
+        let lowest = self
+            .entries
+            .iter()
+            .filter(|e| matches!(e.state, RunState::Running(_) | RunState::Runnable))
+            .map(|e| e.vruntime)
+            .min();
+        if let Some(v) = lowest {
+            self.global_floor = self.global_floor.max(v);
+        }
     }
 
     /// Adds the counter ticks entry `i` ran since it was last charged;
@@ -736,16 +773,18 @@ mod tests {
         assert_eq!(s.pick(0, 0), Some(b), "alone, a yielder runs again");
     }
 
-    /// Simulates `cpus` pCPUs for `time` counter ticks. Every vCPU in the
+    /// Simulates `cpus` pCPUs from counter value `from` to `to`. Every vCPU in the
     /// scheduler spins (never blocks); slices last 80-120 ticks, ending at
     /// different times on each pCPU. Checks that nothing runs outside its
-    /// affinity or on two pCPUs, and returns each vCPU's share of one pCPU
-    /// in thousandths (its run time over `time`), measured by the
-    /// simulation, not by the scheduler's own accounting.
+    /// affinity or on two pCPUs, and returns each vCPU of `affinity`'s share
+    /// of one pCPU in thousandths (its run time over `to - from`), measured
+    /// by the simulation, not by the scheduler's own accounting. At the end
+    /// the running vCPUs are put back (preempted).
     fn spin_shares(
         s: &Scheduler,
         cpus: usize,
-        time: u64,
+        from: u64,
+        to: u64,
         affinity: &std::collections::HashMap<VcpuKey, CpuMask>,
     ) -> std::collections::HashMap<VcpuKey, u64> {
         let mut rng = 0x9e37_79b9_7f4a_7c15u64;
@@ -756,9 +795,9 @@ mod tests {
             rng
         };
         let mut running: Vec<Option<VcpuKey>> = vec![None; cpus];
-        let mut slice_end: Vec<u64> = (0..cpus).map(|c| 80 + 10 * c as u64).collect();
+        let mut slice_end: Vec<u64> = (0..cpus).map(|c| from + 80 + 10 * c as u64).collect();
         let mut ran = std::collections::HashMap::new();
-        for now in 0..time {
+        for now in from..to {
             for cpu in 0..cpus {
                 if let Some(k) = running[cpu] {
                     if now >= slice_end[cpu] {
@@ -781,9 +820,14 @@ mod tests {
                 }
             }
         }
+        for (cpu, k) in running.iter().enumerate() {
+            if let Some(k) = k {
+                s.put(cpu, *k, PutReason::Preempted, to).unwrap();
+            }
+        }
         affinity
             .keys()
-            .map(|k| (*k, ran.get(k).copied().unwrap_or(0) * 1000 / time))
+            .map(|k| (*k, ran.get(k).copied().unwrap_or(0) * 1000 / (to - from)))
             .collect()
     }
 
@@ -798,7 +842,7 @@ mod tests {
             s.add(k, CpuMask::first(2), true).unwrap();
             aff.insert(k, CpuMask::first(2));
         }
-        let shares = spin_shares(&s, 2, 200_000, &aff);
+        let shares = spin_shares(&s, 2, 0, 200_000, &aff);
         for (k, share) in &shares {
             assert!(
                 (620..=720).contains(share),
@@ -824,13 +868,70 @@ mod tests {
             s.power_on(key(0, v), 0).unwrap();
         }
         s.put(0, boot, PutReason::Preempted, 0).unwrap();
-        let shares = spin_shares(&s, 4, 400_000, &aff);
+        let shares = spin_shares(&s, 4, 0, 400_000, &aff);
         let fair = 4000 / 17;
         for (k, share) in &shares {
             assert!(
                 share.abs_diff(fair) < fair * 15 / 100,
                 "{k:?} got {share}/1000 of a pCPU, fair is {fair}: {shares:?}"
             );
+        }
+    }
+
+    /// The guest's boot: the boot vCPU of a 16-vCPU VM and a 1-vCPU VM spin
+    /// while the 15 secondaries sleep, then the secondaries wake and all
+    /// spin. The sleepers must not bank their sleep, and none of them may
+    /// come back with more than the others: everyone gets 4/17 at once.
+    #[test]
+    fn secondaries_waking_after_a_long_boot_share_fairly() {
+        let s = Scheduler::new(CpuMask::first(4));
+        let mut all = std::collections::HashMap::new();
+        for v in 0..16 {
+            s.add(key(0, v), CpuMask::first(4), v == 0).unwrap();
+            all.insert(key(0, v), CpuMask::first(4));
+        }
+        s.add(key(1, 0), CpuMask::first(4), true).unwrap();
+        all.insert(key(1, 0), CpuMask::first(4));
+        for v in 1..16 {
+            s.power_on(key(0, v), 0).unwrap();
+        }
+        // Each secondary runs briefly, then waits for an interrupt.
+        let mut asleep = 0;
+        for n in 0..1000 {
+            let cpu = n % 4;
+            if let Some(k) = s.pick(cpu, 0) {
+                let secondary = k.vm == 0 && k.vcpu != 0;
+                let why = if secondary {
+                    asleep += 1;
+                    PutReason::Blocked
+                } else {
+                    PutReason::Preempted
+                };
+                s.put(cpu, k, why, 0).unwrap();
+            }
+        }
+        assert_eq!(asleep, 15);
+        let awake: std::collections::HashMap<_, _> = [key(0, 0), key(1, 0)]
+            .into_iter()
+            .map(|k| (k, CpuMask::first(4)))
+            .collect();
+        let boot = spin_shares(&s, 4, 0, 100_000, &awake);
+        assert!(boot.values().all(|&v| v > 900), "{boot:?}");
+        for v in 1..16 {
+            s.wake(key(0, v), 0).unwrap();
+        }
+        // Measure from the first slices after the wake: one long window
+        // would hide a vCPU that starved at first and caught up later.
+        let fair = 4000 / 17;
+        for window in 0..4u64 {
+            let from = 100_000 + window * 25_000;
+            let shares = spin_shares(&s, 4, from, from + 25_000, &all);
+            for (k, share) in &shares {
+                assert!(
+                    share.abs_diff(fair) < fair * 30 / 100,
+                    "window {window}: {k:?} got {share}/1000, fair is {fair}: {shares:?}"
+                );
+            }
         }
     }
 
@@ -849,7 +950,7 @@ mod tests {
             s.add(k, m, true).unwrap();
             aff.insert(k, m);
         }
-        let shares = spin_shares(&s, 2, 200_000, &aff);
+        let shares = spin_shares(&s, 2, 0, 200_000, &aff);
         for (k, share) in &shares {
             assert!(*share > 400, "{k:?} got {share}/1000: {shares:?}");
         }
