@@ -14,6 +14,7 @@ mod assets;
 mod bench_vm;
 mod config;
 mod qemu;
+mod share;
 mod smoke;
 mod vmtests_arm64;
 mod vmtests_la64;
