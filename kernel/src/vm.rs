@@ -47,7 +47,8 @@ impl core::fmt::Display for VmEnd {
 /// What one [`Backend::run`] call ended with.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RunExit {
-    /// Handled; run again (the loop preempts when the time slice is over).
+    /// Handled; run again (at the end of the time slice the loop asks the
+    /// scheduler whether to preempt).
     Continue,
     /// The vCPU waits for an interrupt (the backend has checked none is pending).
     Block,
@@ -88,6 +89,10 @@ pub trait Backend: Sync + Sized {
     fn slice_expired(&self, cpu: usize) -> bool;
     /// Starts a new time slice on this pCPU.
     fn slice_start(&self, cpu: usize);
+    /// The platform counter now (arm64 CNTPCT_EL0, LoongArch stable
+    /// counter): the scheduler charges vCPUs' run time in its ticks. It must
+    /// not go backwards and must be the same counter on every pCPU.
+    fn now(&self) -> u64;
 }
 
 /// One virtual CPU.
@@ -303,7 +308,7 @@ impl<B: Backend> Hypervisor<B> {
                 }
                 return;
             }
-            let Some(key) = self.sched.pick(cpu) else {
+            let Some(key) = self.sched.pick(cpu, self.backend.now()) else {
                 self.backend.idle(cpu);
                 continue;
             };
@@ -320,14 +325,14 @@ impl<B: Backend> Hypervisor<B> {
                 match self.backend.run(self, cpu, &vm, vcpu, &mut ctx) {
                     RunExit::Continue => {
                         if self.backend.slice_expired(cpu) {
-                            if self.sched.should_preempt(cpu) {
+                            if self.sched.slice_end(cpu, self.backend.now()) {
                                 break PutReason::Preempted;
                             }
                             self.backend.slice_start(cpu);
                         }
                     }
                     RunExit::Block => break PutReason::Blocked,
-                    RunExit::Yield => break PutReason::Preempted,
+                    RunExit::Yield => break PutReason::Yield,
                     RunExit::CpuOff => break PutReason::Offline,
                     RunExit::VmEnd(end) => {
                         self.end_vm(&vm, end, cpu, observer);
@@ -338,7 +343,7 @@ impl<B: Backend> Hypervisor<B> {
             self.backend.put(cpu, &vm, vcpu, &mut ctx);
             drop(ctx);
             // Errors here mean the VM was stopped meanwhile: nothing to do.
-            let _ = self.sched.put(cpu, key, why);
+            let _ = self.sched.put(cpu, key, why, self.backend.now());
             // A VM whose every vCPU turned itself off has ended too.
             if why == PutReason::Offline && !self.sched.vm_alive(vm.slot) {
                 self.end_vm(&vm, VmEnd::PowerOff, cpu, observer);

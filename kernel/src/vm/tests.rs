@@ -52,6 +52,8 @@ struct Fake {
     loaded: StdMutex<Vec<Option<VcpuKey>>>,
     slice_runs: Vec<AtomicUsize>,
     idles: AtomicUsize,
+    /// The fake platform counter: one tick per `run` on any pCPU.
+    clock: AtomicU64,
     /// A hung run loop fails the test instead of hanging it.
     deadline: std::time::Instant,
 }
@@ -94,6 +96,7 @@ impl Backend for Fake {
     ) -> RunExit {
         self.check_deadline();
         self.slice_runs[cpu].fetch_add(1, Ordering::Relaxed);
+        self.clock.fetch_add(1, Ordering::Relaxed);
         let Some(op) = ctx.script.get(ctx.pc).cloned() else {
             return RunExit::CpuOff;
         };
@@ -161,6 +164,10 @@ impl Backend for Fake {
     fn slice_start(&self, cpu: usize) {
         self.slice_runs[cpu].store(0, Ordering::Relaxed);
     }
+
+    fn now(&self) -> u64 {
+        self.clock.load(Ordering::Relaxed)
+    }
 }
 
 #[derive(Default)]
@@ -185,6 +192,7 @@ fn hv(cpus: usize) -> Hypervisor<Fake> {
             loaded: StdMutex::new(vec![None; cpus]),
             slice_runs: (0..cpus).map(|_| AtomicUsize::new(0)).collect(),
             idles: AtomicUsize::new(0),
+            clock: AtomicU64::new(0),
             deadline: std::time::Instant::now() + std::time::Duration::from_secs(20),
         },
         CpuMask::first(cpus),

@@ -15,6 +15,7 @@ mod bench_exits;
 mod bench_vm;
 mod config;
 mod qemu;
+mod share;
 mod smoke;
 mod vmtests_arm64;
 mod vmtests_la64;

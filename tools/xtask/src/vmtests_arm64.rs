@@ -148,6 +148,7 @@ fn number(name: &str) -> usize {
         "fp-simd-switches",
         "abort-outside-memory",
         "bench-ipi-exits",
+        "share",
     ];
     ORDER.iter().position(|c| *c == name).map_or(0, |i| i + 1)
 }
@@ -282,6 +283,18 @@ pub fn vm_cases() -> Vec<VmCase> {
             timeout: Duration::from_secs(1800),
             qemu_args: &[],
         },
+        VmCase {
+            name: "arm64-share: 16 spinning vCPUs beside a 1-vCPU spinner on 4 pCPUs, each gets a fair share",
+            config: "configs/test/arm64-share.toml",
+            features: &[],
+            gic: 3,
+            mem_mib: 1024,
+            vms: vec!["hog".into(), "victim".into()],
+            must_pass: &["psci-smp-bringup", "share"],
+            check: Some(check_share),
+            timeout: Duration::from_secs(180),
+            qemu_args: &[],
+        },
     ]
 }
 
@@ -375,6 +388,14 @@ fn check_hostile(log: &str) -> Vec<String> {
             }
         }
     }
+    problems
+}
+
+/// The fairness case: every vCPU's iteration rate against a fair share
+/// (`share::judge`), summary printed.
+fn check_share(log: &str) -> Vec<String> {
+    let (problems, summary) = crate::share::judge(log, 16);
+    println!("    {summary}");
     problems
 }
 
@@ -569,7 +590,10 @@ pub fn run(args: &[String]) -> Result<(), String> {
         let t = Instant::now();
         let (log, timed_out) = boot_vm(case)?;
         for l in log.lines().filter(|l| {
-            l.contains("BENCH ") || l.contains("RESULT: ") || l.contains("fp-simd-switches")
+            l.contains("BENCH ")
+                || l.contains("RESULT: ")
+                || l.contains("SHARE ")
+                || l.contains("fp-simd-switches")
         }) {
             println!("    {}", l.trim());
         }

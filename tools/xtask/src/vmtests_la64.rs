@@ -218,7 +218,24 @@ pub fn vm_cases() -> Vec<VmCase> {
             check: Some(check_rollover),
             timeout: Duration::from_secs(600),
         },
+        VmCase {
+            name: "la64-share: 16 spinning vCPUs beside a 1-vCPU spinner on 4 pCPUs, each gets a fair share",
+            config: "configs/test/la64-share.toml",
+            features: &[],
+            vms: 2,
+            must_pass: &["smp", "share"],
+            check: Some(check_share),
+            timeout: Duration::from_secs(180),
+        },
     ]
+}
+
+/// The fairness case: every vCPU's iteration rate against a fair share
+/// (`share::judge`), summary printed.
+fn check_share(log: &str) -> Vec<String> {
+    let (problems, summary) = crate::share::judge(log, 16);
+    println!("    {summary}");
+    problems
 }
 
 /// The single-VM run prints the benchmark: every line must be there.
@@ -416,7 +433,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
         }
         for l in log
             .lines()
-            .filter(|l| l.contains("BENCH ") || l.contains("RESULT: "))
+            .filter(|l| l.contains("BENCH ") || l.contains("RESULT: ") || l.contains("SHARE "))
         {
             println!("    {}", l.trim());
         }

@@ -37,7 +37,7 @@ static PASSED: AtomicU32 = AtomicU32::new(0);
 static FAILED: AtomicU32 = AtomicU32::new(0);
 static SKIPPED: AtomicU32 = AtomicU32::new(0);
 static CURRENT: AtomicUsize = AtomicUsize::new(0);
-const NAMES: [&str; 13] = [
+const NAMES: [&str; 14] = [
     "boot",
     "hypercall-discovery",
     "hypercall-errors",
@@ -51,6 +51,7 @@ const NAMES: [&str; 13] = [
     "fp-simd-switches",
     "abort-outside-memory",
     "bench-ipi-exits",
+    "share",
 ];
 
 /// The check running now: (number, name).
@@ -176,6 +177,15 @@ extern "C" fn primary_main(dtb: usize) -> ! {
         all: 1 << boot,
     };
 
+    if ctx.p.share_ms.is_some() {
+        // The fairness test: bring the vCPUs up, then only the spin window.
+        for (n, check) in [(4, psci_smp as fn(&mut Ctx) -> Verdict), (13, share)] {
+            CURRENT.store(n, Ordering::Relaxed);
+            let v = check(&mut ctx);
+            report(n, v);
+        }
+        summary_and_off(false)
+    }
     let checks: [fn(&mut Ctx) -> Verdict; 12] = [
         hypercall_discovery,
         hypercall_errors,
@@ -197,6 +207,38 @@ extern "C" fn primary_main(dtb: usize) -> ! {
         report(n, v);
     }
     summary_and_off(false)
+}
+
+/// `share_ms=N` (after `share_delay_ms=D` of sleep): every online vCPU
+/// spins the same loop until the physical counter reaches the same end,
+/// and the guest prints one line per vCPU,
+/// `SHARE vcpu=I iters=N start=S end=E hz=F` (S, E in physical counter
+/// ticks, F its frequency). The share each vCPU got of a pCPU is judged by
+/// whoever compares those lines across VMs (`cargo xtask vmtest`); here it
+/// passes when every vCPU finished and counted.
+fn share(c: &mut Ctx) -> Verdict {
+    let ms = c.p.share_ms.unwrap_or(0).clamp(1, 60_000);
+    let delay = c.p.share_delay_ms.unwrap_or(0).min(60_000);
+    if delay > 0 {
+        sleep_us(delay * 1000);
+    }
+    let hz = cpu::freq();
+    let end = cpu::phys_now() + hz * ms / 1000;
+    if !run_everywhere(Cmd::Spin, end, (ms + 60_000) * 1000) {
+        fail!("not every vCPU finished its {ms} ms spin");
+    }
+    for i in cpus(c.all) {
+        let iters = CPUS[i].result.load(Ordering::Acquire);
+        let start = CPUS[i].detail.load(Ordering::Acquire);
+        println!("SHARE vcpu={i} iters={iters} start={start} end={end} hz={hz}");
+        if iters == 0 {
+            fail!("vCPU {i} never ran during the {ms} ms window");
+        }
+    }
+    Verdict::Pass(msg!(
+        "{} vCPU(s) spun {ms} ms after {delay} ms",
+        c.all.count_ones()
+    ))
 }
 
 /// The SMCCC vendor UID query answers kestrel's UUID.

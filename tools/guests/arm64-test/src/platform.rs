@@ -21,6 +21,11 @@ pub struct Platform {
     pub fp_iters: Option<u64>,
     /// `bench_n=N`: IPIs per benchmark case.
     pub bench_n: Option<u64>,
+    /// `share_ms=N`: instead of the checks, every vCPU spins N ms and the
+    /// guest prints how many iterations each managed (the fairness test).
+    pub share_ms: Option<u64>,
+    /// `share_delay_ms=N`: sleep N ms before that window.
+    pub share_delay_ms: Option<u64>,
     /// Whether a DTB was found at all.
     pub from_dtb: bool,
     /// `mode=attack` / `mode=victim`: the hostile-guest suite instead of
@@ -61,6 +66,8 @@ impl Platform {
             psci_smc: false,
             fp_iters: None,
             bench_n: None,
+            share_ms: None,
+            share_delay_ms: None,
             from_dtb: false,
             mode: Mode::Checks,
             window_ms: None,
@@ -164,6 +171,12 @@ impl Platform {
                     "mode=bench-exits" => p.mode = Mode::BenchExits,
                     "mode=bench-switch" => p.mode = Mode::BenchSwitch,
                     _ => {}
+                }
+                if let Some(n) = num("share_ms=") {
+                    p.share_ms = Some(n);
+                }
+                if let Some(n) = num("share_delay_ms=") {
+                    p.share_delay_ms = Some(n);
                 }
             }
         }

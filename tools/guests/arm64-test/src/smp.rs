@@ -30,6 +30,9 @@ pub enum Cmd {
     SgiOthers = 4,
     /// The vCPU [`sender`] sends a PV IPI to [`mask`].
     PvIpi = 5,
+    /// Spin until the physical counter reaches `arg`, counting iterations
+    /// of a fixed loop: result = iterations, detail = the counter at the start.
+    Spin = 6,
 }
 
 impl Cmd {
@@ -40,6 +43,7 @@ impl Cmd {
             3 => Cmd::SgiList,
             4 => Cmd::SgiOthers,
             5 => Cmd::PvIpi,
+            6 => Cmd::Spin,
             _ => Cmd::Nop,
         }
     }
@@ -151,10 +155,31 @@ fn execute(me: usize, cmd: Cmd, arg: u64) {
             (0, 0)
         }
         Cmd::PvIpi if sender(arg) == me => (pv_ipi(mask(arg)) as u64, 0),
+        Cmd::Spin => spin_until(arg),
         _ => (0, 0),
     };
     state.result.store(result, Ordering::Release);
     state.detail.store(detail, Ordering::Release);
+}
+
+/// Iterations of the fixed loop between two counter reads in [`spin_until`].
+const SPIN_CHUNK: u64 = 256;
+
+/// Spins until the physical counter reaches `end`: (chunks of
+/// [`SPIN_CHUNK`] iterations done, the counter at the start). Every vCPU
+/// runs the same loop, so the counts compare the CPU time each got.
+fn spin_until(end: u64) -> (u64, u64) {
+    let start = cpu::phys_now();
+    let mut x = start | 1;
+    let mut chunks = 0;
+    while cpu::phys_now() < end {
+        for _ in 0..SPIN_CHUNK {
+            x = core::hint::black_box(x.wrapping_mul(0x5851_F42D_4C95_7F2D).wrapping_add(1));
+        }
+        chunks += 1;
+    }
+    core::hint::black_box(x);
+    (chunks, start)
 }
 
 /// `n` timer sleeps of 1 ms: (failures, shortest sleep in µs).

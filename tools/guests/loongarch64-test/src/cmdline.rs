@@ -6,14 +6,21 @@
 //! |--------|--------|
 //! | `fp_iterations=N` | iterations of the FP/LSX check per CPU (default 2000, 1..=1000000) |
 //! | `bench=off` | skip the benchmark |
+//! | `share_ms=N` | after SMP bring-up, only the fairness window: every CPU spins N ms (1..=60000) and the guest prints its iteration counts |
+//! | `share_delay_ms=N` | sleep N ms (0..=60000) before that window |
 
-use core::sync::atomic::Ordering;
+use core::sync::atomic::{AtomicU64, Ordering};
 
 use crate::checks::FP_ITERATIONS;
 use crate::console::println;
 use crate::trap::probe_u64;
 
 const MAX: usize = 512;
+
+/// `share_ms=`: the fairness window in ms (0: off, run the checks).
+pub static SHARE_MS: AtomicU64 = AtomicU64::new(0);
+/// `share_delay_ms=`: sleep before the window, in ms.
+pub static SHARE_DELAY_MS: AtomicU64 = AtomicU64::new(0);
 
 /// Reads and applies the options; returns whether the benchmark should run.
 pub fn apply(a1: u64) -> bool {
@@ -46,6 +53,14 @@ pub fn apply(a1: u64) -> bool {
             }
         } else if word == "bench=off" {
             bench = false;
+        } else if let Some(n) = word.strip_prefix("share_ms=") {
+            if let Ok(n) = n.parse::<u64>() {
+                SHARE_MS.store(n.clamp(1, 60_000), Ordering::Relaxed);
+            }
+        } else if let Some(n) = word.strip_prefix("share_delay_ms=") {
+            if let Ok(n) = n.parse::<u64>() {
+                SHARE_DELAY_MS.store(n.min(60_000), Ordering::Relaxed);
+            }
         }
     }
     if !text.is_empty() {

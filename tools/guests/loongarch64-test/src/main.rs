@@ -111,6 +111,12 @@ mod guest {
         report("paging", checks::paging());
         report("timer", checks::timer());
         report("smp", smp::bring_up(fdt_cpus));
+        let share_ms = cmdline::SHARE_MS.load(Ordering::Relaxed);
+        if share_ms > 0 {
+            let delay = cmdline::SHARE_DELAY_MS.load(Ordering::Relaxed);
+            report("share", smp::share(share_ms, delay));
+            finish()
+        }
         let on_kestrel = checks::probe_kestrel();
         report("swi0-self", checks::swi0_self());
         for t in checks::TARGET_SETS {

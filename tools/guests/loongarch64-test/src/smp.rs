@@ -10,6 +10,7 @@
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::console::{fail, pass, Outcome};
+use crate::cpu::{csr, csr_write};
 use crate::{asm, checks, cpu, wait_for, CPUS, MAX_CPUS};
 
 /// IPI vector used to wake secondaries for a new command (not counted as a
@@ -28,6 +29,9 @@ pub enum Cmd {
     SpinIrqsOn = 2,
     /// Spin with interrupts masked until `STOP` (bench: sender-only cost).
     SpinIrqsOff = 3,
+    /// Spin until the counter reaches `SPIN_END`, counting iterations of a
+    /// fixed loop into `SPIN_ITERS` (the fairness window).
+    SpinCount = 4,
 }
 
 #[allow(clippy::declare_interior_mutable_const)] // array initialiser only
@@ -47,6 +51,13 @@ pub static FP_ERRORS: [AtomicU64; MAX_CPUS] = [ZERO; MAX_CPUS];
 pub static FP_FIRST: [AtomicU64; MAX_CPUS] = [ZERO; MAX_CPUS];
 /// Set by a spinning secondary once it spins (bench start condition).
 pub static SPINNING: [AtomicBool; MAX_CPUS] = [NO; MAX_CPUS];
+/// The counter value a `SpinCount` window ends at.
+static SPIN_END: AtomicU64 = AtomicU64::new(0);
+/// Per CPU: chunks of the `SpinCount` loop done, and the counter at its start.
+static SPIN_ITERS: [AtomicU64; MAX_CPUS] = [ZERO; MAX_CPUS];
+static SPIN_START: [AtomicU64; MAX_CPUS] = [ZERO; MAX_CPUS];
+/// Iterations of the fixed loop between two counter reads.
+const SPIN_CHUNK: u64 = 256;
 
 /// Starts the secondaries; `expected` is the FDT's CPU count (0 = unknown:
 /// try every id up to `MAX_CPUS` and count who answers).
@@ -103,6 +114,7 @@ pub fn secondary_loop(me: usize) -> ! {
                     FP_FIRST[me].store(first, Ordering::Relaxed);
                     FP_ERRORS[me].store(errs, Ordering::Release);
                 }
+                x if x == Cmd::SpinCount as u64 => spin_count(me),
                 x if x == Cmd::SpinIrqsOn as u64 || x == Cmd::SpinIrqsOff as u64 => {
                     let on = x == Cmd::SpinIrqsOn as u64;
                     cpu::set_irqs(on);
@@ -118,6 +130,73 @@ pub fn secondary_loop(me: usize) -> ! {
             DONE[me].store(s, Ordering::Release);
         }
     }
+}
+
+/// Spins until the counter reaches `SPIN_END`, counting chunks of a fixed
+/// loop: every CPU runs the same loop, so the counts compare the CPU time
+/// each got.
+fn spin_count(me: usize) {
+    let end = SPIN_END.load(Ordering::Acquire);
+    let start = cpu::now();
+    let mut x = start | 1;
+    let mut chunks = 0;
+    while cpu::now() < end {
+        for _ in 0..SPIN_CHUNK {
+            x = core::hint::black_box(x.wrapping_mul(0x5851_F42D_4C95_7F2D).wrapping_add(1));
+        }
+        chunks += 1;
+    }
+    core::hint::black_box(x);
+    SPIN_START[me].store(start, Ordering::Relaxed);
+    SPIN_ITERS[me].store(chunks, Ordering::Release);
+}
+
+/// The fairness window (`share_ms=N`, after `share_delay_ms=D` of sleep):
+/// every CPU spins until the same counter value and the boot CPU prints
+/// one line per CPU, `SHARE vcpu=I iters=N start=S end=E hz=F` (S, E in
+/// stable-counter ticks, the same counter in every VM). The share each got
+/// is judged by whoever compares those lines across VMs (`cargo xtask
+/// vmtest`); here it passes when every CPU finished and counted.
+pub fn share(ms: u64, delay_ms: u64) -> Outcome {
+    if delay_ms > 0 {
+        let until = cpu::now() + crate::us(delay_ms * 1000);
+        sleep_until(until);
+    }
+    let hz = crate::COUNTER_HZ.load(Ordering::Relaxed);
+    let end = cpu::now() + crate::us(ms * 1000);
+    SPIN_END.store(end, Ordering::Release);
+    let s = post(Cmd::SpinCount);
+    spin_count(0);
+    if !wait_done(s, (ms + 60_000) * 1000) {
+        return fail!("not every CPU finished its {ms} ms spin");
+    }
+    let n = CPUS.load(Ordering::Acquire);
+    for c in 0..n {
+        let iters = SPIN_ITERS[c].load(Ordering::Acquire);
+        let start = SPIN_START[c].load(Ordering::Relaxed);
+        crate::console::println!("SHARE vcpu={c} iters={iters} start={start} end={end} hz={hz}");
+        if iters == 0 {
+            return fail!("CPU {c} never ran during the {ms} ms window");
+        }
+    }
+    pass!("{n} CPU(s) spun {ms} ms after {delay_ms} ms")
+}
+
+/// Waits in `idle` on a one-shot timer until the counter reaches `until`,
+/// so the pCPU can run others meanwhile.
+fn sleep_until(until: u64) {
+    while cpu::now() < until {
+        // Masked while arming: `idle` still wakes on the pending timer,
+        // which is taken (and cleared) once interrupts are on again.
+        cpu::set_irqs(false);
+        let left = until.saturating_sub(cpu::now()).max(4) & !3;
+        // SAFETY: a one-shot timer on this CPU; the trap handler clears it.
+        unsafe { csr_write!(csr::TCFG, left | 1) };
+        cpu::idle();
+        cpu::set_irqs(true);
+    }
+    // SAFETY: stops this CPU's timer.
+    unsafe { csr_write!(csr::TCFG, 0) };
 }
 
 /// Posts `cmd` to every online secondary and kicks them; returns the

@@ -601,6 +601,10 @@ impl Backend for Arm64Backend {
             p.slice_expired.store(false, Ordering::Release);
         }
     }
+
+    fn now(&self) -> u64 {
+        timer::counter()
+    }
 }
 
 struct LogObserver;

@@ -551,6 +551,10 @@ impl Backend for LaBackend {
     fn slice_start(&self, cpu: usize) {
         PCPU[cpu].slice_expired.store(false, Ordering::Release);
     }
+
+    fn now(&self) -> u64 {
+        csr::rdtime()
+    }
 }
 
 struct LogObserver;
