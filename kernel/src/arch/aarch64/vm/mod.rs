@@ -541,8 +541,11 @@ impl Backend for Arm64Backend {
         }
         self.vmids.vcpu_put(cpu);
         msr!("hcr_el2", mmu::HCR_BOOT);
-        // The virtual timer of a vCPU that is not loaded is watched by the
-        // hypervisor's tick (and the idle pCPUs' timers).
+        // The virtual timer of a vCPU that is not loaded is watched by
+        // kestrel's timer: this pCPU's fires no later than the deadline
+        // (whatever runs here meanwhile), and the handler wakes the vCPU
+        // (`check_timers`). Left to the periodic tick, a vCPU blocked in WFI
+        // beside a busy one waited up to a whole tick for a 1 us timer.
         let ctl = ctx.el1.cntv_ctl;
         let deadline = if ctl & 0b11 == 0b01 {
             ctx.el1.cntv_cval.saturating_add(vm.arch.cntvoff)
@@ -553,6 +556,9 @@ impl Backend for Arm64Backend {
             vm.arch.shared[vcpu.index]
                 .wake_at
                 .store(deadline, Ordering::Release);
+            if deadline != u64::MAX {
+                timer::arm_before(deadline);
+            }
         }
         PCPU[cpu].loaded.store(false, Ordering::Release);
         if PCPU[cpu].vtimer_forwarded.swap(false, Ordering::AcqRel) {
