@@ -278,6 +278,7 @@ impl Vgic {
         value: u64,
     ) -> Result<VcpuSet, MmioError> {
         let reg = self.dist_access(vcpu, offset, width)?;
+        self.touch_all();
         let value = width.mask(value);
         let kicks = match reg {
             Reg::Ctlr => {

@@ -227,17 +227,29 @@ impl Vgic {
         };
         let p = &self.private[vcpu];
         for (intid, irq) in p.irqs.iter().enumerate() {
+            // Most are idle: neither pending (latch or line) nor active.
+            if !(irq.latch || irq.line || irq.active) {
+                continue;
+            }
             if let Some(c) = self.candidate(intid as u32, irq) {
                 offer(c, &mut fill.overflow);
             }
         }
-        for (i, irq) in self.spis.iter().enumerate() {
-            let intid = 32 + i as u32;
-            if !(irq.active || self.pending_part(irq)) || self.target_of(intid, irq) != Some(vcpu) {
-                continue;
-            }
-            if let Some(c) = self.candidate(intid, irq) {
-                offer(c, &mut fill.overflow);
+        // SPIs: skipped while none is pending, active or in a list register
+        // anywhere (what the last scan found, until an SPI changes).
+        let mut spis_busy = false;
+        if !self.spis_quiet {
+            for (i, irq) in self.spis.iter().enumerate() {
+                spis_busy |= irq.active || irq.pending() || irq.in_lr;
+                let intid = 32 + i as u32;
+                if !(irq.active || self.pending_part(irq))
+                    || self.target_of(intid, irq) != Some(vcpu)
+                {
+                    continue;
+                }
+                if let Some(c) = self.candidate(intid, irq) {
+                    offer(c, &mut fill.overflow);
+                }
             }
         }
         for c in chosen {
@@ -262,6 +274,11 @@ impl Vgic {
                     e.eoi_maintenance = true;
                 }
             }
+        }
+        // Taking back an unsynced fill above marked it stale: it is fresh now.
+        self.stale[vcpu] = false;
+        if !spis_busy {
+            self.spis_quiet = true;
         }
         fill
     }
@@ -336,6 +353,15 @@ impl Vgic {
     /// every exit, before handling it.
     pub fn sync_lrs(&mut self, vcpu: usize, lrs: &[LrEntry]) {
         let v2 = self.version == GicVersion::V2;
+        self.touch(vcpu);
+        if self
+            .private
+            .get(vcpu)
+            .is_some_and(|p| p.in_lr.iter().any(|e| e.0 >= 32))
+        {
+            // An SPI comes back from a list register.
+            self.spis_quiet = false;
+        }
         let Some(p) = self.private.get_mut(vcpu) else {
             return;
         };

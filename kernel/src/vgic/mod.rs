@@ -190,6 +190,12 @@ pub struct Vgic {
     /// GICv2: GICD_ITARGETSR per SPI.
     targets: Vec<u8>,
     stats: VgicStats,
+    /// Per vCPU: something changed since its last [`Vgic::fill_lrs`] that
+    /// could change what the fill chooses (see [`Vgic::fill_needed`]).
+    stale: Vec<bool>,
+    /// No SPI is pending, active or in a list register (as the last fill's
+    /// scan found, until an SPI may have changed): fills skip the SPIs.
+    spis_quiet: bool,
 }
 
 impl Vgic {
@@ -220,6 +226,8 @@ impl Vgic {
             irouter: vec![0; spis],
             targets: vec![1; spis],
             stats: VgicStats::default(),
+            stale: vec![true; cfg.vcpus],
+            spis_quiet: false,
         })
     }
 
@@ -249,10 +257,51 @@ impl Vgic {
             return VcpuSet::EMPTY;
         }
         match self.irq_mut(vcpu, intid) {
-            Some(irq) => irq.set_line(level),
+            Some(irq) => {
+                let before = (irq.line, irq.latch);
+                irq.set_line(level);
+                if (irq.line, irq.latch) == before {
+                    // Nothing changed: nothing to kick, no refill.
+                    return VcpuSet::EMPTY;
+                }
+            }
             None => return VcpuSet::EMPTY,
         }
+        self.touch_for(vcpu, intid);
         self.kicks(vcpu, intid, 1)
+    }
+
+    /// Whether `vcpu`'s list registers must be filled again before its next
+    /// entry: something changed since its last [`Vgic::fill_lrs`] (a
+    /// register write, an injection, a line that moved, an SGI, a sync of
+    /// its list registers). When not, the list registers still hold exactly
+    /// what the fill chose, provided the backend left them untouched and
+    /// did not sync them (it syncs only when the guest changed one): the
+    /// entry may skip the fill. Unknown vCPUs always need one (it is empty).
+    pub fn fill_needed(&self, vcpu: usize) -> bool {
+        self.stale.get(vcpu).copied().unwrap_or(true)
+    }
+
+    /// Marks `vcpu` as needing a fill.
+    fn touch(&mut self, vcpu: usize) {
+        if let Some(s) = self.stale.get_mut(vcpu) {
+            *s = true;
+        }
+    }
+
+    /// Marks every vCPU as needing a fill (distributor state, routing).
+    fn touch_all(&mut self) {
+        self.stale.iter_mut().for_each(|s| *s = true);
+        self.spis_quiet = false;
+    }
+
+    /// A change of `intid` (private to `vcpu`, or an SPI any vCPU may get).
+    fn touch_for(&mut self, vcpu: usize, intid: u32) {
+        if intid < 32 {
+            self.touch(vcpu);
+        } else {
+            self.touch_all();
+        }
     }
 
     /// Makes PPI/SPI `intid` pending as by an edge (or a software set-pending
@@ -265,6 +314,7 @@ impl Vgic {
             Some(irq) => irq.set_pending(),
             None => return VcpuSet::EMPTY,
         }
+        self.touch_for(vcpu, intid);
         self.kicks(vcpu, intid, 1)
     }
 
@@ -283,6 +333,7 @@ impl Vgic {
         match self.irq_mut(vcpu, intid) {
             Some(irq) => {
                 irq.hw = pintid;
+                self.touch_for(vcpu, intid);
                 true
             }
             None => false,
@@ -381,8 +432,8 @@ impl Vgic {
     /// As [`Vgic::kicks`] for the INTIDs `first + b` of each bit `b` set in `bits`.
     fn kicks_masked(&self, vcpu: usize, first: u32, bits: u32) -> VcpuSet {
         let mut set = VcpuSet::EMPTY;
-        for b in (0..32).filter(|b| bits & (1 << b) != 0) {
-            let intid = first + b;
+        for b in state::set_bits(u64::from(bits)) {
+            let intid = first + b as u32;
             let Some(irq) = self.irq(vcpu, intid) else {
                 continue;
             };

@@ -140,6 +140,7 @@ impl Vgic {
         value: u64,
     ) -> Result<VcpuSet, MmioError> {
         let (vcpu, _, reg) = self.redist_access(offset, width)?;
+        self.touch_all();
         let value = width.mask(value);
         let kicks = match reg {
             Reg::Waker => {

@@ -38,8 +38,8 @@ pub fn decode_icc_sgi1r(value: u64, sender: usize, vcpus: usize) -> (u8, VcpuSet
     let aff3 = (value >> 48) & 0xFF;
     let cluster = (aff3 << 32) | (aff2 << 16) | (aff1 << 8);
     let mut targets = VcpuSet::EMPTY;
-    for bit in (0..16).filter(|b| value & (1 << b) != 0) {
-        let aff0 = rs * 16 + bit;
+    for bit in super::state::set_bits(value & 0xFFFF) {
+        let aff0 = rs * 16 + bit as u64;
         if let Some(v) = vcpu_index_of_mpidr(cluster | aff0, vcpus.min(64)) {
             targets.insert(v);
         }
@@ -75,6 +75,9 @@ impl Vgic {
             return VcpuSet::EMPTY;
         }
         let (sgi, targets) = decode_icc_sgi1r(value, sender, self.vcpus);
+        for t in targets.iter() {
+            self.touch(t);
+        }
         let any_group = reg == SgiRegister::Sgi1r;
         let mut kicks = VcpuSet::EMPTY;
         for t in targets.iter() {
@@ -95,6 +98,7 @@ impl Vgic {
         if source >= self.vcpus || target >= self.vcpus {
             return None;
         }
+        self.touch(target);
         let s = (sgi & 15) as usize;
         if self.version == GicVersion::V2 {
             let was = self.private[target].sgi_sources[s] & (1 << source) != 0;

@@ -48,9 +48,22 @@ impl VcpuSet {
         VcpuSet(self.0 | other.0)
     }
 
+    /// The members, lowest first (one step per member, not per possible one).
     pub fn iter(self) -> impl Iterator<Item = usize> {
-        (0..64).filter(move |&i| self.contains(i))
+        set_bits(self.0)
     }
+}
+
+/// The indices of the bits set in `bits`, lowest first.
+pub(crate) fn set_bits(mut bits: u64) -> impl Iterator<Item = usize> {
+    core::iter::from_fn(move || {
+        if bits == 0 {
+            return None;
+        }
+        let i = bits.trailing_zeros() as usize;
+        bits &= bits - 1;
+        Some(i)
+    })
 }
 
 /// The state of one interrupt (one INTID on one vCPU for SGIs/PPIs, or one SPI).
