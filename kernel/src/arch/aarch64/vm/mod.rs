@@ -143,6 +143,13 @@ pub struct VcpuState {
     pub vmpidr: u64,
     /// List registers filled at the last entry.
     pub lrs_used: usize,
+    /// What the last fill put in them, while `lrs_live`.
+    pub filled: heapless::Vec<LrEntry, MAX_LRS>,
+    /// The list registers still hold `filled`, unsynced: the guest changed
+    /// none of them since (the exit fast path, `sync_after_exit`).
+    pub lrs_live: bool,
+    /// The virtual timer level last given to the vGIC model.
+    pub vtimer_level: Option<bool>,
     /// The vCPU has run at least once (so its EL1 state is its own).
     pub started: bool,
     /// Length of the instruction that caused the last synchronous exit.
@@ -158,6 +165,9 @@ impl VcpuState {
             fp: Arc::new(VcpuFp::counted(Arm64FpState::default(), Arc::clone(stats))),
             vmpidr: (1 << 31) | crate::psci::vcpu_mpidr(index),
             lrs_used: 0,
+            filled: heapless::Vec::new(),
+            lrs_live: false,
+            vtimer_level: None,
             started: false,
             ilen: 4,
         }
@@ -390,7 +400,15 @@ impl Arm64Backend {
         let level = vtimer_level();
         let fill = {
             let mut g = vm.arch.vgic.lock();
-            g.set_level(vcpu.index, VTIMER_PPI, level);
+            if ctx.vtimer_level != Some(level) {
+                g.set_level(vcpu.index, VTIMER_PPI, level);
+                ctx.vtimer_level = Some(level);
+            }
+            // Fast path: nothing changed since the last fill and the list
+            // registers still hold it: enter as they are.
+            if ctx.lrs_live && !g.fill_needed(vcpu.index) {
+                return;
+            }
             g.fill_lrs(vcpu.index, self.hw.nr_lrs())
         };
         // The physical timer PPI: left active for the guest while the
@@ -405,16 +423,36 @@ impl Arm64Backend {
         set_vtimer_phys(&self.gic, cpu, in_lr || !level);
         self.hw.write_lrs(&fill, ctx.lrs_used);
         ctx.lrs_used = fill.lrs.len();
+        ctx.filled = fill.lrs;
+        ctx.lrs_live = true;
     }
 
-    /// After an exit: the list registers back into the model.
+    /// After an exit: the list registers back into the model, unless the
+    /// guest changed none of them and none holds a pending interrupt (a
+    /// WFI must find those in the model): then they stay live, handed out
+    /// as filled (the model reads and writes them through its in-flight
+    /// state), and the next entry keeps them if nothing else changed.
     fn sync_after_exit(&self, vm: &Vm<Self>, vcpu: &Vcpu<Self>, ctx: &mut VcpuState) {
         let mut lrs: heapless::Vec<LrEntry, MAX_LRS> = heapless::Vec::new();
         self.hw.read_lrs(ctx.lrs_used, &mut lrs);
         let level = vtimer_level();
+        let unchanged = ctx.lrs_live
+            && lrs.len() == ctx.filled.len()
+            && lrs
+                .iter()
+                .zip(&ctx.filled)
+                .all(|(now, was)| now.intid == was.intid && now.state == was.state)
+            && !lrs.iter().any(|e| e.state.is_pending());
+        if unchanged && ctx.vtimer_level == Some(level) {
+            return;
+        }
         let mut g = vm.arch.vgic.lock();
-        g.sync_lrs(vcpu.index, &lrs);
+        if !unchanged {
+            g.sync_lrs(vcpu.index, &lrs);
+            ctx.lrs_live = false;
+        }
         g.set_level(vcpu.index, VTIMER_PPI, level);
+        ctx.vtimer_level = Some(level);
     }
 
     /// Whether the loaded vCPU has an interrupt to take (WFI would wake).
@@ -465,7 +503,11 @@ impl Backend for Arm64Backend {
         msr!("cnthctl_el2", CNTHCTL_GUEST);
         ctx.el1.restore();
         self.hw.load(&ctx.gic);
+        // The load cleared the list registers: the next entry fills them
+        // (taking back what an unsynced fill left handed out).
         ctx.lrs_used = 0;
+        ctx.lrs_live = false;
+        ctx.vtimer_level = None;
         PCPU[cpu].loaded.store(true, Ordering::Release);
         // Lazy FP: wait for the pCPU holding our registers to write them back.
         loop {
@@ -533,6 +575,7 @@ impl Backend for Arm64Backend {
         ctx.el1.save();
         self.hw.put(&mut ctx.gic);
         ctx.lrs_used = 0;
+        ctx.lrs_live = false;
         {
             let mut e = PCPU[cpu].fp.lock();
             if let Some(engine) = e.as_mut() {
