@@ -216,6 +216,9 @@ pub struct Arm64Backend {
     policy: FpPolicy,
     midr: u64,
     hw_ids: Vec<u64>,
+    /// The CPUs implement FEAT_RAS (ID_AA64PFR0_EL1.RAS != 0): VDISR_EL2
+    /// holds the guest's DISR_EL1 and must be switched.
+    ras: bool,
 }
 
 fn console() -> &'static Mutex<ConsoleMux> {
@@ -258,6 +261,35 @@ fn set_vtimer_phys(gic: &Gic, cpu: usize, enable: bool) {
     }
 }
 
+/// Puts the EL2 trap controls of later architecture versions in a known
+/// state (their reset values are UNKNOWN): fine-grained traps (FEAT_FGT,
+/// FEAT_FGT2) all zero, so no extra positive trap but every negative
+/// ("n"-prefixed) trap on: EL1 state kestrel does not switch (TPIDR2_EL0,
+/// PIR/POR_EL1, ACCDATA_EL1, GCS, BRBE, ...) traps and is answered with
+/// UNDEF; HCRX_EL2 (FEAT_HCX) zero, so TCR2/SCTLR2/FPMR/MOPS-era state
+/// traps or stays off. Registers a CPU does not implement are not touched.
+fn el2_trap_defaults() {
+    let mmfr0 = mrs!("id_aa64mmfr0_el1");
+    let fgt = (mmfr0 >> 56) & 0xf;
+    if fgt >= 1 {
+        msr!("s3_4_c1_c1_4", 0); // HFGRTR_EL2
+        msr!("s3_4_c1_c1_5", 0); // HFGWTR_EL2
+        msr!("s3_4_c1_c1_6", 0); // HFGITR_EL2
+        msr!("s3_4_c3_c1_4", 0); // HDFGRTR_EL2
+        msr!("s3_4_c3_c1_5", 0); // HDFGWTR_EL2
+    }
+    if fgt >= 2 {
+        msr!("s3_4_c3_c1_2", 0); // HFGRTR2_EL2
+        msr!("s3_4_c3_c1_3", 0); // HFGWTR2_EL2
+        msr!("s3_4_c3_c1_7", 0); // HFGITR2_EL2
+        msr!("s3_4_c3_c1_0", 0); // HDFGRTR2_EL2
+        msr!("s3_4_c3_c1_1", 0); // HDFGWTR2_EL2
+    }
+    if (mrs!("id_aa64mmfr1_el1") >> 40) & 0xf != 0 {
+        msr!("s3_4_c1_c2_2", 0); // HCRX_EL2
+    }
+}
+
 /// Whether the loaded vCPU's virtual timer asserts its interrupt now
 /// (CNTV_CTL_EL0: ENABLE, not IMASK, ISTATUS).
 fn vtimer_level() -> bool {
@@ -280,6 +312,11 @@ impl Arm64Backend {
         }
         msr!("cnthctl_el2", CNTHCTL_GUEST);
         msr!("cntv_ctl_el0", 0);
+        if self.ras {
+            // kestrel never sets HCR_EL2.VSE: no virtual SError syndrome.
+            msr!("s3_4_c5_c2_3", 0); // VSESR_EL2
+        }
+        el2_trap_defaults();
         // SAFETY: masks IRQs at EL2 on this CPU: the run loop takes them as
         // guest exits or in `idle`.
         unsafe { core::arch::asm!("msr daifset, #2", options(nomem, nostack)) };
@@ -463,7 +500,7 @@ impl Backend for Arm64Backend {
         let hpmn = mrs!("mdcr_el2") & 0x1f;
         msr!("mdcr_el2", MDCR_GUEST | hpmn);
         msr!("cnthctl_el2", CNTHCTL_GUEST);
-        ctx.el1.restore();
+        ctx.el1.restore(self.ras);
         self.hw.load(&ctx.gic);
         ctx.lrs_used = 0;
         PCPU[cpu].loaded.store(true, Ordering::Release);
@@ -534,7 +571,7 @@ impl Backend for Arm64Backend {
     }
 
     fn put(&self, cpu: usize, vm: &Vm<Self>, vcpu: &Vcpu<Self>, ctx: &mut VcpuState) {
-        ctx.el1.save();
+        ctx.el1.save(self.ras);
         self.hw.put(&mut ctx.gic);
         ctx.lrs_used = 0;
         {
@@ -826,6 +863,7 @@ pub fn create_vms(
         vmids: VmidAllocator::new(vmid_bits, cpus),
         policy,
         midr: mrs!("midr_el1"),
+        ras: (mrs!("id_aa64pfr0_el1") >> 28) & 0xf != 0,
         hw_ids: board.cpus.iter().map(|c| c.hw_id).collect(),
     };
     log::info!(

@@ -65,6 +65,9 @@ pub struct El1Regs {
     pub csselr: u64,
     pub cntv_ctl: u64,
     pub cntv_cval: u64,
+    /// DISR_EL1 as the guest sees it: with HCR_EL2.AMO set its accesses
+    /// reach VDISR_EL2 (only on CPUs with FEAT_RAS).
+    pub disr: u64,
 }
 
 impl El1Regs {
@@ -76,8 +79,9 @@ impl El1Regs {
         }
     }
 
-    /// Loads these registers into the CPU.
-    pub fn restore(&self) {
+    /// Loads these registers into the CPU (`ras`: the CPU has FEAT_RAS,
+    /// so VDISR_EL2 exists).
+    pub fn restore(&self, ras: bool) {
         msr!("sctlr_el1", self.sctlr);
         msr!("cpacr_el1", self.cpacr);
         msr!("ttbr0_el1", self.ttbr0);
@@ -103,10 +107,13 @@ impl El1Regs {
         msr!("csselr_el1", self.csselr);
         msr!("cntv_cval_el0", self.cntv_cval);
         msr!("cntv_ctl_el0", self.cntv_ctl);
+        if ras {
+            msr!("s3_4_c12_c1_1", self.disr); // VDISR_EL2
+        }
     }
 
-    /// Reads them back from the CPU.
-    pub fn save(&mut self) {
+    /// Reads them back from the CPU (`ras` as for [`El1Regs::restore`]).
+    pub fn save(&mut self, ras: bool) {
         self.sctlr = mrs!("sctlr_el1");
         self.cpacr = mrs!("cpacr_el1");
         self.ttbr0 = mrs!("ttbr0_el1");
@@ -132,6 +139,9 @@ impl El1Regs {
         self.csselr = mrs!("csselr_el1");
         self.cntv_ctl = mrs!("cntv_ctl_el0");
         self.cntv_cval = mrs!("cntv_cval_el0");
+        if ras {
+            self.disr = mrs!("s3_4_c12_c1_1"); // VDISR_EL2
+        }
         // The timer must not fire for the next vCPU on this pCPU.
         msr!("cntv_ctl_el0", 0);
     }
