@@ -2,3 +2,4 @@
 
 pub mod esr;
 pub mod idregs;
+pub mod ptimer;

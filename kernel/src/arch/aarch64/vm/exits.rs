@@ -9,6 +9,7 @@ use alloc::format;
 
 use crate::guest::arm64::esr::{self, sysreg, Abort, Exit, SysReg, SysRegAccess};
 use crate::guest::arm64::idregs;
+use crate::guest::arm64::ptimer::PhysTimer;
 use crate::hypercall::{self, Abi, HypercallArgs, HypercallEnv};
 use crate::ipi::{self, IpiError, IpiOutcome, IpiTarget, IpiWindow};
 use crate::psci::{self, Effect, PsciVm};
@@ -45,9 +46,17 @@ pub fn wake_set(hv: &Hypervisor<B>, vm: &Vm<B>, set: VcpuSet, me: usize, cpu: us
 
 /// Steps over the trapped instruction (4 bytes, or 2 for a 16-bit T32
 /// instruction of an AArch32 EL0: ESR_EL2.IL, recorded in `ctx.ilen`).
+///
+/// PSTATE.SS is cleared: a guest single-stepping the trapped instruction
+/// has now executed it, so its software-step exception is taken before the
+/// next one (the step state machine's active-pending state).
 fn skip(ctx: &mut VcpuState) {
     ctx.regs.pc = ctx.regs.pc.wrapping_add(ctx.ilen);
+    ctx.regs.pstate &= !PSTATE_SS;
 }
+
+/// PSTATE.SS (software step), bit 21 of SPSR.
+const PSTATE_SS: u64 = 1 << 21;
 
 fn reg(ctx: &VcpuState, r: u8) -> u64 {
     if r >= 31 {
@@ -134,13 +143,28 @@ pub fn sync(
         Exit::Wfi => {
             vm.stats.exit(ExitReason::Idle);
             skip(ctx);
-            if be.has_work(vm, vcpu) {
+            if be.has_work(vm, vcpu, ctx) {
                 RunExit::Continue
             } else {
                 RunExit::Block
             }
         }
-        Exit::Wfe => {
+        Exit::Wfit { rt } => {
+            vm.stats.exit(ExitReason::Idle);
+            // The timeout is a CNTVCT_EL0 value: in physical counter ticks
+            // it is CNTVOFF_EL2 later.
+            let deadline = reg(ctx, rt).saturating_add(vm.arch.cntvoff);
+            skip(ctx);
+            if be.has_work(vm, vcpu, ctx) || super::timer::counter() >= deadline {
+                RunExit::Continue
+            } else {
+                // `put` publishes the timeout; `check_timers` wakes us.
+                ctx.wfxt_at = deadline;
+                RunExit::Block
+            }
+        }
+        // WFET: like WFE (which may return early), whatever its timeout.
+        Exit::Wfe | Exit::Wfet { .. } => {
             vm.stats.exit(ExitReason::Idle);
             skip(ctx);
             if hv.sched.should_preempt(cpu) {
@@ -314,7 +338,7 @@ fn call(
         return match out.effect {
             Effect::None => RunExit::Continue,
             Effect::Block => {
-                if hv.backend.has_work(vm, vcpu) {
+                if hv.backend.has_work(vm, vcpu, ctx) {
                     RunExit::Continue
                 } else {
                     RunExit::Block
@@ -370,8 +394,6 @@ fn raz_wi(r: SysReg) -> bool {
         || r == SysReg::new(3, 0, 1, 0, 1)
         // LORegion registers (HCR_EL2.TLOR): LORSA/LOREA/LORN/LORC/LORID.
         || (r.op0 == 3 && r.op1 == 0 && r.crn == 10 && r.crm == 4)
-        // EL1 physical timer (CNTHCTL_EL2.EL1PCEN clear): CNTP_TVAL/CTL/CVAL_EL0.
-        || (r.op0 == 3 && r.op1 == 3 && r.crn == 14 && r.crm == 2)
 }
 
 /// Data/instruction cache maintenance by set/way (HCR_EL2.TSW): DC ISW,
@@ -418,6 +440,20 @@ fn sysreg_trap(
         } else {
             inject_undef(ctx);
         }
+        return RunExit::Continue;
+    }
+    if PhysTimer::handles(r) {
+        // The emulated EL1 physical timer (CNTHCTL_EL2.EL1PCEN clear); the
+        // next entry drives PPI 30 and the backing timer from the model.
+        let now = super::timer::counter();
+        if acc.read {
+            let v = ctx.ptimer.read(r, now).unwrap_or(0);
+            set_reg(ctx, acc.rt, v);
+        } else {
+            let v = reg(ctx, acc.rt);
+            ctx.ptimer.write(r, v, now);
+        }
+        skip(ctx);
         return RunExit::Continue;
     }
     if raz_wi(r) || set_way(r) {

@@ -26,6 +26,7 @@ use crate::board::{BoardInfo, IrqChip};
 use crate::console::ConsoleMux;
 use crate::fpu::{Arm64FpState, FpEngine, FpLoad, FpPolicy, VcpuFp};
 use crate::guest::arm64::idregs::IdConfig;
+use crate::guest::arm64::ptimer::PhysTimer;
 use crate::platform::ExitStatus;
 use crate::sched::{CpuMask, VcpuKey};
 use crate::stats::Counter;
@@ -50,6 +51,10 @@ pub const KICK_SGI: u32 = 1;
 pub const MAINTENANCE_PPI: u32 = 25;
 /// The EL1 virtual timer (PPI), physical and virtual.
 pub const VTIMER_PPI: u32 = 27;
+/// The EL1 physical timer (PPI): emulated for guests (trapped registers,
+/// `guest::arm64::ptimer`), backed by the hardware EL1 physical timer
+/// while the vCPU is loaded and by the deadline checks when it is not.
+pub const PTIMER_PPI: u32 = 30;
 /// SPIs every VM's virtual GIC has (INTIDs 32-63; the UART is SPI 1 = 33).
 const NR_SPIS: usize = 32;
 /// The guest UART's INTID (SPI 1).
@@ -100,8 +105,8 @@ pub const HCR_GUEST: u64 = HCR_VM
 /// kestrel answers them RAZ/WI (the guest's ID registers show no PMU and
 /// only the base debug architecture).
 const MDCR_GUEST: u64 = (1 << 5) | (1 << 6) | (1 << 9) | (1 << 10) | (1 << 11);
-/// CNTHCTL_EL2 (E2H = 0): EL1PCTEN (physical counter readable), EL1PCEN
-/// clear (physical timer traps: RAZ/WI; guests use the virtual timer).
+/// CNTHCTL_EL2 (E2H = 0): EL1PCTEN (physical counter readable, no offset),
+/// EL1PCEN clear (CNTP_CTL/CVAL/TVAL_EL0 trap and are emulated per vCPU).
 const CNTHCTL_GUEST: u64 = 1;
 
 /// Per-vCPU state other pCPUs touch.
@@ -109,6 +114,12 @@ pub struct VcpuShared {
     /// Physical counter value at which this (not loaded) vCPU's virtual
     /// timer fires, or `u64::MAX`.
     pub wake_at: AtomicU64,
+    /// Physical counter value at which this (not loaded) vCPU's emulated
+    /// physical timer raises PPI 30, or `u64::MAX`.
+    pub ptimer_at: AtomicU64,
+    /// Physical counter value at which this vCPU's WFIT times out (it
+    /// blocked in one), or `u64::MAX`.
+    pub wfxt_at: AtomicU64,
     /// A PSCI CPU_ON waiting to be applied at the next load: (entry, context).
     pub boot: Mutex<Option<(u64, u64)>>,
 }
@@ -147,6 +158,11 @@ pub struct VcpuState {
     pub started: bool,
     /// Length of the instruction that caused the last synchronous exit.
     pub ilen: u64,
+    /// The emulated EL1 physical timer.
+    pub ptimer: PhysTimer,
+    /// The physical counter value at which a WFIT the vCPU blocked in
+    /// times out (`u64::MAX`: none).
+    pub wfxt_at: u64,
 }
 
 impl VcpuState {
@@ -160,6 +176,8 @@ impl VcpuState {
             lrs_used: 0,
             started: false,
             ilen: 4,
+            ptimer: PhysTimer::default(),
+            wfxt_at: u64::MAX,
         }
     }
 
@@ -172,6 +190,7 @@ impl VcpuState {
         self.regs.pstate = PSTATE_EL1H_MASKED;
         self.el1 = El1Regs::reset();
         self.gic = VgicCpu::default();
+        self.ptimer = PhysTimer::default();
     }
 }
 
@@ -239,6 +258,12 @@ pub fn host_irq(intid: u32) -> bool {
     };
     if intid == timer::PPI {
         p.slice_expired.store(true, Ordering::Release);
+    } else if intid == PTIMER_PPI {
+        // The loaded vCPU's emulated physical timer reached its deadline:
+        // mask the backing timer (ENABLE | IMASK) so it does not fire
+        // again; the entry that follows raises the virtual PPI 30 from the
+        // model.
+        msr!("cntp_ctl_el0", 0b11);
     } else if intid == VTIMER_PPI && p.loaded.load(Ordering::Acquire) {
         // The loaded vCPU's timer fired: it stays active (no re-firing)
         // until the guest deactivates the virtual one, which the list
@@ -258,6 +283,20 @@ fn set_vtimer_phys(gic: &Gic, cpu: usize, enable: bool) {
             gic.disable_ppi(VTIMER_PPI);
         }
         p.vtimer_enabled.store(enable, Ordering::Relaxed);
+    }
+}
+
+/// Programs the hardware EL1 physical timer (free for kestrel: guest
+/// accesses trap) to force an exit when the loaded vCPU's emulated timer
+/// output rises; off when it cannot rise or is high already (the model then
+/// drives PPI 30 directly).
+fn ptimer_backing(t: &PhysTimer, now: u64) {
+    match t.deadline() {
+        Some(at) if at > now => {
+            msr!("cntp_cval_el0", at);
+            msr!("cntp_ctl_el0", 1);
+        }
+        _ => msr!("cntp_ctl_el0", 0),
     }
 }
 
@@ -306,6 +345,8 @@ impl Arm64Backend {
         self.gic.enable_ppi(KICK_SGI);
         self.gic.enable_ppi(MAINTENANCE_PPI);
         self.gic.enable_ppi(VTIMER_PPI);
+        self.gic.enable_ppi(PTIMER_PPI);
+        msr!("cntp_ctl_el0", 0);
         PCPU[cpu].vtimer_enabled.store(true, Ordering::Relaxed);
         if let VgicHw::V3 { .. } = self.hw {
             msr!("ich_hcr_el2", 0);
@@ -345,8 +386,10 @@ impl Arm64Backend {
         timer::counter()
     }
 
-    /// Fires the virtual timers of vCPUs that are not loaded and whose
-    /// deadline has passed: the interrupt is made pending and they wake.
+    /// Fires the timers of vCPUs that are not loaded and whose deadline
+    /// has passed: the virtual timer (PPI 27) and the emulated physical
+    /// timer (PPI 30) make their interrupt pending and wake the vCPU if it
+    /// can take it; a WFIT timeout wakes it unconditionally.
     fn check_timers(&self, cpu: usize) {
         let Some(hv) = HV.get() else { return };
         let now = self.now();
@@ -355,19 +398,24 @@ impl Arm64Backend {
                 continue;
             }
             for (i, sh) in vm.arch.shared.iter().enumerate() {
-                let at = sh.wake_at.load(Ordering::Acquire);
-                if at <= now
-                    && sh
-                        .wake_at
-                        .compare_exchange(at, u64::MAX, Ordering::AcqRel, Ordering::Relaxed)
-                        .is_ok()
-                {
-                    // Only a deliverable interrupt wakes a WFI (a guest that
-                    // disabled the PPI stays blocked, without re-checks).
-                    let kicks = vm.arch.vgic.lock().set_level(i, VTIMER_PPI, true);
-                    if !kicks.contains(i) {
-                        continue;
+                let fired = |at: &AtomicU64| {
+                    let t = at.load(Ordering::Acquire);
+                    t <= now
+                        && at
+                            .compare_exchange(t, u64::MAX, Ordering::AcqRel, Ordering::Relaxed)
+                            .is_ok()
+                };
+                let mut wake = false;
+                for (at, ppi) in [(&sh.wake_at, VTIMER_PPI), (&sh.ptimer_at, PTIMER_PPI)] {
+                    if fired(at) {
+                        // Only a deliverable interrupt wakes a WFI (a guest
+                        // that disabled the PPI stays blocked, without
+                        // re-checks).
+                        wake |= vm.arch.vgic.lock().set_level(i, ppi, true).contains(i);
                     }
+                }
+                wake |= fired(&sh.wfxt_at);
+                if wake {
                     vm.stats.exit(crate::stats::ExitReason::Timer);
                     hv.wake(
                         VcpuKey {
@@ -381,13 +429,19 @@ impl Arm64Backend {
         }
     }
 
-    /// The earliest virtual-timer deadline of a vCPU that is not loaded.
+    /// The earliest timer deadline (virtual, physical, WFIT) of a vCPU
+    /// that is not loaded.
     fn next_deadline(&self) -> u64 {
         vms()
             .iter()
             .filter(|vm| !vm.has_ended())
             .flat_map(|vm| vm.arch.shared.iter())
-            .map(|s| s.wake_at.load(Ordering::Relaxed))
+            .map(|s| {
+                s.wake_at
+                    .load(Ordering::Relaxed)
+                    .min(s.ptimer_at.load(Ordering::Relaxed))
+                    .min(s.wfxt_at.load(Ordering::Relaxed))
+            })
             .min()
             .unwrap_or(u64::MAX)
     }
@@ -425,11 +479,14 @@ impl Arm64Backend {
     /// registers from the model, the physical timer PPI as the level needs.
     fn prepare_entry(&self, cpu: usize, vm: &Vm<Self>, vcpu: &Vcpu<Self>, ctx: &mut VcpuState) {
         let level = vtimer_level();
+        let now = self.now();
         let fill = {
             let mut g = vm.arch.vgic.lock();
             g.set_level(vcpu.index, VTIMER_PPI, level);
+            g.set_level(vcpu.index, PTIMER_PPI, ctx.ptimer.level(now));
             g.fill_lrs(vcpu.index, self.hw.nr_lrs())
         };
+        ptimer_backing(&ctx.ptimer, now);
         // The physical timer PPI: left active for the guest while the
         // virtual one is in a list register (HW bit); otherwise deactivated,
         // and disabled while its level is high but the guest cannot take it
@@ -449,16 +506,20 @@ impl Arm64Backend {
         let mut lrs: heapless::Vec<LrEntry, MAX_LRS> = heapless::Vec::new();
         self.hw.read_lrs(ctx.lrs_used, &mut lrs);
         let level = vtimer_level();
+        let plevel = ctx.ptimer.level(self.now());
         let mut g = vm.arch.vgic.lock();
         g.sync_lrs(vcpu.index, &lrs);
         g.set_level(vcpu.index, VTIMER_PPI, level);
+        g.set_level(vcpu.index, PTIMER_PPI, plevel);
     }
 
     /// Whether the loaded vCPU has an interrupt to take (WFI would wake).
-    pub fn has_work(&self, vm: &Vm<Self>, vcpu: &Vcpu<Self>) -> bool {
+    pub fn has_work(&self, vm: &Vm<Self>, vcpu: &Vcpu<Self>, ctx: &VcpuState) -> bool {
         let level = vtimer_level();
+        let plevel = ctx.ptimer.level(self.now());
         let mut g = vm.arch.vgic.lock();
         g.set_level(vcpu.index, VTIMER_PPI, level);
+        g.set_level(vcpu.index, PTIMER_PPI, plevel);
         g.has_pending(vcpu.index)
     }
 }
@@ -470,6 +531,10 @@ impl Backend for Arm64Backend {
     fn load(&self, cpu: usize, vm: &Vm<Self>, vcpu: &Vcpu<Self>, ctx: &mut VcpuState) {
         let sh = &vm.arch.shared[vcpu.index];
         sh.wake_at.store(u64::MAX, Ordering::Release);
+        sh.ptimer_at.store(u64::MAX, Ordering::Release);
+        sh.wfxt_at.store(u64::MAX, Ordering::Release);
+        // Running again ends any WFIT wait.
+        ctx.wfxt_at = u64::MAX;
         if let Some((entry, x0)) = sh.boot.lock().take() {
             ctx.reset(entry, x0);
         }
@@ -592,10 +657,16 @@ impl Backend for Arm64Backend {
         } else {
             u64::MAX
         };
+        // The emulated physical timer's backing stops; its deadline (in
+        // physical counter ticks, no offset) and a WFIT timeout are watched
+        // the same way.
+        msr!("cntp_ctl_el0", 0);
         if !vm.has_ended() {
-            vm.arch.shared[vcpu.index]
-                .wake_at
-                .store(deadline, Ordering::Release);
+            let sh = &vm.arch.shared[vcpu.index];
+            sh.wake_at.store(deadline, Ordering::Release);
+            sh.ptimer_at
+                .store(ctx.ptimer.deadline().unwrap_or(u64::MAX), Ordering::Release);
+            sh.wfxt_at.store(ctx.wfxt_at, Ordering::Release);
         }
         PCPU[cpu].loaded.store(false, Ordering::Release);
         if PCPU[cpu].vtimer_forwarded.swap(false, Ordering::AcqRel) {
@@ -778,6 +849,8 @@ impl Arm64Backend {
             shared: (0..vcpus)
                 .map(|_| VcpuShared {
                     wake_at: AtomicU64::new(u64::MAX),
+                    ptimer_at: AtomicU64::new(u64::MAX),
+                    wfxt_at: AtomicU64::new(u64::MAX),
                     boot: Mutex::new(None),
                 })
                 .collect(),
