@@ -7,6 +7,7 @@
 
 use alloc::format;
 
+use crate::guest::arm64::debug::Answer as DebugAnswer;
 use crate::guest::arm64::esr::{self, sysreg, Abort, Exit, SysReg, SysRegAccess};
 use crate::guest::arm64::idregs;
 use crate::guest::arm64::ptimer::PhysTimer;
@@ -385,10 +386,8 @@ fn host_id(reg: SysReg) -> u64 {
 
 /// Registers answered read-as-zero, write-ignored.
 fn raz_wi(r: SysReg) -> bool {
-    // Debug and trace (op0 = 2): MDSCR_EL1, OSLAR/OSLSR, DBGB*/DBGW*, ...
-    r.op0 == 2
-        // PMU: PMCR_EL0.. (CRn 9, CRm 12-14), PMEVCNTR/TYPER (CRn 14, CRm 8-15).
-        || (r.op0 == 3 && r.crn == 9 && (12..=14).contains(&r.crm))
+    // PMU: PMCR_EL0.. (CRn 9, CRm 12-14), PMEVCNTR/TYPER (CRn 14, CRm 8-15).
+    (r.op0 == 3 && r.crn == 9 && (12..=14).contains(&r.crm))
         || (r.op0 == 3 && r.op1 == 3 && r.crn == 14 && r.crm >= 8)
         // ACTLR_EL1 (HCR_EL2.TACR).
         || r == SysReg::new(3, 0, 1, 0, 1)
@@ -440,6 +439,32 @@ fn sysreg_trap(
         } else {
             inject_undef(ctx);
         }
+        return RunExit::Continue;
+    }
+    if r.op0 == 2 {
+        // Debug registers (MDCR_EL2.TDA/TDOSA/TDRA): the vCPU's shadow; a
+        // write the hardware must hold goes to it at once (the vCPU is
+        // loaded) and from now on at every load.
+        let value = reg(ctx, acc.rt);
+        let was_dirty = ctx.debug.dirty;
+        match ctx.debug.access(r, acc.read, value) {
+            DebugAnswer::Read(v) => set_reg(ctx, acc.rt, v),
+            DebugAnswer::Written { hw: true } if !was_dirty => {
+                // The first such write: the hardware still holds whatever
+                // another vCPU left there; all of it becomes ours.
+                super::regs::load_debug(&ctx.debug);
+            }
+            DebugAnswer::Written { hw } => {
+                if hw {
+                    super::regs::write_debug(&ctx.debug, r.op1, r.crn, r.crm, r.op2);
+                }
+            }
+            DebugAnswer::Undef => {
+                inject_undef(ctx);
+                return RunExit::Continue;
+            }
+        }
+        skip(ctx);
         return RunExit::Continue;
     }
     if PhysTimer::handles(r) {

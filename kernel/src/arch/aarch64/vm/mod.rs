@@ -25,6 +25,7 @@ use kestrel_abi::package::{ConsoleKind, Package};
 use crate::board::{BoardInfo, IrqChip};
 use crate::console::ConsoleMux;
 use crate::fpu::{Arm64FpState, FpEngine, FpLoad, FpPolicy, VcpuFp};
+use crate::guest::arm64::debug::DebugRegs;
 use crate::guest::arm64::idregs::IdConfig;
 use crate::guest::arm64::ptimer::PhysTimer;
 use crate::platform::ExitStatus;
@@ -101,10 +102,27 @@ pub const HCR_GUEST: u64 = HCR_VM
     | HCR_TLOR
     | HCR_TERR;
 
-/// MDCR_EL2: trap debug (TDA, TDOSA, TDRA) and PMU (TPM, TPMCR) accesses;
-/// kestrel answers them RAZ/WI (the guest's ID registers show no PMU and
-/// only the base debug architecture).
+/// MDCR_EL2: trap debug (TDA, TDOSA, TDRA: emulated from each vCPU's
+/// shadow, `guest::arm64::debug`) and PMU (TPM, TPMCR: RAZ/WI, the ID
+/// registers show no PMU) accesses. TDE = 0: debug exceptions from EL1/EL0
+/// go to the guest's EL1. E2PB = E2TB = 0: profiling and trace buffer
+/// controls trap. [`mdcr_guest`] adds TPMS and TTRF where implemented.
 const MDCR_GUEST: u64 = (1 << 5) | (1 << 6) | (1 << 9) | (1 << 10) | (1 << 11);
+
+/// MDCR_EL2 for guests on this CPU: [`MDCR_GUEST`], plus TPMS (SPE
+/// sampling controls trap) with FEAT_SPE and TTRF (TRFCR_EL1 traps) with
+/// FEAT_TRF; those bits are RES0 elsewhere.
+fn mdcr_guest() -> u64 {
+    let dfr0 = mrs!("id_aa64dfr0_el1");
+    let mut v = MDCR_GUEST;
+    if (dfr0 >> 32) & 0xf != 0 {
+        v |= 1 << 14;
+    }
+    if (dfr0 >> 40) & 0xf != 0 {
+        v |= 1 << 19;
+    }
+    v
+}
 /// CNTHCTL_EL2 (E2H = 0): EL1PCTEN (physical counter readable, no offset),
 /// EL1PCEN clear (CNTP_CTL/CVAL/TVAL_EL0 trap and are emulated per vCPU).
 const CNTHCTL_GUEST: u64 = 1;
@@ -163,10 +181,12 @@ pub struct VcpuState {
     /// The physical counter value at which a WFIT the vCPU blocked in
     /// times out (`u64::MAX`: none).
     pub wfxt_at: u64,
+    /// The debug registers' shadow (loaded into the hardware when dirty).
+    pub debug: DebugRegs,
 }
 
 impl VcpuState {
-    fn new(index: usize) -> VcpuState {
+    fn new(index: usize, dbg_points: (usize, usize)) -> VcpuState {
         VcpuState {
             regs: GuestRegs::default(),
             el1: El1Regs::reset(),
@@ -178,6 +198,7 @@ impl VcpuState {
             ilen: 4,
             ptimer: PhysTimer::default(),
             wfxt_at: u64::MAX,
+            debug: DebugRegs::new(dbg_points.0, dbg_points.1),
         }
     }
 
@@ -191,6 +212,7 @@ impl VcpuState {
         self.el1 = El1Regs::reset();
         self.gic = VgicCpu::default();
         self.ptimer = PhysTimer::default();
+        self.debug = DebugRegs::new(self.debug.brps, self.debug.wrps);
     }
 }
 
@@ -235,6 +257,11 @@ pub struct Arm64Backend {
     policy: FpPolicy,
     midr: u64,
     hw_ids: Vec<u64>,
+    /// MDCR_EL2 for guests ([`mdcr_guest`]).
+    mdcr: u64,
+    /// Breakpoints and watchpoints the hardware has (ID_AA64DFR0_EL1
+    /// BRPs + 1, WRPs + 1): what guests get.
+    dbg_points: (usize, usize),
     /// The CPUs implement FEAT_RAS (ID_AA64PFR0_EL1.RAS != 0): VDISR_EL2
     /// holds the guest's DISR_EL1 and must be switched.
     ras: bool,
@@ -347,6 +374,7 @@ impl Arm64Backend {
         self.gic.enable_ppi(VTIMER_PPI);
         self.gic.enable_ppi(PTIMER_PPI);
         msr!("cntp_ctl_el0", 0);
+        regs::put_debug();
         PCPU[cpu].vtimer_enabled.store(true, Ordering::Relaxed);
         if let VgicHw::V3 { .. } = self.hw {
             msr!("ich_hcr_el2", 0);
@@ -563,9 +591,12 @@ impl Backend for Arm64Backend {
         msr!("vmpidr_el2", ctx.vmpidr);
         msr!("cntvoff_el2", vm.arch.cntvoff);
         let hpmn = mrs!("mdcr_el2") & 0x1f;
-        msr!("mdcr_el2", MDCR_GUEST | hpmn);
+        msr!("mdcr_el2", self.mdcr | hpmn);
         msr!("cnthctl_el2", CNTHCTL_GUEST);
         ctx.el1.restore(self.ras);
+        if ctx.debug.dirty {
+            regs::load_debug(&ctx.debug);
+        }
         self.hw.load(&ctx.gic);
         ctx.lrs_used = 0;
         PCPU[cpu].loaded.store(true, Ordering::Release);
@@ -637,6 +668,9 @@ impl Backend for Arm64Backend {
 
     fn put(&self, cpu: usize, vm: &Vm<Self>, vcpu: &Vcpu<Self>, ctx: &mut VcpuState) {
         ctx.el1.save(self.ras);
+        if ctx.debug.dirty {
+            regs::put_debug();
+        }
         self.hw.put(&mut ctx.gic);
         ctx.lrs_used = 0;
         {
@@ -864,7 +898,9 @@ impl Arm64Backend {
         // SAFETY: invalidates the instruction cache so the copied kernel is
         // fetched from memory.
         unsafe { core::arch::asm!("dsb ish", "ic ialluis", "dsb ish", "isb", options(nostack)) };
-        let mut states: Vec<VcpuState> = (0..vcpus).map(VcpuState::new).collect();
+        let mut states: Vec<VcpuState> = (0..vcpus)
+            .map(|i| VcpuState::new(i, self.dbg_points))
+            .collect();
         states[0].reset(spec.entry_gpa, spec.dtb_gpa);
         let affinity = if spec.affinity.mask != 0 {
             CpuMask(spec.affinity.mask).and(online)
@@ -937,6 +973,14 @@ pub fn create_vms(
         policy,
         midr: mrs!("midr_el1"),
         ras: (mrs!("id_aa64pfr0_el1") >> 28) & 0xf != 0,
+        mdcr: mdcr_guest(),
+        dbg_points: {
+            let dfr0 = mrs!("id_aa64dfr0_el1");
+            (
+                ((dfr0 >> 12) & 0xf) as usize + 1,
+                ((dfr0 >> 20) & 0xf) as usize + 1,
+            )
+        },
         hw_ids: board.cpus.iter().map(|c| c.hw_id).collect(),
     };
     log::info!(
