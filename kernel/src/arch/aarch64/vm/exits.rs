@@ -140,7 +140,15 @@ pub fn sync(
     hpfar: u64,
 ) -> RunExit {
     ctx.ilen = if esr & ESR_IL != 0 { 4 } else { 2 };
-    match esr::decode(esr, far, hpfar) {
+    let mut exit = esr::decode(esr, far, hpfar);
+    if exit == Exit::Wfi && be.wfxt {
+        // QEMU reports a trapped WFIT with the WFI syndrome (TI = 0, no
+        // RV): the instruction itself tells them apart.
+        if let Some(rt) = wfit_at_pc(vm, ctx) {
+            exit = Exit::Wfit { rt };
+        }
+    }
+    match exit {
         Exit::Wfi => {
             vm.stats.exit(ExitReason::Idle);
             skip(ctx);
@@ -217,6 +225,36 @@ pub fn sync(
             RunExit::Continue
         }
     }
+}
+
+/// The register of the WFIT at the loaded vCPU's PC, if that is one.
+/// Translates the PC with `AT S12E1R` (the guest's EL1 regime and stage 2
+/// are live; its PAR_EL1 is saved around it) and reads the word only if it
+/// lies in the VM's RAM.
+fn wfit_at_pc(vm: &Vm<B>, ctx: &VcpuState) -> Option<u8> {
+    let pc = ctx.regs.pc;
+    if pc & 3 != 0 || ctx.ilen != 4 {
+        return None;
+    }
+    let saved = mrs!("par_el1");
+    // SAFETY: address translation only: the result goes to PAR_EL1, which
+    // is restored below; no memory is accessed.
+    unsafe { core::arch::asm!("at s12e1r, {}", "isb", in(reg) pc, options(nostack)) };
+    let par = mrs!("par_el1");
+    msr!("par_el1", saved);
+    if par & 1 != 0 {
+        return None;
+    }
+    let pa = (par & 0x000F_FFFF_FFFF_F000) | (pc & 0xFFF);
+    let frame = pa & !(super::stage2::BLOCK - 1);
+    if !vm.arch.frames.contains(&frame) {
+        return None;
+    }
+    // SAFETY: `pa` is a 4-byte aligned address inside a 2 MiB RAM frame
+    // owned by this VM, identity mapped at EL2 as Normal memory.
+    let insn = unsafe { core::ptr::read_volatile(pa as *const u32) };
+    // WFIT Xt: 0xD503_1020 | Rt.
+    (insn & !0x1F == 0xD503_1020).then_some((insn & 0x1F) as u8)
 }
 
 /// The calling VM as PSCI sees it.

@@ -262,6 +262,9 @@ pub struct Arm64Backend {
     /// Breakpoints and watchpoints the hardware has (ID_AA64DFR0_EL1
     /// BRPs + 1, WRPs + 1): what guests get.
     dbg_points: (usize, usize),
+    /// The CPUs implement WFIT/WFET (ID_AA64ISAR2_EL1.WFxT = 2), which
+    /// guests see.
+    pub wfxt: bool,
     /// The CPUs implement FEAT_RAS (ID_AA64PFR0_EL1.RAS != 0): VDISR_EL2
     /// holds the guest's DISR_EL1 and must be switched.
     ras: bool,
@@ -974,6 +977,7 @@ pub fn create_vms(
         midr: mrs!("midr_el1"),
         ras: (mrs!("id_aa64pfr0_el1") >> 28) & 0xf != 0,
         mdcr: mdcr_guest(),
+        wfxt: mrs!("s3_0_c0_c6_2") & 0xf >= 2,
         dbg_points: {
             let dfr0 = mrs!("id_aa64dfr0_el1");
             (
