@@ -46,6 +46,10 @@ const EVERYWHERE: &[&str] = &[
     "sgi-broadcast",
     "fp-simd-switches",
     "abort-outside-memory",
+    "disr-switch",
+    "phys-timer",
+    "wfit-timeout",
+    "debug-bp-wp-step",
 ];
 
 /// Builds the guest and returns `build/guests/arm64-test.bin`.
@@ -97,7 +101,7 @@ pub fn bare_case(gic: u32) -> Case {
             "/nonexistent/arm64-test-guest-did-not-build"
         }
     };
-    let mut expect: Vec<&'static str> = vec!["RESULT: 8 passed, 0 failed"];
+    let mut expect: Vec<&'static str> = vec!["RESULT: 12 passed, 0 failed"];
     expect.extend(
         EVERYWHERE
             .iter()
@@ -148,6 +152,10 @@ fn number(name: &str) -> usize {
         "fp-simd-switches",
         "abort-outside-memory",
         "bench-ipi-exits",
+        "disr-switch",
+        "phys-timer",
+        "wfit-timeout",
+        "debug-bp-wp-step",
     ];
     ORDER.iter().position(|c| *c == name).map_or(0, |i| i + 1)
 }
@@ -198,6 +206,10 @@ const ALL: &[&str] = &[
     "fp-simd-switches",
     "abort-outside-memory",
     "bench-ipi-exits",
+    "disr-switch",
+    "phys-timer",
+    "wfit-timeout",
+    "debug-bp-wp-step",
 ];
 
 /// The kestrel cases (they need the arm64 VM backend).

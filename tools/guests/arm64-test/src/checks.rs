@@ -37,7 +37,7 @@ static PASSED: AtomicU32 = AtomicU32::new(0);
 static FAILED: AtomicU32 = AtomicU32::new(0);
 static SKIPPED: AtomicU32 = AtomicU32::new(0);
 static CURRENT: AtomicUsize = AtomicUsize::new(0);
-const NAMES: [&str; 13] = [
+const NAMES: [&str; 17] = [
     "boot",
     "hypercall-discovery",
     "hypercall-errors",
@@ -51,6 +51,10 @@ const NAMES: [&str; 13] = [
     "fp-simd-switches",
     "abort-outside-memory",
     "bench-ipi-exits",
+    "disr-switch",
+    "phys-timer",
+    "wfit-timeout",
+    "debug-bp-wp-step",
 ];
 
 /// The check running now: (number, name).
@@ -169,7 +173,7 @@ extern "C" fn primary_main(dtb: usize) -> ! {
         all: 1 << boot,
     };
 
-    let checks: [fn(&mut Ctx) -> Verdict; 12] = [
+    let checks: [fn(&mut Ctx) -> Verdict; 16] = [
         hypercall_discovery,
         hypercall_errors,
         psci_version,
@@ -182,6 +186,10 @@ extern "C" fn primary_main(dtb: usize) -> ! {
         fp_simd,
         abort_outside_memory,
         bench,
+        |c| crate::el1state::check_disr(c.all, c.kestrel),
+        |c| crate::el1state::check_ptimer(c.all),
+        |c| crate::el1state::check_wfit(c.all),
+        |_| crate::el1state::check_debug(),
     ];
     for (i, check) in checks.iter().enumerate() {
         let n = i + 1;

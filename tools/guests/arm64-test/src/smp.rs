@@ -30,6 +30,8 @@ pub enum Cmd {
     SgiOthers = 4,
     /// The vCPU [`sender`] sends a PV IPI to [`mask`].
     PvIpi = 5,
+    /// Part `arg` of an EL1-state check (`crate::el1state::execute`).
+    El1State = 16,
 }
 
 impl Cmd {
@@ -40,6 +42,7 @@ impl Cmd {
             3 => Cmd::SgiList,
             4 => Cmd::SgiOthers,
             5 => Cmd::PvIpi,
+            16 => Cmd::El1State,
             _ => Cmd::Nop,
         }
     }
@@ -151,6 +154,7 @@ fn execute(me: usize, cmd: Cmd, arg: u64) {
             (0, 0)
         }
         Cmd::PvIpi if sender(arg) == me => (pv_ipi(mask(arg)) as u64, 0),
+        Cmd::El1State => crate::el1state::execute(arg),
         _ => (0, 0),
     };
     state.result.store(result, Ordering::Release);
