@@ -252,6 +252,17 @@ pub fn vm_cases() -> Vec<VmCase> {
             timeout: Duration::from_secs(1200),
         },
         VmCase {
+            name: "arm64-regs-shared: 2 VMs x 2 vCPUs all on pCPU 1, EL1 state across VM switches",
+            config: "configs/test/arm64-regs-shared.toml",
+            features: &[],
+            gic: 3,
+            mem_mib: 1024,
+            vms: vec!["rs-a".into(), "rs-b".into()],
+            must_pass: ALL,
+            check: None,
+            timeout: Duration::from_secs(900),
+        },
+        VmCase {
             name: "arm64-rollover: 20 VMs x 2 vCPUs on 4 pCPUs with 4-bit VMIDs (vmid4)",
             config: "configs/test/arm64-rollover.toml",
             features: &["vmid4"],
