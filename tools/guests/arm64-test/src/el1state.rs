@@ -22,14 +22,14 @@ const PTIMER: u64 = 2;
 const WFIT: u64 = 3;
 
 /// Rounds of the DISR check per vCPU.
-const DISR_ROUNDS: u64 = 40;
+const DISR_ROUNDS: u64 = 16;
 /// Rounds of the physical-timer check per vCPU (half waiting in WFI, half
 /// spinning with interrupts on).
-const PTIMER_ROUNDS: u64 = 6;
+const PTIMER_ROUNDS: u64 = 4;
 /// Physical-timer sleep.
 const PTIMER_US: u64 = 2_000;
 /// WFIT rounds per vCPU and their timeout.
-const WFIT_ROUNDS: u64 = 3;
+const WFIT_ROUNDS: u64 = 2;
 const WFIT_US: u64 = 10_000;
 /// A WFIT may end this late and still pass (TCG on a shared machine,
 /// a hypervisor tick of 10 ms).
@@ -414,6 +414,9 @@ extern "C" {
     static el1state_step_after: u8;
 }
 
+/// Set while `check_debug` has debug events armed: a debug exception at
+/// any other time (another VM's breakpoint, say) is unexpected and fatal.
+static ARMED: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
 /// Debug exceptions taken: breakpoint, software step, watchpoint.
 static BP_HITS: AtomicU32 = AtomicU32::new(0);
 static SS_HITS: AtomicU32 = AtomicU32::new(0);
@@ -439,8 +442,12 @@ const MDSCR_MDE: u64 = 1 << 15;
 /// From the synchronous exception handler (current EL): a breakpoint
 /// (EC 0x31), software step (0x33) or watchpoint (0x35) exception is
 /// counted and its source disabled, so the interrupted code continues.
-/// Returns false for anything else.
+/// Returns false for anything else, and for any of them while the check
+/// is not running or on another vCPU than the boot one.
 pub fn debug_exception(ec: u64, frame: &mut Frame) -> bool {
+    if !ARMED.load(Ordering::SeqCst) || cpu::index() != crate::smp::BOOT.load(Ordering::Relaxed) {
+        return false;
+    }
     match ec {
         0x31 => {
             BP_ELR.store(frame.elr, Ordering::Relaxed);
@@ -495,6 +502,7 @@ pub fn check_debug() -> Verdict {
     for h in [&BP_HITS, &SS_HITS, &WP_HITS] {
         h.store(0, Ordering::SeqCst);
     }
+    ARMED.store(true, Ordering::SeqCst);
     // OS lock off (locked at reset), self-hosted debug on at EL1.
     wr!("oslar_el1", 0);
     wr!("mdscr_el1", MDSCR_MDE | MDSCR_KDE);
@@ -529,6 +537,7 @@ pub fn check_debug() -> Verdict {
     let s = unsafe { el1state_step(7) };
     let mdscr_left = sysreg_read!("mdscr_el1");
     wr!("mdscr_el1", 0);
+    ARMED.store(false, Ordering::SeqCst);
     cpu::sleep_us(2_000);
 
     let (b, w, ss) = (
