@@ -46,6 +46,10 @@ const EVERYWHERE: &[&str] = &[
     "sgi-broadcast",
     "fp-simd-switches",
     "abort-outside-memory",
+    "disr-switch",
+    "phys-timer",
+    "wfit-timeout",
+    "debug-bp-wp-step",
 ];
 
 /// Builds the guest and returns `build/guests/arm64-test.bin`.
@@ -97,7 +101,7 @@ pub fn bare_case(gic: u32) -> Case {
             "/nonexistent/arm64-test-guest-did-not-build"
         }
     };
-    let mut expect: Vec<&'static str> = vec!["RESULT: 8 passed, 0 failed"];
+    let mut expect: Vec<&'static str> = vec!["RESULT: 12 passed, 0 failed"];
     expect.extend(
         EVERYWHERE
             .iter()
@@ -148,6 +152,10 @@ fn number(name: &str) -> usize {
         "fp-simd-switches",
         "abort-outside-memory",
         "bench-ipi-exits",
+        "disr-switch",
+        "phys-timer",
+        "wfit-timeout",
+        "debug-bp-wp-step",
         "share",
     ];
     ORDER.iter().position(|c| *c == name).map_or(0, |i| i + 1)
@@ -203,6 +211,10 @@ const ALL: &[&str] = &[
     "fp-simd-switches",
     "abort-outside-memory",
     "bench-ipi-exits",
+    "disr-switch",
+    "phys-timer",
+    "wfit-timeout",
+    "debug-bp-wp-step",
 ];
 
 /// The kestrel cases (they need the arm64 VM backend).
@@ -270,6 +282,18 @@ pub fn vm_cases() -> Vec<VmCase> {
             check: Some(check_hostile),
             timeout: Duration::from_secs(300),
             qemu_args: ICOUNT,
+        },
+        VmCase {
+            name: "arm64-regs-shared: 2 VMs x 2 vCPUs all on pCPU 1, EL1 state across VM switches",
+            config: "configs/test/arm64-regs-shared.toml",
+            features: &[],
+            gic: 3,
+            mem_mib: 1024,
+            vms: vec!["rs-a".into(), "rs-b".into()],
+            must_pass: ALL,
+            check: None,
+            timeout: Duration::from_secs(900),
+            qemu_args: &[],
         },
         VmCase {
             name: "arm64-rollover: 20 VMs x 2 vCPUs on 4 pCPUs with 4-bit VMIDs (vmid4)",

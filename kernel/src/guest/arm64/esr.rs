@@ -122,6 +122,15 @@ pub struct Abort {
 pub enum Exit {
     Wfi,
     Wfe,
+    /// WFIT (FEAT_WFxT): wait for an interrupt or until CNTVCT_EL0 reaches
+    /// the value of register `rt`.
+    Wfit {
+        rt: u8,
+    },
+    /// WFET: wait for an event or until CNTVCT_EL0 reaches register `rt`.
+    Wfet {
+        rt: u8,
+    },
     /// FP/ASIMD use with CPTR_EL2.TFP set: the lazy-FP trap.
     FpAccess,
     /// SVE or SME use (hidden from guests).
@@ -149,11 +158,16 @@ pub fn decode(esr: u64, far: u64, hpfar: u64) -> Exit {
     let iss = (esr & 0x1ff_ffff) as u32;
     match ec {
         ec::WFX => {
-            // TI[1:0]: 0 WFI, 1 WFE, 2 WFIT, 3 WFET.
-            if iss & 1 == 0 {
-                Exit::Wfi
-            } else {
-                Exit::Wfe
+            // TI[1:0]: 0 WFI, 1 WFE, 2 WFIT, 3 WFET; RV [2]: Rv [9:5] holds
+            // the timeout (always set for WFIT/WFET; without it they are
+            // treated as plain WFI/WFE, which may return early).
+            let rt = ((iss >> 5) & 0x1f) as u8;
+            let rv = iss & (1 << 2) != 0;
+            match (iss & 3, rv) {
+                (2, true) => Exit::Wfit { rt },
+                (3, true) => Exit::Wfet { rt },
+                (0 | 2, _) => Exit::Wfi,
+                _ => Exit::Wfe,
             }
         }
         ec::FP_ASIMD => Exit::FpAccess,
@@ -236,6 +250,18 @@ mod tests {
     fn wfi_wfe_hvc_smc_fp() {
         assert_eq!(decode(esr(ec::WFX, 0), 0, 0), Exit::Wfi);
         assert_eq!(decode(esr(ec::WFX, 1), 0, 0), Exit::Wfe);
+        // WFIT x3 / WFET x30: TI, RV, Rv.
+        assert_eq!(
+            decode(esr(ec::WFX, 2 | 1 << 2 | 3 << 5), 0, 0),
+            Exit::Wfit { rt: 3 }
+        );
+        assert_eq!(
+            decode(esr(ec::WFX, 3 | 1 << 2 | 30 << 5), 0, 0),
+            Exit::Wfet { rt: 30 }
+        );
+        // Without RV: no deadline to honour.
+        assert_eq!(decode(esr(ec::WFX, 2), 0, 0), Exit::Wfi);
+        assert_eq!(decode(esr(ec::WFX, 3), 0, 0), Exit::Wfe);
         assert_eq!(
             decode(esr(ec::HVC64, 0x1234), 0, 0),
             Exit::Hvc { imm: 0x1234 }

@@ -3,7 +3,8 @@
 //! Rule: a guest is told only of features whose state kestrel switches or
 //! emulates. Everything else reads as "not implemented": SVE, SME, MTE, PMU,
 //! SPE, trace, AMU, MPAM, RAS, pointer authentication (keys are not
-//! switched), nested virtualization, VHE, AArch32, and every MMFR3 feature
+//! switched), SCXTNUM_ELx (CSV2 capped at 1), nested virtualization, VHE,
+//! AArch32, and every MMFR3 feature
 //! (new EL1 registers such as PIR_EL1 or TCR2_EL1 that would leak between
 //! VMs). Field layouts: Arm ARM D17.2 (ID_AA64*_EL1).
 
@@ -46,17 +47,24 @@ const fn parange(bits: u8) -> u64 {
 pub fn guest_view(reg: SysReg, host: u64, cfg: IdConfig) -> u64 {
     match reg {
         sysreg::ID_AA64PFR0_EL1 => {
-            // EL0/EL1: AArch64 only; FP, AdvSIMD, DIT, CSV2, CSV3 as the hardware.
-            let mut v = keep_fields(host, &[16, 20, 48, 56, 60]);
+            // EL0/EL1: AArch64 only; FP, AdvSIMD, DIT, CSV3 as the hardware;
+            // CSV2 at most 1 (FEAT_CSV2_2's SCXTNUM_ELx are not switched:
+            // HCR_EL2.EnSCXT = 0 traps them).
+            let mut v = keep_fields(host, &[16, 20, 48, 60]);
+            v = set_field(v, 56, ((host >> 56) & 0xf).min(1));
             v = set_field(v, 0, 1);
             v = set_field(v, 4, 1);
             set_field(v, 24, u64::from(cfg.gic_v3))
         }
-        // BT, SSBS and CSV2_frac only.
-        sysreg::ID_AA64PFR1_EL1 => keep_fields(host, &[0, 4, 32]),
-        // DebugVer v8.0 (breakpoint/watchpoint registers read as zero),
-        // DoubleLock not implemented; no PMU, SPE, trace, BRBE.
-        sysreg::ID_AA64DFR0_EL1 => 0x6 | (0xf << 36),
+        // BT and SSBS; CSV2_frac at most 1 (CSV2_1p2 has SCXTNUM_ELx).
+        sysreg::ID_AA64PFR1_EL1 => {
+            set_field(keep_fields(host, &[0, 4]), 32, ((host >> 32) & 0xf).min(1))
+        }
+        // DebugVer v8.0 with the hardware's breakpoints (BRPs), watchpoints
+        // (WRPs) and context-aware breakpoints (CTX_CMPs), all emulated per
+        // vCPU (guest::arm64::debug); DoubleLock not implemented; no PMU,
+        // SPE, trace, BRBE.
+        sysreg::ID_AA64DFR0_EL1 => 0x6 | keep_fields(host, &[12, 20, 28]) | (0xf << 36),
         sysreg::ID_AA64ISAR1_EL1 => {
             // No pointer authentication (APA, API, GPA, GPI), no LS64.
             host & !((0xf << 4) | (0xf << 8) | (0xf << 24) | (0xf << 28) | (0xf << 60))
@@ -109,6 +117,7 @@ mod tests {
         assert_eq!(field(32), 0, "no SVE");
         assert_eq!(field(36), 0, "no SEL2");
         assert_eq!(field(44), 0, "no AMU");
+        assert_eq!(field(56), 1, "CSV2 at most 1 (no SCXTNUM)");
         let v2 = guest_view(
             sysreg::ID_AA64PFR0_EL1,
             host,
@@ -132,19 +141,27 @@ mod tests {
         ] {
             assert_eq!(guest_view(reg, u64::MAX, CFG), 0, "{reg:?}");
         }
-        // PFR1 keeps BT, SSBS, CSV2_frac only: SME, MTE, GCS gone.
+        // PFR1 keeps BT, SSBS, CSV2_frac (at most 1) only: SME, MTE, GCS gone.
         assert_eq!(
             guest_view(sysreg::ID_AA64PFR1_EL1, u64::MAX, CFG),
-            0xf_0000_00ff
+            0x1_0000_00ff
         );
     }
 
     #[test]
-    fn debug_and_pauth_are_hidden() {
+    fn debug_points_are_the_hardwares_and_pauth_is_hidden() {
         assert_eq!(
             guest_view(sysreg::ID_AA64DFR0_EL1, u64::MAX, CFG),
-            0xf0_0000_0006
+            0xf0_f0f0_f006
         );
+        // QEMU -cpu max: DebugVer 9 (v8.4), BRPs 5, WRPs 3, CTX_CMPs 1, PMUVer 6.
+        let qemu = 0x0000_0000_1030_5609u64 | 0x6 << 8;
+        let v = guest_view(sysreg::ID_AA64DFR0_EL1, qemu, CFG);
+        assert_eq!(v & 0xf, 6, "Armv8.0 debug");
+        assert_eq!((v >> 12) & 0xf, 5, "6 breakpoints");
+        assert_eq!((v >> 20) & 0xf, 3, "4 watchpoints");
+        assert_eq!((v >> 28) & 0xf, 1, "2 context-aware");
+        assert_eq!((v >> 8) & 0xf, 0, "no PMU");
         let isar1 = guest_view(sysreg::ID_AA64ISAR1_EL1, u64::MAX, CFG);
         for s in [4, 8, 24, 28] {
             assert_eq!((isar1 >> s) & 0xf, 0, "PAuth field at {s}");

@@ -1,4 +1,6 @@
 //! arm64 guests: exception-syndrome decoding and the ID-register view.
 
+pub mod debug;
 pub mod esr;
 pub mod idregs;
+pub mod ptimer;

@@ -37,7 +37,7 @@ static PASSED: AtomicU32 = AtomicU32::new(0);
 static FAILED: AtomicU32 = AtomicU32::new(0);
 static SKIPPED: AtomicU32 = AtomicU32::new(0);
 static CURRENT: AtomicUsize = AtomicUsize::new(0);
-const NAMES: [&str; 14] = [
+const NAMES: [&str; 18] = [
     "boot",
     "hypercall-discovery",
     "hypercall-errors",
@@ -51,6 +51,10 @@ const NAMES: [&str; 14] = [
     "fp-simd-switches",
     "abort-outside-memory",
     "bench-ipi-exits",
+    "disr-switch",
+    "phys-timer",
+    "wfit-timeout",
+    "debug-bp-wp-step",
     "share",
 ];
 
@@ -179,14 +183,14 @@ extern "C" fn primary_main(dtb: usize) -> ! {
 
     if ctx.p.share_ms.is_some() {
         // The fairness test: bring the vCPUs up, then only the spin window.
-        for (n, check) in [(4, psci_smp as fn(&mut Ctx) -> Verdict), (13, share)] {
+        for (n, check) in [(4, psci_smp as fn(&mut Ctx) -> Verdict), (17, share)] {
             CURRENT.store(n, Ordering::Relaxed);
             let v = check(&mut ctx);
             report(n, v);
         }
         summary_and_off(false)
     }
-    let checks: [fn(&mut Ctx) -> Verdict; 12] = [
+    let checks: [fn(&mut Ctx) -> Verdict; 16] = [
         hypercall_discovery,
         hypercall_errors,
         psci_version,
@@ -199,6 +203,10 @@ extern "C" fn primary_main(dtb: usize) -> ! {
         fp_simd,
         abort_outside_memory,
         bench,
+        |c| crate::el1state::check_disr(c.all, c.kestrel),
+        |c| crate::el1state::check_ptimer(c.all),
+        |c| crate::el1state::check_wfit(c.all),
+        |_| crate::el1state::check_debug(),
     ];
     for (i, check) in checks.iter().enumerate() {
         let n = i + 1;

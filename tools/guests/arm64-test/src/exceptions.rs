@@ -124,6 +124,9 @@ extern "C" fn exception_handler(kind: u64, frame: &mut Frame) {
                 };
                 return;
             }
+            if crate::el1state::debug_exception(ec, frame) {
+                return;
+            }
             fatal(kind, frame)
         }
         _ => fatal(kind, frame),
@@ -148,6 +151,7 @@ fn irq() {
                 crate::cpu::timer_stop();
                 me.ticks.fetch_add(1, Ordering::Release);
             }
+            crate::el1state::PTIMER_INTID => crate::el1state::ptimer_irq(),
             _ => {
                 me.last_other.store(intid, Ordering::Relaxed);
                 me.other_irqs.fetch_add(1, Ordering::Relaxed);

@@ -1,6 +1,7 @@
 //! A minimal GIC driver for the guest: GICv3 (distributor, redistributors,
 //! system-register CPU interface) or GICv2 (distributor, memory-mapped CPU
-//! interface). SGIs and the virtual timer PPI are enabled; nothing else.
+//! interface). SGIs and the virtual and physical timer PPIs are enabled;
+//! nothing else.
 
 use crate::cpu::{sysreg_read, sysreg_write, CPUS, MAX_CPUS, VTIMER_INTID};
 use core::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
@@ -42,8 +43,8 @@ const GICC_EOIR: usize = 0x10;
 
 /// Priority given to every enabled interrupt.
 const PRIORITY: u32 = 0xA0;
-/// SGIs 0-15 and the virtual timer.
-const ENABLED: u32 = 0xFFFF | (1 << VTIMER_INTID);
+/// SGIs 0-15, the virtual timer and the EL1 physical timer.
+const ENABLED: u32 = 0xFFFF | (1 << VTIMER_INTID) | (1 << crate::el1state::PTIMER_INTID);
 
 fn rd(addr: usize) -> u32 {
     // SAFETY: every caller passes a register of the GIC frames the DTB

@@ -22,6 +22,8 @@ mod console;
 #[cfg(target_os = "none")]
 mod cpu;
 #[cfg(target_os = "none")]
+mod el1state;
+#[cfg(target_os = "none")]
 mod exceptions;
 #[cfg(target_os = "none")]
 mod exitbench;

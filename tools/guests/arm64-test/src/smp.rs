@@ -33,6 +33,8 @@ pub enum Cmd {
     /// Spin until the physical counter reaches `arg`, counting iterations
     /// of a fixed loop: result = iterations, detail = the counter at the start.
     Spin = 6,
+    /// Part `arg` of an EL1-state check (`crate::el1state::execute`).
+    El1State = 16,
 }
 
 impl Cmd {
@@ -44,6 +46,7 @@ impl Cmd {
             4 => Cmd::SgiOthers,
             5 => Cmd::PvIpi,
             6 => Cmd::Spin,
+            16 => Cmd::El1State,
             _ => Cmd::Nop,
         }
     }
@@ -156,6 +159,7 @@ fn execute(me: usize, cmd: Cmd, arg: u64) {
         }
         Cmd::PvIpi if sender(arg) == me => (pv_ipi(mask(arg)) as u64, 0),
         Cmd::Spin => spin_until(arg),
+        Cmd::El1State => crate::el1state::execute(arg),
         _ => (0, 0),
     };
     state.result.store(result, Ordering::Release);

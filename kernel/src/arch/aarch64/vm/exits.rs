@@ -7,8 +7,10 @@
 
 use alloc::format;
 
+use crate::guest::arm64::debug::Answer as DebugAnswer;
 use crate::guest::arm64::esr::{self, sysreg, Abort, Exit, SysReg, SysRegAccess};
 use crate::guest::arm64::idregs;
+use crate::guest::arm64::ptimer::PhysTimer;
 use crate::hypercall::{self, Abi, HypercallArgs, HypercallEnv};
 use crate::ipi::{self, IpiError, IpiOutcome, IpiTarget, IpiWindow};
 use crate::psci::{self, Effect, PsciVm};
@@ -45,9 +47,17 @@ pub fn wake_set(hv: &Hypervisor<B>, vm: &Vm<B>, set: VcpuSet, me: usize, cpu: us
 
 /// Steps over the trapped instruction (4 bytes, or 2 for a 16-bit T32
 /// instruction of an AArch32 EL0: ESR_EL2.IL, recorded in `ctx.ilen`).
+///
+/// PSTATE.SS is cleared: a guest single-stepping the trapped instruction
+/// has now executed it, so its software-step exception is taken before the
+/// next one (the step state machine's active-pending state).
 fn skip(ctx: &mut VcpuState) {
     ctx.regs.pc = ctx.regs.pc.wrapping_add(ctx.ilen);
+    ctx.regs.pstate &= !PSTATE_SS;
 }
+
+/// PSTATE.SS (software step), bit 21 of SPSR.
+const PSTATE_SS: u64 = 1 << 21;
 
 fn reg(ctx: &VcpuState, r: u8) -> u64 {
     if r >= 31 {
@@ -130,17 +140,40 @@ pub fn sync(
     hpfar: u64,
 ) -> RunExit {
     ctx.ilen = if esr & ESR_IL != 0 { 4 } else { 2 };
-    match esr::decode(esr, far, hpfar) {
+    let mut exit = esr::decode(esr, far, hpfar);
+    if exit == Exit::Wfi && be.wfxt {
+        // QEMU reports a trapped WFIT with the WFI syndrome (TI = 0, no
+        // RV): the instruction itself tells them apart.
+        if let Some(rt) = wfit_at_pc(vm, ctx) {
+            exit = Exit::Wfit { rt };
+        }
+    }
+    match exit {
         Exit::Wfi => {
             vm.stats.exit(ExitReason::Idle);
             skip(ctx);
-            if be.has_work(vm, vcpu) {
+            if be.has_work(vm, vcpu, ctx) {
                 RunExit::Continue
             } else {
                 RunExit::Block
             }
         }
-        Exit::Wfe => {
+        Exit::Wfit { rt } => {
+            vm.stats.exit(ExitReason::Idle);
+            // The timeout is a CNTVCT_EL0 value: in physical counter ticks
+            // it is CNTVOFF_EL2 later.
+            let deadline = reg(ctx, rt).saturating_add(vm.arch.cntvoff);
+            skip(ctx);
+            if be.has_work(vm, vcpu, ctx) || super::timer::counter() >= deadline {
+                RunExit::Continue
+            } else {
+                // `put` publishes the timeout; `check_timers` wakes us.
+                ctx.wfxt_at = deadline;
+                RunExit::Block
+            }
+        }
+        // WFET: like WFE (which may return early), whatever its timeout.
+        Exit::Wfe | Exit::Wfet { .. } => {
             vm.stats.exit(ExitReason::Idle);
             skip(ctx);
             if hv.sched.should_preempt(cpu) {
@@ -192,6 +225,36 @@ pub fn sync(
             RunExit::Continue
         }
     }
+}
+
+/// The register of the WFIT at the loaded vCPU's PC, if that is one.
+/// Translates the PC with `AT S12E1R` (the guest's EL1 regime and stage 2
+/// are live; its PAR_EL1 is saved around it) and reads the word only if it
+/// lies in the VM's RAM.
+fn wfit_at_pc(vm: &Vm<B>, ctx: &VcpuState) -> Option<u8> {
+    let pc = ctx.regs.pc;
+    if pc & 3 != 0 || ctx.ilen != 4 {
+        return None;
+    }
+    let saved = mrs!("par_el1");
+    // SAFETY: address translation only: the result goes to PAR_EL1, which
+    // is restored below; no memory is accessed.
+    unsafe { core::arch::asm!("at s12e1r, {}", "isb", in(reg) pc, options(nostack)) };
+    let par = mrs!("par_el1");
+    msr!("par_el1", saved);
+    if par & 1 != 0 {
+        return None;
+    }
+    let pa = (par & 0x000F_FFFF_FFFF_F000) | (pc & 0xFFF);
+    let frame = pa & !(super::stage2::BLOCK - 1);
+    if !vm.arch.frames.contains(&frame) {
+        return None;
+    }
+    // SAFETY: `pa` is a 4-byte aligned address inside a 2 MiB RAM frame
+    // owned by this VM, identity mapped at EL2 as Normal memory.
+    let insn = unsafe { core::ptr::read_volatile(pa as *const u32) };
+    // WFIT Xt: 0xD503_1020 | Rt.
+    (insn & !0x1F == 0xD503_1020).then_some((insn & 0x1F) as u8)
 }
 
 /// The calling VM as PSCI sees it.
@@ -314,7 +377,7 @@ fn call(
         return match out.effect {
             Effect::None => RunExit::Continue,
             Effect::Block => {
-                if hv.backend.has_work(vm, vcpu) {
+                if hv.backend.has_work(vm, vcpu, ctx) {
                     RunExit::Continue
                 } else {
                     RunExit::Block
@@ -361,17 +424,13 @@ fn host_id(reg: SysReg) -> u64 {
 
 /// Registers answered read-as-zero, write-ignored.
 fn raz_wi(r: SysReg) -> bool {
-    // Debug and trace (op0 = 2): MDSCR_EL1, OSLAR/OSLSR, DBGB*/DBGW*, ...
-    r.op0 == 2
-        // PMU: PMCR_EL0.. (CRn 9, CRm 12-14), PMEVCNTR/TYPER (CRn 14, CRm 8-15).
-        || (r.op0 == 3 && r.crn == 9 && (12..=14).contains(&r.crm))
+    // PMU: PMCR_EL0.. (CRn 9, CRm 12-14), PMEVCNTR/TYPER (CRn 14, CRm 8-15).
+    (r.op0 == 3 && r.crn == 9 && (12..=14).contains(&r.crm))
         || (r.op0 == 3 && r.op1 == 3 && r.crn == 14 && r.crm >= 8)
         // ACTLR_EL1 (HCR_EL2.TACR).
         || r == SysReg::new(3, 0, 1, 0, 1)
         // LORegion registers (HCR_EL2.TLOR): LORSA/LOREA/LORN/LORC/LORID.
         || (r.op0 == 3 && r.op1 == 0 && r.crn == 10 && r.crm == 4)
-        // EL1 physical timer (CNTHCTL_EL2.EL1PCEN clear): CNTP_TVAL/CTL/CVAL_EL0.
-        || (r.op0 == 3 && r.op1 == 3 && r.crn == 14 && r.crm == 2)
 }
 
 /// Data/instruction cache maintenance by set/way (HCR_EL2.TSW): DC ISW,
@@ -418,6 +477,46 @@ fn sysreg_trap(
         } else {
             inject_undef(ctx);
         }
+        return RunExit::Continue;
+    }
+    if r.op0 == 2 {
+        // Debug registers (MDCR_EL2.TDA/TDOSA/TDRA): the vCPU's shadow; a
+        // write the hardware must hold goes to it at once (the vCPU is
+        // loaded) and from now on at every load.
+        let value = reg(ctx, acc.rt);
+        let was_dirty = ctx.debug.dirty;
+        match ctx.debug.access(r, acc.read, value) {
+            DebugAnswer::Read(v) => set_reg(ctx, acc.rt, v),
+            DebugAnswer::Written { hw: true } if !was_dirty => {
+                // The first such write: the hardware still holds whatever
+                // another vCPU left there; all of it becomes ours.
+                super::regs::load_debug(&ctx.debug);
+            }
+            DebugAnswer::Written { hw } => {
+                if hw {
+                    super::regs::write_debug(&ctx.debug, r.op1, r.crn, r.crm, r.op2);
+                }
+            }
+            DebugAnswer::Undef => {
+                inject_undef(ctx);
+                return RunExit::Continue;
+            }
+        }
+        skip(ctx);
+        return RunExit::Continue;
+    }
+    if PhysTimer::handles(r) {
+        // The emulated EL1 physical timer (CNTHCTL_EL2.EL1PCEN clear); the
+        // next entry drives PPI 30 and the backing timer from the model.
+        let now = super::timer::counter();
+        if acc.read {
+            let v = ctx.ptimer.read(r, now).unwrap_or(0);
+            set_reg(ctx, acc.rt, v);
+        } else {
+            let v = reg(ctx, acc.rt);
+            ctx.ptimer.write(r, v, now);
+        }
+        skip(ctx);
         return RunExit::Continue;
     }
     if raz_wi(r) || set_way(r) {

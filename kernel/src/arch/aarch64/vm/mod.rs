@@ -25,7 +25,9 @@ use kestrel_abi::package::{ConsoleKind, Package};
 use crate::board::{BoardInfo, IrqChip};
 use crate::console::ConsoleMux;
 use crate::fpu::{Arm64FpState, FpEngine, FpLoad, FpPolicy, VcpuFp};
+use crate::guest::arm64::debug::DebugRegs;
 use crate::guest::arm64::idregs::IdConfig;
+use crate::guest::arm64::ptimer::PhysTimer;
 use crate::platform::ExitStatus;
 use crate::sched::{CpuMask, VcpuKey};
 use crate::stats::{Counter, Stats};
@@ -50,6 +52,10 @@ pub const KICK_SGI: u32 = 1;
 pub const MAINTENANCE_PPI: u32 = 25;
 /// The EL1 virtual timer (PPI), physical and virtual.
 pub const VTIMER_PPI: u32 = 27;
+/// The EL1 physical timer (PPI): emulated for guests (trapped registers,
+/// `guest::arm64::ptimer`), backed by the hardware EL1 physical timer
+/// while the vCPU is loaded and by the deadline checks when it is not.
+pub const PTIMER_PPI: u32 = 30;
 /// SPIs every VM's virtual GIC has (INTIDs 32-63; the UART is SPI 1 = 33).
 const NR_SPIS: usize = 32;
 /// The guest UART's INTID (SPI 1).
@@ -96,12 +102,29 @@ pub const HCR_GUEST: u64 = HCR_VM
     | HCR_TLOR
     | HCR_TERR;
 
-/// MDCR_EL2: trap debug (TDA, TDOSA, TDRA) and PMU (TPM, TPMCR) accesses;
-/// kestrel answers them RAZ/WI (the guest's ID registers show no PMU and
-/// only the base debug architecture).
+/// MDCR_EL2: trap debug (TDA, TDOSA, TDRA: emulated from each vCPU's
+/// shadow, `guest::arm64::debug`) and PMU (TPM, TPMCR: RAZ/WI, the ID
+/// registers show no PMU) accesses. TDE = 0: debug exceptions from EL1/EL0
+/// go to the guest's EL1. E2PB = E2TB = 0: profiling and trace buffer
+/// controls trap. [`mdcr_guest`] adds TPMS and TTRF where implemented.
 const MDCR_GUEST: u64 = (1 << 5) | (1 << 6) | (1 << 9) | (1 << 10) | (1 << 11);
-/// CNTHCTL_EL2 (E2H = 0): EL1PCTEN (physical counter readable), EL1PCEN
-/// clear (physical timer traps: RAZ/WI; guests use the virtual timer).
+
+/// MDCR_EL2 for guests on this CPU: [`MDCR_GUEST`], plus TPMS (SPE
+/// sampling controls trap) with FEAT_SPE and TTRF (TRFCR_EL1 traps) with
+/// FEAT_TRF; those bits are RES0 elsewhere.
+fn mdcr_guest() -> u64 {
+    let dfr0 = mrs!("id_aa64dfr0_el1");
+    let mut v = MDCR_GUEST;
+    if (dfr0 >> 32) & 0xf != 0 {
+        v |= 1 << 14;
+    }
+    if (dfr0 >> 40) & 0xf != 0 {
+        v |= 1 << 19;
+    }
+    v
+}
+/// CNTHCTL_EL2 (E2H = 0): EL1PCTEN (physical counter readable, no offset),
+/// EL1PCEN clear (CNTP_CTL/CVAL/TVAL_EL0 trap and are emulated per vCPU).
 const CNTHCTL_GUEST: u64 = 1;
 
 /// Per-vCPU state other pCPUs touch.
@@ -109,6 +132,12 @@ pub struct VcpuShared {
     /// Physical counter value at which this (not loaded) vCPU's virtual
     /// timer fires, or `u64::MAX`.
     pub wake_at: AtomicU64,
+    /// Physical counter value at which this (not loaded) vCPU's emulated
+    /// physical timer raises PPI 30, or `u64::MAX`.
+    pub ptimer_at: AtomicU64,
+    /// Physical counter value at which this vCPU's WFIT times out (it
+    /// blocked in one), or `u64::MAX`.
+    pub wfxt_at: AtomicU64,
     /// A PSCI CPU_ON waiting to be applied at the next load: (entry, context).
     pub boot: Mutex<Option<(u64, u64)>>,
 }
@@ -148,16 +177,24 @@ pub struct VcpuState {
     /// The list registers still hold `filled`, unsynced: the guest changed
     /// none of them since (the exit fast path, `sync_after_exit`).
     pub lrs_live: bool,
-    /// The virtual timer level last given to the vGIC model.
+    /// The virtual and physical timer levels last given to the vGIC model.
     pub vtimer_level: Option<bool>,
+    pub ptimer_level: Option<bool>,
     /// The vCPU has run at least once (so its EL1 state is its own).
     pub started: bool,
     /// Length of the instruction that caused the last synchronous exit.
     pub ilen: u64,
+    /// The emulated EL1 physical timer.
+    pub ptimer: PhysTimer,
+    /// The physical counter value at which a WFIT the vCPU blocked in
+    /// times out (`u64::MAX`: none).
+    pub wfxt_at: u64,
+    /// The debug registers' shadow (loaded into the hardware when dirty).
+    pub debug: DebugRegs,
 }
 
 impl VcpuState {
-    fn new(index: usize, stats: &Arc<Stats>) -> VcpuState {
+    fn new(index: usize, stats: &Arc<Stats>, dbg_points: (usize, usize)) -> VcpuState {
         VcpuState {
             regs: GuestRegs::default(),
             el1: El1Regs::reset(),
@@ -168,8 +205,12 @@ impl VcpuState {
             filled: heapless::Vec::new(),
             lrs_live: false,
             vtimer_level: None,
+            ptimer_level: None,
             started: false,
             ilen: 4,
+            ptimer: PhysTimer::default(),
+            wfxt_at: u64::MAX,
+            debug: DebugRegs::new(dbg_points.0, dbg_points.1),
         }
     }
 
@@ -182,6 +223,8 @@ impl VcpuState {
         self.regs.pstate = PSTATE_EL1H_MASKED;
         self.el1 = El1Regs::reset();
         self.gic = VgicCpu::default();
+        self.ptimer = PhysTimer::default();
+        self.debug = DebugRegs::new(self.debug.brps, self.debug.wrps);
     }
 }
 
@@ -226,6 +269,17 @@ pub struct Arm64Backend {
     policy: FpPolicy,
     midr: u64,
     hw_ids: Vec<u64>,
+    /// MDCR_EL2 for guests ([`mdcr_guest`]).
+    mdcr: u64,
+    /// Breakpoints and watchpoints the hardware has (ID_AA64DFR0_EL1
+    /// BRPs + 1, WRPs + 1): what guests get.
+    dbg_points: (usize, usize),
+    /// The CPUs implement WFIT/WFET (ID_AA64ISAR2_EL1.WFxT = 2), which
+    /// guests see.
+    pub wfxt: bool,
+    /// The CPUs implement FEAT_RAS (ID_AA64PFR0_EL1.RAS != 0): VDISR_EL2
+    /// holds the guest's DISR_EL1 and must be switched.
+    ras: bool,
 }
 
 fn console() -> &'static Mutex<ConsoleMux> {
@@ -246,6 +300,12 @@ pub fn host_irq(intid: u32) -> bool {
     };
     if intid == timer::PPI {
         p.slice_expired.store(true, Ordering::Release);
+    } else if intid == PTIMER_PPI {
+        // The loaded vCPU's emulated physical timer reached its deadline:
+        // mask the backing timer (ENABLE | IMASK) so it does not fire
+        // again; the entry that follows raises the virtual PPI 30 from the
+        // model.
+        msr!("cntp_ctl_el0", 0b11);
     } else if intid == VTIMER_PPI && p.loaded.load(Ordering::Acquire) {
         // The loaded vCPU's timer fired: it stays active (no re-firing)
         // until the guest deactivates the virtual one, which the list
@@ -268,6 +328,49 @@ fn set_vtimer_phys(gic: &Gic, cpu: usize, enable: bool) {
     }
 }
 
+/// Programs the hardware EL1 physical timer (free for kestrel: guest
+/// accesses trap) to force an exit when the loaded vCPU's emulated timer
+/// output rises; off when it cannot rise or is high already (the model then
+/// drives PPI 30 directly).
+fn ptimer_backing(t: &PhysTimer, now: u64) {
+    match t.deadline() {
+        Some(at) if at > now => {
+            msr!("cntp_cval_el0", at);
+            msr!("cntp_ctl_el0", 1);
+        }
+        _ => msr!("cntp_ctl_el0", 0),
+    }
+}
+
+/// Puts the EL2 trap controls of later architecture versions in a known
+/// state (their reset values are UNKNOWN): fine-grained traps (FEAT_FGT,
+/// FEAT_FGT2) all zero, so no extra positive trap but every negative
+/// ("n"-prefixed) trap on: EL1 state kestrel does not switch (TPIDR2_EL0,
+/// PIR/POR_EL1, ACCDATA_EL1, GCS, BRBE, ...) traps and is answered with
+/// UNDEF; HCRX_EL2 (FEAT_HCX) zero, so TCR2/SCTLR2/FPMR/MOPS-era state
+/// traps or stays off. Registers a CPU does not implement are not touched.
+fn el2_trap_defaults() {
+    let mmfr0 = mrs!("id_aa64mmfr0_el1");
+    let fgt = (mmfr0 >> 56) & 0xf;
+    if fgt >= 1 {
+        msr!("s3_4_c1_c1_4", 0); // HFGRTR_EL2
+        msr!("s3_4_c1_c1_5", 0); // HFGWTR_EL2
+        msr!("s3_4_c1_c1_6", 0); // HFGITR_EL2
+        msr!("s3_4_c3_c1_4", 0); // HDFGRTR_EL2
+        msr!("s3_4_c3_c1_5", 0); // HDFGWTR_EL2
+    }
+    if fgt >= 2 {
+        msr!("s3_4_c3_c1_2", 0); // HFGRTR2_EL2
+        msr!("s3_4_c3_c1_3", 0); // HFGWTR2_EL2
+        msr!("s3_4_c3_c1_7", 0); // HFGITR2_EL2
+        msr!("s3_4_c3_c1_0", 0); // HDFGRTR2_EL2
+        msr!("s3_4_c3_c1_1", 0); // HDFGWTR2_EL2
+    }
+    if (mrs!("id_aa64mmfr1_el1") >> 40) & 0xf != 0 {
+        msr!("s3_4_c1_c2_2", 0); // HCRX_EL2
+    }
+}
+
 /// Whether the loaded vCPU's virtual timer asserts its interrupt now
 /// (CNTV_CTL_EL0: ENABLE, not IMASK, ISTATUS).
 fn vtimer_level() -> bool {
@@ -284,12 +387,20 @@ impl Arm64Backend {
         self.gic.enable_ppi(KICK_SGI, Priority::Normal);
         self.gic.enable_ppi(MAINTENANCE_PPI, Priority::Normal);
         self.gic.enable_ppi(VTIMER_PPI, Priority::Normal);
+        self.gic.enable_ppi(PTIMER_PPI, Priority::Normal);
+        msr!("cntp_ctl_el0", 0);
+        regs::put_debug();
         PCPU[cpu].vtimer_enabled.store(true, Ordering::Relaxed);
         if let VgicHw::V3 { .. } = self.hw {
             msr!("ich_hcr_el2", 0);
         }
         msr!("cnthctl_el2", CNTHCTL_GUEST);
         msr!("cntv_ctl_el0", 0);
+        if self.ras {
+            // kestrel never sets HCR_EL2.VSE: no virtual SError syndrome.
+            msr!("s3_4_c5_c2_3", 0); // VSESR_EL2
+        }
+        el2_trap_defaults();
         // SAFETY: masks IRQs at EL2 on this CPU: the run loop takes them as
         // guest exits or in `idle`.
         unsafe { core::arch::asm!("msr daifset, #2", options(nomem, nostack)) };
@@ -318,8 +429,10 @@ impl Arm64Backend {
         timer::counter()
     }
 
-    /// Fires the virtual timers of vCPUs that are not loaded and whose
-    /// deadline has passed: the interrupt is made pending and they wake.
+    /// Fires the timers of vCPUs that are not loaded and whose deadline
+    /// has passed: the virtual timer (PPI 27) and the emulated physical
+    /// timer (PPI 30) make their interrupt pending and wake the vCPU if it
+    /// can take it; a WFIT timeout wakes it unconditionally.
     fn check_timers(&self, cpu: usize) {
         let Some(hv) = HV.get() else { return };
         let now = self.now();
@@ -328,19 +441,24 @@ impl Arm64Backend {
                 continue;
             }
             for (i, sh) in vm.arch.shared.iter().enumerate() {
-                let at = sh.wake_at.load(Ordering::Acquire);
-                if at <= now
-                    && sh
-                        .wake_at
-                        .compare_exchange(at, u64::MAX, Ordering::AcqRel, Ordering::Relaxed)
-                        .is_ok()
-                {
-                    // Only a deliverable interrupt wakes a WFI (a guest that
-                    // disabled the PPI stays blocked, without re-checks).
-                    let kicks = vm.arch.vgic.lock().set_level(i, VTIMER_PPI, true);
-                    if !kicks.contains(i) {
-                        continue;
+                let fired = |at: &AtomicU64| {
+                    let t = at.load(Ordering::Acquire);
+                    t <= now
+                        && at
+                            .compare_exchange(t, u64::MAX, Ordering::AcqRel, Ordering::Relaxed)
+                            .is_ok()
+                };
+                let mut wake = false;
+                for (at, ppi) in [(&sh.wake_at, VTIMER_PPI), (&sh.ptimer_at, PTIMER_PPI)] {
+                    if fired(at) {
+                        // Only a deliverable interrupt wakes a WFI (a guest
+                        // that disabled the PPI stays blocked, without
+                        // re-checks).
+                        wake |= vm.arch.vgic.lock().set_level(i, ppi, true).contains(i);
                     }
+                }
+                wake |= fired(&sh.wfxt_at);
+                if wake {
                     vm.stats.exit(crate::stats::ExitReason::Timer);
                     hv.wake(
                         VcpuKey {
@@ -354,13 +472,19 @@ impl Arm64Backend {
         }
     }
 
-    /// The earliest virtual-timer deadline of a vCPU that is not loaded.
+    /// The earliest timer deadline (virtual, physical, WFIT) of a vCPU
+    /// that is not loaded.
     fn next_deadline(&self) -> u64 {
         vms()
             .iter()
             .filter(|vm| !vm.has_ended())
             .flat_map(|vm| vm.arch.shared.iter())
-            .map(|s| s.wake_at.load(Ordering::Relaxed))
+            .map(|s| {
+                s.wake_at
+                    .load(Ordering::Relaxed)
+                    .min(s.ptimer_at.load(Ordering::Relaxed))
+                    .min(s.wfxt_at.load(Ordering::Relaxed))
+            })
             .min()
             .unwrap_or(u64::MAX)
     }
@@ -398,19 +522,28 @@ impl Arm64Backend {
     /// registers from the model, the physical timer PPI as the level needs.
     fn prepare_entry(&self, cpu: usize, vm: &Vm<Self>, vcpu: &Vcpu<Self>, ctx: &mut VcpuState) {
         let level = vtimer_level();
+        let now = self.now();
         let fill = {
             let mut g = vm.arch.vgic.lock();
             if ctx.vtimer_level != Some(level) {
                 g.set_level(vcpu.index, VTIMER_PPI, level);
                 ctx.vtimer_level = Some(level);
             }
+            let plevel = ctx.ptimer.level(now);
+            if ctx.ptimer_level != Some(plevel) {
+                g.set_level(vcpu.index, PTIMER_PPI, plevel);
+                ctx.ptimer_level = Some(plevel);
+            }
             // Fast path: nothing changed since the last fill and the list
             // registers still hold it: enter as they are.
             if ctx.lrs_live && !g.fill_needed(vcpu.index) {
+                drop(g);
+                ptimer_backing(&ctx.ptimer, now);
                 return;
             }
             g.fill_lrs(vcpu.index, self.hw.nr_lrs())
         };
+        ptimer_backing(&ctx.ptimer, now);
         // The physical timer PPI: left active for the guest while the
         // virtual one is in a list register (HW bit); otherwise deactivated,
         // and disabled while its level is high but the guest cannot take it
@@ -436,6 +569,7 @@ impl Arm64Backend {
         let mut lrs: heapless::Vec<LrEntry, MAX_LRS> = heapless::Vec::new();
         self.hw.read_lrs(ctx.lrs_used, &mut lrs);
         let level = vtimer_level();
+        let plevel = ctx.ptimer.level(self.now());
         let unchanged = ctx.lrs_live
             && lrs.len() == ctx.filled.len()
             && lrs
@@ -443,7 +577,7 @@ impl Arm64Backend {
                 .zip(&ctx.filled)
                 .all(|(now, was)| now.intid == was.intid && now.state == was.state)
             && !lrs.iter().any(|e| e.state.is_pending());
-        if unchanged && ctx.vtimer_level == Some(level) {
+        if unchanged && ctx.vtimer_level == Some(level) && ctx.ptimer_level == Some(plevel) {
             return;
         }
         let mut g = vm.arch.vgic.lock();
@@ -452,14 +586,20 @@ impl Arm64Backend {
             ctx.lrs_live = false;
         }
         g.set_level(vcpu.index, VTIMER_PPI, level);
+        g.set_level(vcpu.index, PTIMER_PPI, plevel);
         ctx.vtimer_level = Some(level);
+        ctx.ptimer_level = Some(plevel);
     }
 
     /// Whether the loaded vCPU has an interrupt to take (WFI would wake).
-    pub fn has_work(&self, vm: &Vm<Self>, vcpu: &Vcpu<Self>) -> bool {
+    pub fn has_work(&self, vm: &Vm<Self>, vcpu: &Vcpu<Self>, ctx: &mut VcpuState) -> bool {
         let level = vtimer_level();
+        let plevel = ctx.ptimer.level(self.now());
         let mut g = vm.arch.vgic.lock();
         g.set_level(vcpu.index, VTIMER_PPI, level);
+        g.set_level(vcpu.index, PTIMER_PPI, plevel);
+        ctx.vtimer_level = Some(level);
+        ctx.ptimer_level = Some(plevel);
         g.has_pending(vcpu.index)
     }
 }
@@ -471,6 +611,10 @@ impl Backend for Arm64Backend {
     fn load(&self, cpu: usize, vm: &Vm<Self>, vcpu: &Vcpu<Self>, ctx: &mut VcpuState) {
         let sh = &vm.arch.shared[vcpu.index];
         sh.wake_at.store(u64::MAX, Ordering::Release);
+        sh.ptimer_at.store(u64::MAX, Ordering::Release);
+        sh.wfxt_at.store(u64::MAX, Ordering::Release);
+        // Running again ends any WFIT wait.
+        ctx.wfxt_at = u64::MAX;
         if let Some((entry, x0)) = sh.boot.lock().take() {
             ctx.reset(entry, x0);
         }
@@ -499,15 +643,19 @@ impl Backend for Arm64Backend {
         msr!("vmpidr_el2", ctx.vmpidr);
         msr!("cntvoff_el2", vm.arch.cntvoff);
         let hpmn = mrs!("mdcr_el2") & 0x1f;
-        msr!("mdcr_el2", MDCR_GUEST | hpmn);
+        msr!("mdcr_el2", self.mdcr | hpmn);
         msr!("cnthctl_el2", CNTHCTL_GUEST);
-        ctx.el1.restore();
+        ctx.el1.restore(self.ras);
+        if ctx.debug.dirty {
+            regs::load_debug(&ctx.debug);
+        }
         self.hw.load(&ctx.gic);
         // The load cleared the list registers: the next entry fills them
         // (taking back what an unsynced fill left handed out).
         ctx.lrs_used = 0;
         ctx.lrs_live = false;
         ctx.vtimer_level = None;
+        ctx.ptimer_level = None;
         PCPU[cpu].loaded.store(true, Ordering::Release);
         // Lazy FP: wait for the pCPU holding our registers to write them back.
         loop {
@@ -572,7 +720,10 @@ impl Backend for Arm64Backend {
     }
 
     fn put(&self, cpu: usize, vm: &Vm<Self>, vcpu: &Vcpu<Self>, ctx: &mut VcpuState) {
-        ctx.el1.save();
+        ctx.el1.save(self.ras);
+        if ctx.debug.dirty {
+            regs::put_debug();
+        }
         self.hw.put(&mut ctx.gic);
         ctx.lrs_used = 0;
         ctx.lrs_live = false;
@@ -595,12 +746,19 @@ impl Backend for Arm64Backend {
         } else {
             u64::MAX
         };
+        // The emulated physical timer's backing stops; its deadline (in
+        // physical counter ticks, no offset) and a WFIT timeout are watched
+        // the same way.
+        msr!("cntp_ctl_el0", 0);
         if !vm.has_ended() {
-            vm.arch.shared[vcpu.index]
-                .wake_at
-                .store(deadline, Ordering::Release);
-            if deadline != u64::MAX {
-                timer::arm_before(deadline);
+            let sh = &vm.arch.shared[vcpu.index];
+            let ptimer_at = ctx.ptimer.deadline().unwrap_or(u64::MAX);
+            sh.wake_at.store(deadline, Ordering::Release);
+            sh.ptimer_at.store(ptimer_at, Ordering::Release);
+            sh.wfxt_at.store(ctx.wfxt_at, Ordering::Release);
+            let first = deadline.min(ptimer_at).min(ctx.wfxt_at);
+            if first != u64::MAX {
+                timer::arm_before(first);
             }
         }
         PCPU[cpu].loaded.store(false, Ordering::Release);
@@ -788,6 +946,8 @@ impl Arm64Backend {
             shared: (0..vcpus)
                 .map(|_| VcpuShared {
                     wake_at: AtomicU64::new(u64::MAX),
+                    ptimer_at: AtomicU64::new(u64::MAX),
+                    wfxt_at: AtomicU64::new(u64::MAX),
                     boot: Mutex::new(None),
                 })
                 .collect(),
@@ -802,7 +962,9 @@ impl Arm64Backend {
         // fetched from memory.
         unsafe { core::arch::asm!("dsb ish", "ic ialluis", "dsb ish", "isb", options(nostack)) };
         let stats = Arc::new(Stats::new());
-        let mut states: Vec<VcpuState> = (0..vcpus).map(|i| VcpuState::new(i, &stats)).collect();
+        let mut states: Vec<VcpuState> = (0..vcpus)
+            .map(|i| VcpuState::new(i, &stats, self.dbg_points))
+            .collect();
         states[0].reset(spec.entry_gpa, spec.dtb_gpa);
         let affinity = if spec.affinity.mask != 0 {
             CpuMask(spec.affinity.mask).and(online)
@@ -875,6 +1037,16 @@ pub fn create_vms(
         vmids: VmidAllocator::new(vmid_bits, cpus),
         policy,
         midr: mrs!("midr_el1"),
+        ras: (mrs!("id_aa64pfr0_el1") >> 28) & 0xf != 0,
+        mdcr: mdcr_guest(),
+        wfxt: mrs!("s3_0_c0_c6_2") & 0xf >= 2,
+        dbg_points: {
+            let dfr0 = mrs!("id_aa64dfr0_el1");
+            (
+                ((dfr0 >> 12) & 0xf) as usize + 1,
+                ((dfr0 >> 20) & 0xf) as usize + 1,
+            )
+        },
         hw_ids: board.cpus.iter().map(|c| c.hw_id).collect(),
     };
     log::info!(
