@@ -66,6 +66,9 @@ const fn ec(esr: u64) -> u64 {
 
 /// EC 0x00: unknown reason, what an undefined instruction raises.
 const EC_UNKNOWN: u64 = 0x00;
+/// EC 0x18: a trapped system register access (FEAT_IDST's answer for
+/// unallocated ID registers).
+const EC_SYSREG: u64 = 0x18;
 /// EC 0x21: instruction abort without a change in EL.
 const EC_IABT_SAME: u64 = 0x21;
 /// EC 0x25: data abort without a change in EL.
@@ -349,7 +352,15 @@ fn sysreg_reads() {
                         if op1 >= 4 && esr == 0 && t.bad.is_none() {
                             t.bad = Some((insn, 0));
                         }
-                        t.add(insn, esr, &[EC_UNKNOWN]);
+                        // FEAT_IDST: an unallocated ID-space encoding (op0 3,
+                        // op1 0, CRn 0) may report EC 0x18 instead of 0.
+                        let id_space = op0 == 3 && op1 == 0 && crn == 0;
+                        let allowed: &[u64] = if id_space {
+                            &[EC_UNKNOWN, EC_SYSREG]
+                        } else {
+                            &[EC_UNKNOWN]
+                        };
+                        t.add(insn, esr, allowed);
                     }
                 }
             }
