@@ -8,8 +8,9 @@
 //!   check but the kestrel-specific ones must pass. It proves the checks are
 //!   real, so a failure under kestrel is kestrel's. About 1 s.
 //! - [`run`] (`cargo xtask vmtest [--arch loongarch64] [--case NAME]
-//!   [--list]`) boots kestrel with the VMs of `configs/test/la64-*.toml` and
-//!   needs the trap-and-emulate backend: it is not in `make test`.
+//!   [--list]`) boots kestrel with the VMs of `configs/test/la64-*.toml`
+//!   (in `make test` through `make test-vm`), `la64-hostile` included: an
+//!   attacker VM beside a victim VM on one pCPU ([`check_hostile`]).
 //!
 //! docs/test-guest-loongarch.md describes the guest and its output.
 
@@ -218,7 +219,145 @@ pub fn vm_cases() -> Vec<VmCase> {
             check: Some(check_rollover),
             timeout: Duration::from_secs(600),
         },
+        VmCase {
+            name: "la64-hostile: an attacker VM and a victim VM sharing pCPU 0",
+            config: "configs/test/la64-hostile.toml",
+            features: &[],
+            vms: 2,
+            must_pass: &[],
+            check: Some(check_hostile),
+            timeout: Duration::from_secs(180),
+        },
     ]
+}
+
+/// Attack phases the attacker must pass (`PASS attack-<phase>`).
+const ATTACK_PHASES: &[&str] = &[
+    "attack-csr",
+    "attack-tlb",
+    "attack-iocsr",
+    "attack-hvcl",
+    "attack-insn",
+    "attack-memory",
+    "attack-storm",
+];
+
+/// The victim's share of pCPU 0 must be at least this fraction of its fair
+/// share (1/2: two vCPUs on one pCPU), in permille of the pCPU.
+const VICTIM_MIN_SHARE_PERMILLE: u64 = 250;
+/// Its ticks at least this fraction of window / period, in permille.
+const VICTIM_MIN_TICKS_PERMILLE: u64 = 250;
+/// The longest gap between two of its timer interrupts.
+const VICTIM_MAX_GAP_MS: u64 = 1000;
+/// The victim's timer period (`hostile.rs`).
+const VICTIM_PERIOD_MS: u64 = 10;
+
+/// kestrel alive and quiet, the attacker got only architectural answers,
+/// the victim unharmed and given its share.
+fn check_hostile(log: &str) -> Vec<String> {
+    let mut problems = Vec::new();
+    for bad in [
+        "panic",
+        "PANIC",
+        "fatal",
+        "stopped by kestrel",
+        "unexpected exception",
+    ] {
+        if let Some(l) = log.lines().find(|l| l.contains(bad)) {
+            problems.push(format!("{bad:?} in the log: {}", l.trim()));
+        }
+    }
+    for p in ATTACK_PHASES {
+        if passes(log, p) != 1 {
+            problems.push(format!("no \"PASS {p}\" from the attacker"));
+        }
+    }
+    for p in [
+        "victim-memory",
+        "victim-registers",
+        "victim-no-interference",
+        "victim-ticks",
+    ] {
+        if passes(log, p) != 1 {
+            problems.push(format!("no \"PASS {p}\" from the victim"));
+        }
+    }
+    if !log.contains("ATTACK spin: ") {
+        problems.push("the attacker did not reach its final phase".into());
+    }
+    match victim_line(log) {
+        None => problems.push("no VICTIM: window line".into()),
+        Some(v) => {
+            if v.share_permille < VICTIM_MIN_SHARE_PERMILLE {
+                problems.push(format!(
+                    "victim share {}.{:03} below {}.{:03} (half its fair 0.5)",
+                    v.share_permille / 1000,
+                    v.share_permille % 1000,
+                    VICTIM_MIN_SHARE_PERMILLE / 1000,
+                    VICTIM_MIN_SHARE_PERMILLE % 1000
+                ));
+            }
+            let expected = v.window_ms / VICTIM_PERIOD_MS;
+            if v.ticks * 1000 < expected * VICTIM_MIN_TICKS_PERMILLE {
+                problems.push(format!(
+                    "victim ticks {} below {}/1000 of {expected}",
+                    v.ticks, VICTIM_MIN_TICKS_PERMILLE
+                ));
+            }
+            if v.max_gap_ms > VICTIM_MAX_GAP_MS {
+                problems.push(format!(
+                    "victim max tick gap {} ms over {VICTIM_MAX_GAP_MS} ms",
+                    v.max_gap_ms
+                ));
+            }
+            if !v.memory_ok || !v.registers_ok {
+                problems.push("victim memory or registers changed".into());
+            }
+        }
+    }
+    problems
+}
+
+/// The victim's summary: `VICTIM: window W ms, ran R ms (share S.SSS),
+/// ticks T (max gap G ms), memory ok, registers ok`.
+#[derive(Debug, PartialEq)]
+struct VictimLine {
+    window_ms: u64,
+    share_permille: u64,
+    ticks: u64,
+    max_gap_ms: u64,
+    memory_ok: bool,
+    registers_ok: bool,
+}
+
+fn victim_line(log: &str) -> Option<VictimLine> {
+    let l = log
+        .lines()
+        .find_map(|l| l.split("VICTIM: window ").nth(1))?;
+    let num = |key: &str| -> Option<u64> {
+        let rest = l.split(key).nth(1)?;
+        let digits: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
+        digits.parse().ok()
+    };
+    let share = l.split("(share ").nth(1)?;
+    let (whole, frac) = share.split_once('.')?;
+    let frac: String = frac.chars().take_while(|c| c.is_ascii_digit()).collect();
+    if frac.len() != 3 {
+        return None;
+    }
+    Some(VictimLine {
+        window_ms: l
+            .chars()
+            .take_while(|c| c.is_ascii_digit())
+            .collect::<String>()
+            .parse()
+            .ok()?,
+        share_permille: whole.parse::<u64>().ok()? * 1000 + frac.parse::<u64>().ok()?,
+        ticks: num("ticks ")?,
+        max_gap_ms: num("max gap ")?,
+        memory_ok: l.contains("memory ok"),
+        registers_ok: l.contains("registers ok"),
+    })
 }
 
 /// The single-VM run prints the benchmark: every line must be there.
@@ -490,6 +629,60 @@ mod tests {
     fn bare_skips_only_kestrel_checks() {
         assert!(check_bare("SKIP ipi-pv-1: not on kestrel\nSKIP bench: x\n").is_empty());
         assert_eq!(check_bare("SKIP fp-lsx: hmm\n").len(), 1);
+    }
+
+    #[test]
+    fn hostile_judges_the_victim_and_the_attacker() {
+        let mut log = String::new();
+        for p in ATTACK_PHASES {
+            log.push_str(&format!("[attacker] PASS {p}: 10 probes\n"));
+        }
+        log.push_str("[attacker] ATTACK spin: 100 ms with interrupts masked, total 9000 ms\n");
+        log.push_str("[attacker] RESULT: 7 passed, 0 failed\n");
+        for p in [
+            "victim-memory",
+            "victim-registers",
+            "victim-no-interference",
+            "victim-ticks",
+        ] {
+            log.push_str(&format!("[victim] PASS {p}: fine\n"));
+        }
+        log.push_str("[victim] VICTIM: window 6000 ms, ran 2900 ms (share 0.483), ticks 290 (max gap 30 ms), memory ok, registers ok\n");
+        log.push_str("[victim] RESULT: 4 passed, 0 failed\n");
+        assert_eq!(
+            victim_line(&log),
+            Some(VictimLine {
+                window_ms: 6000,
+                share_permille: 483,
+                ticks: 290,
+                max_gap_ms: 30,
+                memory_ok: true,
+                registers_ok: true
+            })
+        );
+        let case = vm_cases()
+            .into_iter()
+            .find(|c| c.name.starts_with("la64-hostile"))
+            .unwrap();
+        assert!(
+            judge_vm(&case, &log).is_empty(),
+            "{:?}",
+            judge_vm(&case, &log)
+        );
+        for (from, to) in [
+            ("share 0.483", "share 0.120"),
+            ("ticks 290", "ticks 100"),
+            ("max gap 30 ms", "max gap 1500 ms"),
+            ("memory ok", "memory BAD"),
+            ("PASS attack-hvcl", "FAIL attack-hvcl"),
+            ("ATTACK spin", "ATTACK spun"),
+            ("[victim] RESULT: 4 passed, 0 failed\n", ""),
+        ] {
+            let bad = log.replace(from, to);
+            assert!(!judge_vm(&case, &bad).is_empty(), "{from} -> {to} accepted");
+        }
+        let bad = format!("{log}kestrel: panic at vm.rs:1\n");
+        assert!(!judge_vm(&case, &bad).is_empty());
     }
 
     #[test]

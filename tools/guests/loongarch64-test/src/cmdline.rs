@@ -6,6 +6,7 @@
 //! |--------|--------|
 //! | `fp_iterations=N` | iterations of the FP/LSX check per CPU (default 2000, 1..=1000000) |
 //! | `bench=off` | skip the benchmark |
+//! | `mode=attack` / `mode=victim` | run the hostile-guest attacker or victim instead of the checks (`hostile.rs`) |
 
 use core::sync::atomic::Ordering;
 
@@ -46,6 +47,8 @@ pub fn apply(a1: u64) -> bool {
             }
         } else if word == "bench=off" {
             bench = false;
+        } else if let Some(m) = word.strip_prefix("mode=") {
+            crate::hostile::set_mode(m);
         }
     }
     if !text.is_empty() {
