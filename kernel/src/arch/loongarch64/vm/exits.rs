@@ -507,6 +507,9 @@ fn privileged(
             let swi = u64::from(sh.swi.load(core::sync::atomic::Ordering::Acquire) & 3);
             let pending = ctx.csr.wake_pending().is_some() || swi & ctx.csr.get(vnum::ECFG) != 0;
             if !pending {
+                // Until an interrupt is pending (`LaBackend::run` checks
+                // before every entry, so a wake-up for nothing waits on).
+                ctx.csr.start_idle();
                 next = RunExit::Block;
             }
             return next;
