@@ -238,12 +238,13 @@ const ATTACK_PHASES: &[&str] = &[
     "attack-iocsr",
     "attack-hvcl",
     "attack-insn",
+    "attack-user",
     "attack-memory",
     "attack-storm",
 ];
 
-/// The victim's share of pCPU 0 must be at least this fraction of its fair
-/// share (1/2: two vCPUs on one pCPU), in permille of the pCPU.
+/// The victim's part of the time either VM ran in its window must be at
+/// least this (permille): half its fair share (1/2: two vCPUs, one pCPU).
 const VICTIM_MIN_SHARE_PERMILLE: u64 = 250;
 /// Its ticks at least this fraction of window / period, in permille.
 const VICTIM_MIN_TICKS_PERMILLE: u64 = 250;
@@ -288,14 +289,20 @@ fn check_hostile(log: &str) -> Vec<String> {
     match victim_line(log) {
         None => problems.push("no VICTIM: window line".into()),
         Some(v) => {
-            if v.share_permille < VICTIM_MIN_SHARE_PERMILLE {
-                problems.push(format!(
-                    "victim share {}.{:03} below {}.{:03} (half its fair 0.5)",
-                    v.share_permille / 1000,
-                    v.share_permille % 1000,
+            match relative_share(log, &v) {
+                Some(p) if p >= VICTIM_MIN_SHARE_PERMILLE => {}
+                Some(p) => problems.push(format!(
+                    "the victim ran {}.{:03} of the time either VM ran in its window, below {}.{:03} (half its fair 0.5; its share of the window {}.{:03})",
+                    p / 1000,
+                    p % 1000,
                     VICTIM_MIN_SHARE_PERMILLE / 1000,
-                    VICTIM_MIN_SHARE_PERMILLE % 1000
-                ));
+                    VICTIM_MIN_SHARE_PERMILLE % 1000,
+                    v.share_permille / 1000,
+                    v.share_permille % 1000
+                )),
+                None => problems.push(
+                    "no \"VICTIM: counter seconds\" or \"ATTACK ran\" line to compare run times".into(),
+                ),
             }
             let expected = v.window_ms / VICTIM_PERIOD_MS;
             if v.ticks * 1000 < expected * VICTIM_MIN_TICKS_PERMILLE {
@@ -318,11 +325,37 @@ fn check_hostile(log: &str) -> Vec<String> {
     problems
 }
 
+/// The victim's run time over its window against the sum of both VMs' (in
+/// permille): `VICTIM: counter seconds A-B` names the window, `ATTACK ran
+/// (...): m0 m1 ...` the attacker's run time in each second. Both measure
+/// the same way (short deltas between counter reads), so time QEMU itself
+/// lost on a loaded host cancels out, unlike in the victim's absolute
+/// share.
+fn relative_share(log: &str, v: &VictimLine) -> Option<u64> {
+    let secs = log
+        .lines()
+        .find_map(|l| l.split("VICTIM: counter seconds ").nth(1))?;
+    let (a, b) = secs.trim().split_once('-')?;
+    let (a, b): (usize, usize) = (a.parse().ok()?, b.parse().ok()?);
+    let per_second: Vec<u64> = log
+        .lines()
+        .find_map(|l| l.split("ATTACK ran (").nth(1))?
+        .split_once(':')?
+        .1
+        .split_whitespace()
+        .map(|n| n.parse().ok())
+        .collect::<Option<_>>()?;
+    let attacker: u64 = per_second.iter().take(b).skip(a).sum();
+    let victim = v.ran_ms;
+    Some(victim * 1000 / (victim + attacker).max(1))
+}
+
 /// The victim's summary: `VICTIM: window W ms, ran R ms (share S.SSS),
 /// ticks T (max gap G ms), memory ok, registers ok`.
 #[derive(Debug, PartialEq)]
 struct VictimLine {
     window_ms: u64,
+    ran_ms: u64,
     share_permille: u64,
     ticks: u64,
     max_gap_ms: u64,
@@ -352,6 +385,7 @@ fn victim_line(log: &str) -> Option<VictimLine> {
             .collect::<String>()
             .parse()
             .ok()?,
+        ran_ms: num("ran ")?,
         share_permille: whole.parse::<u64>().ok()? * 1000 + frac.parse::<u64>().ok()?,
         ticks: num("ticks ")?,
         max_gap_ms: num("max gap ")?,
@@ -638,7 +672,8 @@ mod tests {
             log.push_str(&format!("[attacker] PASS {p}: 10 probes\n"));
         }
         log.push_str("[attacker] ATTACK spin: 100 ms with interrupts masked, total 9000 ms\n");
-        log.push_str("[attacker] RESULT: 7 passed, 0 failed\n");
+        log.push_str("[attacker] ATTACK ran (ms in each second of the counter from 0): 0 900 500 500 500 500 500 500 500 900\n");
+        log.push_str("[attacker] RESULT: 8 passed, 0 failed\n");
         for p in [
             "victim-memory",
             "victim-registers",
@@ -648,11 +683,13 @@ mod tests {
             log.push_str(&format!("[victim] PASS {p}: fine\n"));
         }
         log.push_str("[victim] VICTIM: window 6000 ms, ran 2900 ms (share 0.483), ticks 290 (max gap 30 ms), memory ok, registers ok\n");
+        log.push_str("[victim] VICTIM: counter seconds 2-8\n");
         log.push_str("[victim] RESULT: 4 passed, 0 failed\n");
         assert_eq!(
             victim_line(&log),
             Some(VictimLine {
                 window_ms: 6000,
+                ran_ms: 2900,
                 share_permille: 483,
                 ticks: 290,
                 max_gap_ms: 30,
@@ -670,7 +707,8 @@ mod tests {
             judge_vm(&case, &log)
         );
         for (from, to) in [
-            ("share 0.483", "share 0.120"),
+            ("ran 2900 ms", "ran 900 ms"),
+            ("counter seconds 2-8", "counter seconds 2"),
             ("ticks 290", "ticks 100"),
             ("max gap 30 ms", "max gap 1500 ms"),
             ("memory ok", "memory BAD"),

@@ -104,6 +104,10 @@ fn load(words: impl Iterator<Item = u32>) -> usize {
             base.add(2 * n + 1).write_volatile(JR_RA);
         }
         n += 1;
+        if n % 256 == 0 {
+            // Rewriting code pages is slow under QEMU: count it as running.
+            note_ran();
+        }
     }
     // SAFETY: the continuation stub at the end, then the barriers that make
     // the new code visible to instruction fetch.
@@ -268,6 +272,7 @@ extern "C" {
 
 /// Runs stub `i` with `r` as a0-a5; `Err` if it raised an exception.
 fn run(i: usize, r: &mut [u64; 6]) -> Result<(), Caught> {
+    note_ran();
     RESUME.store(stub_addr(i) as u64 + 4, Ordering::Release);
     // SAFETY: stub i is `<probe>; jr ra` (or the probe leaves through an
     // exception that `catch` turns into a return to its `jr ra`); the probe
@@ -288,6 +293,27 @@ fn run(i: usize, r: &mut [u64; 6]) -> Result<(), Caught> {
 fn one(word: u32, r: &mut [u64; 6]) -> Result<(), Caught> {
     load(core::iter::once(word));
     run(0, r)
+}
+
+/// The attacker's run time per second of the counter (counter ticks; the
+/// same "short delta" rule as the victim's), so the test can compare the
+/// two over the victim's window.
+#[allow(clippy::declare_interior_mutable_const)] // array initialiser only
+const ZERO: AtomicU64 = AtomicU64::new(0);
+static RAN: [AtomicU64; 64] = [ZERO; 64];
+static RAN_LAST: AtomicU64 = AtomicU64::new(0);
+
+/// Adds the time since the last call to this second's run time, if short.
+fn note_ran() {
+    let now = cpu::now();
+    let last = RAN_LAST.swap(now, Ordering::Relaxed);
+    let d = now.wrapping_sub(last);
+    if last != 0 && d < us(RAN_THRESHOLD_US) {
+        let s = (now / COUNTER_HZ.load(Ordering::Relaxed).max(1)) as usize;
+        if let Some(b) = RAN.get(s) {
+            b.fetch_add(d, Ordering::Relaxed);
+        }
+    }
 }
 
 // ---- encodings (rd = a0, rj = a1, rk = a2) ------------------------------
@@ -340,6 +366,10 @@ const CPUCFG: u32 = 0x0000_6c00 | A1 << 5 | A0;
 const RDTIME_D: u32 = 0x0000_6800 | A1 << 5 | A0;
 /// `ld.d a0, a1, 0`.
 const LD_D: u32 = 0x28c0_0000 | A1 << 5 | A0;
+/// `st.d a0, a1, 0`.
+const ST_D: u32 = 0x29c0_0000 | A1 << 5 | A0;
+/// `syscall 0`: ends a stub run at PLV3.
+const SYSCALL0: u32 = 0x002b_0000;
 /// LVZ's `gcsrrd a0, 5`: undefined on a CPU without LVZ.
 const GCSRRD: u32 = 0x0500_1404;
 
@@ -478,12 +508,13 @@ fn attack() -> ! {
         RAM_TOP.load(Ordering::Relaxed)
     );
     cpu::set_irqs(false);
-    let phases: [(&str, Phase); 7] = [
+    let phases: [(&str, Phase); 8] = [
         ("csr", attack_csr),
         ("tlb", attack_tlb),
         ("iocsr", attack_iocsr),
         ("hvcl", attack_hvcl),
         ("insn", attack_insn),
+        ("user", attack_user),
         ("memory", attack_memory),
         ("storm", attack_storm),
     ];
@@ -506,13 +537,23 @@ fn attack() -> ! {
     let end = start + us(ATTACK_WINDOW_MS * 1000);
     let spun = cpu::now();
     while cpu::now() < end {
+        note_ran();
         cpu::relax();
     }
+    note_ran();
     println!(
         "ATTACK spin: {} ms with interrupts masked, total {} ms",
         ms(cpu::now().saturating_sub(spun)),
         ms(cpu::now() - start)
     );
+    let last = ((cpu::now() / COUNTER_HZ.load(Ordering::Relaxed).max(1)) as usize).min(63);
+    crate::console::print(format_args!(
+        "ATTACK ran (ms in each second of the counter from 0):"
+    ));
+    for b in RAN.iter().take(last + 1) {
+        crate::console::print(format_args!(" {}", ms(b.load(Ordering::Relaxed))));
+    }
+    println!();
     crate::finish()
 }
 
@@ -910,16 +951,44 @@ fn attack_hvcl(kestrel: bool) -> Tally {
 fn attack_insn(_kestrel: bool) -> Tally {
     let mut t = Tally::new();
     let mut rng = Rng(0x0bad_5eed_1234_5678);
-    // idle: a 300 us one-shot timer wakes it (interrupts masked: idle wakes
-    // on ECFG.LIE alone); TI must be pending afterwards.
-    for level in [0u32, 1, 3, 0x7fff, 0x4000, 0x1234, 0x100, 0x7ffe] {
+    // idle: a one-shot timer wakes it (interrupts masked: idle wakes on
+    // ECFG.LIE alone); an enabled interrupt must be pending afterwards. Some
+    // rounds first take an IPI to itself (PV or IOCSR) with interrupts on:
+    // once handled, it must not wake a later idle.
+    for (k, level) in [0u32, 1, 3, 0x7fff, 0x4000, 0x1234, 0x100, 0x7ffe]
+        .into_iter()
+        .cycle()
+        .take(48)
+        .enumerate()
+    {
+        if k % 3 != 0 {
+            let before =
+                trap::SWIS[0].load(Ordering::Relaxed) + trap::IPIS[0].load(Ordering::Relaxed);
+            cpu::set_irqs(true);
+            if k % 3 == 1 {
+                trap::hvcl(FN_IPI, 1, 0, 0);
+            } else {
+                cpu::ipi_send(0, 3);
+            }
+            crate::wait_for(10_000, || {
+                trap::SWIS[0].load(Ordering::Relaxed) + trap::IPIS[0].load(Ordering::Relaxed)
+                    > before
+            });
+            cpu::set_irqs(false);
+        }
         wr(0x44, 1);
-        wr(0x41, us(300) & !3 | 1);
+        let ticks = us(2000) & !3;
+        wr(0x41, ticks | 1);
+        let t0 = cpu::now();
         let res = one(idle(level), &mut [0; 6]);
+        let dt = cpu::now() - t0;
         t.quiet("idle level", level as u64, res);
-        if rd(5) & cpu::INT_TI == 0 {
+        let estat = rd(5);
+        if estat & rd(4) & 0x1fff == 0 {
             t.bad(format_args!(
-                "idle {level:#x} returned without an interrupt pending"
+                "idle {level:#x} (round {k}) returned after {} us with nothing pending (ESTAT {estat:#x}, timer {} us)",
+                dt * 1_000_000 / COUNTER_HZ.load(Ordering::Relaxed),
+                ticks * 1_000_000 / COUNTER_HZ.load(Ordering::Relaxed)
             ));
         }
         wr(0x41, 0);
@@ -1043,6 +1112,136 @@ fn attack_insn(_kestrel: bool) -> Tally {
     t
 }
 
+/// Runs user stub `i` (loaded by [`load_user`]) at PLV3: `ertn` there with
+/// PRMD.PPLV = 3; the stub's instruction, then `syscall 0`. Always ends in
+/// an exception (the instruction's, or SYS), taken back at PLV0.
+fn run_user(i: usize, r: &mut [u64; 6]) -> Caught {
+    // SAFETY: PRMD/ERA are consumed by the `ertn` in stub 0 at once; the
+    // probe's exception returns to stub 0's `jr ra` at PLV0.
+    unsafe {
+        csr_write!(csr::PRMD, 3);
+        csr_write!(csr::ERA, stub_addr(i + 1) as u64);
+    }
+    match run(0, r) {
+        Err(c) => c,
+        // Not possible: ertn does not return to stub 0.
+        Ok(()) => Caught {
+            estat: 0,
+            era: 0,
+            prmd: 0,
+            badv: 0,
+        },
+    }
+}
+
+/// Stub 0 = `ertn; jr ra`, stub i + 1 = `words[i]; syscall 0`.
+fn load_user(words: &[u32]) {
+    let base = STUBS.0.get() as *mut u32;
+    // SAFETY: inside the buffer (words is short); then the barriers.
+    unsafe {
+        base.write_volatile(ERTN);
+        base.add(1).write_volatile(JR_RA);
+        for (i, &w) in words.iter().enumerate().take(STUB_CAP - 1) {
+            base.add(2 * i + 2).write_volatile(w);
+            base.add(2 * i + 3).write_volatile(SYSCALL0);
+        }
+        core::arch::asm!("dbar 0", "ibar 0", options(nostack));
+    }
+}
+
+/// The same instructions from (virtual) PLV3: privileged ones raise IPE;
+/// `hvcl` answers -1 (the services are the guest kernel's); `cpucfg`,
+/// `rdtime`, loads run; `break`/`syscall` raise BRK/SYS.
+fn attack_user(kestrel: bool) -> Tally {
+    let mut t = Tally::new();
+    let mut rng = Rng(0x7777_1111_3333_5555);
+    let ipe = trap::ecode::IPE;
+    let mut privileged = [0u32; 64];
+    let mut n = 0;
+    for w in [
+        csrrd(0),
+        csrrd(0x30),
+        csrwr(0x30),
+        csrxchg(0),
+        csrrd(0x3fff),
+        iocsrrd(0),
+        iocsrrd(2),
+        iocsrwr(2),
+        iocsrwr(3),
+        TLBSRCH,
+        TLBRD,
+        TLBWR,
+        TLBFILL,
+        TLBCLR,
+        TLBFLUSH,
+        ERTN,
+        idle(0),
+        idle(0x7fff),
+        invtlb(0),
+        invtlb(5),
+        invtlb(31),
+        lddir(1),
+        ldpte(0),
+    ] {
+        privileged[n] = w;
+        n += 1;
+    }
+    let quiet = [CPUCFG, RDTIME_D, hvcl(0x100), hvcl(0x7fff), hvcl(0)];
+    let mut all = [0u32; 64];
+    all[..n].copy_from_slice(&privileged[..n]);
+    all[n..n + quiet.len()].copy_from_slice(&quiet);
+    load_user(&all[..n + quiet.len()]);
+    for round in 0..40 {
+        for (i, &w) in all[..n + quiet.len()].iter().enumerate() {
+            let s = [
+                if i >= n + 2 {
+                    FN_KESTREL_PROBE
+                } else {
+                    rng.next()
+                },
+                if round % 2 == 0 { IPI_SEND } else { rng.next() },
+                rng.next(),
+                0,
+                0,
+                0,
+            ];
+            let mut r = s;
+            let c = run_user(i, &mut r);
+            t.probes += 1;
+            t.exceptions += 1;
+            let at = stub_addr(i + 1) as u64;
+            let ok = if i < n {
+                c.ecode() == ipe && c.era == at && c.prmd & 3 == 3
+            } else if i >= n + 2 && !kestrel {
+                c.ecode() == trap::ecode::INE && c.era == at
+            } else {
+                let sys = c.ecode() == trap::ecode::SYS && c.era == at + 4 && c.prmd & 3 == 3;
+                // hvcl at PLV3: "unknown code", nothing else changed.
+                sys && (i < n + 2 || (r[0] == ret::INVALID_CODE as u64 && r[1..] == s[1..]))
+            };
+            if !ok {
+                t.bad(format_args!(
+                    "{w:#010x} at PLV3: {} at {:#x} (stub {at:#x}) PRMD {:#x} a0 {:#x}",
+                    trap::ecode::name(c.ecode()),
+                    c.era,
+                    c.prmd,
+                    r[0]
+                ));
+            }
+        }
+    }
+    // Nothing privileged happened: no IPI reached itself, STATUS is clear.
+    let mut r = [0, IPI_STATUS, 0, 0, 0, 0];
+    let _ = one(iocsrrd(2), &mut r);
+    if r[0] != 0 {
+        t.bad(format_args!(
+            "iocsrwr at PLV3 reached IPI STATUS: {:#x}",
+            r[0]
+        ));
+    }
+    t
+}
+
 /// Loads from every 2 MiB (+ 0x1f_f000) of the first 16 GiB of guest
 /// physical space: in DA mode, through a DMW window (0x9000...) and through
 /// TLB entries written for them. Own RAM must read its own markers; every
@@ -1109,6 +1308,49 @@ fn attack_memory(_kestrel: bool) -> Tally {
         let res = run(0, &mut r);
         check(&mut t, "DA", pa, pa as u64, res, r[0]);
     }
+    // Stores: to its own markers (then read back and restored) and to
+    // every 2 MiB outside its RAM (ADE; the victim checks its memory).
+    load([LD_D, ST_D].into_iter());
+    let is_marker = |pa: usize| own(pa) && !in_image(pa) && pa + 8 <= top - CHUNK;
+    for k in 0..SPAN / CHUNK {
+        let pa = k * CHUNK + OFF;
+        if own(pa) && !is_marker(pa) {
+            continue;
+        }
+        let v = if own(pa) {
+            marker(pa) ^ 0x5a5a
+        } else {
+            0xbad0_0000_0000_0000 | k as u64
+        };
+        let res = run(1, &mut [v, pa as u64, 0, 0, 0, 0]);
+        t.probes += 1;
+        match res {
+            Ok(()) if own(pa) => {
+                let mut r = [0, pa as u64, 0, 0, 0, 0];
+                let _ = run(0, &mut r);
+                if r[0] != v {
+                    t.bad(format_args!(
+                        "DA store to own PA {pa:#x} reads back {:#x}",
+                        r[0]
+                    ));
+                }
+                let _ = run(1, &mut [marker(pa), pa as u64, 0, 0, 0, 0]);
+            }
+            Ok(()) => t.bad(format_args!(
+                "DA store to PA {pa:#x} outside RAM went through"
+            )),
+            Err(c) => {
+                t.exceptions += 1;
+                if own(pa) || c.ecode() != 8 || c.badv != pa as u64 {
+                    t.bad(format_args!(
+                        "DA store to PA {pa:#x}: {} (BADV {:#x})",
+                        trap::ecode::name(c.ecode()),
+                        c.badv
+                    ));
+                }
+            }
+        }
+    }
     // 2. Paged mode: DMW0 = VSEG 0 identity (PLV0, cached) keeps this code
     // running; DMW1 = 0x9000... (PLV0, cached) as Linux has it.
     wr(0x180, 1 | 1 << 4);
@@ -1122,7 +1364,8 @@ fn attack_memory(_kestrel: bool) -> Tally {
     load(
         [LD_D, TLBWR]
             .into_iter()
-            .chain([0x10u32, 0x11, 0x12, 0x13].into_iter().map(csrwr)),
+            .chain([0x10u32, 0x11, 0x12, 0x13].into_iter().map(csrwr))
+            .chain(core::iter::once(ST_D)),
     );
     for k in 0..SPAN / CHUNK / 8 {
         let pa = k * CHUNK * 8 + OFF;
@@ -1130,6 +1373,33 @@ fn attack_memory(_kestrel: bool) -> Tally {
         let mut r = [0, va, 0, 0, 0, 0];
         let res = run(0, &mut r);
         check(&mut t, "DMW", pa, va, res, r[0]);
+        // A store through the window: its marker again (emulated by
+        // kestrel), or ADE outside its RAM.
+        if own(pa) && !is_marker(pa) {
+            continue;
+        }
+        let v = if own(pa) {
+            marker(pa)
+        } else {
+            0xbad1_0000_0000_0000 | k as u64
+        };
+        t.probes += 1;
+        match run(6, &mut [v, va, 0, 0, 0, 0]) {
+            Ok(()) if own(pa) => {}
+            Ok(()) => t.bad(format_args!(
+                "DMW store to PA {pa:#x} outside RAM went through"
+            )),
+            Err(c) => {
+                t.exceptions += 1;
+                if own(pa) || c.ecode() != 8 || c.badv != va {
+                    t.bad(format_args!(
+                        "DMW store to PA {pa:#x}: {} (BADV {:#x})",
+                        trap::ecode::name(c.ecode()),
+                        c.badv
+                    ));
+                }
+            }
+        }
     }
     // 3. TLB entries (MTLB index 256, 4 KiB pages, global) for a high VA.
     for k in 0..512usize {
@@ -1374,6 +1644,12 @@ fn victim() -> ! {
 
     let window = hz / 1000 * VICTIM_WINDOW_MS;
     let threshold = us(RAN_THRESHOLD_US);
+    // The window starts on a whole second of the counter, so the test can
+    // add up the attacker's run time over the same seconds.
+    let first_second = cpu::now() / hz + 1;
+    while cpu::now() < first_second * hz {
+        cpu::relax();
+    }
     let start = cpu::now();
     let end = start + window;
     let (mut ran, mut last) = (0u64, start);
@@ -1485,6 +1761,10 @@ fn victim() -> ! {
         ms(max_gap),
         if mem_bad.is_none() { "ok" } else { "BAD" },
         if reg_bad.is_none() { "ok" } else { "BAD" }
+    );
+    println!(
+        "VICTIM: counter seconds {first_second}-{}",
+        first_second + VICTIM_WINDOW_MS / 1000
     );
     println!(
         "VICTIM: {} loop iterations, {} memory passes over {} KiB, {} CSR checks",
