@@ -239,6 +239,7 @@ const ATTACK_PHASES: &[&str] = &[
     "attack-hvcl",
     "attack-insn",
     "attack-user",
+    "attack-console",
     "attack-memory",
     "attack-storm",
 ];
@@ -673,7 +674,7 @@ mod tests {
         }
         log.push_str("[attacker] ATTACK spin: 100 ms with interrupts masked, total 9000 ms\n");
         log.push_str("[attacker] ATTACK ran (ms in each second of the counter from 0): 0 900 500 500 500 500 500 500 500 900\n");
-        log.push_str("[attacker] RESULT: 8 passed, 0 failed\n");
+        log.push_str("[attacker] RESULT: 9 passed, 0 failed\n");
         for p in [
             "victim-memory",
             "victim-registers",

@@ -508,13 +508,14 @@ fn attack() -> ! {
         RAM_TOP.load(Ordering::Relaxed)
     );
     cpu::set_irqs(false);
-    let phases: [(&str, Phase); 8] = [
+    let phases: [(&str, Phase); 9] = [
         ("csr", attack_csr),
         ("tlb", attack_tlb),
         ("iocsr", attack_iocsr),
         ("hvcl", attack_hvcl),
         ("insn", attack_insn),
         ("user", attack_user),
+        ("console", attack_console),
         ("memory", attack_memory),
         ("storm", attack_storm),
     ];
@@ -1018,9 +1019,16 @@ fn attack_insn(_kestrel: bool) -> Tally {
             .into_iter()
             .map(lddir)
             .chain([0u32, 1].into_iter().map(ldpte))
-            .chain([CPUCFG, RDTIME_D]),
+            .chain([CPUCFG, RDTIME_D])
+            .chain([0x1cu32, 0x1d, 0x89].into_iter().map(csrwr)),
     );
-    for k in 0..800u64 {
+    for k in 0..1200u64 {
+        if k % 12 == 0 {
+            // Garbage walk geometry (PWCL, PWCH) and fault address.
+            for i in 12..15 {
+                let _ = run(i, &mut [rng.next(), 0, 0, 0, 0, 0]);
+            }
+        }
         let base = match k % 4 {
             0 => rng.next(),
             1 => rng.next() & 0xfff_ffff,
@@ -1031,6 +1039,8 @@ fn attack_insn(_kestrel: bool) -> Tally {
         let mut r = [0, base, 0, 0, 0, 0];
         t.quiet("lddir/ldpte/cpucfg/rdtime", base, run(i, &mut r));
     }
+    wr(0x1c, 0);
+    wr(0x1d, 0);
     // Undefined and exception-raising words: exact ECODEs.
     let cases: [(u32, u64); 6] = [
         (0x0000_0000, trap::ecode::INE),
@@ -1109,6 +1119,65 @@ fn attack_insn(_kestrel: bool) -> Tally {
         }
     }
     cpu::set_irqs(false);
+    t
+}
+
+/// The console 16550: garbage in every register (divisor latch, loopback,
+/// FIFO control), every byte value as output (a 3 KiB line), then back to
+/// 8N1 with a working scratch register and an empty receive FIFO.
+fn attack_console(_kestrel: bool) -> Tally {
+    let mut t = Tally::new();
+    let mut rng = Rng(0x1650_1650_abcd_ef01);
+    let base = crate::console::base() as u64;
+    // 0: ld.bu a0, a1, 0; 1: st.b a0, a1, 0
+    load([0x2a00_0000 | A1 << 5 | A0, 0x2900_0000 | A1 << 5 | A0].into_iter());
+    let rdb = |t: &mut Tally, off: u64| -> u64 {
+        let mut r = [0, base + off, 0, 0, 0, 0];
+        t.quiet("UART read", off, run(0, &mut r));
+        r[0]
+    };
+    let wrb = |t: &mut Tally, off: u64, v: u64| {
+        t.quiet("UART write", off, run(1, &mut [v, base + off, 0, 0, 0, 0]));
+    };
+    for _ in 0..500 {
+        let off = rng.next() % 8;
+        if rng.next().is_multiple_of(2) {
+            rdb(&mut t, off);
+        } else {
+            wrb(&mut t, off, rng.next() & 0xff);
+        }
+    }
+    // Loopback: what it sends comes back, nothing reaches the console.
+    wrb(&mut t, 3, 0x03);
+    wrb(&mut t, 2, 0x07);
+    wrb(&mut t, 4, 0x10);
+    for b in 0..64u64 {
+        wrb(&mut t, 0, b);
+    }
+    wrb(&mut t, 4, 0x00);
+    wrb(&mut t, 1, 0x00);
+    wrb(&mut t, 2, 0x07);
+    let mut drained = 0;
+    while rdb(&mut t, 5) & 1 != 0 && drained < 1000 {
+        rdb(&mut t, 0);
+        drained += 1;
+    }
+    if drained == 1000 {
+        t.bad(format_args!("the receive FIFO never drained"));
+    }
+    wrb(&mut t, 7, 0x5a);
+    let scr = rdb(&mut t, 7);
+    if scr != 0x5a || rdb(&mut t, 3) != 0x03 || rdb(&mut t, 5) & 0x20 == 0 {
+        t.bad(format_args!(
+            "UART not back to 8N1 with a scratch register ({scr:#x})"
+        ));
+    }
+    // Every byte value, one long line.
+    for i in 0..3072u64 {
+        let b = i & 0xff;
+        wrb(&mut t, 0, if b == b'\n' as u64 { b'.' as u64 } else { b });
+    }
+    wrb(&mut t, 0, b'\n' as u64);
     t
 }
 
