@@ -6,7 +6,8 @@
 //! - [`bare_case`] is in `make test` (`cargo xtask smoke`): the guest alone
 //!   on `qemu-system-loongarch64 -smp 4`, where it runs at real PLV0 and every
 //!   check but the kestrel-specific ones must pass. It proves the checks are
-//!   real, so a failure under kestrel is kestrel's. About 1 s.
+//!   real, so a failure under kestrel is kestrel's. About 1 s. So is
+//!   [`bare_attack_case`]: the hostile attacker's architectural phases.
 //! - [`run`] (`cargo xtask vmtest [--arch loongarch64] [--case NAME]
 //!   [--list]`) boots kestrel with the VMs of `configs/test/la64-*.toml`
 //!   (in `make test` through `make test-vm`), `la64-hostile` included: an
@@ -122,6 +123,27 @@ pub fn bare_case() -> Case {
         check: Some(check_bare),
         timeout: Duration::from_secs(60),
     }
+}
+
+/// The attack phases that are the machine's own (no kestrel service, no
+/// garbage in real CSRs or IOCSRs, no probes of QEMU's device window), run
+/// as the guest on bare QEMU: every answer `la64-hostile` demands there is
+/// what the CPU itself gives (but for PLV1/2, where QEMU traps only PLV3).
+const BARE_ATTACK: &str = "mode=attack:tlb,hvcl,insn,user,console";
+
+/// The attacker alone on bare QEMU (`BARE_ATTACK`): proves the answers
+/// its probes expect are the architecture's.
+pub fn bare_attack_case() -> Case {
+    let mut case = bare_case();
+    case.name = "loongarch64 test guest's attacker on bare QEMU (architectural answers)";
+    case.opts.smp = 1;
+    case.expect = vec!["RESULT: 5 passed, 0 failed", "ATTACK start: not on kestrel"];
+    for p in ["tlb", "hvcl", "insn", "user", "console"] {
+        case.expect.push(pass_line(&format!("attack-{p}")));
+    }
+    case.extra.extend(["-append", BARE_ATTACK]);
+    case.check = None;
+    case
 }
 
 fn pass_line(check: &str) -> &'static str {
