@@ -309,6 +309,13 @@ fn check_hostile(log: &str) -> Vec<String> {
     if !log.contains("ATTACK spin: ") {
         problems.push("the attacker did not reach its final phase".into());
     }
+    match (victim_seconds(log), probe_span(log)) {
+        (Some((a, b)), Some((x, y))) if a * 1000 <= x && y <= b * 1000 => {}
+        (Some((a, b)), Some((x, y))) => problems.push(format!(
+            "the attacker's direct-address probes ({x}-{y} ms) were not inside the victim's window ({a}-{b} s)"
+        )),
+        _ => problems.push("no victim window or probe times to compare".into()),
+    }
     match victim_line(log) {
         None => problems.push("no VICTIM: window line".into()),
         Some(v) => {
@@ -355,11 +362,8 @@ fn check_hostile(log: &str) -> Vec<String> {
 /// lost on a loaded host cancels out, unlike in the victim's absolute
 /// share.
 fn relative_share(log: &str, v: &VictimLine) -> Option<u64> {
-    let secs = log
-        .lines()
-        .find_map(|l| l.split("VICTIM: counter seconds ").nth(1))?;
-    let (a, b) = secs.trim().split_once('-')?;
-    let (a, b): (usize, usize) = (a.parse().ok()?, b.parse().ok()?);
+    let (a, b) = victim_seconds(log)?;
+    let (a, b) = (a as usize, b as usize);
     let per_second: Vec<u64> = log
         .lines()
         .find_map(|l| l.split("ATTACK ran (").nth(1))?
@@ -371,6 +375,25 @@ fn relative_share(log: &str, v: &VictimLine) -> Option<u64> {
     let attacker: u64 = per_second.iter().take(b).skip(a).sum();
     let victim = v.ran_ms;
     Some(victim * 1000 / (victim + attacker).max(1))
+}
+
+/// The victim's window in seconds of the counter (`VICTIM: counter seconds A-B`).
+fn victim_seconds(log: &str) -> Option<(u64, u64)> {
+    let secs = log
+        .lines()
+        .find_map(|l| l.split("VICTIM: counter seconds ").nth(1))?;
+    let (a, b) = secs.trim().split_once('-')?;
+    Some((a.parse().ok()?, b.parse().ok()?))
+}
+
+/// When the attacker probed guest physical space directly (counter ms):
+/// `ATTACK memory: direct-address loads and stores at counter X-Y ms`.
+fn probe_span(log: &str) -> Option<(u64, u64)> {
+    let span = log
+        .lines()
+        .find_map(|l| l.split("loads and stores at counter ").nth(1))?;
+    let (x, y) = span.trim().trim_end_matches(" ms").split_once('-')?;
+    Some((x.parse().ok()?, y.parse().ok()?))
 }
 
 /// The victim's summary: `VICTIM: window W ms, ran R ms (share S.SSS),
@@ -695,6 +718,9 @@ mod tests {
             log.push_str(&format!("[attacker] PASS {p}: 10 probes\n"));
         }
         log.push_str("[attacker] ATTACK spin: 100 ms with interrupts masked, total 9000 ms\n");
+        log.push_str(
+            "[attacker] ATTACK memory: direct-address loads and stores at counter 3000-4200 ms\n",
+        );
         log.push_str("[attacker] ATTACK ran (ms in each second of the counter from 0): 0 900 500 500 500 500 500 500 500 900\n");
         log.push_str("[attacker] RESULT: 9 passed, 0 failed\n");
         for p in [
@@ -732,6 +758,8 @@ mod tests {
         for (from, to) in [
             ("ran 2900 ms", "ran 900 ms"),
             ("counter seconds 2-8", "counter seconds 2"),
+            ("counter 3000-4200 ms", "counter 1000-4200 ms"),
+            ("counter 3000-4200 ms", "counter 3000-8200 ms"),
             ("ticks 290", "ticks 100"),
             ("max gap 30 ms", "max gap 1500 ms"),
             ("memory ok", "memory BAD"),

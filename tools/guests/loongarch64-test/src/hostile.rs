@@ -45,8 +45,10 @@ use crate::{us, COUNTER_HZ, LSX, RAM_TOP};
 static MODE: AtomicU8 = AtomicU8::new(0);
 
 /// The attack phases, in order.
+/// `memory` comes early, inside the victim's window (see
+/// [`MEMORY_NOT_BEFORE_S`]), so its probes meet the victim's pattern.
 const PHASES: [&str; 9] = [
-    "csr", "tlb", "iocsr", "hvcl", "insn", "user", "console", "memory", "storm",
+    "iocsr", "insn", "user", "console", "memory", "csr", "tlb", "hvcl", "storm",
 ];
 /// Bit i: run phase `PHASES[i]` (all by default).
 static PHASE_MASK: AtomicU64 = AtomicU64::new(u64::MAX);
@@ -508,7 +510,7 @@ fn on_kestrel() -> bool {
 // ---- the attacker --------------------------------------------------------
 
 /// Counter ticks the attacker keeps the pCPU busy (phases + final spin).
-const ATTACK_WINDOW_MS: u64 = 9_000;
+const ATTACK_WINDOW_MS: u64 = 11_000;
 
 /// One attack phase (its argument: whether kestrel answered the probe).
 type Phase = fn(bool) -> Tally;
@@ -527,14 +529,14 @@ fn attack() -> ! {
     );
     cpu::set_irqs(false);
     let phases: [Phase; 9] = [
-        attack_csr,
-        attack_tlb,
         attack_iocsr,
-        attack_hvcl,
         attack_insn,
         attack_user,
         attack_console,
         attack_memory,
+        attack_csr,
+        attack_tlb,
+        attack_hvcl,
         attack_storm,
     ];
     let mask = PHASE_MASK.load(Ordering::Relaxed);
@@ -1347,7 +1349,12 @@ fn attack_user(kestrel: bool) -> Tally {
 /// physical space: in DA mode, through a DMW window (0x9000...) and through
 /// TLB entries written for them. Own RAM must read its own markers; every
 /// other address must raise ADE; nothing may read the victim's pattern.
-fn attack_memory(_kestrel: bool) -> Tally {
+/// The attacker's memory probes start no earlier than this second of the
+/// counter (kestrel boots in about 1 s, the victim fills its memory in
+/// under 1 s more and starts its window on the next whole second).
+const MEMORY_NOT_BEFORE_S: u64 = 3;
+
+fn attack_memory(kestrel: bool) -> Tally {
     let mut t = Tally::new();
     const CHUNK: usize = 2 << 20;
     const OFF: usize = 0x1f_f000;
@@ -1402,6 +1409,14 @@ fn attack_memory(_kestrel: bool) -> Tally {
         }
     };
     load(core::iter::once(LD_D));
+    // Beside a victim, not before it has filled its memory and started
+    // its window (it starts on a whole second after its fill).
+    let hz = COUNTER_HZ.load(Ordering::Relaxed);
+    while kestrel && cpu::now() < MEMORY_NOT_BEFORE_S * hz {
+        note_ran();
+        cpu::relax();
+    }
+    let da_start = cpu::now();
     // 1. Direct-address mode.
     for k in 0..SPAN / CHUNK {
         let pa = k * CHUNK + OFF;
@@ -1452,6 +1467,11 @@ fn attack_memory(_kestrel: bool) -> Tally {
             }
         }
     }
+    println!(
+        "ATTACK memory: direct-address loads and stores at counter {}-{} ms",
+        ms(da_start),
+        ms(cpu::now())
+    );
     // 2. Paged mode: DMW0 = VSEG 0 identity (PLV0, cached) keeps this code
     // running; DMW1 = 0x9000... (PLV0, cached) as Linux has it.
     wr(0x180, 1 | 1 << 4);
@@ -1664,7 +1684,7 @@ fn attack_storm(_kestrel: bool) -> Tally {
 
 // ---- the victim ----------------------------------------------------------
 
-const VICTIM_WINDOW_MS: u64 = 6_000;
+const VICTIM_WINDOW_MS: u64 = 8_000;
 const VICTIM_PERIOD_MS: u64 = 10;
 /// A counter delta below this is time the victim ran (kestrel's slices are
 /// 10 ms: a longer gap is another vCPU's turn, a shorter one host noise).
