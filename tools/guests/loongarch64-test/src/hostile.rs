@@ -713,6 +713,26 @@ fn attack_tlb(_kestrel: bool) -> Tally {
             }
         }
     }
+    // Each odd size for certain: PS = STLBPS (tlbfill into the STLB), then
+    // tlbwr, tlbsrch and tlbrd of it.
+    for ps in [63u64, 0, 1, 62, 48, 47, 31] {
+        for (i, v) in [
+            rng.next() & 0xffff | ps << 24,
+            rng.next(),
+            rng.next(),
+            rng.next(),
+            ps,
+            rng.next() & 0x3ff,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            t.quiet("csrwr TLB CSR", v, run(6 + i, &mut [v, 0, 0, 0, 0, 0]));
+        }
+        for op in [3usize, 2, 0, 1] {
+            t.quiet("TLB op with odd PS", ps, run(op, &mut [0; 6]));
+        }
+    }
     for op in 0..32u32 {
         for _ in 0..4 {
             let mut r = [0, rng.next(), rng.next(), 0, 0, 0];
@@ -1467,6 +1487,17 @@ fn attack_memory(kestrel: bool) -> Tally {
             }
         }
     }
+    // kestrel's own load address (physical 0x20_0000, linked at
+    // 0x9000_0000_0020_0000) is guest physical here: this VM's own image.
+    // SAFETY: the image's first word, read directly for comparison.
+    let own_word = unsafe { (0x20_0000 as *const u64).read_volatile() };
+    let mut r = [0, 0x20_0000, 0, 0, 0, 0];
+    t.probes += 1;
+    if run(0, &mut r).is_err() || r[0] != own_word {
+        t.bad(format_args!(
+            "PA 0x200000 (kestrel's load address) did not read this VM's image"
+        ));
+    }
     println!(
         "ATTACK memory: direct-address loads and stores at counter {}-{} ms",
         ms(da_start),
@@ -1488,6 +1519,13 @@ fn attack_memory(kestrel: bool) -> Tally {
             .chain([0x10u32, 0x11, 0x12, 0x13].into_iter().map(csrwr))
             .chain(core::iter::once(ST_D)),
     );
+    let mut r = [0, 0x9000_0000_0020_0000, 0, 0, 0, 0];
+    t.probes += 1;
+    if run(0, &mut r).is_err() || r[0] != own_word {
+        t.bad(format_args!(
+            "0x9000_0000_0020_0000 (kestrel's link address) did not read this VM's image"
+        ));
+    }
     for k in 0..SPAN / CHUNK / 8 {
         let pa = k * CHUNK * 8 + OFF;
         let va = 0x9000_0000_0000_0000 | pa as u64;
@@ -1569,13 +1607,15 @@ fn attack_memory(kestrel: bool) -> Tally {
             va,
             elo(rng.next()),
             elo(rng.next()),
-            if k % 3 == 0 { ps } else { 12 },
+            // STLBPS = PS (so tlbfill uses the STLB) for half of each size.
+            if (k / 20) % 2 == 0 { ps } else { 12 },
             rng.next() & 0x3ff,
         ];
         for (i, v) in csrs.into_iter().enumerate() {
             let _ = run(3 + i, &mut [v, 0, 0, 0, 0, 0]);
         }
-        t.quiet("tlbwr/tlbfill", ps, run(1 + (k % 2) as usize, &mut [0; 6]));
+        let op = 1 + ((k / 10) % 2) as usize;
+        t.quiet("tlbwr/tlbfill", ps, run(op, &mut [0; 6]));
         let mut r = [0, va, 0, 0, 0, 0];
         t.probes += 1;
         match run(0, &mut r) {
@@ -1776,7 +1816,7 @@ fn victim() -> ! {
     let (mut ran, mut last) = (0u64, start);
     let mut ticks_seen = trap::TICKS[0].load(Ordering::Relaxed);
     let ticks0 = ticks_seen;
-    let (mut last_tick, mut max_gap) = (start, 0u64);
+    let (mut last_tick, mut max_gap, mut gap_end) = (start, 0u64, start);
     let mut mem_bad: Option<(usize, u64)> = None;
     let mut reg_bad: Option<Msg> = None;
     let (mut chunk, mut passes, mut iters) = (0usize, 0u64, 0u64);
@@ -1792,7 +1832,10 @@ fn victim() -> ! {
         let tk = trap::TICKS[0].load(Ordering::Relaxed);
         if tk != ticks_seen {
             ticks_seen = tk;
-            max_gap = max_gap.max(now - last_tick);
+            if now - last_tick > max_gap {
+                max_gap = now - last_tick;
+                gap_end = now;
+            }
             last_tick = now;
             // CSRs at every tick (each read is an exit).
             if reg_bad.is_none() {
@@ -1858,7 +1901,10 @@ fn victim() -> ! {
     unsafe { csr_write!(csr::TCFG, 0) };
     cpu::set_irqs(false);
     let ticks = ticks_seen - ticks0;
-    max_gap = max_gap.max(end.saturating_sub(last_tick));
+    if end.saturating_sub(last_tick) > max_gap {
+        max_gap = end - last_tick;
+        gap_end = end;
+    }
     let share_permille = ran * 1000 / window;
     // A last full pass over memory.
     if mem_bad.is_none() {
@@ -1886,6 +1932,10 @@ fn victim() -> ! {
     println!(
         "VICTIM: counter seconds {first_second}-{}",
         first_second + VICTIM_WINDOW_MS / 1000
+    );
+    println!(
+        "VICTIM: the largest tick gap ended at counter {} ms",
+        ms(gap_end)
     );
     println!(
         "VICTIM: {} loop iterations, {} memory passes over {} KiB, {} CSR checks",
