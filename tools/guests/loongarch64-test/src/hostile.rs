@@ -1172,6 +1172,51 @@ fn attack_insn(kestrel: bool) -> Tally {
             )),
         }
     }
+    // ertn "from a TLB refill" (TLBRERA.IsTLBR = 1, garbage TLBRPRMD): back
+    // to TLBRERA with TLBRPRMD's PLV and IE, and paging on (DA = 0, PG =
+    // 1). DMW0 (VSEG 0, every PLV, cached) keeps the code reachable.
+    let crmd = rd(0);
+    wr(0x180, 0xf | 1 << 4);
+    load([ERTN, csrwr(0x8a), csrwr(0x8f)].into_iter());
+    for k in 0..64u64 {
+        let pplv = k % 4;
+        if !kestrel && (pplv == 1 || pplv == 2) {
+            // QEMU would run on at PLV1/2 (see above), in paged mode.
+            continue;
+        }
+        let tlbrprmd = (rng.next() & 0x10) | pplv; // PWE garbage, PIE 0
+        let _ = run(2, &mut [tlbrprmd, 0, 0, 0, 0, 0]);
+        let _ = run(1, &mut [cont | 1, 0, 0, 0, 0, 0]);
+        let mut r = [0u64; 6];
+        let res = run(0, &mut r);
+        t.probes += 1;
+        match (pplv, res) {
+            (0, Ok(())) => {
+                if r[0] & 0x1f != 0x10 {
+                    t.bad(format_args!(
+                        "ertn from refill mode to PLV0: CRMD {:#x}",
+                        r[0]
+                    ));
+                }
+            }
+            (p, Err(c)) if p != 0 => {
+                t.exceptions += 1;
+                if c.ecode() != trap::ecode::IPE || c.era != cont || c.prmd & 3 != p {
+                    t.bad(format_args!(
+                        "ertn from refill mode to PLV{p}: {} at {:#x} PRMD {:#x}",
+                        trap::ecode::name(c.ecode()),
+                        c.era,
+                        c.prmd
+                    ));
+                }
+            }
+            (p, _) => t.bad(format_args!(
+                "ertn from refill mode to PLV{p}: wrong answer"
+            )),
+        }
+    }
+    wr(0, crmd);
+    wr(0x180, 0);
     cpu::set_irqs(false);
     t
 }
