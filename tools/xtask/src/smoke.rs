@@ -85,6 +85,7 @@ fn cases() -> Vec<Case> {
         boot_ok(Arch::Aarch64, 2, " irqchip:  GICv2"),
         boot_ok(Arch::LoongArch64, 0, " irqchip:  LoongArch"),
         crate::vmtests_la64::bare_case(),
+        crate::vmtests_la64::bare_attack_case(),
         crate::vmtests_arm64::bare_case(3),
         crate::vmtests_arm64::bare_case(2),
         // Bad input: without virtualization=on the CPU starts at EL1, where a

@@ -6,10 +6,12 @@
 //! - [`bare_case`] is in `make test` (`cargo xtask smoke`): the guest alone
 //!   on `qemu-system-loongarch64 -smp 4`, where it runs at real PLV0 and every
 //!   check but the kestrel-specific ones must pass. It proves the checks are
-//!   real, so a failure under kestrel is kestrel's. About 1 s.
+//!   real, so a failure under kestrel is kestrel's. About 1 s. So is
+//!   [`bare_attack_case`]: the hostile attacker's architectural phases.
 //! - [`run`] (`cargo xtask vmtest [--arch loongarch64] [--case NAME]
-//!   [--list]`) boots kestrel with the VMs of `configs/test/la64-*.toml` and
-//!   needs the trap-and-emulate backend: it is not in `make test`.
+//!   [--list]`) boots kestrel with the VMs of `configs/test/la64-*.toml`
+//!   (in `make test` through `make test-vm`), `la64-hostile` included: an
+//!   attacker VM beside a victim VM on one pCPU ([`check_hostile`]).
 //!
 //! docs/test-guest-loongarch.md describes the guest and its output.
 
@@ -123,6 +125,27 @@ pub fn bare_case() -> Case {
     }
 }
 
+/// The attack phases that are the machine's own (no kestrel service, no
+/// garbage in real CSRs or IOCSRs, no probes of QEMU's device window), run
+/// as the guest on bare QEMU: every answer `la64-hostile` demands there is
+/// what the CPU itself gives (but for PLV1/2, where QEMU traps only PLV3).
+const BARE_ATTACK: &str = "mode=attack:tlb,hvcl,insn,user,console";
+
+/// The attacker alone on bare QEMU (`BARE_ATTACK`): proves the answers
+/// its probes expect are the architecture's.
+pub fn bare_attack_case() -> Case {
+    let mut case = bare_case();
+    case.name = "loongarch64 test guest's attacker on bare QEMU (architectural answers)";
+    case.opts.smp = 1;
+    case.expect = vec!["RESULT: 5 passed, 0 failed", "ATTACK start: not on kestrel"];
+    for p in ["tlb", "hvcl", "insn", "user", "console"] {
+        case.expect.push(pass_line(&format!("attack-{p}")));
+    }
+    case.extra.extend(["-append", BARE_ATTACK]);
+    case.check = None;
+    case
+}
+
 fn pass_line(check: &str) -> &'static str {
     Box::leak(format!("PASS {check}").into_boxed_str())
 }
@@ -227,6 +250,15 @@ pub fn vm_cases() -> Vec<VmCase> {
             check: Some(check_share),
             timeout: Duration::from_secs(180),
         },
+        VmCase {
+            name: "la64-hostile: an attacker VM and a victim VM sharing pCPU 0",
+            config: "configs/test/la64-hostile.toml",
+            features: &[],
+            vms: 2,
+            must_pass: &[],
+            check: Some(check_hostile),
+            timeout: Duration::from_secs(180),
+        },
     ]
 }
 
@@ -236,6 +268,193 @@ fn check_share(log: &str) -> Vec<String> {
     let (problems, summary) = crate::share::judge(log, 16);
     println!("    {summary}");
     problems
+}
+
+/// Attack phases the attacker must pass (`PASS attack-<phase>`).
+const ATTACK_PHASES: &[&str] = &[
+    "attack-csr",
+    "attack-tlb",
+    "attack-iocsr",
+    "attack-hvcl",
+    "attack-insn",
+    "attack-user",
+    "attack-console",
+    "attack-memory",
+    "attack-storm",
+];
+
+/// The victim's part of the time either VM ran in its window must be at
+/// least this (permille): half its fair share (1/2: two vCPUs, one pCPU).
+const VICTIM_MIN_SHARE_PERMILLE: u64 = 250;
+/// Its ticks at least this fraction of window / period, in permille.
+const VICTIM_MIN_TICKS_PERMILLE: u64 = 250;
+/// The longest gap between two of its timer interrupts.
+const VICTIM_MAX_GAP_MS: u64 = 1000;
+/// The victim's timer period (`hostile.rs`).
+const VICTIM_PERIOD_MS: u64 = 10;
+
+/// kestrel alive and quiet, the attacker got only architectural answers,
+/// the victim unharmed and given its share.
+fn check_hostile(log: &str) -> Vec<String> {
+    let mut problems = Vec::new();
+    for bad in [
+        "panic",
+        "PANIC",
+        "fatal",
+        "stopped by kestrel",
+        "unexpected exception",
+    ] {
+        if let Some(l) = log.lines().find(|l| l.contains(bad)) {
+            problems.push(format!("{bad:?} in the log: {}", l.trim()));
+        }
+    }
+    for p in ATTACK_PHASES {
+        if passes(log, p) != 1 {
+            problems.push(format!("no \"PASS {p}\" from the attacker"));
+        }
+    }
+    for p in [
+        "victim-memory",
+        "victim-registers",
+        "victim-no-interference",
+        "victim-ticks",
+    ] {
+        if passes(log, p) != 1 {
+            problems.push(format!("no \"PASS {p}\" from the victim"));
+        }
+    }
+    if !log.contains("ATTACK spin: ") {
+        problems.push("the attacker did not reach its final phase".into());
+    }
+    match (victim_seconds(log), probe_span(log)) {
+        (Some((a, b)), Some((x, y))) if a * 1000 <= x && y <= b * 1000 => {}
+        (Some((a, b)), Some((x, y))) => problems.push(format!(
+            "the attacker's direct-address probes ({x}-{y} ms) were not inside the victim's window ({a}-{b} s)"
+        )),
+        _ => problems.push("no victim window or probe times to compare".into()),
+    }
+    match victim_line(log) {
+        None => problems.push("no VICTIM: window line".into()),
+        Some(v) => {
+            match relative_share(log, &v) {
+                Some(p) if p >= VICTIM_MIN_SHARE_PERMILLE => {}
+                Some(p) => problems.push(format!(
+                    "the victim ran {}.{:03} of the time either VM ran in its window, below {}.{:03} (half its fair 0.5; its share of the window {}.{:03})",
+                    p / 1000,
+                    p % 1000,
+                    VICTIM_MIN_SHARE_PERMILLE / 1000,
+                    VICTIM_MIN_SHARE_PERMILLE % 1000,
+                    v.share_permille / 1000,
+                    v.share_permille % 1000
+                )),
+                None => problems.push(
+                    "no \"VICTIM: counter seconds\" or \"ATTACK ran\" line to compare run times".into(),
+                ),
+            }
+            let expected = v.window_ms / VICTIM_PERIOD_MS;
+            if v.ticks * 1000 < expected * VICTIM_MIN_TICKS_PERMILLE {
+                problems.push(format!(
+                    "victim ticks {} below {}/1000 of {expected}",
+                    v.ticks, VICTIM_MIN_TICKS_PERMILLE
+                ));
+            }
+            if v.max_gap_ms > VICTIM_MAX_GAP_MS {
+                problems.push(format!(
+                    "victim max tick gap {} ms over {VICTIM_MAX_GAP_MS} ms",
+                    v.max_gap_ms
+                ));
+            }
+            if !v.memory_ok || !v.registers_ok {
+                problems.push("victim memory or registers changed".into());
+            }
+        }
+    }
+    problems
+}
+
+/// The victim's run time over its window against the sum of both VMs' (in
+/// permille): `VICTIM: counter seconds A-B` names the window, `ATTACK ran
+/// (...): m0 m1 ...` the attacker's run time in each second. Both measure
+/// the same way (short deltas between counter reads), so time QEMU itself
+/// lost on a loaded host cancels out, unlike in the victim's absolute
+/// share.
+fn relative_share(log: &str, v: &VictimLine) -> Option<u64> {
+    let (a, b) = victim_seconds(log)?;
+    let (a, b) = (a as usize, b as usize);
+    let per_second: Vec<u64> = log
+        .lines()
+        .find_map(|l| l.split("ATTACK ran (").nth(1))?
+        .split_once(':')?
+        .1
+        .split_whitespace()
+        .map(|n| n.parse().ok())
+        .collect::<Option<_>>()?;
+    let attacker: u64 = per_second.iter().take(b).skip(a).sum();
+    let victim = v.ran_ms;
+    Some(victim * 1000 / (victim + attacker).max(1))
+}
+
+/// The victim's window in seconds of the counter (`VICTIM: counter seconds A-B`).
+fn victim_seconds(log: &str) -> Option<(u64, u64)> {
+    let secs = log
+        .lines()
+        .find_map(|l| l.split("VICTIM: counter seconds ").nth(1))?;
+    let (a, b) = secs.trim().split_once('-')?;
+    Some((a.parse().ok()?, b.parse().ok()?))
+}
+
+/// When the attacker probed guest physical space directly (counter ms):
+/// `ATTACK memory: direct-address loads and stores at counter X-Y ms`.
+fn probe_span(log: &str) -> Option<(u64, u64)> {
+    let span = log
+        .lines()
+        .find_map(|l| l.split("loads and stores at counter ").nth(1))?;
+    let (x, y) = span.trim().trim_end_matches(" ms").split_once('-')?;
+    Some((x.parse().ok()?, y.parse().ok()?))
+}
+
+/// The victim's summary: `VICTIM: window W ms, ran R ms (share S.SSS),
+/// ticks T (max gap G ms), memory ok, registers ok`.
+#[derive(Debug, PartialEq)]
+struct VictimLine {
+    window_ms: u64,
+    ran_ms: u64,
+    share_permille: u64,
+    ticks: u64,
+    max_gap_ms: u64,
+    memory_ok: bool,
+    registers_ok: bool,
+}
+
+fn victim_line(log: &str) -> Option<VictimLine> {
+    let l = log
+        .lines()
+        .find_map(|l| l.split("VICTIM: window ").nth(1))?;
+    let num = |key: &str| -> Option<u64> {
+        let rest = l.split(key).nth(1)?;
+        let digits: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
+        digits.parse().ok()
+    };
+    let share = l.split("(share ").nth(1)?;
+    let (whole, frac) = share.split_once('.')?;
+    let frac: String = frac.chars().take_while(|c| c.is_ascii_digit()).collect();
+    if frac.len() != 3 {
+        return None;
+    }
+    Some(VictimLine {
+        window_ms: l
+            .chars()
+            .take_while(|c| c.is_ascii_digit())
+            .collect::<String>()
+            .parse()
+            .ok()?,
+        ran_ms: num("ran ")?,
+        share_permille: whole.parse::<u64>().ok()? * 1000 + frac.parse::<u64>().ok()?,
+        ticks: num("ticks ")?,
+        max_gap_ms: num("max gap ")?,
+        memory_ok: l.contains("memory ok"),
+        registers_ok: l.contains("registers ok"),
+    })
 }
 
 /// The single-VM run prints the benchmark: every line must be there.
@@ -507,6 +726,69 @@ mod tests {
     fn bare_skips_only_kestrel_checks() {
         assert!(check_bare("SKIP ipi-pv-1: not on kestrel\nSKIP bench: x\n").is_empty());
         assert_eq!(check_bare("SKIP fp-lsx: hmm\n").len(), 1);
+    }
+
+    #[test]
+    fn hostile_judges_the_victim_and_the_attacker() {
+        let mut log = String::new();
+        for p in ATTACK_PHASES {
+            log.push_str(&format!("[attacker] PASS {p}: 10 probes\n"));
+        }
+        log.push_str("[attacker] ATTACK spin: 100 ms with interrupts masked, total 9000 ms\n");
+        log.push_str(
+            "[attacker] ATTACK memory: direct-address loads and stores at counter 3000-4200 ms\n",
+        );
+        log.push_str("[attacker] ATTACK ran (ms in each second of the counter from 0): 0 900 500 500 500 500 500 500 500 900\n");
+        log.push_str("[attacker] RESULT: 9 passed, 0 failed\n");
+        for p in [
+            "victim-memory",
+            "victim-registers",
+            "victim-no-interference",
+            "victim-ticks",
+        ] {
+            log.push_str(&format!("[victim] PASS {p}: fine\n"));
+        }
+        log.push_str("[victim] VICTIM: window 6000 ms, ran 2900 ms (share 0.483), ticks 290 (max gap 30 ms), memory ok, registers ok\n");
+        log.push_str("[victim] VICTIM: counter seconds 2-8\n");
+        log.push_str("[victim] RESULT: 4 passed, 0 failed\n");
+        assert_eq!(
+            victim_line(&log),
+            Some(VictimLine {
+                window_ms: 6000,
+                ran_ms: 2900,
+                share_permille: 483,
+                ticks: 290,
+                max_gap_ms: 30,
+                memory_ok: true,
+                registers_ok: true
+            })
+        );
+        let case = vm_cases()
+            .into_iter()
+            .find(|c| c.name.starts_with("la64-hostile"))
+            .unwrap();
+        assert!(
+            judge_vm(&case, &log).is_empty(),
+            "{:?}",
+            judge_vm(&case, &log)
+        );
+        for (from, to) in [
+            ("ran 2900 ms", "ran 900 ms"),
+            ("counter seconds 2-8", "counter seconds 2"),
+            ("counter 3000-4200 ms", "counter 1000-4200 ms"),
+            ("counter 3000-4200 ms", "counter 3000-8200 ms"),
+            ("ticks 290", "ticks 100"),
+            ("max gap 30 ms", "max gap 1500 ms"),
+            ("memory ok", "memory BAD"),
+            ("PASS attack-hvcl", "FAIL attack-hvcl"),
+            ("ATTACK spin", "ATTACK spun"),
+            ("[victim] RESULT: 4 passed, 0 failed\n", ""),
+        ] {
+            let bad = log.replace(from, to);
+            assert!(!judge_vm(&case, &bad).is_empty(), "{from} -> {to} accepted");
+        }
+        let bad = format!("{log}kestrel: panic at vm.rs:1\n");
+        assert!(!judge_vm(&case, &bad).is_empty());
     }
 
     #[test]

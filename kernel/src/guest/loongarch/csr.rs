@@ -208,6 +208,8 @@ pub struct CsrFile {
     counting: bool,
     /// The guest's LLbit, cleared by `ertn` unless LLBCTL.KLO.
     pub llbit_cleared: bool,
+    /// The vCPU executed `idle` and no interrupt has woken it yet.
+    idling: bool,
 }
 
 impl CsrFile {
@@ -232,6 +234,7 @@ impl CsrFile {
             deadline: 0,
             counting: false,
             llbit_cleared: false,
+            idling: false,
         };
         c.set(num::STLBPS, 12);
         c
@@ -458,6 +461,23 @@ impl CsrFile {
     pub fn wake_pending(&self) -> Option<u32> {
         let p = (self.estat & self.get(num::ECFG) & 0x1fff) as u32;
         (p != 0).then(|| 31 - p.leading_zeros())
+    }
+
+    /// `idle` found no interrupt to wake on: the vCPU waits.
+    pub fn start_idle(&mut self) {
+        self.idling = true;
+    }
+
+    /// Whether the vCPU may run: not waiting in `idle`, or an interrupt
+    /// ECFG.LIE enables is pending now (then it stops waiting). A vCPU the
+    /// scheduler woke for nothing (a wake-up that raced with an interrupt
+    /// it has since taken, say) keeps waiting, as `idle` does on hardware.
+    pub fn idle_over(&mut self) -> bool {
+        if self.idling && self.wake_pending().is_none() {
+            return false;
+        }
+        self.idling = false;
+        true
     }
 
     fn vector(&self, code: u64) -> u64 {

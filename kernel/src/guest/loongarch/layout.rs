@@ -45,6 +45,31 @@ pub fn ram_ranges(size: u64) -> Vec<(u64, u64)> {
     v
 }
 
+/// What kestrel does with an access the real MMU refused with ADE (the VA
+/// is not canonical at PLV3) but the guest's own translation accepted (a
+/// DMW window such as 0x9000..., or the high bits of a DA-mode address),
+/// landing on guest physical `gpa` of a VM with `ram_size` bytes of RAM.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WideAccess {
+    /// A load or store: emulated (RAM, a device, or ADEM for nothing there).
+    Emulate,
+    /// A fetch from nothing: ADE (ADEF) to the guest, as the hardware
+    /// raises for a fetch no memory answers.
+    FetchFault,
+    /// A fetch from the VM's RAM: its code cannot run at that address at
+    /// PLV3, and kestrel does not emulate instructions: the VM is stopped.
+    Stop,
+}
+
+/// Classifies a non-canonical access (see [`WideAccess`]).
+pub fn wide_access(fetch: bool, gpa: u64, ram_size: u64) -> WideAccess {
+    match (fetch, ram_offset(gpa, ram_size).is_some()) {
+        (false, _) => WideAccess::Emulate,
+        (true, false) => WideAccess::FetchFault,
+        (true, true) => WideAccess::Stop,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -90,5 +115,20 @@ mod tests {
             }
         }
         assert_eq!(ram_offset(u64::MAX, 1 << 40), None);
+    }
+
+    #[test]
+    fn wide_fetch_from_nothing_is_the_guests_fault() {
+        let size = 32 << 20;
+        // A DMW-window fetch (or DA-mode high bits) at no memory: ADEF,
+        // never the VM stopped (the hostile-guest test's `ertn` probe).
+        assert_eq!(wide_access(true, 0xf000_0000, size), WideAccess::FetchFault);
+        assert_eq!(wide_access(true, UART, size), WideAccess::FetchFault);
+        assert_eq!(wide_access(true, size, size), WideAccess::FetchFault);
+        assert_eq!(wide_access(true, size - 4, size), WideAccess::Stop);
+        assert_eq!(wide_access(true, 0x20_0000, size), WideAccess::Stop);
+        for gpa in [0, size - 8, size, UART, POWEROFF, 0xf000_0000, u64::MAX] {
+            assert_eq!(wide_access(false, gpa, size), WideAccess::Emulate);
+        }
     }
 }

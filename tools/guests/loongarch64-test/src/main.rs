@@ -28,6 +28,8 @@ mod cpu;
 #[cfg(target_os = "none")]
 mod fdt;
 #[cfg(target_os = "none")]
+mod hostile;
+#[cfg(target_os = "none")]
 mod mmu;
 #[cfg(target_os = "none")]
 mod smp;
@@ -106,6 +108,7 @@ mod guest {
         );
         let fdt_cpus = info.map(|i| i.cpus).unwrap_or(0);
         let bench = cmdline::apply(a1);
+        crate::hostile::run_mode();
 
         report("exceptions", checks::exceptions());
         report("paging", checks::paging());

@@ -109,6 +109,9 @@ extern "C" fn guest_trap_handler(f: &mut Frame) -> u64 {
     }
     f.era = csr_read!(csr::ERA);
     f.prmd = csr_read!(csr::PRMD);
+    if crate::hostile::catch(f) {
+        return 1;
+    }
     let era = f.era as usize;
     if IN_USER[cpu].load(Ordering::Relaxed) && f.prmd & 3 == 3 {
         // Back to the kernel context saved by guest_enter_user.

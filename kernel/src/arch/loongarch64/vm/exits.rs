@@ -9,6 +9,7 @@ use alloc::format;
 use crate::guest::loongarch::csr::{ecode, num as vnum};
 use crate::guest::loongarch::insn::{self, Insn, Size};
 use crate::guest::loongarch::iocsr as viocsr;
+use crate::guest::loongarch::layout::{self, WideAccess};
 use crate::guest::loongarch::tlb::{self as vtlb, Access, Fault, Inval, ELO_D, ELO_NR, ELO_NX};
 use crate::hypercall::{self, Abi, HypercallArgs, HypercallEnv};
 use crate::ipi::{IpiError, IpiOutcome, IpiTarget, IpiWindow};
@@ -284,7 +285,8 @@ fn device(b: &B, vm: &Vm<B>, gpa: u64, size: Size, store: Option<u64>) -> Option
 
 /// ADE: a guest address outside the real 48-bit virtual space. Through a
 /// guest DMW window it is guest memory: loads and stores are emulated;
-/// fetches cannot be (the VM stops). Otherwise the guest's own ADE.
+/// fetches from RAM cannot be (the VM stops), fetches from nothing get the
+/// guest's ADEF. Otherwise the guest's own ADE.
 fn address_error(b: &B, vm: &Vm<B>, ctx: &mut VcpuState, badv: u64, sub: u16) -> RunExit {
     let fetch = sub == ecode::ADEF;
     let acc = if fetch { Access::Fetch } else { Access::Load };
@@ -299,12 +301,17 @@ fn address_error(b: &B, vm: &Vm<B>, ctx: &mut VcpuState, badv: u64, sub: u16) ->
             return deliver(ctx, ecode::ADE, sub, Some(badv), w);
         }
     };
-    if fetch {
-        return RunExit::VmEnd(VmEnd::Fatal(format!(
-            "vCPU executes at {badv:#x}, outside the 48-bit canonical range (a DMW \
-             window or DA-mode high bits): at PLV3 that cannot be mapped; use a TLB \
-             mapping or a window with VSEG 0 / 0xf"
-        )));
+    match layout::wide_access(fetch, m.pa, vm.arch.ram_size) {
+        WideAccess::Emulate => {}
+        // Nothing there: the guest's own ADEF, as for a canonical address.
+        WideAccess::FetchFault => return deliver(ctx, ecode::ADE, sub, Some(badv), 0),
+        WideAccess::Stop => {
+            return RunExit::VmEnd(VmEnd::Fatal(format!(
+                "vCPU executes at {badv:#x}, outside the 48-bit canonical range (a DMW \
+                 window or DA-mode high bits): at PLV3 that cannot be mapped; use a TLB \
+                 mapping or a window with VSEG 0 / 0xf"
+            )))
+        }
     }
     let Some(w) = fetch_insn(vm, ctx) else {
         return deliver(ctx, ecode::ADE, sub, Some(badv), 0);
@@ -500,6 +507,9 @@ fn privileged(
             let swi = u64::from(sh.swi.load(core::sync::atomic::Ordering::Acquire) & 3);
             let pending = ctx.csr.wake_pending().is_some() || swi & ctx.csr.get(vnum::ECFG) != 0;
             if !pending {
+                // Until an interrupt is pending (`LaBackend::run` checks
+                // before every entry, so a wake-up for nothing waits on).
+                ctx.csr.start_idle();
                 next = RunExit::Block;
             }
             return next;

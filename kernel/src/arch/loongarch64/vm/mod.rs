@@ -496,6 +496,11 @@ impl Backend for LaBackend {
     ) -> RunExit {
         self.service_fp(cpu);
         self.prepare_entry(cpu, vm, vcpu, ctx);
+        if !ctx.csr.idle_over() {
+            // Woken while waiting in `idle` with nothing pending (a stale
+            // wake-up, e.g. for an IPI it took before idling): wait on.
+            return RunExit::Block;
+        }
         csr::irq_disable();
         arm_timer(cpu, ctx.csr.timer_deadline());
         // SAFETY: interrupts are masked; the TLB holds only this vCPU's

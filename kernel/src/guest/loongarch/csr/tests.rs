@@ -190,6 +190,32 @@ fn interrupts_need_ie_and_lie() {
 }
 
 #[test]
+fn idle_waits_for_an_enabled_interrupt() {
+    let mut c = CsrFile::new(0);
+    assert!(c.idle_over(), "not idling: runs");
+    c.write(num::ECFG, 1 << IRQ_TI | 1 << IRQ_SWI0, 0);
+    c.start_idle();
+    // Woken for nothing (a stale wake-up): keeps waiting, however often.
+    assert!(!c.idle_over());
+    assert!(!c.idle_over());
+    // A line ECFG.LIE does not enable does not end the wait either.
+    c.set_line(IRQ_IPI, true);
+    assert!(!c.idle_over());
+    // An enabled one does, with CRMD.IE = 0; then it runs on.
+    c.write(num::TCFG, 100 | 1, 0);
+    assert!(c.update_timer(100));
+    assert!(c.idle_over());
+    c.write(num::TICLR, 1, 200);
+    c.set_line(IRQ_IPI, false);
+    assert!(c.idle_over(), "no longer idling");
+    // SWI0 (a PV IPI) ends it too.
+    c.start_idle();
+    assert!(!c.idle_over());
+    c.write(num::ESTAT, 1, 0);
+    assert!(c.idle_over());
+}
+
+#[test]
 fn tlb_refill_and_ertn() {
     let mut c = CsrFile::new(0);
     c.write(num::TLBRENTRY, 0x2000, 0);
