@@ -69,6 +69,9 @@ const EC_UNKNOWN: u64 = 0x00;
 /// EC 0x18: a trapped system register access (FEAT_IDST's answer for
 /// unallocated ID registers).
 const EC_SYSREG: u64 = 0x18;
+/// EC 0x19 / 0x1D: SVE / SME access trapped by CPACR_EL1.
+const EC_SVE: u64 = 0x19;
+const EC_SME: u64 = 0x1D;
 /// EC 0x21: instruction abort without a change in EL.
 const EC_IABT_SAME: u64 = 0x21;
 /// EC 0x25: data abort without a change in EL.
@@ -352,13 +355,18 @@ fn sysreg_reads() {
                         if op1 >= 4 && esr == 0 && t.bad.is_none() {
                             t.bad = Some((insn, 0));
                         }
-                        // FEAT_IDST: an unallocated ID-space encoding (op0 3,
-                        // op1 0, CRn 0) may report EC 0x18 instead of 0.
-                        let id_space = op0 == 3 && op1 == 0 && crn == 0;
+                        // FEAT_IDST: an unallocated encoding of the ID space
+                        // (op0 3, op1 0/1/3, CRn 0, CRm 0-7) may report EC
+                        // 0x18 instead of 0. The
+                        // SVE/SME control registers (ZCR, SMCR, SVCR, ...)
+                        // of a CPU that has them trap to EL1 first, by the
+                        // guest's own CPACR_EL1 (EC 0x19 / 0x1D), whatever
+                        // the ID registers kestrel shows say.
+                        let id_space = op0 == 3 && matches!(op1, 0 | 1 | 3) && crn == 0 && crm < 8;
                         let allowed: &[u64] = if id_space {
                             &[EC_UNKNOWN, EC_SYSREG]
                         } else {
-                            &[EC_UNKNOWN]
+                            &[EC_UNKNOWN, EC_SVE, EC_SME]
                         };
                         t.add(insn, esr, allowed);
                     }
