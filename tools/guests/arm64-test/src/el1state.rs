@@ -31,9 +31,11 @@ const PTIMER_US: u64 = 2_000;
 /// WFIT rounds per vCPU and their timeout.
 const WFIT_ROUNDS: u64 = 2;
 const WFIT_US: u64 = 10_000;
-/// A WFIT may end this late and still pass (TCG on a shared machine,
-/// a hypervisor tick of 10 ms).
-const WFIT_SLACK_US: u64 = 300_000;
+/// A WFIT may end this late and still pass: the vCPU wakes at the
+/// deadline but may wait for its turn on a pCPU (the rollover case runs 40
+/// vCPUs on 4 pCPUs under TCG on a shared machine; 327 ms was seen). A
+/// WFIT whose timeout kestrel ignored ends only at the 2 s backstop.
+const WFIT_SLACK_US: u64 = 1_000_000;
 
 /// Writes a system register (and synchronizes).
 macro_rules! wr {
