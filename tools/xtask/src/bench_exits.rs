@@ -133,8 +133,17 @@ const GOAL_LA_REFILL: u64 = 10_000;
 /// A self-IPI, sent, delivered and acknowledged: about 5 exits.
 const GOAL_LA_IPI: u64 = 4_000;
 
+/// Boots kestrel with `config`; the serial log is also saved to
+/// `build/loongarch64/bench-<config name>.log`.
 fn boot_kestrel_la(config: &str) -> Result<String, String> {
     let config = root().join(config);
+    let log = root().join("build").join("loongarch64").join(format!(
+        "bench-{}.log",
+        config
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .unwrap_or("exits")
+    ));
     let image = crate::build_image_with(Arch::LoongArch64, &[], Some(&config))?;
     let opts = Opts {
         arch: Arch::LoongArch64,
@@ -155,7 +164,9 @@ fn boot_kestrel_la(config: &str) -> Result<String, String> {
             LIMIT.as_secs()
         ));
     }
-    Ok(boot.text())
+    let text = boot.text();
+    std::fs::write(&log, &text).map_err(|e| format!("{}: {e}", log.display()))?;
+    Ok(text)
 }
 
 /// The LoongArch guest alone on bare QEMU: it runs at real PLV0.
