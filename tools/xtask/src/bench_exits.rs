@@ -7,12 +7,15 @@
 //! same on every run and every host. The same guest on bare QEMU at EL1
 //! (same flags) gives the native cost where the operation exists there.
 //! Two VMs pinned to one pCPU in `mode=bench-switch` give the cost of a
-//! vCPU switch between VMs. Output: one table, case | kestrel | bare | goal.
+//! vCPU switch between VMs. The LoongArch test guest has the same modes
+//! (`configs/bench/la64-*.toml`; bare QEMU runs it at PLV0). Output: one
+//! table per architecture, case | kestrel | exits/op | bare | goal.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::vmtests_arm64::build_guest_arm64;
+use crate::vmtests_la64::build_guest_la64;
 use crate::vmtests_linux::{bare_command, run_timed};
 use crate::{qemu, root, Arch, Opts};
 
@@ -112,22 +115,112 @@ fn boot_bare(gic: u32) -> Result<String, String> {
     Ok(boot.text())
 }
 
-/// `cargo xtask bench-exits [--gic 2|3]`.
-pub fn run(args: &[String]) -> Result<(), String> {
-    let mut gic = 3;
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--gic" => {
-                gic = it
-                    .next()
-                    .and_then(|v| v.parse().ok())
-                    .filter(|g| *g == 2 || *g == 3)
-                    .ok_or("--gic takes 2 or 3")?
-            }
-            other => return Err(format!("bench-exits: unknown option '{other}'")),
+/// The LoongArch goals (trap-and-emulate), instructions per round trip;
+/// docs/performance.md gives the reasoning.
+fn goal_la(case: &str) -> Option<u64> {
+    match case {
+        "hypercall" | "csr-read" | "iocsr-read" | "mmio-uart-read" => Some(GOAL_LA_EXIT),
+        "tlb-refill" => Some(GOAL_LA_REFILL),
+        "ipi-pv-self" | "ipi-iocsr-self" => Some(GOAL_LA_IPI),
+        _ => None,
+    }
+}
+
+/// One trapped instruction, emulated and back.
+const GOAL_LA_EXIT: u64 = 1_000;
+/// A TLB refill the guest's own handler serves: about 13 exits.
+const GOAL_LA_REFILL: u64 = 10_000;
+/// A self-IPI, sent, delivered and acknowledged: about 5 exits.
+const GOAL_LA_IPI: u64 = 4_000;
+
+/// Boots kestrel with `config`; the serial log is also saved to
+/// `build/loongarch64/bench-<config name>.log`.
+fn boot_kestrel_la(config: &str) -> Result<String, String> {
+    let config = root().join(config);
+    let log = root().join("build").join("loongarch64").join(format!(
+        "bench-{}.log",
+        config
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .unwrap_or("exits")
+    ));
+    let image = crate::build_image_with(Arch::LoongArch64, &[], Some(&config))?;
+    let opts = Opts {
+        arch: Arch::LoongArch64,
+        smp: 2,
+        mem_mib: 1024,
+        features: Vec::new(),
+        append: "kestrel.exit=poweroff".into(),
+        config: Some(config),
+        ..Opts::default()
+    };
+    let mut cmd = qemu::command(&opts, &image, true);
+    cmd.args(ICOUNT);
+    eprintln!("    $ {}", qemu::render(&cmd));
+    let boot = run_timed(cmd, LIMIT, None)?;
+    if boot.timed_out {
+        return Err(format!(
+            "kestrel did not finish within {} s",
+            LIMIT.as_secs()
+        ));
+    }
+    let text = boot.text();
+    std::fs::write(&log, &text).map_err(|e| format!("{}: {e}", log.display()))?;
+    Ok(text)
+}
+
+/// The LoongArch guest alone on bare QEMU: it runs at real PLV0.
+fn boot_bare_la(guest: &std::path::Path) -> Result<String, String> {
+    let mut cmd = std::process::Command::new("qemu-system-loongarch64");
+    cmd.args(["-M", "virt", "-cpu", "la464", "-smp", "1", "-m", "1024"])
+        .args(["-nic", "none", "-display", "none", "-monitor", "none"])
+        .args(["-serial", "stdio", "-no-reboot"])
+        .arg("-kernel")
+        .arg(guest)
+        .args(["-append", "mode=bench-exits"])
+        .args(ICOUNT);
+    eprintln!("    $ {}", qemu::render(&cmd));
+    let boot = run_timed(cmd, LIMIT, None)?;
+    if boot.timed_out {
+        return Err("the bare-QEMU run did not finish".into());
+    }
+    Ok(boot.text())
+}
+
+/// Prints one table; returns the goals missed.
+fn table(
+    order: &[&str],
+    kestrel: &BTreeMap<String, ExitLine>,
+    bare: &BTreeMap<String, ExitLine>,
+    goal: fn(&str) -> Option<u64>,
+) -> Vec<String> {
+    println!(
+        "{:<18} {:>10} {:>12} {:>10} {:>8}",
+        "case", "kestrel", "exits/op", "bare", "goal"
+    );
+    let mut missed = Vec::new();
+    for &case in order {
+        let kv = kestrel.get(case);
+        let bv = bare.get(case);
+        let g = goal(case);
+        println!(
+            "{:<18} {:>10} {:>12} {:>10} {:>8}",
+            case,
+            kv.map_or("-".into(), |l| l.instr.to_string()),
+            kv.and_then(|l| l.exits.clone()).unwrap_or("-".into()),
+            bv.map_or("-".into(), |l| l.instr.to_string()),
+            g.map_or("-".into(), |g| format!("<={g}")),
+        );
+        match (kv, g) {
+            (Some(l), Some(g)) if l.instr > g => missed.push(format!("{case} {} > {g}", l.instr)),
+            (None, Some(_)) => missed.push(format!("{case}: no measurement")),
+            _ => {}
         }
     }
+    missed
+}
+
+fn run_arm64(gic: u32) -> Result<Vec<String>, String> {
     build_guest_arm64()?;
     let k = boot_kestrel("configs/bench/arm64-exits.toml", gic)?;
     let s = boot_kestrel("configs/bench/arm64-switch.toml", gic)?;
@@ -140,10 +233,6 @@ pub fn run(args: &[String]) -> Result<(), String> {
     println!(
         "\nExit costs, arm64 (GICv{gic}), guest instructions per round trip under -icount shift=0 (kestrel's and the guest's together)"
     );
-    println!(
-        "{:<18} {:>10} {:>12} {:>10} {:>8}",
-        "case", "kestrel", "exits/op", "bare", "goal"
-    );
     let order = [
         "loop",
         "hypercall",
@@ -154,28 +243,75 @@ pub fn run(args: &[String]) -> Result<(), String> {
         "wfi-timer-wake",
         "vm-switch-wfi",
     ];
-    let mut missed = Vec::new();
-    for case in order {
-        let kv = kestrel.get(case);
-        let bv = bare.get(case);
-        let g = goal(case);
-        println!(
-            "{:<18} {:>10} {:>12} {:>10} {:>8}",
-            case,
-            kv.map_or("-".into(), |l| l.instr.to_string()),
-            kv.and_then(|l| l.exits.clone()).unwrap_or("-".into()),
-            bv.map_or("-".into(), |l| l.instr.to_string()),
-            g.map_or("-".into(), |g| format!("<={g}")),
-        );
-        if let (Some(l), Some(g)) = (kv, g) {
-            if l.instr > g {
-                missed.push(format!("{case} {} > {g}", l.instr));
-            }
-        }
-    }
+    let missed = table(&order, &kestrel, &bare, goal);
     println!(
         "(wfi-timer-wake includes its 50 us = 50000-instruction timer period; vm-switch-wfi is a round of two VMs blocking in WFI on one pCPU, woken by 1 us timers: two switches, two WFI exits, a wake-up)"
     );
+    Ok(missed)
+}
+
+fn run_la64() -> Result<Vec<String>, String> {
+    let guest = build_guest_la64()?;
+    let k = boot_kestrel_la("configs/bench/la64-exits.toml")?;
+    let s = boot_kestrel_la("configs/bench/la64-switch.toml")?;
+    let b = boot_bare_la(&guest)?;
+    let (mut kestrel, bare) = (parse(&k), parse(&b));
+    kestrel.extend(parse(&s));
+    if !kestrel.contains_key("hypercall") {
+        return Err(format!("no EXIT lines from kestrel:\n{k}"));
+    }
+    println!(
+        "\nExit costs, loongarch64 (trap-and-emulate), guest instructions per round trip under -icount shift=0 (kestrel's and the guest's together)"
+    );
+    let order = [
+        "loop",
+        "hypercall",
+        "csr-read",
+        "iocsr-read",
+        "mmio-uart-read",
+        "tlb-refill",
+        "ipi-pv-self",
+        "ipi-iocsr-self",
+        "idle-timer-wake",
+        "vm-switch-idle",
+    ];
+    let missed = table(&order, &kestrel, &bare, goal_la);
+    println!(
+        "(the stable counter runs at 100 MHz: one tick = 10 instructions; idle-timer-wake includes its 50 us = 50000-instruction timer period; vm-switch-idle is a round of two VMs blocking in idle on one pCPU, woken by 1 us timers; ipi-iocsr-self has no bare figure: QEMU aborts under -icount when an IOCSR write raises an interrupt)"
+    );
+    Ok(missed)
+}
+
+/// `cargo xtask bench-exits [--gic 2|3] [--arch aarch64|loongarch64]`
+/// (both architectures unless `--arch` names one).
+pub fn run(args: &[String]) -> Result<(), String> {
+    let mut gic = 3;
+    let (mut arm64, mut la64) = (true, true);
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--gic" => {
+                gic = it
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .filter(|g| *g == 2 || *g == 3)
+                    .ok_or("--gic takes 2 or 3")?
+            }
+            "--arch" => match it.next().map(String::as_str) {
+                Some("aarch64" | "arm64") => la64 = false,
+                Some("loongarch64" | "la64") => arm64 = false,
+                _ => return Err("--arch takes aarch64 or loongarch64".into()),
+            },
+            other => return Err(format!("bench-exits: unknown option '{other}'")),
+        }
+    }
+    let mut missed = Vec::new();
+    if arm64 {
+        missed.extend(run_arm64(gic)?.into_iter().map(|m| format!("arm64 {m}")));
+    }
+    if la64 {
+        missed.extend(run_la64()?.into_iter().map(|m| format!("loongarch64 {m}")));
+    }
     if missed.is_empty() {
         println!("goals: all met");
     } else {

@@ -83,10 +83,35 @@ const fn sext(v: u64) -> u64 {
 }
 
 /// The guest's TLB.
+/// Words of an entry bitmap.
+const WORDS: usize = TLB_ENTRIES.div_ceil(64);
+/// Lookup buckets: enabled entries whose pair lies inside one aligned
+/// `2^BUCKET_SHIFT` granule (4 KiB and 16 KiB pages) are filed under
+/// VA bits [`BUCKET_SHIFT`..) modulo `BUCKETS`; larger ones are `wide`.
+const BUCKET_SHIFT: u32 = 15;
+const BUCKETS: usize = 64;
+
+type Bits = [u64; WORDS];
+
 #[derive(Clone, Debug)]
 pub struct SoftTlb {
     entries: alloc::vec::Vec<TlbEntry>,
+    /// Index of the enabled entries, kept with every change of `entries`,
+    /// so a lookup tests only the entries that can match (in index order,
+    /// as a scan of all would) instead of all `TLB_ENTRIES`.
+    buckets: alloc::vec::Vec<Bits>,
+    wide: Bits,
+    valid: Bits,
     rand: u32,
+}
+
+/// Where an enabled entry is filed: `Some(bucket)` or `None` (wide).
+fn bucket_of(e: &TlbEntry) -> Option<usize> {
+    (u32::from(e.ps.clamp(12, 48)) < BUCKET_SHIFT).then(|| bucket_va(e.va))
+}
+
+fn bucket_va(va: u64) -> usize {
+    ((va >> BUCKET_SHIFT) as usize) % BUCKETS
 }
 
 impl Default for SoftTlb {
@@ -99,6 +124,9 @@ impl SoftTlb {
     pub fn new() -> Self {
         SoftTlb {
             entries: alloc::vec![TlbEntry::default(); TLB_ENTRIES],
+            buckets: alloc::vec![[0; WORDS]; BUCKETS],
+            wide: [0; WORDS],
+            valid: [0; WORDS],
             rand: 0x2545_f491,
         }
     }
@@ -118,10 +146,39 @@ impl SoftTlb {
 
     /// The entry translating `va` for `asid`: (index, entry).
     pub fn lookup(&self, va: u64, asid: u16) -> Option<(usize, &TlbEntry)> {
-        self.entries
-            .iter()
-            .enumerate()
-            .find(|(_, e)| e.matches(va, asid))
+        let bucket = &self.buckets[bucket_va(va)];
+        for (w, (b, wide)) in bucket.iter().zip(&self.wide).enumerate() {
+            let mut bits = b | wide;
+            while bits != 0 {
+                let i = w * 64 + bits.trailing_zeros() as usize;
+                let e = &self.entries[i];
+                if e.matches(va, asid) {
+                    return Some((i, e));
+                }
+                bits &= bits - 1;
+            }
+        }
+        None
+    }
+
+    /// Files (`on`) or unfiles entry `i` in the lookup index.
+    fn index(&mut self, i: usize, on: bool) {
+        let e = self.entries[i];
+        if !e.e {
+            return;
+        }
+        let (w, bit) = (i / 64, 1u64 << (i % 64));
+        let set = match bucket_of(&e) {
+            Some(b) => &mut self.buckets[b],
+            None => &mut self.wide,
+        };
+        if on {
+            set[w] |= bit;
+            self.valid[w] |= bit;
+        } else {
+            set[w] &= !bit;
+            self.valid[w] &= !bit;
+        }
     }
 
     /// `tlbsrch`.
@@ -187,7 +244,9 @@ impl SoftTlb {
     }
 
     fn put(&mut self, i: usize, t: TlbEntry) -> Inval {
+        self.index(i, false);
         let old = core::mem::replace(&mut self.entries[i], t);
+        self.index(i, true);
         Inval::of(&old)
     }
 
@@ -212,12 +271,21 @@ impl SoftTlb {
 
     fn invalidate(&mut self, f: impl Fn(&TlbEntry) -> bool) -> Inval {
         let mut out = Inval::None;
-        for e in self.entries.iter_mut().filter(|e| e.e && f(e)) {
-            out = match out {
-                Inval::None => Inval::of(e),
-                _ => Inval::All,
-            };
-            e.e = false;
+        for w in 0..WORDS {
+            let mut bits = self.valid[w];
+            while bits != 0 {
+                let i = w * 64 + bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                if !f(&self.entries[i]) {
+                    continue;
+                }
+                out = match out {
+                    Inval::None => Inval::of(&self.entries[i]),
+                    _ => Inval::All,
+                };
+                self.index(i, false);
+                self.entries[i].e = false;
+            }
         }
         out
     }

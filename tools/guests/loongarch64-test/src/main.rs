@@ -26,6 +26,8 @@ mod console;
 #[cfg(target_os = "none")]
 mod cpu;
 #[cfg(target_os = "none")]
+mod exitbench;
+#[cfg(target_os = "none")]
 mod fdt;
 #[cfg(target_os = "none")]
 mod hostile;
@@ -112,6 +114,7 @@ mod guest {
 
         report("exceptions", checks::exceptions());
         report("paging", checks::paging());
+        crate::exitbench::run_mode();
         report("timer", checks::timer());
         report("smp", smp::bring_up(fdt_cpus));
         let share_ms = cmdline::SHARE_MS.load(Ordering::Relaxed);

@@ -206,3 +206,64 @@ fn hostile_tlb_ops_never_panic() {
         }
     }
 }
+
+/// The lookup index gives what a scan of every entry in index order gives,
+/// through random fills, writes (page sizes 4 KiB to 1 GiB, ASIDs, G),
+/// `tlbclr`, `tlbflush` and `invtlb`.
+#[test]
+fn indexed_lookup_equals_a_full_scan() {
+    let mut r = crate::guest::loongarch::csr::tests::Rng(0x1234_5678_9abc_def1);
+    let mut c = paging(0);
+    let mut t = SoftTlb::new();
+    let scan = |t: &SoftTlb, va: u64, asid: u16| {
+        (0..TLB_ENTRIES).find(|&i| t.entry(i).is_some_and(|e| e.matches(va, asid)))
+    };
+    // VAs clustered in a few MiB (and a few far ones), so lookups hit.
+    let va_of = |v: u64| {
+        if v & 7 == 0 {
+            v & 0x0000_7fff_ffff_f000
+        } else {
+            0x4000_0000 + (v >> 8) % 0x80_0000
+        }
+    };
+    for step in 0..40_000 {
+        let v = r.next();
+        let ps = [12u64, 12, 12, 14, 14, 15, 16, 21, 30][(v >> 40) as usize % 9];
+        match r.next() % 8 {
+            0..=2 => {
+                c.write(num::ASID, v & 3, 0);
+                c.write(num::TLBEHI, va_of(r.next()), 0);
+                let g = if v & 0x100 != 0 { ELO_G } else { 0 };
+                c.write(num::TLBELO0, RW_PLV0 | g | 0x10_0000, 0);
+                c.write(num::TLBELO1, RW_PLV0 | g | 0x20_0000, 0);
+                c.write(num::STLBPS, if v & 0x200 != 0 { ps } else { 12 }, 0);
+                c.write(num::TLBIDX, ps << 24 | (r.next() % TLB_ENTRIES as u64), 0);
+                if v & 0x400 != 0 {
+                    t.fill(&c);
+                } else {
+                    t.wr(&c);
+                }
+            }
+            3 if step % 50 == 0 => {
+                c.write(num::ASID, v & 3, 0);
+                t.clr(&c);
+            }
+            4 if step % 200 == 0 => {
+                t.flush();
+            }
+            5 => {
+                t.invtlb((v % 7) as u8, r.next() & 3, va_of(r.next()));
+            }
+            _ => {}
+        }
+        for _ in 0..4 {
+            let va = va_of(r.next());
+            let asid = (r.next() & 3) as u16;
+            assert_eq!(
+                t.lookup(va, asid).map(|(i, _)| i),
+                scan(&t, va, asid),
+                "step {step}, va {va:#x}"
+            );
+        }
+    }
+}

@@ -1,0 +1,229 @@
+//! The exit-cost benchmark (`mode=bench-exits`, `mode=bench-switch`;
+//! `cargo xtask bench-exits`, `docs/test-guest-loongarch.md`).
+//!
+//! Meant for QEMU's `-icount shift=0,sleep=off`: every guest instruction
+//! (and every instruction kestrel runs on the guest's behalf) then advances
+//! QEMU's virtual clock by one nanosecond. The stable counter (`rdtime.d`)
+//! counts that clock at its own frequency (100 MHz on QEMU virt: one tick
+//! per 10 instructions), so a loop of N operations timed with it gives
+//! *instructions per operation*, the same on every run and every host.
+//! Each case prints
+//!
+//! ```text
+//! EXIT <case> instr=<per op> exits=<kestrel exits per op> n=<N>
+//! ```
+//!
+//! (`exits=-` off kestrel). The per-op figure includes the loop's own few
+//! instructions; `EXIT loop` measures them alone. Each case runs its
+//! operation once before the timing (the guest TLB entry of the UART, the
+//! code's own shadow entries), so the timed loop measures the steady state.
+
+use core::sync::atomic::{AtomicU8, Ordering};
+
+use kestrel_abi::loongarch::{FN_IPI, FN_KESTREL_FEATURES, FN_KESTREL_STATS};
+use kestrel_abi::stat;
+
+use crate::console::println;
+use crate::cpu::{self, csr, csr_read, csr_write, iocsr};
+use crate::{mmu, smp, trap, COUNTER_HZ};
+
+/// Operations per case.
+const N: u64 = 2000;
+/// `mode=bench-exits` (1) or `mode=bench-switch` (2); 0: the checks.
+static MODE: AtomicU8 = AtomicU8::new(0);
+/// Pages the TLB-refill case touches, one per even/odd pair (a refill
+/// fills a pair): 256 pairs = 2 MiB = one page-table page.
+const REFILL_PAIRS: usize = 256;
+/// Where they are mapped (all onto one physical page).
+const REFILL_VA: usize = 0x7000_0000;
+
+/// The physical page behind every page of the refill case.
+#[repr(C, align(4096))]
+struct Page([u64; 512]);
+static mut REFILL_PAGE: Page = Page([0; 512]);
+
+/// `mode=bench-exits` / `mode=bench-switch` from the command line.
+pub fn set_mode(m: &str) -> bool {
+    let v = match m {
+        "bench-exits" => 1,
+        "bench-switch" => 2,
+        _ => return false,
+    };
+    MODE.store(v, Ordering::Relaxed);
+    true
+}
+
+/// Runs the selected benchmark (never returns), or returns for the checks.
+/// Called with paging on (the refill case needs the guest's page tables).
+pub fn run_mode() {
+    match MODE.load(Ordering::Relaxed) {
+        1 => exits_mode(),
+        2 => switch_mode(),
+        _ => {}
+    }
+}
+
+/// Whether kestrel answers (the probe `hvcl`; INE off kestrel).
+fn on_kestrel() -> bool {
+    trap::hvcl(kestrel_abi::loongarch::FN_KESTREL_PROBE, 0, 0, 0) == kestrel_abi::KESTREL_MAGIC
+}
+
+/// Sum of kestrel's exit counters for this VM (0 off kestrel).
+fn exits(kestrel: bool) -> u64 {
+    if !kestrel {
+        return 0;
+    }
+    (stat::EXIT_HYPERCALL..=stat::EXIT_OTHER)
+        .map(|i| trap::hvcl(FN_KESTREL_STATS, i, 0, 0))
+        .fold(0u64, u64::wrapping_add)
+}
+
+/// Nanoseconds of counter time (= instructions under `-icount shift=0`).
+fn ns(ticks: u64) -> u64 {
+    let hz = COUNTER_HZ.load(Ordering::Relaxed).max(1);
+    (ticks as u128 * 1_000_000_000 / hz as u128) as u64
+}
+
+/// Times `n` runs of `op` (after one untimed run) and prints its line.
+fn case(name: &str, kestrel: bool, n: u64, mut op: impl FnMut()) {
+    op();
+    // The exit counter reads are hypercalls themselves: outside the timing.
+    let e0 = exits(kestrel);
+    let t0 = cpu::now();
+    for _ in 0..n {
+        op();
+    }
+    let t1 = cpu::now();
+    let e1 = exits(kestrel);
+    let per = ns(t1 - t0) / n;
+    if kestrel {
+        // The first read's hypercalls after its counters were sampled, and
+        // the second read's before: one read's worth in all.
+        let stat_reads = stat::EXIT_OTHER - stat::EXIT_HYPERCALL + 1;
+        let ex = e1.wrapping_sub(e0).saturating_sub(stat_reads);
+        println!(
+            "EXIT {name} instr={per} exits={}.{:02} n={n}",
+            ex / n,
+            ex % n * 100 / n
+        );
+    } else {
+        println!("EXIT {name} instr={per} exits=- n={n}");
+    }
+}
+
+/// Arms the guest's timer, one shot, `ticks` ahead (a multiple of 4).
+fn timer_oneshot(ticks: u64) {
+    // SAFETY: TCFG En, one shot; the handler clears the interrupt (TICLR).
+    unsafe { csr_write!(csr::TCFG, (ticks.max(4) & !3) | 1) };
+}
+
+/// Blocks in `idle` until the timer interrupt `ticks` ahead was taken.
+/// Interrupts are masked between the check and the `idle` (which wakes on
+/// ECFG.LIE alone), so the interrupt cannot slip in between.
+fn idle_for(ticks: u64) {
+    let me = cpu::cpu();
+    let before = trap::TICKS[me].load(Ordering::Acquire);
+    cpu::set_irqs(false);
+    timer_oneshot(ticks);
+    while trap::TICKS[me].load(Ordering::Acquire) == before {
+        cpu::idle();
+        cpu::set_irqs(true);
+        cpu::set_irqs(false);
+    }
+    cpu::set_irqs(true);
+}
+
+/// Maps the refill case's pages: the even page of each pair, all onto one
+/// physical page (the odd page stays invalid: a refill loads both).
+fn map_refill_pages() {
+    let pa = core::ptr::addr_of!(REFILL_PAGE) as u64;
+    for i in 0..REFILL_PAIRS {
+        mmu::map(REFILL_VA + i * 8192, pa, mmu::KERNEL_RW);
+    }
+}
+
+fn exits_mode() -> ! {
+    let kestrel = on_kestrel();
+    println!(
+        "EXIT begin kestrel={} freq={}",
+        kestrel as u8,
+        COUNTER_HZ.load(Ordering::Relaxed)
+    );
+    case("loop", kestrel, N, core::hint::spin_loop);
+    if kestrel {
+        case("hypercall", kestrel, N, || {
+            let _ = trap::hvcl(FN_KESTREL_FEATURES, 0, 0, 0);
+        });
+    }
+    case("csr-read", kestrel, N, || {
+        // PRCFG1: read-only, no side effect; kestrel emulates every CSR.
+        let _ = csr_read!(0x21);
+    });
+    case("iocsr-read", kestrel, N, || {
+        let _ = cpu::iocsr_read32(iocsr::FEATURES);
+    });
+    let lsr = crate::console::base() + 5;
+    case("mmio-uart-read", kestrel, N, || {
+        // SAFETY: the 16550's LSR (identity mapped as a device): reading
+        // it has no side effect.
+        let _ = unsafe { core::ptr::read_volatile(lsr as *const u8) };
+    });
+    // TLB refill: each operation loads from a page pair nobody has touched,
+    // so the guest's own refill handler runs (under kestrel each of its
+    // privileged instructions is an exit, and then a shadow entry is made).
+    map_refill_pages();
+    mmu::flush_tlb();
+    let mut next = 0;
+    case("tlb-refill", kestrel, REFILL_PAIRS as u64 - 1, || {
+        let va = REFILL_VA + next * 8192;
+        next += 1;
+        // SAFETY: mapped above onto REFILL_PAGE.
+        let _ = unsafe { core::ptr::read_volatile(va as *const u64) };
+    });
+    let me = cpu::cpu();
+    cpu::set_irqs(true);
+    if kestrel {
+        case("ipi-pv-self", kestrel, N / 4, || {
+            let before = trap::SWIS[me].load(Ordering::Acquire);
+            trap::MESSAGES[me].fetch_or(1, Ordering::AcqRel);
+            let _ = trap::hvcl(FN_IPI, 1 << me, 0, 0);
+            while trap::SWIS[me].load(Ordering::Acquire) == before {
+                core::hint::spin_loop();
+            }
+        });
+    }
+    // Off kestrel QEMU 10 aborts under -icount when an IOCSR write raises
+    // an interrupt ("Raised interrupt while not in I/O function"): kestrel
+    // only.
+    if kestrel {
+        case("ipi-iocsr-self", kestrel, N / 4, || {
+            let before = trap::IPIS[me].load(Ordering::Acquire);
+            cpu::ipi_send(me as u64, smp::TEST_VECTOR);
+            while trap::IPIS[me].load(Ordering::Acquire) == before {
+                core::hint::spin_loop();
+            }
+        });
+    }
+    let period = crate::us(50);
+    case("idle-timer-wake", kestrel, N / 8, || idle_for(period));
+    println!("EXIT note idle-timer-wake includes the 50 us (50000 instr) timer period");
+    println!("EXIT end");
+    crate::poweroff()
+}
+
+/// `mode=bench-switch`: two VMs pinned to one pCPU, each waiting in `idle`
+/// for its own timer 1 us ahead. Each round blocks this vCPU, switches to
+/// the other VM, and switches back when the timer wakes it: two switches
+/// between the VMs, their `idle` exits and a timer wake-up.
+fn switch_mode() -> ! {
+    let kestrel = on_kestrel();
+    cpu::set_irqs(true);
+    let soon = crate::us(1);
+    // Both VMs start at about the same time; let them both get going.
+    for _ in 0..50 {
+        idle_for(soon);
+    }
+    case("vm-switch-idle", kestrel, N / 4, || idle_for(soon));
+    println!("EXIT end");
+    crate::poweroff()
+}
