@@ -177,6 +177,9 @@ pub struct VcpuState {
     /// The list registers still hold `filled`, unsynced: the guest changed
     /// none of them since (the exit fast path, `sync_after_exit`).
     pub lrs_live: bool,
+    /// The last exit blocked the vCPU (WFI, WFIT, PSCI CPU_SUSPEND): its
+    /// put arms the pCPU's timer for its deadlines.
+    pub blocking: bool,
     /// The virtual and physical timer levels last given to the vGIC model.
     pub vtimer_level: Option<bool>,
     pub ptimer_level: Option<bool>,
@@ -206,6 +209,7 @@ impl VcpuState {
             lrs_live: false,
             vtimer_level: None,
             ptimer_level: None,
+            blocking: false,
             started: false,
             ilen: 4,
             ptimer: PhysTimer::default(),
@@ -716,6 +720,7 @@ impl Backend for Arm64Backend {
             ))),
         };
         self.service_fp(cpu);
+        ctx.blocking = matches!(exit, RunExit::Block);
         exit
     }
 
@@ -756,8 +761,10 @@ impl Backend for Arm64Backend {
             sh.wake_at.store(deadline, Ordering::Release);
             sh.ptimer_at.store(ptimer_at, Ordering::Release);
             sh.wfxt_at.store(ctx.wfxt_at, Ordering::Release);
+            // Only a vCPU that blocks needs waking; a preempted one finds
+            // its timers when it runs next.
             let first = deadline.min(ptimer_at).min(ctx.wfxt_at);
-            if first != u64::MAX {
+            if ctx.blocking && first != u64::MAX {
                 timer::arm_before(first);
             }
         }
