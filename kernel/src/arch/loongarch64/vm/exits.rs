@@ -30,6 +30,11 @@ fn count(vm: &Vm<B>, vcpu: &Vcpu<B>, r: ExitReason) {
 }
 
 /// Handles the exit just taken by `ctx`.
+/// Whether an exit's ESTAT says a hardware interrupt caused it (ECODE 0).
+pub fn is_interrupt(estat: u64) -> bool {
+    ((estat >> 16) & 0x3f) as u8 == ecode::INT
+}
+
 pub fn handle(
     b: &B,
     hv: &Hypervisor<B>,

@@ -221,6 +221,9 @@ impl VcpuState {
 struct Pcpu {
     fp: Mutex<Option<FpEngine<LaFpHw>>>,
     fp_requests: Mutex<Vec<Arc<VcpuFp<LoongArchFpState>>>>,
+    /// Set after a push to `fp_requests`: the exit path looks at this
+    /// flag, not the lock, when nobody asked.
+    fp_asked: AtomicBool,
     slice_expired: AtomicBool,
     /// Counter value of kestrel's next tick (0: the timer is still periodic).
     next_tick: AtomicU64,
@@ -233,6 +236,7 @@ impl Pcpu {
         Pcpu {
             fp: Mutex::new(None),
             fp_requests: Mutex::new(Vec::new()),
+            fp_asked: AtomicBool::new(false),
             slice_expired: AtomicBool::new(false),
             next_tick: AtomicU64::new(0),
             last: Mutex::new(None),
@@ -319,6 +323,11 @@ impl LaBackend {
 
     /// Writes back the FP registers other pCPUs asked for.
     fn service_fp(&self, cpu: usize) {
+        // A request pushed after this swap sets the flag again and is
+        // served at the next call (its requester kicks and waits).
+        if !PCPU[cpu].fp_asked.swap(false, Ordering::AcqRel) {
+            return;
+        }
         let reqs = core::mem::take(&mut *PCPU[cpu].fp_requests.lock());
         if reqs.is_empty() {
             return;
@@ -469,6 +478,7 @@ impl Backend for LaBackend {
             match r {
                 Some(FpLoad::LiveOn(p)) if p < MAX_CPUS => {
                     PCPU[p].fp_requests.lock().push(Arc::clone(&ctx.fp));
+                    PCPU[p].fp_asked.store(true, Ordering::Release);
                     self.kick(p);
                     while ctx.fp.live_on() == Some(p) && !vm.has_ended() {
                         self.service_fp(cpu);
@@ -508,8 +518,14 @@ impl Backend for LaBackend {
         // exposes the FP unit only if this vCPU owns it.
         unsafe { switch::enter(&mut ctx.frame) };
         let exit = exits::handle(self, hv, cpu, vm, vcpu, ctx);
-        self.check_timers(cpu);
-        self.poll_console(cpu);
+        // Deadlines pass only with time, and the one-shot timer armed above
+        // fires at the earliest of them (and at the tick): timers and the
+        // console are looked at after an interrupt exit, not after every
+        // trapped instruction.
+        if ctx.frame.kind != 1 && exits::is_interrupt(ctx.frame.estat) {
+            self.check_timers(cpu);
+            self.poll_console(cpu);
+        }
         exit
     }
 
