@@ -317,7 +317,7 @@ pub fn vm_cases() -> Vec<VmCase> {
             must_pass: &["psci-smp-bringup", "share"],
             check: Some(check_share),
             timeout: Duration::from_secs(180),
-            qemu_args: &[],
+            qemu_args: ICOUNT,
         },
     ]
 }

@@ -178,7 +178,15 @@ pub struct VmCase {
     /// Further check of the whole log.
     pub check: Option<fn(&str) -> Vec<String>>,
     pub timeout: Duration,
+    /// Extra QEMU arguments (`-icount` for the cases that measure time
+    /// shares: the guests' counter then counts instructions, so the host's
+    /// load cannot change what they measure).
+    pub qemu_args: &'static [&'static str],
 }
+
+/// Deterministic guest time: one counter tick per 10 instructions (the
+/// 100 MHz stable counter at 1 ns per instruction), no sleeping.
+const ICOUNT: &[&str] = &["-icount", "shift=0,sleep=off"];
 
 const ALL_CHECKS_4: &[&str] = &[
     "exceptions",
@@ -210,6 +218,7 @@ pub fn vm_cases() -> Vec<VmCase> {
             must_pass: ALL_CHECKS_4,
             check: Some(check_bench_lines),
             timeout: Duration::from_secs(300),
+            qemu_args: &[],
         },
         VmCase {
             name: "la64-fp-shared: 3 VMs x 4 vCPUs sharing 4 pCPUs, FP/LSX across switches",
@@ -225,6 +234,7 @@ pub fn vm_cases() -> Vec<VmCase> {
             ],
             check: None,
             timeout: Duration::from_secs(600),
+            qemu_args: &[],
         },
         VmCase {
             name: "la64-rollover: 18 VMs on a 4-bit VMID space (vmid4), every VM passing",
@@ -240,6 +250,7 @@ pub fn vm_cases() -> Vec<VmCase> {
             ],
             check: Some(check_rollover),
             timeout: Duration::from_secs(600),
+            qemu_args: &[],
         },
         VmCase {
             name: "la64-share: 16 spinning vCPUs beside a 1-vCPU spinner on 4 pCPUs, each gets a fair share",
@@ -249,6 +260,7 @@ pub fn vm_cases() -> Vec<VmCase> {
             must_pass: &["smp", "share"],
             check: Some(check_share),
             timeout: Duration::from_secs(180),
+            qemu_args: ICOUNT,
         },
         VmCase {
             name: "la64-hostile: an attacker VM and a victim VM sharing pCPU 0",
@@ -258,6 +270,7 @@ pub fn vm_cases() -> Vec<VmCase> {
             must_pass: &[],
             check: Some(check_hostile),
             timeout: Duration::from_secs(180),
+            qemu_args: &[],
         },
     ]
 }
@@ -550,7 +563,8 @@ fn boot_vm(case: &VmCase) -> Result<(String, bool), String> {
         config: Some(config),
         ..Opts::default()
     };
-    let cmd = qemu::command(&opts, &image, true);
+    let mut cmd = qemu::command(&opts, &image, true);
+    cmd.args(case.qemu_args);
     eprintln!("    $ {}", qemu::render(&cmd));
     run_until(cmd, case.vms, case.timeout)
 }
