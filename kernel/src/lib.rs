@@ -22,6 +22,7 @@ pub mod runtime;
 // The portable mechanisms (issue: portable core).
 pub mod fpu;
 pub mod guest;
+pub mod haltpoll;
 pub mod hypercall;
 pub mod ipi;
 pub mod psci;

@@ -120,14 +120,14 @@ pub fn exits_mode(p: &Platform, kestrel: bool) -> ! {
 }
 
 /// Entry of `mode=bench-switch`: two VMs pinned to one pCPU, each
-/// waiting for its own timer 1 us ahead in WFI. (QEMU never traps WFE, so
-/// a WFI that blocks is the yield.) Each round blocks this vCPU, switches
-/// to the other VM, and switches back when the timer wakes it: at least
-/// two switches between the VMs, their WFI exits and a timer wake-up.
+/// waiting for its own timer 200 us ahead in WFI. (QEMU never traps WFE,
+/// so a WFI that blocks is the yield; 200 us is beyond kestrel's halt-poll
+/// limit, so each wait really blocks.) Each round blocks this vCPU,
+/// switches to the other VM, and switches back when the timer wakes it.
 pub fn switch_mode(kestrel: bool) -> ! {
     let me = cpu::index();
     let ticks = &CPUS[me].ticks;
-    let soon = cpu::us_to_ticks(1);
+    let soon = cpu::us_to_ticks(200);
     let round = || {
         let before = ticks.load(Ordering::Acquire);
         cpu::irq_disable();

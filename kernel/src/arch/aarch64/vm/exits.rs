@@ -152,9 +152,10 @@ pub fn sync(
         Exit::Wfi => {
             vm.stats.exit(ExitReason::Idle);
             skip(ctx);
-            if be.has_work(vm, vcpu, ctx) {
+            if be.has_work(vm, vcpu, ctx) || be.halt_poll(hv, cpu, vm, vcpu, ctx) {
                 RunExit::Continue
             } else {
+                ctx.blocked_at = Some(super::timer::counter());
                 RunExit::Block
             }
         }

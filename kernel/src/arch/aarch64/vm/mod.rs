@@ -28,6 +28,7 @@ use crate::fpu::{Arm64FpState, FpEngine, FpLoad, FpPolicy, VcpuFp};
 use crate::guest::arm64::debug::DebugRegs;
 use crate::guest::arm64::idregs::IdConfig;
 use crate::guest::arm64::ptimer::PhysTimer;
+use crate::haltpoll::HaltPoll;
 use crate::platform::ExitStatus;
 use crate::sched::{CpuMask, VcpuKey};
 use crate::stats::{Counter, Stats};
@@ -48,6 +49,9 @@ use vgic_hw::{VgicCpu, VgicHw};
 
 /// The physical SGI that kicks a pCPU out of its guest or its idle wait.
 pub const KICK_SGI: u32 = 1;
+/// The longest a WFI is polled before the vCPU blocks (`crate::haltpoll`).
+const HALT_POLL_US: u64 = 100;
+
 /// The GIC maintenance interrupt (PPI).
 pub const MAINTENANCE_PPI: u32 = 25;
 /// The EL1 virtual timer (PPI), physical and virtual.
@@ -180,6 +184,10 @@ pub struct VcpuState {
     /// The last exit blocked the vCPU (WFI, WFIT, PSCI CPU_SUSPEND): its
     /// put arms the pCPU's timer for its deadlines.
     pub blocking: bool,
+    /// Adaptive halt polling of its WFIs, and when its last unpolled wait
+    /// began (its length, known at the next load, adapts the window).
+    pub halt: HaltPoll,
+    pub blocked_at: Option<u64>,
     /// The virtual and physical timer levels last given to the vGIC model.
     pub vtimer_level: Option<bool>,
     pub ptimer_level: Option<bool>,
@@ -210,6 +218,8 @@ impl VcpuState {
             vtimer_level: None,
             ptimer_level: None,
             blocking: false,
+            halt: HaltPoll::new(timer::frequency() / 1_000_000 * HALT_POLL_US),
+            blocked_at: None,
             started: false,
             ilen: 4,
             ptimer: PhysTimer::default(),
@@ -595,6 +605,39 @@ impl Arm64Backend {
         ctx.ptimer_level = Some(plevel);
     }
 
+    /// A WFI found nothing to take: poll for up to the vCPU's halt-poll
+    /// window whether something arrives, while nobody else wants this pCPU
+    /// and no physical interrupt waits (a kick, the tick: the guest goes
+    /// back in and takes the exit for it, which a WFI may). Returns whether
+    /// the vCPU has work now (no block then).
+    pub fn halt_poll(
+        &self,
+        hv: &Hypervisor<Self>,
+        cpu: usize,
+        vm: &Vm<Self>,
+        vcpu: &Vcpu<Self>,
+        ctx: &mut VcpuState,
+    ) -> bool {
+        let window = ctx.halt.window();
+        if window == 0 {
+            return false;
+        }
+        let until = timer::counter().saturating_add(window);
+        loop {
+            if self.has_work(vm, vcpu, ctx) {
+                return true;
+            }
+            // ISR_EL1 at EL2: a physical IRQ is pending.
+            if mrs!("isr_el1") & (1 << 7) != 0 {
+                return true;
+            }
+            if timer::counter() >= until || hv.sched.should_preempt(cpu) {
+                return false;
+            }
+            core::hint::spin_loop();
+        }
+    }
+
     /// Whether the loaded vCPU has an interrupt to take (WFI would wake).
     pub fn has_work(&self, vm: &Vm<Self>, vcpu: &Vcpu<Self>, ctx: &mut VcpuState) -> bool {
         let level = vtimer_level();
@@ -623,6 +666,9 @@ impl Backend for Arm64Backend {
             ctx.reset(entry, x0);
         }
         ctx.started = true;
+        if let Some(at) = ctx.blocked_at.take() {
+            ctx.halt.blocked_for(timer::counter().saturating_sub(at));
+        }
         // VMID: from the allocator on every load.
         let before = self.vmids.counters();
         let l = self.vmids.vcpu_load(cpu, &vm.vmid, &|| self.flush_tlb());

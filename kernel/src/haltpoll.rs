@@ -1,0 +1,118 @@
+//! Adaptive halt polling, per vCPU (the scheme of Linux KVM's halt-poll).
+//!
+//! A vCPU that waits for an interrupt (WFI, `idle`) is not put away at
+//! once: if nobody else wants its pCPU, the backend first polls, for up to
+//! [`HaltPoll::window`] counter ticks, whether an interrupt has arrived,
+//! and if one does the guest goes on without a block, a wake-up, a
+//! `put` and a `load`. The window adapts to how long the vCPU's waits
+//! really are: a wait that ended within the limit grows it (polling would
+//! have caught it), one that took longer shrinks it (polling would only
+//! have burnt the pCPU). A poll that found its interrupt leaves it alone.
+//!
+//! All times are counter ticks; the caller chooses the limit (kestrel: 100
+//! us of its counter).
+
+/// One vCPU's polling state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HaltPoll {
+    window: u64,
+    limit: u64,
+}
+
+impl HaltPoll {
+    /// No polling yet, windows up to `limit` ticks (0: never poll).
+    pub const fn new(limit: u64) -> Self {
+        HaltPoll { window: 0, limit }
+    }
+
+    /// How long to poll before blocking, in ticks (0: block at once).
+    pub const fn window(&self) -> u64 {
+        self.window
+    }
+
+    /// The first window a growing one takes.
+    const fn start(&self) -> u64 {
+        let s = self.limit / 8;
+        if s == 0 {
+            self.limit
+        } else {
+            s
+        }
+    }
+
+    /// The vCPU blocked (polling did not find its interrupt, or did not
+    /// run) and was woken `waited` ticks after it began to wait.
+    pub fn blocked_for(&mut self, waited: u64) {
+        if self.limit == 0 {
+            return;
+        }
+        if waited <= self.limit {
+            // A poll this long would have caught it.
+            self.window = self
+                .window
+                .saturating_mul(2)
+                .max(self.start())
+                .max(waited.saturating_add(waited / 8))
+                .min(self.limit);
+        } else {
+            self.window /= 2;
+            if self.window < self.start() {
+                self.window = 0;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_waits_grow_the_window_to_cover_them() {
+        let mut h = HaltPoll::new(1000);
+        assert_eq!(h.window(), 0, "no polling before a wait was seen");
+        h.blocked_for(300);
+        assert!(h.window() >= 300 && h.window() <= 1000, "{h:?}");
+        h.blocked_for(300);
+        assert!(h.window() >= 300);
+        for _ in 0..10 {
+            h.blocked_for(900);
+        }
+        assert_eq!(h.window(), 1000, "never beyond the limit");
+    }
+
+    #[test]
+    fn long_waits_shrink_it_to_nothing() {
+        let mut h = HaltPoll::new(1000);
+        h.blocked_for(100);
+        assert!(h.window() > 0);
+        for _ in 0..20 {
+            h.blocked_for(50_000);
+        }
+        assert_eq!(h.window(), 0, "a vCPU that sleeps long is not polled");
+    }
+
+    #[test]
+    fn a_mix_settles_by_what_dominates() {
+        // Mostly short waits with an occasional long one: polling stays on.
+        let mut h = HaltPoll::new(1000);
+        for i in 0..100 {
+            h.blocked_for(if i % 10 == 9 { 1_000_000 } else { 200 });
+        }
+        assert!(h.window() >= 200, "{h:?}");
+        // Mostly long waits with an occasional short one: polling stays off
+        // or small.
+        let mut h = HaltPoll::new(1000);
+        for i in 0..100 {
+            h.blocked_for(if i % 10 == 9 { 200 } else { 1_000_000 });
+        }
+        assert!(h.window() <= 250, "{h:?}");
+    }
+
+    #[test]
+    fn limit_zero_disables_it() {
+        let mut h = HaltPoll::new(0);
+        h.blocked_for(1);
+        assert_eq!(h.window(), 0);
+    }
+}
