@@ -15,7 +15,8 @@
 //! not only the indexed set: a TLB may always forget more than asked.
 
 use super::csr::{
-    self, num, CsrFile, ASID_BITS, MTLB_ENTRIES, STLB_SETS, STLB_WAYS, TLB_ENTRIES, VALEN,
+    self, num, page_size_supported, CsrFile, ASID_BITS, MTLB_ENTRIES, STLB_SETS, STLB_WAYS,
+    TLB_ENTRIES, VALEN,
 };
 
 /// ELO bits.
@@ -152,7 +153,10 @@ impl SoftTlb {
         }
     }
 
-    fn from_csrs(c: &CsrFile) -> TlbEntry {
+    /// The entry `tlbwr`/`tlbfill` would write; `None` when it is valid
+    /// (E = 1) with a page size the TLB does not support (PRCFG2): such a
+    /// write is ignored, as QEMU does, and the TLB keeps what it had.
+    fn from_csrs(c: &CsrFile) -> Option<TlbEntry> {
         let (va, elo0, elo1, ps, e) = if c.in_tlbr() {
             (
                 c.tlbrehi & !0x3f,
@@ -170,6 +174,9 @@ impl SoftTlb {
                 c.tlbidx & 1 << 31 == 0,
             )
         };
+        if e && !page_size_supported(u64::from(ps)) {
+            return None;
+        }
         let mut t = TlbEntry {
             e,
             va: 0,
@@ -178,12 +185,8 @@ impl SoftTlb {
             g: elo0 & elo1 & ELO_G != 0,
             elo: [elo0, elo1],
         };
-        // Page sizes outside 4 KiB..1 GiB would make no sense: refuse the entry.
-        if !(12..=30).contains(&ps) {
-            t.e = false;
-        }
         t.va = sext(va & t.pair_mask());
-        t
+        Some(t)
     }
 
     fn put(&mut self, i: usize, t: TlbEntry) -> Inval {
@@ -191,18 +194,25 @@ impl SoftTlb {
         Inval::of(&old)
     }
 
-    /// `tlbwr`.
+    /// `tlbwr` (with TLBIDX.NE set: invalidates the indexed entry).
     pub fn wr(&mut self, c: &CsrFile) -> Inval {
         let i = (c.tlbidx & 0xffff) as usize % TLB_ENTRIES;
-        self.put(i, Self::from_csrs(c))
+        match Self::from_csrs(c) {
+            Some(t) => self.put(i, t),
+            None => Inval::None,
+        }
     }
 
     /// `tlbfill`: STLB (a random way of the set) for STLBPS pages, else a random MTLB entry.
     pub fn fill(&mut self, c: &CsrFile) -> Inval {
-        let t = Self::from_csrs(c);
+        let Some(t) = Self::from_csrs(c) else {
+            return Inval::None;
+        };
         let r = self.next_rand();
         let i = if u64::from(t.ps) == c.get(num::STLBPS) {
-            let set = ((t.va >> (t.ps as u32 + 1)) as usize) % STLB_SETS;
+            // ps is a supported size (< 30), so the shift is in range.
+            let vpn = t.va.checked_shr(u32::from(t.ps) + 1).unwrap_or(0);
+            let set = (vpn as usize) % STLB_SETS;
             set * STLB_WAYS + r % STLB_WAYS
         } else {
             STLB_WAYS * STLB_SETS + r % MTLB_ENTRIES

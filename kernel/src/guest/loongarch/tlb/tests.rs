@@ -174,9 +174,12 @@ fn hostile_tlb_ops_never_panic() {
     let mut t = SoftTlb::new();
     for _ in 0..50_000 {
         let v = r.next();
-        match r.next() % 10 {
+        match r.next() % 11 {
             0 => {
                 c.write(num::TLBIDX, v, 0);
+            }
+            10 => {
+                c.write(num::STLBPS, v, 0);
             }
             1 => {
                 c.write(num::TLBEHI, v, 0);
@@ -205,4 +208,55 @@ fn hostile_tlb_ops_never_panic() {
             }
         }
     }
+}
+
+/// Issue 13 C8: a page size the TLB does not support (here 63, which made
+/// `tlbfill` shift by 64) is refused: STLBPS keeps its value, and a
+/// `tlbfill`/`tlbwr` of such an entry leaves the TLB as it was.
+#[test]
+fn unsupported_page_size_is_ignored() {
+    let mut c = paging(0);
+    let mut t = SoftTlb::new();
+    fill(&mut t, &mut c, 0x4000_0000, RW_PLV0, RW_PLV0);
+    let before: alloc::vec::Vec<TlbEntry> =
+        (0..TLB_ENTRIES).map(|i| *t.entry(i).unwrap()).collect();
+    // The two `csrwr`s and the `tlbfill` of the report.
+    let fx = c.write(num::STLBPS, 63, 0);
+    assert!(!fx.translation);
+    assert_eq!(
+        c.read(num::STLBPS, 0),
+        12,
+        "an unsupported STLBPS write is ignored"
+    );
+    for ps in [0u64, 11, 30, 47, 63] {
+        c.write(num::TLBIDX, ps << 24 | 5, 0);
+        assert_eq!(
+            c.read(num::TLBIDX, 0) >> 24 & 0x3f,
+            ps,
+            "TLBIDX.PS is a plain field"
+        );
+        assert_eq!(t.fill(&c), Inval::None);
+        assert_eq!(t.wr(&c), Inval::None);
+        // The same through the refill CSRs.
+        c.write(num::TLBRERA, 1, 0);
+        c.write(num::TLBREHI, 0x4000_0000 | ps, 0);
+        assert_eq!(t.fill(&c), Inval::None);
+        c.write(num::TLBRERA, 0, 0);
+    }
+    let after: alloc::vec::Vec<TlbEntry> = (0..TLB_ENTRIES).map(|i| *t.entry(i).unwrap()).collect();
+    assert_eq!(before, after);
+    // A supported STLBPS is taken, and an entry of that size goes to the STLB.
+    assert!(c.write(num::STLBPS, 14 | 0xffc0, 0).translation);
+    assert_eq!(c.read(num::STLBPS, 0), 14, "reserved bits read 0");
+    c.write(num::TLBIDX, 14 << 24, 0);
+    c.write(num::TLBEHI, 0x7fff_ffff_8000, 0);
+    c.write(num::TLBELO0, RW_PLV0, 0);
+    t.fill(&c);
+    let (i, e) = t.lookup(0x7fff_ffff_8000, 0).unwrap();
+    assert!(i < STLB_WAYS * STLB_SETS);
+    assert_eq!(e.ps, 14);
+    // NE = 1 still invalidates the indexed entry whatever its PS says.
+    c.write(num::TLBIDX, 1 << 31 | 63 << 24 | i as u64, 0);
+    assert_ne!(t.wr(&c), Inval::None);
+    assert!(t.lookup(0x7fff_ffff_8000, 0).is_none());
 }
