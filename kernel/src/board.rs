@@ -32,8 +32,10 @@ pub struct MemRegion {
 }
 
 impl MemRegion {
+    /// One past the last byte (saturating: a range the firmware made wrap
+    /// ends at the top of the address space).
     pub const fn end(&self) -> u64 {
-        self.base + self.size
+        self.base.saturating_add(self.size)
     }
 }
 
@@ -141,9 +143,12 @@ pub struct BoardInfo {
 }
 
 impl BoardInfo {
-    /// Total RAM in bytes.
+    /// Total RAM in bytes (saturating: firmware can list overlapping or
+    /// huge ranges).
     pub fn memory_bytes(&self) -> u64 {
-        self.memory.iter().map(|r| r.size).sum()
+        self.memory
+            .iter()
+            .fold(0u64, |acc, r| acc.saturating_add(r.size))
     }
 
     /// The logical index of the CPU whose hardware id is `hw_id`.
