@@ -253,7 +253,7 @@ fn ram_beyond_the_guest_physical_space_is_refused() {
         ),
     ] {
         let mut w = Writer::new(HypervisorSettings::default());
-        let huge = u64::MAX & !(MEMORY_ALIGN - 1);
+        let huge = !(MEMORY_ALIGN - 1);
         for (name, memory) in [("huge", huge), ("over", max + MEMORY_ALIGN), ("edge", max)] {
             w.vms.push(VmInput {
                 memory,
