@@ -7,6 +7,8 @@ use heapless::{String, Vec};
 
 /// Most memory regions kept from the device tree.
 pub const MAX_MEM_REGIONS: usize = 8;
+/// Most warnings kept about the device tree.
+pub const MAX_WARNINGS: usize = 4;
 
 /// The architecture kestrel was built for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -140,6 +142,9 @@ pub struct BoardInfo {
     pub backend: Backend,
     /// The boot command line (`/chosen/bootargs` or the loader's string).
     pub cmdline: String<256>,
+    /// What was unusual in the device tree and the fallback taken (printed
+    /// at boot once the console logs).
+    pub warnings: Vec<&'static str, MAX_WARNINGS>,
 }
 
 impl BoardInfo {

@@ -65,19 +65,23 @@ pub fn total_size(header: &[u8; 8]) -> Option<usize> {
 pub fn parse(blob: &[u8], arch: Arch) -> Result<BoardInfo, DtbError> {
     let fdt = Tree::new(blob).map_err(DtbError::Malformed)?;
     let root = fdt.root();
+    // Printed once the console logs (runtime), with the banner.
+    let mut warnings: Vec<&'static str, MAX_WARNINGS> = Vec::new();
+    let mut warn = |w: &'static str| {
+        let _ = warnings.push(w);
+    };
 
     let model = root
         .prop_str("model")
         .filter(|m| !m.is_empty())
         .or_else(|| root.compatible().next())
-        .unwrap_or("unknown board");
+        .unwrap_or_else(|| {
+            warn("device tree: the root has no model or compatible string: 'unknown board'");
+            "unknown board"
+        });
 
-    if let Some(n) = fdt.nodes().find(|n| n.bad_cells()) {
-        log::warn!(
-            "device tree: node '{}' has a #address-cells/#size-cells that is not one cell; \
-             using the defaults (2/1)",
-            core::str::from_utf8(n.name()).unwrap_or("?")
-        );
+    if fdt.nodes().any(|n| n.bad_cells()) {
+        warn("device tree: a #address-cells/#size-cells is not one 4-byte cell: read as the defaults (2/1)");
     }
 
     let mut memory: Vec<MemRegion, MAX_MEM_REGIONS> = Vec::new();
@@ -90,7 +94,9 @@ pub fn parse(blob: &[u8], arch: Arch) -> Result<BoardInfo, DtbError> {
                 continue;
             }
             if base.checked_add(size).is_none() {
-                log::warn!("device tree: memory range {base:#x} + {size:#x} wraps; ignored");
+                warn(
+                    "device tree: a memory range wraps past the top of the address space: ignored",
+                );
                 continue;
             }
             // More regions than we keep: the first ones are enough to run.
@@ -146,7 +152,7 @@ pub fn parse(blob: &[u8], arch: Arch) -> Result<BoardInfo, DtbError> {
 
     let chosen = fdt.find("/chosen");
     if chosen.is_none() {
-        log::warn!("device tree has no /chosen: no command line, console = the first UART");
+        warn("device tree has no /chosen: no command line; the console is the first UART");
     }
     let uart = console_uart(&fdt, chosen);
 
@@ -181,6 +187,7 @@ pub fn parse(blob: &[u8], arch: Arch) -> Result<BoardInfo, DtbError> {
             Arch::LoongArch64 => Backend::LoongArchTrapEmulate,
         },
         cmdline: bounded(cmdline),
+        warnings,
     })
 }
 
@@ -357,6 +364,18 @@ mod tests {
     }
 
     #[test]
+    fn qemu_trees_have_nothing_to_warn_about() {
+        for (blob, arch) in [
+            (V3, Arch::Aarch64),
+            (V2, Arch::Aarch64),
+            (LA, Arch::LoongArch64),
+        ] {
+            let b = parse(blob, arch).unwrap();
+            assert!(b.warnings.is_empty(), "{:?}", b.warnings);
+        }
+    }
+
+    #[test]
     fn total_size_reads_header() {
         let hdr: [u8; 8] = V3[..8].try_into().unwrap();
         assert_eq!(total_size(&hdr), Some(V3.len()));
@@ -444,6 +463,7 @@ mod tests {
             &reg22(&[(0x4000_0000, 0x1000_0000)]),
         );
         let b = parse(&blob, Arch::Aarch64).unwrap();
+        assert!(b.warnings.is_empty(), "{:?}", b.warnings);
         assert_eq!(b.model.as_str(), "acme,board");
         assert_eq!(b.memory_bytes(), 0x1000_0000);
         assert_eq!(b.cmdline.as_str(), "kestrel.tick_hz=50");
@@ -465,6 +485,7 @@ mod tests {
             );
             let b = parse(&blob, Arch::Aarch64).unwrap();
             assert_eq!(b.model.as_str(), "unknown board", "compatible {compat:?}");
+            assert!(b.warnings.iter().any(|w| w.contains("unknown board")));
         }
         // The first complete string is the model; an unterminated tail is not.
         let blob = board_dtb(
@@ -502,6 +523,7 @@ mod tests {
                 reg21,
             );
             let b = parse(&blob, Arch::Aarch64).unwrap();
+            assert!(b.warnings.iter().any(|w| w.contains("#address-cells")));
             assert_eq!(
                 b.memory.as_slice(),
                 [MemRegion {
@@ -526,6 +548,7 @@ mod tests {
     fn no_chosen_means_no_cmdline_and_first_uart() {
         let blob = board_dtb(cells22, false, &reg22(&[(0x4000_0000, 0x1000_0000)]));
         let b = parse(&blob, Arch::Aarch64).unwrap();
+        assert!(b.warnings.iter().any(|w| w.contains("no /chosen")));
         assert_eq!(b.cmdline.as_str(), "");
         assert_eq!(b.uart.map(|u| u.base), Some(0x800_0000));
     }
@@ -603,6 +626,7 @@ mod tests {
         );
         let b = parse(&blob, Arch::Aarch64).unwrap();
         assert_eq!(b.memory.len(), 2, "the wrapping range is dropped");
+        assert!(b.warnings.iter().any(|w| w.contains("wraps")));
         assert_eq!(b.memory_bytes(), u64::MAX);
         assert!(b.memory.iter().all(|r| r.end() >= r.base));
     }
