@@ -75,7 +75,8 @@ fn round_trip(u: &mut Unstructured) -> arbitrary::Result<()> {
     let vms: Vec<Vm> = (0..u.int_in_range(0..=4)?)
         .map(|_| u.arbitrary())
         .collect::<arbitrary::Result<_>>()?;
-    let blob: Vec<u8> = (0..=255u8).cycle().take(70_000).collect();
+    static BLOB: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    let blob = BLOB.get_or_init(|| (0..=255u8).cycle().take(70_000).collect());
     let names: Vec<String> = vms.iter().map(|v| name(v.name_len, v.name_seed)).collect();
     let cmdlines: Vec<String> = vms
         .iter()
