@@ -104,6 +104,7 @@ lint: setup-rust
 	$(CARGO) clippy -p kestrel-guest-arm64-test --target aarch64-unknown-none -- -D warnings
 	RUSTC_BOOTSTRAP=1 $(CARGO) clippy -p kestrel-guest-loongarch64-test --target loongarch64-unknown-none \
 	    -Zbuild-std=core -Zbuild-std-features=compiler-builtins-mem -- -D warnings
+	cd tools/fuzz && $(CARGO) fmt --check && $(CARGO) clippy --bins -- -D warnings
 
 clean:
 	$(CARGO) clean

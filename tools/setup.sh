@@ -73,6 +73,16 @@ install_rust() {
 }
 
 install_fuzz() {
+    # libfuzzer-sys compiles libFuzzer (C++).
+    if ! command -v c++ >/dev/null 2>&1; then
+        if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+            say "installing a C++ compiler for libFuzzer (apt-get install g++)"
+            DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends g++ >/dev/null ||
+                die "could not install g++ (needed to build the fuzz targets)"
+        else
+            die "a C++ compiler (c++) is missing: install g++ (the fuzz targets build libFuzzer)"
+        fi
+    fi
     if (cd "$here" && cargo fuzz --version >/dev/null 2>&1); then
         return 0
     fi

@@ -129,7 +129,7 @@ fuzz_target!(|data: &[u8]| {
                 _ => c.function,
             };
             let target = psci::vcpu_mpidr(c.args[0] as usize % (n + 2))
-                | (c.args[3] & 0x100_0000) * u64::from(c.pick > 200);
+                | ((c.args[3] & 0x100_0000) * u64::from(c.pick > 200));
             let entry = if c.pick % 4 == 1 && c.args[4] & 1 == 0 {
                 0
             } else {

@@ -38,7 +38,7 @@ fn name(len: u8, seed: u64) -> String {
 
 /// What the format's rules say of one VM (independent of the reader).
 fn valid(vm: &VmInput, settings: &HypervisorSettings) -> bool {
-    let memory_ok = vm.memory != 0 && vm.memory % MEMORY_ALIGN == 0;
+    let memory_ok = vm.memory != 0 && vm.memory.is_multiple_of(MEMORY_ALIGN);
     let cpus_ok = settings.max_cpus >= 64 || vm.affinity.mask >> settings.max_cpus == 0;
     let pinned_ok = !vm.affinity.pinned || vm.affinity.mask.count_ones() == u32::from(vm.vcpus);
     let footprint = if vm.kernel_footprint == 0 {
@@ -152,7 +152,7 @@ fn hostile(data: &[u8]) {
             assert!(p >= base && p + s.len() <= base + data.len());
         }
         assert!((1..=MAX_VCPUS).contains(&r.vcpus));
-        assert!(r.memory % MEMORY_ALIGN == 0 && r.memory > 0);
+        assert!(r.memory.is_multiple_of(MEMORY_ALIGN) && r.memory > 0);
         assert!(r.layout.dtb + DTB_SLOT <= r.memory);
         assert!(parse_name(&{
             let mut n = [0u8; NAME_LEN];

@@ -172,8 +172,8 @@ fuzz_target!(|data: &[u8]| {
             }
             Op::Drain => {
                 // Everyone puts; then a runnable vCPU must be picked by someone.
-                for cpu in 0..CPUS {
-                    if let Some(k) = running[cpu].take() {
+                for (cpu, r) in running.iter_mut().enumerate() {
+                    if let Some(k) = r.take() {
                         s.put(cpu, k, PutReason::Preempted).expect("put");
                     }
                 }
