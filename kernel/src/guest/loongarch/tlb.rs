@@ -372,7 +372,8 @@ pub fn translate(c: &CsrFile, tlb: &SoftTlb, va: u64, acc: Access) -> Result<Map
 
 /// `lddir rd, rj, level`: the next directory (or the huge-page entry) for
 /// TLBRBADV. `read` loads a 64-bit guest physical word (`None` outside guest
-/// memory, which makes this `None`).
+/// memory, which makes this `None`); it is only asked for addresses inside
+/// the PALEN-bit physical space.
 pub fn lddir(
     c: &CsrFile,
     base: u64,
@@ -395,7 +396,8 @@ pub fn lddir(
     let shift = 3 + ((pwcl >> 30) & 3);
     let badv = c.get(num::TLBRBADV);
     let index = (badv >> dbase.min(63)) & ((1u64 << dwidth.min(63)) - 1);
-    let pa = ((base & PA_MASK) & !0xfff).wrapping_add(index << shift);
+    // The walk addresses PALEN bits: what carries past them is dropped.
+    let pa = ((base & PA_MASK) & !0xfff).wrapping_add(index << shift) & PA_MASK;
     read(pa).map(|v| v & PA_MASK)
 }
 
@@ -427,7 +429,7 @@ pub fn ldpte(
         let shift = 3 + ((pwcl >> 30) & 3);
         let badv = c.get(num::TLBRBADV);
         let index = ((badv >> ptbase) & ((1u64 << ptwidth) - 1) & !1) | u64::from(odd);
-        let pa = ((base & PA_MASK) & !0xfff).wrapping_add(index << shift);
+        let pa = ((base & PA_MASK) & !0xfff).wrapping_add(index << shift) & PA_MASK;
         (read(pa)?, ptbase)
     };
     c.set(if odd { num::TLBRELO1 } else { num::TLBRELO0 }, elo);

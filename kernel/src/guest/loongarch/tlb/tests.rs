@@ -260,3 +260,35 @@ fn unsupported_page_size_is_ignored() {
     assert_ne!(t.wr(&c), Inval::None);
     assert!(t.lookup(0x7fff_ffff_8000, 0).is_none());
 }
+
+/// Found by the loongarch fuzz target: a directory base near the top of
+/// the physical space plus a wide index (PWCL/PWCH widths up to 31/63)
+/// made `lddir`/`ldpte` read beyond PALEN bits. The walk's address is a
+/// PALEN-bit physical address, as on hardware.
+#[test]
+fn page_walk_reads_stay_inside_palen() {
+    let mut c = paging(0);
+    // PTbase 12, PTwidth 31, Dir1 base 12 width 31, PTEWidth 3 (64-byte entries).
+    c.write(num::PWCL, 12 | 31 << 5 | 12 << 10 | 31 << 15 | 3 << 30, 0);
+    c.write(num::PWCH, 12 | 63 << 6, 0);
+    c.write(num::TLBRBADV, u64::MAX, 0);
+    let base = PA_MASK & !0xfff;
+    for level in 1..=4 {
+        let mut asked = None;
+        lddir(&c, base, level, |pa| {
+            asked = Some(pa);
+            Some(0)
+        });
+        let pa = asked.expect("a directory read");
+        assert!(pa <= PA_MASK, "lddir level {level} read {pa:#x}");
+    }
+    for seq in 0..2 {
+        let mut asked = None;
+        ldpte(&mut c, base, seq, |pa| {
+            asked = Some(pa);
+            Some(0)
+        });
+        let pa = asked.expect("a PTE read");
+        assert!(pa <= PA_MASK, "ldpte read {pa:#x}");
+    }
+}
