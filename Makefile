@@ -9,6 +9,7 @@
 #   make debug [ARCH=...]     boot under QEMU waiting for gdb on :1234
 #   make bench                benchmark tables: host simulations, VMs under kestrel, Linux boot
 #   make lint                 cargo fmt --check + clippy (host and both targets)
+#   make fuzz [FUZZ_SECONDS=60] every cargo-fuzz target for FUZZ_SECONDS each (docs/fuzzing.md)
 #   make setup                install what is missing (toolchain targets, QEMU 10)
 #   make clean
 
@@ -34,7 +35,11 @@ RUN_CONFIG  = $(if $(CONFIG),$(filter-out none,$(CONFIG)),$(if $(filter aarch64 
 LA_BUILD = RUSTC_BOOTSTRAP=1 $(CARGO) clippy -p kestrel-boot --target loongarch64-unknown-none-softfloat \
            -Zbuild-std=core,alloc -Zbuild-std-features=compiler-builtins-mem
 
-.PHONY: all setup setup-rust run test test-host test-qemu test-vm image debug bench lint check-fp clean
+.PHONY: all setup setup-rust run test test-host test-qemu test-vm test-fuzz fuzz image debug bench lint check-fp clean
+
+# Seconds per fuzz target: `make fuzz`, and the short run of `make test`.
+FUZZ_SECONDS      ?= 60
+TEST_FUZZ_SECONDS ?= 3
 
 all: image
 
@@ -58,6 +63,7 @@ debug: setup
 
 test: setup
 	@$(MAKE) --no-print-directory test-host
+	@$(MAKE) --no-print-directory test-fuzz
 	@$(MAKE) --no-print-directory check-fp
 	@$(MAKE) --no-print-directory test-qemu
 	@$(MAKE) --no-print-directory test-vm
@@ -72,6 +78,15 @@ test-qemu: setup
 test-vm: setup
 	$(CARGO) xtask vmtest --arch aarch64
 	$(CARGO) xtask vmtest --arch loongarch64
+
+# Every fuzz target for a few seconds (tools/fuzz, docs/fuzzing.md).
+test-fuzz: setup-rust
+	@bash tools/setup.sh fuzz
+	bash tools/fuzz/run.sh $(TEST_FUZZ_SECONDS)
+
+fuzz: setup-rust
+	@bash tools/setup.sh fuzz
+	bash tools/fuzz/run.sh $(FUZZ_SECONDS)
 
 check-fp: setup-rust
 	$(CARGO) xtask check-fp
@@ -90,6 +105,7 @@ lint: setup-rust
 	$(CARGO) clippy -p kestrel-guest-arm64-test --target aarch64-unknown-none -- -D warnings
 	RUSTC_BOOTSTRAP=1 $(CARGO) clippy -p kestrel-guest-loongarch64-test --target loongarch64-unknown-none \
 	    -Zbuild-std=core -Zbuild-std-features=compiler-builtins-mem -- -D warnings
+	cd tools/fuzz && $(CARGO) fmt --check && $(CARGO) clippy --bins -- -D warnings
 
 clean:
 	$(CARGO) clean

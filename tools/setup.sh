@@ -2,6 +2,7 @@
 # Installs what kestrel needs to build and boot, if it is missing:
 #   - the Rust toolchain pinned in rust-toolchain.toml, with its targets and components
 #   - QEMU 10 (qemu-system-arm, qemu-system-misc) from Debian bookworm-backports
+#   - cargo-fuzz (from crates.io) for the fuzz targets in tools/fuzz
 # Safe to run repeatedly; does nothing when everything is present.
 set -euo pipefail
 
@@ -71,9 +72,29 @@ install_rust() {
         die "rustup could not add rust-src/llvm-tools/clippy/rustfmt to $tc"
 }
 
+install_fuzz() {
+    # libfuzzer-sys compiles libFuzzer (C++).
+    if ! command -v c++ >/dev/null 2>&1; then
+        if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+            say "installing a C++ compiler for libFuzzer (apt-get install g++)"
+            DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends g++ >/dev/null ||
+                die "could not install g++ (needed to build the fuzz targets)"
+        else
+            die "a C++ compiler (c++) is missing: install g++ (the fuzz targets build libFuzzer)"
+        fi
+    fi
+    if (cd "$here" && cargo fuzz --version >/dev/null 2>&1); then
+        return 0
+    fi
+    say "installing cargo-fuzz (cargo install cargo-fuzz --locked)"
+    (cd "$here" && cargo install cargo-fuzz --locked >/dev/null 2>&1) ||
+        die "could not install cargo-fuzz; run: cargo install cargo-fuzz --locked"
+}
+
 case "${1:-all}" in
     rust) install_rust ;;
     qemu) install_qemu ;;
-    all) install_rust; install_qemu ;;
-    *) die "usage: $0 [all|rust|qemu]" ;;
+    fuzz) install_rust; install_fuzz ;;
+    all) install_rust; install_qemu; install_fuzz ;;
+    *) die "usage: $0 [all|rust|qemu|fuzz]" ;;
 esac

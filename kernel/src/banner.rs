@@ -71,6 +71,7 @@ mod tests {
             psci: Some(PsciConduit::Smc),
             backend: Backend::El2,
             cmdline: bounded(""),
+            warnings: heapless::Vec::new(),
         };
         b.memory
             .push(MemRegion {

@@ -7,6 +7,8 @@ use heapless::{String, Vec};
 
 /// Most memory regions kept from the device tree.
 pub const MAX_MEM_REGIONS: usize = 8;
+/// Most warnings kept about the device tree.
+pub const MAX_WARNINGS: usize = 4;
 
 /// The architecture kestrel was built for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -32,8 +34,10 @@ pub struct MemRegion {
 }
 
 impl MemRegion {
+    /// One past the last byte (saturating: a range the firmware made wrap
+    /// ends at the top of the address space).
     pub const fn end(&self) -> u64 {
-        self.base + self.size
+        self.base.saturating_add(self.size)
     }
 }
 
@@ -138,12 +142,18 @@ pub struct BoardInfo {
     pub backend: Backend,
     /// The boot command line (`/chosen/bootargs` or the loader's string).
     pub cmdline: String<256>,
+    /// What was unusual in the device tree and the fallback taken (printed
+    /// at boot once the console logs).
+    pub warnings: Vec<&'static str, MAX_WARNINGS>,
 }
 
 impl BoardInfo {
-    /// Total RAM in bytes.
+    /// Total RAM in bytes (saturating: firmware can list overlapping or
+    /// huge ranges).
     pub fn memory_bytes(&self) -> u64 {
-        self.memory.iter().map(|r| r.size).sum()
+        self.memory
+            .iter()
+            .fold(0u64, |acc, r| acc.saturating_add(r.size))
     }
 
     /// The logical index of the CPU whose hardware id is `hw_id`.

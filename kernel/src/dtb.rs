@@ -5,10 +5,12 @@
 //! is a [`DtbError`] the boot path prints before halting.
 
 use core::fmt;
-use fdt::Fdt;
 use heapless::Vec;
 
 use crate::board::*;
+
+mod tree;
+pub use tree::{Cells, Node, Prop, Tree};
 
 /// Why a device tree could not be used.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,83 +52,55 @@ pub fn total_size(header: &[u8; 8]) -> Option<usize> {
     (magic == MAGIC && size >= 40).then_some(size as usize)
 }
 
-/// Checks the header's offsets and sizes against the blob before the `fdt`
-/// crate trusts them (it indexes with them unchecked).
-fn check_header(blob: &[u8]) -> Result<(), DtbError> {
-    let word = |i: usize| -> Result<usize, DtbError> {
-        blob.get(i * 4..i * 4 + 4)
-            .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize)
-            .ok_or(DtbError::Malformed("truncated header"))
-    };
-    let header: [u8; 8] = blob
-        .get(..8)
-        .and_then(|b| b.try_into().ok())
-        .ok_or(DtbError::Malformed("truncated header"))?;
-    let total = total_size(&header).ok_or(DtbError::Malformed("bad magic (not a device tree)"))?;
-    if total > blob.len() {
-        return Err(DtbError::Malformed(
-            "truncated (buffer smaller than header says)",
-        ));
-    }
-    let (off_struct, off_strings, off_rsvmap) = (word(2)?, word(3)?, word(4)?);
-    let (version, last_compat) = (word(5)?, word(6)?);
-    let (size_strings, size_struct) = (word(8)?, word(9)?);
-    if version < 17 || last_compat > 17 {
-        return Err(DtbError::Malformed("unsupported version (need 17)"));
-    }
-    let within = |off: usize, len: usize| off.checked_add(len).is_some_and(|end| end <= total);
-    if !within(off_struct, size_struct)
-        || !within(off_strings, size_strings)
-        || !within(off_rsvmap, 16)
-        || off_struct % 4 != 0
-        || off_rsvmap % 8 != 0
-    {
-        return Err(DtbError::Malformed("a block lies outside the blob"));
-    }
-    Ok(())
-}
-
-fn malformed(e: fdt::FdtError) -> DtbError {
-    DtbError::Malformed(match e {
-        fdt::FdtError::BadMagic => "bad magic (not a device tree)",
-        fdt::FdtError::BadPtr => "bad pointer",
-        fdt::FdtError::BufferTooSmall => "truncated (buffer smaller than header says)",
-    })
-}
-
 /// Reads `blob` into a [`BoardInfo`] for `arch`. The caller fills in what
 /// only registers can say (`timer_hz` when the tree has no
 /// `clock-frequency`, the LoongArch backend).
+///
+/// The blob is checked whole first ([`Tree::new`]): a malformed tree is a
+/// [`DtbError::Malformed`]. Unusual but well-formed content gets a warning
+/// and a fallback: no `model` or `compatible` on the root reads as "unknown
+/// board", a `#address-cells`/`#size-cells` that is not one cell as the
+/// default, a missing `/chosen` as no command line (and the first UART), a
+/// memory range that wraps past 2^64 is dropped.
 pub fn parse(blob: &[u8], arch: Arch) -> Result<BoardInfo, DtbError> {
-    check_header(blob)?;
-    let fdt = Fdt::new(blob).map_err(malformed)?;
+    let fdt = Tree::new(blob).map_err(DtbError::Malformed)?;
+    let root = fdt.root();
+    // Printed once the console logs (runtime), with the banner.
+    let mut warnings: Vec<&'static str, MAX_WARNINGS> = Vec::new();
+    let mut warn = |w: &'static str| {
+        let _ = warnings.push(w);
+    };
 
-    let model = fdt
-        .find_node("/")
-        .and_then(|root| {
-            root.property("model")
-                .and_then(|p| p.as_str())
-                .or_else(|| root.compatible().map(|c| c.first()))
-        })
-        .unwrap_or("unknown board");
+    let model = root
+        .prop_str("model")
+        .filter(|m| !m.is_empty())
+        .or_else(|| root.compatible().next())
+        .unwrap_or_else(|| {
+            warn("device tree: the root has no model or compatible string: 'unknown board'");
+            "unknown board"
+        });
+
+    if fdt.nodes().any(|n| n.bad_cells()) {
+        warn("device tree: a #address-cells/#size-cells is not one 4-byte cell: read as the defaults (2/1)");
+    }
 
     let mut memory: Vec<MemRegion, MAX_MEM_REGIONS> = Vec::new();
-    for node in fdt.all_nodes() {
-        let is_memory = node.property("device_type").and_then(|p| p.as_str()) == Some("memory");
-        if !is_memory {
+    for node in fdt.nodes() {
+        if node.prop_str("device_type") != Some("memory") {
             continue;
         }
-        if let Some(regs) = node.reg() {
-            for r in regs {
-                let size = r.size.unwrap_or(0) as u64;
-                if size > 0 {
-                    // More regions than we keep: the first ones are enough to run.
-                    let _ = memory.push(MemRegion {
-                        base: r.starting_address as u64,
-                        size,
-                    });
-                }
+        for (base, size) in node.reg().into_iter().flatten() {
+            if size == 0 {
+                continue;
             }
+            if base.checked_add(size).is_none() {
+                warn(
+                    "device tree: a memory range wraps past the top of the address space: ignored",
+                );
+                continue;
+            }
+            // More regions than we keep: the first ones are enough to run.
+            let _ = memory.push(MemRegion { base, size });
         }
     }
     if memory.is_empty() {
@@ -136,18 +110,14 @@ pub fn parse(blob: &[u8], arch: Arch) -> Result<BoardInfo, DtbError> {
 
     let mut cpus: Vec<CpuDesc, { crate::MAX_CPUS }> = Vec::new();
     let mut cpus_ignored = 0;
-    if let Some(cpus_node) = fdt.find_node("/cpus") {
+    if let Some(cpus_node) = fdt.find("/cpus") {
         for node in cpus_node.children() {
-            let is_cpu = node.property("device_type").and_then(|p| p.as_str()) == Some("cpu")
-                || node.name.starts_with("cpu@");
+            let is_cpu =
+                node.prop_str("device_type") == Some("cpu") || node.name().starts_with(b"cpu@");
             if !is_cpu {
                 continue;
             }
-            let Some(hw_id) = node
-                .reg()
-                .and_then(|mut r| r.next())
-                .map(|r| r.starting_address as u64)
-            else {
+            let Some((hw_id, _)) = node.reg().and_then(|mut r| r.next()) else {
                 continue;
             };
             // Keep the lowest hardware ids whatever the listing order (QEMU's
@@ -170,10 +140,9 @@ pub fn parse(blob: &[u8], arch: Arch) -> Result<BoardInfo, DtbError> {
     let irqchip = match arch {
         Arch::Aarch64 => gic(&fdt)?,
         Arch::LoongArch64 => {
-            let has = fdt.all_nodes().any(|n| {
-                n.compatible()
-                    .is_some_and(|c| c.all().any(|s| s.contains("eiointc")))
-            });
+            let has = fdt
+                .nodes()
+                .any(|n| n.compatible().any(|s| s.contains("eiointc")));
             if !has {
                 return Err(DtbError::NoIrqChip);
             }
@@ -181,11 +150,15 @@ pub fn parse(blob: &[u8], arch: Arch) -> Result<BoardInfo, DtbError> {
         }
     };
 
-    let uart = console_uart(&fdt);
+    let chosen = fdt.find("/chosen");
+    if chosen.is_none() {
+        warn("device tree has no /chosen: no command line; the console is the first UART");
+    }
+    let uart = console_uart(&fdt, chosen);
 
     let psci = fdt
         .find_compatible(&["arm,psci-1.0", "arm,psci-0.2", "arm,psci"])
-        .and_then(|n| n.property("method").and_then(|p| p.as_str()))
+        .and_then(|n| n.prop_str("method"))
         .and_then(|m| match m {
             "smc" => Some(PsciConduit::Smc),
             "hvc" => Some(PsciConduit::Hvc),
@@ -194,11 +167,10 @@ pub fn parse(blob: &[u8], arch: Arch) -> Result<BoardInfo, DtbError> {
 
     let timer_hz = fdt
         .find_compatible(&["arm,armv8-timer"])
-        .and_then(|n| n.property("clock-frequency"))
-        .and_then(|p| p.as_usize())
-        .unwrap_or(0) as u64;
+        .and_then(|n| n.prop_u64("clock-frequency"))
+        .unwrap_or(0);
 
-    let cmdline = fdt.chosen().bootargs().unwrap_or("");
+    let cmdline = chosen.and_then(|c| c.prop_str("bootargs")).unwrap_or("");
 
     Ok(BoardInfo {
         arch,
@@ -215,39 +187,40 @@ pub fn parse(blob: &[u8], arch: Arch) -> Result<BoardInfo, DtbError> {
             Arch::LoongArch64 => Backend::LoongArchTrapEmulate,
         },
         cmdline: bounded(cmdline),
+        warnings,
     })
 }
 
-fn gic(fdt: &Fdt) -> Result<IrqChip, DtbError> {
+fn gic(fdt: &Tree) -> Result<IrqChip, DtbError> {
     if let Some(node) = fdt.find_compatible(&["arm,gic-v3"]) {
         let mut regs = node.reg().ok_or(DtbError::IrqChipRegs("a reg property"))?;
-        let gicd = regs
+        let (gicd, _) = regs
             .next()
             .ok_or(DtbError::IrqChipRegs("the distributor frame"))?;
-        let gicr = regs
+        let (gicr, gicr_size) = regs
             .next()
             .ok_or(DtbError::IrqChipRegs("the redistributor region"))?;
         return Ok(IrqChip::GicV3 {
-            gicd: gicd.starting_address as u64,
-            gicr: gicr.starting_address as u64,
-            gicr_size: gicr.size.unwrap_or(0) as u64,
+            gicd,
+            gicr,
+            gicr_size,
         });
     }
     if let Some(node) =
         fdt.find_compatible(&["arm,gic-400", "arm,cortex-a15-gic", "arm,cortex-a9-gic"])
     {
         let mut regs = node.reg().ok_or(DtbError::IrqChipRegs("a reg property"))?;
-        let gicd = regs
+        let (gicd, _) = regs
             .next()
             .ok_or(DtbError::IrqChipRegs("the distributor frame"))?;
-        let gicc = regs
+        let (gicc, _) = regs
             .next()
             .ok_or(DtbError::IrqChipRegs("the CPU interface frame"))?;
-        let gich = regs.next().map(|r| r.starting_address as u64);
-        let gicv = regs.next().map(|r| r.starting_address as u64);
+        let gich = regs.next().map(|r| r.0);
+        let gicv = regs.next().map(|r| r.0);
         return Ok(IrqChip::GicV2 {
-            gicd: gicd.starting_address as u64,
-            gicc: gicc.starting_address as u64,
+            gicd,
+            gicc,
             gich,
             gicv,
         });
@@ -255,32 +228,30 @@ fn gic(fdt: &Fdt) -> Result<IrqChip, DtbError> {
     Err(DtbError::NoIrqChip)
 }
 
-fn console_uart(fdt: &Fdt) -> Option<Uart> {
-    let kind_of = |node: &fdt::node::FdtNode| {
-        let compat = node.compatible()?;
-        if compat.all().any(|c| c == "arm,pl011") {
-            Some(UartKind::Pl011)
-        } else if compat.all().any(|c| c == "ns16550a" || c == "ns16550") {
-            Some(UartKind::Ns16550)
+fn console_uart(fdt: &Tree, chosen: Option<Node>) -> Option<Uart> {
+    let uart_of = |node: Node| {
+        let kind = if node.compatible().any(|c| c == "arm,pl011") {
+            UartKind::Pl011
+        } else if node.compatible().any(|c| c == "ns16550a" || c == "ns16550") {
+            UartKind::Ns16550
         } else {
-            None
-        }
-    };
-    let uart_of = |node: fdt::node::FdtNode| {
-        let kind = kind_of(&node)?;
-        let base = node.reg()?.next()?.starting_address as u64;
+            return None;
+        };
+        let (base, _) = node.reg()?.next()?;
         Some(Uart { kind, base })
     };
     // The firmware's choice first, then the first UART kestrel can drive.
-    fdt.chosen()
-        .stdout()
+    chosen
+        .and_then(|c| c.prop_str("stdout-path"))
+        .and_then(|p| fdt.resolve(p))
         .and_then(uart_of)
-        .or_else(|| fdt.all_nodes().find_map(uart_of))
+        .or_else(|| fdt.nodes().find_map(uart_of))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fdt_build::FdtWriter;
 
     const V3: &[u8] = include_bytes!("../tests/fixtures/qemu-v3.dtb");
     const V2: &[u8] = include_bytes!("../tests/fixtures/qemu-v2.dtb");
@@ -393,9 +364,287 @@ mod tests {
     }
 
     #[test]
+    fn qemu_trees_have_nothing_to_warn_about() {
+        for (blob, arch) in [
+            (V3, Arch::Aarch64),
+            (V2, Arch::Aarch64),
+            (LA, Arch::LoongArch64),
+        ] {
+            let b = parse(blob, arch).unwrap();
+            assert!(b.warnings.is_empty(), "{:?}", b.warnings);
+        }
+    }
+
+    #[test]
     fn total_size_reads_header() {
         let hdr: [u8; 8] = V3[..8].try_into().unwrap();
         assert_eq!(total_size(&hdr), Some(V3.len()));
         assert_eq!(total_size(&[0; 8]), None);
+    }
+
+    /// A minimal arm64 board tree; `root` adds to `/` before the children,
+    /// `chosen` says whether `/chosen` exists, `memory` gives the memory
+    /// node's `reg` bytes (cells of the root: 2/2 unless `root` says).
+    fn board_dtb(
+        root: impl FnOnce(&mut FdtWriter),
+        chosen: bool,
+        memory: &[u8],
+    ) -> std::vec::Vec<u8> {
+        board_dtb_with(root, chosen, memory, reg22)
+    }
+
+    /// [`board_dtb`] with the devices' `reg` encoded by `reg`.
+    fn board_dtb_with(
+        root: impl FnOnce(&mut FdtWriter),
+        chosen: bool,
+        memory: &[u8],
+        reg: fn(&[(u64, u64)]) -> std::vec::Vec<u8>,
+    ) -> std::vec::Vec<u8> {
+        let mut w = FdtWriter::new();
+        w.begin_node("");
+        root(&mut w);
+        if chosen {
+            w.begin_node("chosen")
+                .prop_str("bootargs", "kestrel.tick_hz=50")
+                .prop_str("stdout-path", "/pl011@9000000:115200n8")
+                .end_node();
+        }
+        w.begin_node("memory@40000000")
+            .prop_str("device_type", "memory")
+            .prop("reg", memory)
+            .end_node();
+        w.begin_node("cpus")
+            .prop_u32("#address-cells", 1)
+            .prop_u32("#size-cells", 0)
+            .begin_node("cpu@0")
+            .prop_str("device_type", "cpu")
+            .prop_u32("reg", 0)
+            .end_node()
+            .end_node();
+        for (name, base) in [
+            ("pl011@8000000", 0x800_0000u64),
+            ("pl011@9000000", 0x900_0000),
+        ] {
+            w.begin_node(name)
+                .prop_strs("compatible", &["arm,pl011", "arm,primecell"])
+                .prop("reg", &reg(&[(base, 0x1000)]))
+                .end_node();
+        }
+        w.begin_node("intc@8000000")
+            .prop_str("compatible", "arm,gic-v3")
+            .prop(
+                "reg",
+                &reg(&[(0x800_0000, 0x1_0000), (0x80a_0000, 0xf6_0000)]),
+            )
+            .end_node();
+        w.end_node();
+        w.finish().unwrap()
+    }
+
+    fn reg22(regions: &[(u64, u64)]) -> std::vec::Vec<u8> {
+        regions
+            .iter()
+            .flat_map(|&(a, s)| a.to_be_bytes().into_iter().chain(s.to_be_bytes()))
+            .collect()
+    }
+
+    fn cells22(w: &mut FdtWriter) {
+        w.prop_u32("#address-cells", 2).prop_u32("#size-cells", 2);
+    }
+
+    #[test]
+    fn hand_built_board_reads_back() {
+        let blob = board_dtb(
+            |w| {
+                cells22(w);
+                w.prop_str("model", "acme,board");
+            },
+            true,
+            &reg22(&[(0x4000_0000, 0x1000_0000)]),
+        );
+        let b = parse(&blob, Arch::Aarch64).unwrap();
+        assert!(b.warnings.is_empty(), "{:?}", b.warnings);
+        assert_eq!(b.model.as_str(), "acme,board");
+        assert_eq!(b.memory_bytes(), 0x1000_0000);
+        assert_eq!(b.cmdline.as_str(), "kestrel.tick_hz=50");
+        assert_eq!(b.uart.map(|u| u.base), Some(0x900_0000), "stdout-path wins");
+    }
+
+    /// Issue 13 C9: an empty or unterminated root `compatible` without a
+    /// `model` panicked inside the `fdt` crate.
+    #[test]
+    fn empty_or_unterminated_root_compatible_is_unknown_board() {
+        for compat in [&b""[..], b"acme,board", b"\0", b"\0\0"] {
+            let blob = board_dtb(
+                |w| {
+                    cells22(w);
+                    w.prop("compatible", compat);
+                },
+                true,
+                &reg22(&[(0x4000_0000, 0x1000_0000)]),
+            );
+            let b = parse(&blob, Arch::Aarch64).unwrap();
+            assert_eq!(b.model.as_str(), "unknown board", "compatible {compat:?}");
+            assert!(b.warnings.iter().any(|w| w.contains("unknown board")));
+        }
+        // The first complete string is the model; an unterminated tail is not.
+        let blob = board_dtb(
+            |w| {
+                cells22(w);
+                w.prop("compatible", b"\0acme,one\0acme,tw");
+            },
+            true,
+            &reg22(&[(0x4000_0000, 0x1000_0000)]),
+        );
+        assert_eq!(
+            parse(&blob, Arch::Aarch64).unwrap().model.as_str(),
+            "acme,one"
+        );
+    }
+
+    /// Issue 13 C9: `#address-cells`/`#size-cells` shorter than 4 bytes
+    /// panicked inside the `fdt` crate; they read as the defaults (2/1).
+    #[test]
+    fn short_cells_read_as_the_defaults() {
+        // 2 address cells + 1 size cell.
+        fn reg21(regions: &[(u64, u64)]) -> std::vec::Vec<u8> {
+            regions
+                .iter()
+                .flat_map(|&(a, s)| a.to_be_bytes().into_iter().chain((s as u32).to_be_bytes()))
+                .collect()
+        }
+        for (addr, size) in [(&[0u8, 2][..], &[1u8][..]), (&[][..], &[0, 0, 1][..])] {
+            let blob = board_dtb_with(
+                |w| {
+                    w.prop("#address-cells", addr).prop("#size-cells", size);
+                },
+                true,
+                &reg21(&[(0x4000_0000, 0x1000_0000)]),
+                reg21,
+            );
+            let b = parse(&blob, Arch::Aarch64).unwrap();
+            assert!(b.warnings.iter().any(|w| w.contains("#address-cells")));
+            assert_eq!(
+                b.memory.as_slice(),
+                [MemRegion {
+                    base: 0x4000_0000,
+                    size: 0x1000_0000
+                }]
+            );
+            assert_eq!(
+                b.irqchip,
+                IrqChip::GicV3 {
+                    gicd: 0x800_0000,
+                    gicr: 0x80a_0000,
+                    gicr_size: 0xf6_0000
+                }
+            );
+        }
+    }
+
+    /// Issue 13 C9: a tree without `/chosen` panicked inside the `fdt`
+    /// crate; it has no command line and the console is the first UART.
+    #[test]
+    fn no_chosen_means_no_cmdline_and_first_uart() {
+        let blob = board_dtb(cells22, false, &reg22(&[(0x4000_0000, 0x1000_0000)]));
+        let b = parse(&blob, Arch::Aarch64).unwrap();
+        assert!(b.warnings.iter().any(|w| w.contains("no /chosen")));
+        assert_eq!(b.cmdline.as_str(), "");
+        assert_eq!(b.uart.map(|u| u.base), Some(0x800_0000));
+    }
+
+    /// Replaces the structure block of `blob` (same length) with `words`.
+    fn with_structure(blob: &[u8], words: &[u32]) -> std::vec::Vec<u8> {
+        let mut out = blob.to_vec();
+        let be = |i: usize| u32::from_be_bytes(blob[i * 4..i * 4 + 4].try_into().unwrap()) as usize;
+        let (off, size) = (be(2), be(9));
+        let bytes: std::vec::Vec<u8> = words.iter().flat_map(|w| w.to_be_bytes()).collect();
+        assert!(bytes.len() <= size);
+        out[off..off + bytes.len()].copy_from_slice(&bytes);
+        out[8 * 4 + 4..8 * 4 + 8].copy_from_slice(&(bytes.len() as u32).to_be_bytes());
+        out
+    }
+
+    /// Issue 13 C9: a structure block that starts with END_NODE panicked
+    /// inside the `fdt` crate; every malformed structure is now refused.
+    #[test]
+    fn malformed_structure_blocks_are_refused() {
+        let good = board_dtb(cells22, true, &reg22(&[(0x4000_0000, 0x1000_0000)]));
+        let cases: &[(&[u32], &str)] = &[
+            (&[2, 9], "structure block does not start with the root node"),
+            (
+                &[4, 4, 2, 9],
+                "structure block does not start with the root node",
+            ),
+            (&[9], "structure block has no root node"),
+            (&[1, 0, 9], "unbalanced nodes (END before the root closes)"),
+            (&[1, 0, 2, 1, 0, 2, 9], "more than one root node"),
+            (&[3, 4, 0, 0, 9], "a property outside any node"),
+            (
+                &[1, 0, 3, 0x100, 0, 2, 9],
+                "property value runs past the structure block",
+            ),
+            (
+                &[1, 0, 3, 0, 0x7fff_0000, 2, 9],
+                "property name outside the strings block",
+            ),
+            (&[1, 0, 7, 2, 9], "unknown token in the structure block"),
+            (&[1, 0, 2], "structure block ends inside a token"),
+            (&[1, 0x6161_6161], "unterminated node name"),
+        ];
+        for (words, why) in cases {
+            assert_eq!(
+                parse(&with_structure(&good, words), Arch::Aarch64).unwrap_err(),
+                DtbError::Malformed(why),
+                "{words:?}"
+            );
+        }
+        let deep: std::vec::Vec<u32> = core::iter::repeat_n([1u32, 0], tree::MAX_DEPTH + 1)
+            .flatten()
+            .chain(core::iter::repeat_n(2, tree::MAX_DEPTH + 1))
+            .chain([9])
+            .collect();
+        assert_eq!(
+            parse(&with_structure(&good, &deep), Arch::Aarch64).unwrap_err(),
+            DtbError::Malformed("nodes nested too deep")
+        );
+    }
+
+    /// Issue 13 C9: board.rs summed memory sizes with `+` (an overflow with
+    /// firmware listing overlapping huge ranges), and a range wrapping past
+    /// 2^64 gave a bogus end.
+    #[test]
+    fn huge_memory_ranges_do_not_overflow() {
+        let blob = board_dtb(
+            cells22,
+            true,
+            &reg22(&[
+                (0, 0xf000_0000_0000_0000),
+                (0x1000, 0xf000_0000_0000_0000),
+                (0xffff_0000_0000_0000, 0x1_0000_0000_0000),
+            ]),
+        );
+        let b = parse(&blob, Arch::Aarch64).unwrap();
+        assert_eq!(b.memory.len(), 2, "the wrapping range is dropped");
+        assert!(b.warnings.iter().any(|w| w.contains("wraps")));
+        assert_eq!(b.memory_bytes(), u64::MAX);
+        assert!(b.memory.iter().all(|r| r.end() >= r.base));
+    }
+
+    /// Every single-byte corruption of real trees is parsed or refused,
+    /// never a panic.
+    #[test]
+    fn byte_corruptions_never_panic() {
+        for blob in [V3, V2, LA] {
+            // The header and blocks; the rest of QEMU's 1 MiB is padding.
+            let be = |i: usize| u32::from_be_bytes(blob[i * 4..i * 4 + 4].try_into().unwrap());
+            let used = (be(3) + be(8)) as usize;
+            for i in (0..used).step_by(11) {
+                let mut b = blob.to_vec();
+                b[i] ^= 0xff;
+                let _ = parse(&b, Arch::Aarch64);
+                let _ = parse(&b, Arch::LoongArch64);
+            }
+        }
     }
 }

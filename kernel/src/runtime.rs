@@ -96,6 +96,9 @@ pub fn primary_main(board: BoardInfo, platform: &'static dyn Platform) -> ! {
     for word in &opts.unknown {
         warn!("ignoring unknown or malformed boot option '{word}'");
     }
+    for w in &board.warnings {
+        warn!("{w}");
+    }
     if board.cpus_ignored > 0 {
         warn!(
             "firmware lists {} more CPUs than kestrel's limit of {MAX_CPUS}; they stay offline",

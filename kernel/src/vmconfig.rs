@@ -194,6 +194,8 @@ pub enum VmConfigError {
     },
     /// Not enough host memory left.
     OutOfMemory { index: usize, need: u64, left: u64 },
+    /// The RAM does not fit the VM's guest physical address space.
+    RamTooLarge { index: usize, memory: u64 },
 }
 
 impl fmt::Display for VmConfigError {
@@ -225,6 +227,12 @@ impl fmt::Display for VmConfigError {
                 "vm[{index}]: memory: {} MiB needed, only {} MiB of host memory left",
                 need >> 20,
                 left >> 20
+            ),
+            VmConfigError::RamTooLarge { index, memory } => write!(
+                f,
+                "vm[{index}]: memory: {} MiB does not fit a {GUEST_PA_BITS}-bit guest physical \
+                 address space",
+                memory >> 20
             ),
         }
     }
@@ -259,6 +267,20 @@ pub fn plan<'a>(
         );
     }
     Ok(out)
+}
+
+/// Guest physical address bits a VM has (arm64 stage 2 and LoongArch PALEN).
+pub const GUEST_PA_BITS: u32 = 48;
+
+/// One past the highest guest physical address of `memory` bytes of RAM as
+/// `arch` lays it out (`None` if that overflows).
+fn guest_ram_end(arch: Arch, memory: u64) -> Option<u64> {
+    use crate::guest::loongarch::layout::{HIGH_RAM_BASE, LOW_RAM};
+    match arch {
+        Arch::Aarch64 => ARM64_GUEST_RAM_BASE.checked_add(memory),
+        Arch::LoongArch64 if memory <= LOW_RAM => Some(memory),
+        Arch::LoongArch64 => memory.checked_add(HIGH_RAM_BASE - LOW_RAM),
+    }
 }
 
 fn admit<'a>(
@@ -310,6 +332,12 @@ fn admit<'a>(
                 }
             }
         }
+    }
+    if guest_ram_end(host.arch, rec.memory).is_none_or(|end| end > 1 << GUEST_PA_BITS) {
+        return Err(VmConfigError::RamTooLarge {
+            index,
+            memory: rec.memory,
+        });
     }
     if rec.memory > *left {
         return Err(VmConfigError::OutOfMemory {

@@ -1,7 +1,7 @@
 use super::*;
 use alloc::string::ToString;
 use alloc::vec;
-use kestrel_abi::package::{HypervisorSettings, VmInput, Writer};
+use kestrel_abi::package::{HypervisorSettings, VmInput, Writer, MEMORY_ALIGN};
 
 const MB: u64 = 1 << 20;
 
@@ -229,4 +229,60 @@ fn bad_header_refuses_everything_and_empty_means_no_vms() {
         PackageError::BadMagic
     );
     assert!(report(b"KSTRLPKG", host(1, 1 << 30)).is_empty());
+}
+
+/// Found by the vmconfig fuzz target: a VM whose memory reaches past the
+/// guest physical address space (here near 2^64) overflowed computing its
+/// guest addresses (`ram_base + offset`). It is refused; RAM up to the
+/// 48-bit limit is still admitted.
+#[test]
+fn ram_beyond_the_guest_physical_space_is_refused() {
+    let k = vec![1u8; 4096];
+    for (arch, kind, max) in [
+        (
+            Arch::Aarch64,
+            GuestKind::LinuxArm64Image,
+            (1u64 << 48) - ARM64_GUEST_RAM_BASE,
+        ),
+        (
+            Arch::LoongArch64,
+            GuestKind::LinuxLoongArchElf,
+            (1u64 << 48)
+                - (crate::guest::loongarch::layout::HIGH_RAM_BASE
+                    - crate::guest::loongarch::layout::LOW_RAM),
+        ),
+    ] {
+        let mut w = Writer::new(HypervisorSettings::default());
+        let huge = !(MEMORY_ALIGN - 1);
+        for (name, memory) in [("huge", huge), ("over", max + MEMORY_ALIGN), ("edge", max)] {
+            w.vms.push(VmInput {
+                memory,
+                kind,
+                load_offset: memory - 4 * MB,
+                ..input(name, &k)
+            });
+        }
+        let pkg = w.finish();
+        let got = plan(
+            &pkg,
+            HostLimits {
+                arch,
+                online_cpus: 4,
+                guest_memory: u64::MAX,
+            },
+        )
+        .unwrap();
+        assert!(
+            matches!(got[0], Err(VmConfigError::RamTooLarge { index: 0, .. })),
+            "{:?}",
+            got[0]
+        );
+        assert!(matches!(
+            got[1],
+            Err(VmConfigError::RamTooLarge { index: 1, .. })
+        ));
+        let edge = got[2].as_ref().unwrap();
+        assert_eq!(edge.ram_size, max);
+        assert!(got[0].as_ref().unwrap_err().to_string().contains("48-bit"));
+    }
 }

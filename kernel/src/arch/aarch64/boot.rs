@@ -75,9 +75,9 @@ fn dtb_blob(pa: usize) -> Result<&'static [u8], &'static str> {
 
 /// The first PL011 in a tree that `dtb::parse` refused (for the message).
 fn find_pl011(blob: &[u8]) -> Option<usize> {
-    let fdt = fdt::Fdt::new(blob).ok()?;
+    let fdt = dtb::Tree::new(blob).ok()?;
     let node = fdt.find_compatible(&["arm,pl011"])?;
-    Some(node.reg()?.next()?.starting_address as usize)
+    Some(node.reg()?.next()?.0 as usize)
 }
 
 /// Boot CPU, MMU off: checks, board, identity map, MMU on. Never returns on
@@ -92,8 +92,7 @@ pub fn primary_early(args: &BootArgs) -> BoardInfo {
                 pl011::set_early(u.base as usize);
             }
         }
-        // A tree whose header checks passed (the fdt crate trusts header
-        // offsets, so a malformed one is never handed to it).
+        // A well-formed tree that lacks something kestrel needs.
         (Ok(b), Ok(Err(e))) if !matches!(e, dtb::DtbError::Malformed(_)) => {
             if let Some(base) = find_pl011(b) {
                 pl011::set_early(base);

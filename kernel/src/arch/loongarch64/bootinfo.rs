@@ -127,23 +127,21 @@ pub const QEMU_VIRT_POWEROFF: PowerOffReg = PowerOffReg {
 /// Reads `/poweroff` (compatible "syscon-poweroff": regmap phandle, offset,
 /// value) and the syscon it points at.
 pub fn fdt_poweroff(blob: &[u8]) -> Option<PowerOffReg> {
-    let fdt = fdt::Fdt::new(blob).ok()?;
+    let fdt = crate::dtb::Tree::new(blob).ok()?;
     let node = fdt.find_compatible(&["syscon-poweroff"])?;
-    let regmap = node.property("regmap")?.as_usize()? as u32;
-    let offset = node
-        .property("offset")
-        .and_then(|p| p.as_usize())
-        .unwrap_or(0) as u64;
-    let value = node.property("value")?.as_usize()? as u32;
+    let regmap = node.prop_u64("regmap")? as u32;
+    let offset = node.prop_u64("offset").unwrap_or(0);
+    let value = node.prop_u64("value")? as u32;
     let syscon = fdt.find_phandle(regmap)?;
-    let base = syscon.reg()?.next()?.starting_address as u64;
-    let width = syscon
-        .property("reg-io-width")
-        .and_then(|p| p.as_usize())
-        .unwrap_or(4) as u8;
-    let width = if matches!(width, 1 | 2 | 4) { width } else { 4 };
+    let (base, _) = syscon.reg()?.next()?;
+    let width = syscon.prop_u64("reg-io-width").unwrap_or(4);
+    let width = if matches!(width, 1 | 2 | 4) {
+        width as u8
+    } else {
+        4
+    };
     Some(PowerOffReg {
-        pa: base + offset,
+        pa: base.checked_add(offset)?,
         value,
         width,
     })

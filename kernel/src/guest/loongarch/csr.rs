@@ -111,6 +111,14 @@ pub const MTLB_ENTRIES: usize = 64;
 pub const TLB_ENTRIES: usize = STLB_WAYS * STLB_SETS + MTLB_ENTRIES;
 /// Guest ASID width (ASID.ASIDBITS).
 pub const ASID_BITS: u32 = 10;
+/// PRCFG2: the page sizes the TLB supports, one bit per log2 size
+/// (4 KiB .. 512 MiB pages, as QEMU's la464).
+pub const PAGE_SIZES: u64 = 0x3fff_f000;
+
+/// Whether the TLB supports pages of 2^`ps` bytes (a PS field value).
+pub const fn page_size_supported(ps: u64) -> bool {
+    ps < 64 && (PAGE_SIZES >> ps) & 1 != 0
+}
 
 const TCFG_EN: u64 = 1;
 const TCFG_PERIODIC: u64 = 2;
@@ -296,7 +304,9 @@ impl CsrFile {
         let period = (self.tcfg & TIMER_INIT_MASK).max(4);
         if self.tcfg & TCFG_PERIODIC != 0 {
             let late = now - self.deadline;
-            self.deadline += period * (late / period + 1);
+            self.deadline = self
+                .deadline
+                .saturating_add(period.saturating_mul(late / period + 1));
         } else {
             self.counting = false;
         }
@@ -339,8 +349,7 @@ impl CsrFile {
             num::CPUID => self.cpuid,
             // SAVENum 8, TimerBits 48 - 1, VSMAX 7.
             num::PRCFG1 => 8 | 47 << 4 | 7 << 12,
-            // Page sizes 4 KiB .. 1 GiB.
-            num::PRCFG2 => 0x3fff_f000,
+            num::PRCFG2 => PAGE_SIZES,
             // TLBType 2 (MTLB + STLB), MTLB entries - 1, STLB ways - 1, log2 STLB sets.
             num::PRCFG3 => {
                 2 | ((MTLB_ENTRIES as u64 - 1) << 4)
@@ -390,6 +399,14 @@ impl CsrFile {
             }
             num::TLBEHI => self.tlbehi = sext_va(v & 0xffff_ffff_e000),
             num::TLBREHI => self.tlbrehi = sext_va(v & 0xffff_ffff_e000) | (v & 0x3f),
+            // A page size the STLB does not support leaves STLBPS as it
+            // was (as QEMU does: it logs the write and ignores it).
+            num::STLBPS => {
+                if page_size_supported(v & 0x3f) && v & 0x3f != self.get(num::STLBPS) {
+                    self.set(num::STLBPS, v);
+                    fx.translation = true;
+                }
+            }
             num::ASID => {
                 let old = self.asid;
                 self.asid = v & ((1 << ASID_BITS) - 1);
@@ -432,7 +449,6 @@ impl CsrFile {
                 match c {
                     num::ECFG => fx.irq = true,
                     num::EUEN => fx.euen = true,
-                    num::STLBPS => fx.translation = true,
                     _ => {}
                 }
             }

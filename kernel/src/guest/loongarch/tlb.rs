@@ -15,7 +15,8 @@
 //! not only the indexed set: a TLB may always forget more than asked.
 
 use super::csr::{
-    self, num, CsrFile, ASID_BITS, MTLB_ENTRIES, STLB_SETS, STLB_WAYS, TLB_ENTRIES, VALEN,
+    self, num, page_size_supported, CsrFile, ASID_BITS, MTLB_ENTRIES, STLB_SETS, STLB_WAYS,
+    TLB_ENTRIES, VALEN,
 };
 
 /// ELO bits.
@@ -209,7 +210,10 @@ impl SoftTlb {
         }
     }
 
-    fn from_csrs(c: &CsrFile) -> TlbEntry {
+    /// The entry `tlbwr`/`tlbfill` would write; `None` when it is valid
+    /// (E = 1) with a page size the TLB does not support (PRCFG2): such a
+    /// write is ignored, as QEMU does, and the TLB keeps what it had.
+    fn from_csrs(c: &CsrFile) -> Option<TlbEntry> {
         let (va, elo0, elo1, ps, e) = if c.in_tlbr() {
             (
                 c.tlbrehi & !0x3f,
@@ -227,6 +231,9 @@ impl SoftTlb {
                 c.tlbidx & 1 << 31 == 0,
             )
         };
+        if e && !page_size_supported(u64::from(ps)) {
+            return None;
+        }
         let mut t = TlbEntry {
             e,
             va: 0,
@@ -235,12 +242,8 @@ impl SoftTlb {
             g: elo0 & elo1 & ELO_G != 0,
             elo: [elo0, elo1],
         };
-        // Page sizes outside 4 KiB..1 GiB would make no sense: refuse the entry.
-        if !(12..=30).contains(&ps) {
-            t.e = false;
-        }
         t.va = sext(va & t.pair_mask());
-        t
+        Some(t)
     }
 
     fn put(&mut self, i: usize, t: TlbEntry) -> Inval {
@@ -250,18 +253,25 @@ impl SoftTlb {
         Inval::of(&old)
     }
 
-    /// `tlbwr`.
+    /// `tlbwr` (with TLBIDX.NE set: invalidates the indexed entry).
     pub fn wr(&mut self, c: &CsrFile) -> Inval {
         let i = (c.tlbidx & 0xffff) as usize % TLB_ENTRIES;
-        self.put(i, Self::from_csrs(c))
+        match Self::from_csrs(c) {
+            Some(t) => self.put(i, t),
+            None => Inval::None,
+        }
     }
 
     /// `tlbfill`: STLB (a random way of the set) for STLBPS pages, else a random MTLB entry.
     pub fn fill(&mut self, c: &CsrFile) -> Inval {
-        let t = Self::from_csrs(c);
+        let Some(t) = Self::from_csrs(c) else {
+            return Inval::None;
+        };
         let r = self.next_rand();
         let i = if u64::from(t.ps) == c.get(num::STLBPS) {
-            let set = ((t.va >> (t.ps as u32 + 1)) as usize) % STLB_SETS;
+            // ps is a supported size (< 30), so the shift is in range.
+            let vpn = t.va.checked_shr(u32::from(t.ps) + 1).unwrap_or(0);
+            let set = (vpn as usize) % STLB_SETS;
             set * STLB_WAYS + r % STLB_WAYS
         } else {
             STLB_WAYS * STLB_SETS + r % MTLB_ENTRIES
@@ -430,7 +440,8 @@ pub fn translate(c: &CsrFile, tlb: &SoftTlb, va: u64, acc: Access) -> Result<Map
 
 /// `lddir rd, rj, level`: the next directory (or the huge-page entry) for
 /// TLBRBADV. `read` loads a 64-bit guest physical word (`None` outside guest
-/// memory, which makes this `None`).
+/// memory, which makes this `None`); it is only asked for addresses inside
+/// the PALEN-bit physical space.
 pub fn lddir(
     c: &CsrFile,
     base: u64,
@@ -453,7 +464,8 @@ pub fn lddir(
     let shift = 3 + ((pwcl >> 30) & 3);
     let badv = c.get(num::TLBRBADV);
     let index = (badv >> dbase.min(63)) & ((1u64 << dwidth.min(63)) - 1);
-    let pa = ((base & PA_MASK) & !0xfff).wrapping_add(index << shift);
+    // The walk addresses PALEN bits: what carries past them is dropped.
+    let pa = ((base & PA_MASK) & !0xfff).wrapping_add(index << shift) & PA_MASK;
     read(pa).map(|v| v & PA_MASK)
 }
 
@@ -485,7 +497,7 @@ pub fn ldpte(
         let shift = 3 + ((pwcl >> 30) & 3);
         let badv = c.get(num::TLBRBADV);
         let index = ((badv >> ptbase) & ((1u64 << ptwidth) - 1) & !1) | u64::from(odd);
-        let pa = ((base & PA_MASK) & !0xfff).wrapping_add(index << shift);
+        let pa = ((base & PA_MASK) & !0xfff).wrapping_add(index << shift) & PA_MASK;
         (read(pa)?, ptbase)
     };
     c.set(if odd { num::TLBRELO1 } else { num::TLBRELO0 }, elo);

@@ -341,7 +341,7 @@ fn address_error(b: &B, vm: &Vm<B>, ctx: &mut VcpuState, badv: u64, sub: u16) ->
         return deliver(ctx, ecode::PME, 0, Some(badv), w);
     }
     let n = size.bytes();
-    if (h & 0xfff) + n > 0x1000 || vm.arch.hpa(m.pa + n - 1).is_none() {
+    if (h & 0xfff) + n > 0x1000 || vm.arch.hpa(m.pa.wrapping_add(n - 1)).is_none() {
         return deliver(ctx, ecode::ALE, 0, Some(badv), w);
     }
     let p = dmw::cached(h) as *mut u8;

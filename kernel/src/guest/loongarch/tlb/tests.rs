@@ -174,9 +174,12 @@ fn hostile_tlb_ops_never_panic() {
     let mut t = SoftTlb::new();
     for _ in 0..50_000 {
         let v = r.next();
-        match r.next() % 10 {
+        match r.next() % 11 {
             0 => {
                 c.write(num::TLBIDX, v, 0);
+            }
+            10 => {
+                c.write(num::STLBPS, v, 0);
             }
             1 => {
                 c.write(num::TLBEHI, v, 0);
@@ -265,5 +268,88 @@ fn indexed_lookup_equals_a_full_scan() {
                 "step {step}, va {va:#x}"
             );
         }
+    }
+}
+
+/// Issue 13 C8: a page size the TLB does not support (here 63, which made
+/// `tlbfill` shift by 64) is refused: STLBPS keeps its value, and a
+/// `tlbfill`/`tlbwr` of such an entry leaves the TLB as it was.
+#[test]
+fn unsupported_page_size_is_ignored() {
+    let mut c = paging(0);
+    let mut t = SoftTlb::new();
+    fill(&mut t, &mut c, 0x4000_0000, RW_PLV0, RW_PLV0);
+    let before: alloc::vec::Vec<TlbEntry> =
+        (0..TLB_ENTRIES).map(|i| *t.entry(i).unwrap()).collect();
+    // The two `csrwr`s and the `tlbfill` of the report.
+    let fx = c.write(num::STLBPS, 63, 0);
+    assert!(!fx.translation);
+    assert_eq!(
+        c.read(num::STLBPS, 0),
+        12,
+        "an unsupported STLBPS write is ignored"
+    );
+    for ps in [0u64, 11, 30, 47, 63] {
+        c.write(num::TLBIDX, ps << 24 | 5, 0);
+        assert_eq!(
+            c.read(num::TLBIDX, 0) >> 24 & 0x3f,
+            ps,
+            "TLBIDX.PS is a plain field"
+        );
+        assert_eq!(t.fill(&c), Inval::None);
+        assert_eq!(t.wr(&c), Inval::None);
+        // The same through the refill CSRs.
+        c.write(num::TLBRERA, 1, 0);
+        c.write(num::TLBREHI, 0x4000_0000 | ps, 0);
+        assert_eq!(t.fill(&c), Inval::None);
+        c.write(num::TLBRERA, 0, 0);
+    }
+    let after: alloc::vec::Vec<TlbEntry> = (0..TLB_ENTRIES).map(|i| *t.entry(i).unwrap()).collect();
+    assert_eq!(before, after);
+    // A supported STLBPS is taken, and an entry of that size goes to the STLB.
+    assert!(c.write(num::STLBPS, 14 | 0xffc0, 0).translation);
+    assert_eq!(c.read(num::STLBPS, 0), 14, "reserved bits read 0");
+    c.write(num::TLBIDX, 14 << 24, 0);
+    c.write(num::TLBEHI, 0x7fff_ffff_8000, 0);
+    c.write(num::TLBELO0, RW_PLV0, 0);
+    t.fill(&c);
+    let (i, e) = t.lookup(0x7fff_ffff_8000, 0).unwrap();
+    assert!(i < STLB_WAYS * STLB_SETS);
+    assert_eq!(e.ps, 14);
+    // NE = 1 still invalidates the indexed entry whatever its PS says.
+    c.write(num::TLBIDX, 1 << 31 | 63 << 24 | i as u64, 0);
+    assert_ne!(t.wr(&c), Inval::None);
+    assert!(t.lookup(0x7fff_ffff_8000, 0).is_none());
+}
+
+/// Found by the loongarch fuzz target: a directory base near the top of
+/// the physical space plus a wide index (PWCL/PWCH widths up to 31/63)
+/// made `lddir`/`ldpte` read beyond PALEN bits. The walk's address is a
+/// PALEN-bit physical address, as on hardware.
+#[test]
+fn page_walk_reads_stay_inside_palen() {
+    let mut c = paging(0);
+    // PTbase 12, PTwidth 31, Dir1 base 12 width 31, PTEWidth 3 (64-byte entries).
+    c.write(num::PWCL, 12 | 31 << 5 | 12 << 10 | 31 << 15 | 3 << 30, 0);
+    c.write(num::PWCH, 12 | 63 << 6, 0);
+    c.write(num::TLBRBADV, u64::MAX, 0);
+    let base = PA_MASK & !0xfff;
+    for level in 1..=4 {
+        let mut asked = None;
+        lddir(&c, base, level, |pa| {
+            asked = Some(pa);
+            Some(0)
+        });
+        let pa = asked.expect("a directory read");
+        assert!(pa <= PA_MASK, "lddir level {level} read {pa:#x}");
+    }
+    for seq in 0..2 {
+        let mut asked = None;
+        ldpte(&mut c, base, seq, |pa| {
+            asked = Some(pa);
+            Some(0)
+        });
+        let pa = asked.expect("a PTE read");
+        assert!(pa <= PA_MASK, "ldpte read {pa:#x}");
     }
 }

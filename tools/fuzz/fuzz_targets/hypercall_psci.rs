@@ -1,0 +1,203 @@
+//! Hypercall and PSCI dispatch against a model VM. Every answer is one of
+//! the documented codes; a PV IPI marks exactly the vCPUs of its window
+//! (or, when refused, none: validated whole first) and kicks only running
+//! targets other than the sender; PSCI CPU_ON starts a vCPU only when it is
+//! off, names a vCPU and enters guest RAM, AFFINITY_INFO reports the model's
+//! state, and MPIDRs map back to the vCPU they name.
+#![no_main]
+
+use arbitrary::{Arbitrary, Unstructured};
+use kernel::hypercall::{dispatch, Abi, HypercallArgs, HypercallEnv};
+use kernel::ipi::{self, IpiError, IpiOutcome, IpiTarget, IpiWindow};
+use kernel::psci::{self, fid, PsciVm};
+use kestrel_abi::ret;
+use libfuzzer_sys::fuzz_target;
+use std::cell::{Cell, RefCell};
+
+struct Vm {
+    sender: usize,
+    pending: Vec<Cell<bool>>,
+    running: Vec<Option<usize>>,
+    kicked: RefCell<Vec<usize>>,
+    on: Vec<bool>,
+    ram: (u64, u64),
+    stats: Vec<u64>,
+}
+
+impl IpiTarget for Vm {
+    fn vcpu_count(&self) -> usize {
+        self.pending.len()
+    }
+    fn set_pending(&self, vcpu: usize) -> bool {
+        self.pending[vcpu].replace(true)
+    }
+    fn running_on(&self, vcpu: usize) -> Option<usize> {
+        self.running[vcpu]
+    }
+    fn kick(&self, pcpu: usize) {
+        self.kicked.borrow_mut().push(pcpu);
+    }
+}
+
+impl HypercallEnv for Vm {
+    fn send_ipi(&mut self, w: &IpiWindow) -> Result<IpiOutcome, IpiError> {
+        let before: Vec<bool> = self.pending.iter().map(Cell::get).collect();
+        self.kicked.borrow_mut().clear();
+        let r = ipi::send(&*self, self.sender, w);
+        let bits = u128::from(w.low) | u128::from(w.high) << 64;
+        let n = self.pending.len();
+        let valid = bits != 0
+            && w.min < n as u64
+            && (w.min as u128 + 127 - u128::from(bits.leading_zeros())) < n as u128;
+        assert_eq!(r.is_ok(), valid, "{w:?} with {n} vCPUs: {r:?}");
+        let mut want_kicks = Vec::new();
+        for (v, p) in self.pending.iter().enumerate() {
+            let named = valid
+                && v as u64 >= w.min
+                && v as u64 - w.min < 128
+                && bits >> (v as u64 - w.min) & 1 != 0;
+            assert_eq!(p.get(), before[v] || named, "vCPU {v} pending wrong");
+            if named && !before[v] && v != self.sender {
+                want_kicks.extend(self.running[v]);
+            }
+        }
+        assert_eq!(*self.kicked.borrow(), want_kicks);
+        if let Ok(o) = r {
+            assert_eq!(o.delivered + o.coalesced, bits.count_ones());
+        }
+        r
+    }
+    fn read_stat(&self, index: u64) -> Option<u64> {
+        self.stats.get(index as usize).copied()
+    }
+}
+
+impl PsciVm for Vm {
+    fn vcpu_by_mpidr(&self, mpidr: u64) -> Option<usize> {
+        psci::vcpu_index_of_mpidr(mpidr, self.on.len())
+    }
+    fn vcpu_is_on(&self, index: usize) -> bool {
+        self.on[index]
+    }
+    fn is_guest_ram(&self, addr: u64) -> bool {
+        addr >= self.ram.0 && addr - self.ram.0 < self.ram.1
+    }
+    fn start_vcpu(&mut self, index: usize, entry: u64, _context: u64) -> bool {
+        assert!(self.is_guest_ram(entry) && entry & 3 == 0);
+        !std::mem::replace(&mut self.on[index], true)
+    }
+}
+
+#[derive(Arbitrary, Debug)]
+struct Call {
+    loongarch: bool,
+    psci: bool,
+    code: u32,
+    function: u64,
+    args: [u64; 5],
+    pick: u8,
+}
+
+fuzz_target!(|data: &[u8]| {
+    let mut u = Unstructured::new(data);
+    let (Ok(n), Ok(sender), Ok(calls)) = (
+        u.int_in_range(1usize..=40),
+        u.arbitrary::<u8>(),
+        u.arbitrary::<Vec<Call>>(),
+    ) else {
+        return;
+    };
+    let mut vm = Vm {
+        sender: sender as usize % n,
+        pending: (0..n).map(|_| Cell::new(false)).collect(),
+        running: (0..n).map(|v| (v % 3 == 0).then_some(v % 4)).collect(),
+        kicked: RefCell::new(Vec::new()),
+        on: (0..n).map(|v| v == 0).collect(),
+        ram: (0x4000_0000, 64 << 20),
+        stats: vec![1, 2, u64::MAX],
+    };
+    for v in 0..n {
+        assert_eq!(psci::vcpu_index_of_mpidr(psci::vcpu_mpidr(v), n), Some(v));
+    }
+    for c in calls {
+        if c.psci {
+            // Steer some calls at the interesting ids and arguments.
+            let f = match c.pick % 4 {
+                0 => u64::from(fid::CPU_ON | fid::SMC64),
+                1 => u64::from(fid::AFFINITY_INFO),
+                2 => c.function & 0xffff_ffff,
+                _ => c.function,
+            };
+            let target = psci::vcpu_mpidr(c.args[0] as usize % (n + 2))
+                | ((c.args[3] & 0x100_0000) * u64::from(c.pick > 200));
+            let entry = if c.pick % 4 == 1 && c.args[4] & 1 == 0 {
+                0
+            } else {
+                vm.ram.0 + (c.args[1] % (vm.ram.1 + 8))
+            };
+            let args = [f, target, entry, c.args[2]];
+            let was_on = vm.on.clone();
+            let o = psci::handle(&mut vm, args);
+            if f as u32 == fid::CPU_ON | fid::SMC64 && f >> 32 == 0 {
+                let idx = psci::vcpu_index_of_mpidr(target, n);
+                let expect = match idx {
+                    None => psci::ret::INVALID_PARAMETERS,
+                    Some(i) if was_on[i] => psci::ret::ALREADY_ON,
+                    Some(_) if entry & 3 != 0 || entry >= vm.ram.0 + vm.ram.1 => {
+                        psci::ret::INVALID_ADDRESS
+                    }
+                    Some(_) => psci::ret::SUCCESS,
+                };
+                assert_eq!(o.x0, expect, "CPU_ON {target:#x} {entry:#x}");
+                if let Some(i) = idx.filter(|_| expect == psci::ret::SUCCESS) {
+                    assert!(vm.on[i]);
+                }
+            } else if f == u64::from(fid::AFFINITY_INFO) {
+                let expect = match psci::vcpu_index_of_mpidr(target, n) {
+                    // args[2] is the lowest affinity level: only 0 exists.
+                    _ if entry != 0 => psci::ret::INVALID_PARAMETERS,
+                    None => psci::ret::INVALID_PARAMETERS,
+                    Some(i) if vm.on[i] => psci::affinity::ON,
+                    Some(_) => psci::affinity::OFF,
+                };
+                assert_eq!(o.x0, expect);
+            }
+            if o.x0 < 0 {
+                assert!((-9..=-1).contains(&o.x0), "undocumented PSCI code {}", o.x0);
+            }
+            if o.x0 != psci::ret::SUCCESS || f as u32 & !fid::SMC64 != fid::CPU_ON {
+                assert_eq!(vm.on, was_on, "a failed or other call turned a vCPU on");
+            }
+        } else {
+            let abi = if c.loongarch {
+                Abi::LoongArch
+            } else {
+                Abi::Arm64
+            };
+            let mut args = HypercallArgs {
+                code: c.code & 0x7fff,
+                function: c.function,
+                args: c.args,
+            };
+            if c.pick % 2 == 0 {
+                // A PV IPI through either ABI, window near the VM's size.
+                args.code = kestrel_abi::loongarch::SERVICE_KVM;
+                args.function = if c.loongarch {
+                    kestrel_abi::loongarch::FN_IPI
+                } else {
+                    u64::from(kestrel_abi::arm64::IPI_SEND)
+                };
+                args.args[2] = c.args[2] % (n as u64 + 2);
+            }
+            let r = dispatch(abi, &args, &mut vm);
+            assert!(!r.regs().is_empty() && r.regs().len() <= 4);
+            let code = r.code();
+            if code < 0 && r.regs().len() == 1 {
+                assert!(
+                    code == ret::INVALID_CODE || code == ret::INVALID_PARAMETER,
+                    "undocumented hypercall code {code}"
+                );
+            }
+        }
+    }
+});
