@@ -44,6 +44,11 @@ fuzz_target!(|x: (u64, u64, u64, u8, bool, u8)| {
             assert_eq!(ec, ((esr_v >> 26) & 0x3f) as u32);
             assert_eq!(i, iss);
         }
+        Exit::Wfit { rt } | Exit::Wfet { rt } => {
+            // WFIT/WFET only with RV set; Rt is ISS[9:5].
+            assert!(iss & (1 << 2) != 0 && matches!(iss & 3, 2 | 3));
+            assert_eq!(u32::from(rt), (iss >> 5) & 0x1f);
+        }
         Exit::Wfi | Exit::Wfe | Exit::FpAccess | Exit::SveSmeAccess => {}
     }
 

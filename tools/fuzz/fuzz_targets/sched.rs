@@ -59,6 +59,8 @@ fuzz_target!(|data: &[u8]| {
     };
     let online = CpuMask(u64::from(online) | 1);
     let s = Scheduler::new(online);
+    // The counter the run loop would pass: it moves on with every operation.
+    let clock = core::cell::Cell::new(0u64);
     let mut running: [Option<VcpuKey>; CPUS] = [None; CPUS];
     let mut affinity: HashMap<VcpuKey, CpuMask> = HashMap::new();
     let mut stopped: HashSet<u16> = HashSet::new();
@@ -77,7 +79,9 @@ fuzz_target!(|data: &[u8]| {
                 affinity: &HashMap<VcpuKey, CpuMask>,
                 stopped: &HashSet<u16>| {
         assert!(running[cpu].is_none());
-        let Some(k) = s.pick(cpu) else { return false };
+        let Some(k) = s.pick(cpu, clock.get()) else {
+            return false;
+        };
         assert!(online.contains(cpu), "pick on offline pCPU {cpu}");
         assert!(!running.contains(&Some(k)), "{k:?} picked on two pCPUs");
         assert!(
@@ -93,6 +97,7 @@ fuzz_target!(|data: &[u8]| {
         true
     };
     for op in ops {
+        clock.set(clock.get() + 997);
         match op {
             Op::Add {
                 vm,
@@ -127,7 +132,9 @@ fuzz_target!(|data: &[u8]| {
                 };
                 let why = [PutReason::Preempted, PutReason::Blocked, PutReason::Offline]
                     [why as usize % 3];
-                let st = s.put(cpu, k, why).expect("put of the running vCPU");
+                let st = s
+                    .put(cpu, k, why, clock.get())
+                    .expect("put of the running vCPU");
                 assert!(!matches!(st, RunState::Running(_)));
                 assert_eq!(s.state(k), Some(st));
             }
@@ -136,7 +143,7 @@ fuzz_target!(|data: &[u8]| {
                 let k = key(vm, vcpu);
                 if running[cpu] != Some(k) {
                     let before = s.state(k);
-                    let r = s.put(cpu, k, PutReason::Preempted);
+                    let r = s.put(cpu, k, PutReason::Preempted, clock.get());
                     // A stopped vCPU stays stopped (stop_vm may beat the put).
                     assert!(
                         r.is_err()
@@ -164,7 +171,7 @@ fuzz_target!(|data: &[u8]| {
                     if r.is_some_and(|k| k.vm == vm) {
                         assert!(kicks.contains(c), "stop_vm did not report pCPU {c}");
                         let k = r.take().unwrap();
-                        let _ = s.put(c, k, PutReason::Preempted);
+                        let _ = s.put(c, k, PutReason::Preempted, clock.get());
                         assert_eq!(s.state(k), Some(RunState::Stopped));
                     }
                 }
@@ -174,7 +181,8 @@ fuzz_target!(|data: &[u8]| {
                 // Everyone puts; then a runnable vCPU must be picked by someone.
                 for (cpu, r) in running.iter_mut().enumerate() {
                     if let Some(k) = r.take() {
-                        s.put(cpu, k, PutReason::Preempted).expect("put");
+                        s.put(cpu, k, PutReason::Preempted, clock.get())
+                            .expect("put");
                     }
                 }
                 let runnable = affinity
