@@ -12,9 +12,9 @@ targets=("${@:-${all[@]}}")
 fuzz=(env RUSTC_BOOTSTRAP=1 cargo fuzz)
 opts=(--fuzz-dir tools/fuzz -s none)
 start=$(date +%s)
+mkdir -p build/fuzz
 "${fuzz[@]}" build "${opts[@]}" >/dev/null 2>build/fuzz-build.log || { tail -30 build/fuzz-build.log; exit 1; }
 echo "fuzz: built in $(( $(date +%s) - start )) s"
-mkdir -p build/fuzz
 bin=tools/fuzz/target/$(rustc -vV | sed -n 's/^host: //p')/release
 failed=0
 for t in "${targets[@]}"; do
