@@ -511,10 +511,11 @@ fn privileged(
             let sh = &vm.arch.shared[vcpu.index];
             let swi = u64::from(sh.swi.load(core::sync::atomic::Ordering::Acquire) & 3);
             let pending = ctx.csr.wake_pending().is_some() || swi & ctx.csr.get(vnum::ECFG) != 0;
-            if !pending {
+            if !pending && !b.halt_poll(hv, cpu, vm, vcpu, ctx) {
                 // Until an interrupt is pending (`LaBackend::run` checks
                 // before every entry, so a wake-up for nothing waits on).
                 ctx.csr.start_idle();
+                ctx.blocked_at = Some(super::super::csr::rdtime());
                 next = RunExit::Block;
             }
             return next;

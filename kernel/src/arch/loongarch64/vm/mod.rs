@@ -30,6 +30,7 @@ use crate::guest::loongarch::csr::{self as vcsr, CsrFile};
 use crate::guest::loongarch::iocsr::VIpi;
 use crate::guest::loongarch::layout;
 use crate::guest::loongarch::tlb::SoftTlb;
+use crate::haltpoll::HaltPoll;
 use crate::platform::ExitStatus;
 use crate::sched::{CpuMask, VcpuKey};
 use crate::stats::{Counter, Stats};
@@ -50,6 +51,8 @@ pub const GUEST_UART: u64 = layout::UART;
 pub const GUEST_POWEROFF: u64 = layout::POWEROFF;
 /// IPI vector kestrel kicks pCPUs with (vector 0 is the boot mailbox's).
 const KICK_VECTOR: u32 = 1;
+/// The longest an `idle` is polled before the vCPU blocks (`crate::haltpoll`).
+const HALT_POLL_US: u64 = 100;
 /// Real ASIDs per VM: direct-address mode, paged at virtual PLV0, paged at
 /// virtual PLV1-3. ASID = VMID * 4 + context.
 pub const CONTEXTS: u16 = 4;
@@ -149,6 +152,10 @@ pub struct VcpuState {
     pub user_plv: u64,
     /// This vCPU (set at each load).
     pub key: VcpuKey,
+    /// Adaptive halt polling of its `idle`s, and when its last unpolled
+    /// wait began (its length, known at the next load, adapts the window).
+    pub halt: HaltPoll,
+    pub blocked_at: Option<u64>,
 }
 
 impl VcpuState {
@@ -164,6 +171,8 @@ impl VcpuState {
             epoch: 0,
             vmid: 0,
             user_plv: 3,
+            halt: HaltPoll::new(csr::counter_hz() / 1_000_000 * HALT_POLL_US),
+            blocked_at: None,
             key: VcpuKey {
                 vm: 0,
                 vcpu: index as u16,
@@ -322,6 +331,45 @@ impl LaBackend {
     }
 
     /// Writes back the FP registers other pCPUs asked for.
+    /// An `idle` found nothing to wake on: poll for up to the vCPU's
+    /// halt-poll window whether an interrupt it enables becomes pending
+    /// (its timer, an IPI, SWI), while nobody else wants this pCPU and no
+    /// host interrupt waits. Returns whether one is pending now (no block).
+    pub fn halt_poll(
+        &self,
+        hv: &Hypervisor<Self>,
+        cpu: usize,
+        vm: &Vm<Self>,
+        vcpu: &Vcpu<Self>,
+        ctx: &mut VcpuState,
+    ) -> bool {
+        let window = ctx.halt.window();
+        if window == 0 {
+            return false;
+        }
+        let sh = &vm.arch.shared[vcpu.index];
+        let until = csr::rdtime().saturating_add(window);
+        loop {
+            let now = csr::rdtime();
+            ctx.csr.update_timer(now);
+            ctx.csr
+                .set_line(vcsr::IRQ_IPI, vm.arch.ipi[vcpu.index].line());
+            let swi = u64::from(sh.swi.load(Ordering::Acquire) & 3);
+            if ctx.csr.wake_pending().is_some() || swi & ctx.csr.get(vcsr::num::ECFG) != 0 {
+                return true;
+            }
+            // ESTAT.IS: a host interrupt other than the timer waits (a
+            // kick). The one-shot timer is armed for this vCPU's own
+            // deadline (or the tick): polling on through it delays a tick
+            // by at most the window.
+            let host = csr::estat() & 0x1ffc & !(1 << 11);
+            if host != 0 || now >= until || hv.sched.should_preempt(cpu) {
+                return false;
+            }
+            core::hint::spin_loop();
+        }
+    }
+
     fn service_fp(&self, cpu: usize) {
         // A request pushed after this swap sets the flag again and is
         // served at the next call (its requester kicks and waits).
@@ -445,6 +493,9 @@ impl Backend for LaBackend {
         sh.wake_at.store(u64::MAX, Ordering::Release);
         if let Some(entry) = sh.boot.lock().take() {
             ctx.reset(vcpu.index, entry, [0, 0, 0]);
+        }
+        if let Some(at) = ctx.blocked_at.take() {
+            ctx.halt.blocked_for(csr::rdtime().saturating_sub(at));
         }
         // VMID -> real ASIDs; invtlb is CPU-local, so a rollover is seen
         // as `flush_local` on each CPU's next load.
