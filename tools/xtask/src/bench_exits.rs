@@ -277,7 +277,7 @@ fn run_la64() -> Result<Vec<String>, String> {
     ];
     let missed = table(&order, &kestrel, &bare, goal_la);
     println!(
-        "(the stable counter runs at 100 MHz: one tick = 10 instructions; idle-timer-wake includes its 50 us = 50000-instruction timer period; vm-switch-idle is a round of two VMs blocking in idle on one pCPU, woken by 1 us timers; ipi-iocsr-self has no bare figure: QEMU aborts under -icount when an IOCSR write raises an interrupt)"
+        "(the stable counter runs at 100 MHz: one tick = 10 instructions; idle-timer-wake includes its 50 us = 50000-instruction timer period; vm-switch-idle is a round of two VMs blocking in idle on one pCPU, woken by 200 us timers (beyond the halt-poll limit), including the 20000-tick wait; ipi-iocsr-self has no bare figure: QEMU aborts under -icount when an IOCSR write raises an interrupt)"
     );
     Ok(missed)
 }

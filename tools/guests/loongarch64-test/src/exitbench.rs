@@ -212,13 +212,14 @@ fn exits_mode() -> ! {
 }
 
 /// `mode=bench-switch`: two VMs pinned to one pCPU, each waiting in `idle`
-/// for its own timer 1 us ahead. Each round blocks this vCPU, switches to
-/// the other VM, and switches back when the timer wakes it: two switches
-/// between the VMs, their `idle` exits and a timer wake-up.
+/// for its own timer 200 us ahead (beyond kestrel's halt-poll limit, so
+/// each wait really blocks). Each round blocks this vCPU, switches to the
+/// other VM, and switches back when the timer wakes it: two switches
+/// between the VMs, their `idle` exits, a timer wake-up and the wait.
 fn switch_mode() -> ! {
     let kestrel = on_kestrel();
     cpu::set_irqs(true);
-    let soon = crate::us(1);
+    let soon = crate::us(200);
     // Both VMs start at about the same time; let them both get going.
     for _ in 0..50 {
         idle_for(soon);

@@ -358,12 +358,10 @@ impl LaBackend {
             if ctx.csr.wake_pending().is_some() || swi & ctx.csr.get(vcsr::num::ECFG) != 0 {
                 return true;
             }
-            // ESTAT.IS: a host interrupt other than the timer waits (a
-            // kick). The one-shot timer is armed for this vCPU's own
-            // deadline (or the tick): polling on through it delays a tick
-            // by at most the window.
-            let host = csr::estat() & 0x1ffc & !(1 << 11);
-            if host != 0 || now >= until || hv.sched.should_preempt(cpu) {
+            // ESTAT.IS [12:2]: a host interrupt waits (the tick, a kick,
+            // or the one-shot timer armed for this vCPU's own deadline,
+            // which `update_timer` above has then seen too).
+            if csr::estat() & 0x1ffc != 0 || now >= until || hv.sched.should_preempt(cpu) {
                 return false;
             }
             core::hint::spin_loop();
