@@ -129,7 +129,10 @@ pub fn bare_case() -> Case {
 /// garbage in real CSRs or IOCSRs, no probes of QEMU's device window), run
 /// as the guest on bare QEMU: every answer `la64-hostile` demands there is
 /// what the CPU itself gives (but for PLV1/2, where QEMU traps only PLV3).
-const BARE_ATTACK: &str = "mode=attack:tlb,hvcl,insn,user,console";
+/// Not `tlb`: QEMU 10 itself crashes (SIGSEGV) on that phase's garbage
+/// depending on where the guest's code lies; kestrel runs it in
+/// `la64-hostile`.
+const BARE_ATTACK: &str = "mode=attack:hvcl,insn,user,console";
 
 /// The attacker alone on bare QEMU (`BARE_ATTACK`): proves the answers
 /// its probes expect are the architecture's.
@@ -137,8 +140,8 @@ pub fn bare_attack_case() -> Case {
     let mut case = bare_case();
     case.name = "loongarch64 test guest's attacker on bare QEMU (architectural answers)";
     case.opts.smp = 1;
-    case.expect = vec!["RESULT: 5 passed, 0 failed", "ATTACK start: not on kestrel"];
-    for p in ["tlb", "hvcl", "insn", "user", "console"] {
+    case.expect = vec!["RESULT: 4 passed, 0 failed", "ATTACK start: not on kestrel"];
+    for p in ["hvcl", "insn", "user", "console"] {
         case.expect.push(pass_line(&format!("attack-{p}")));
     }
     case.extra.extend(["-append", BARE_ATTACK]);
