@@ -12,6 +12,18 @@
 //! All times are counter ticks; the caller chooses the limit (kestrel: 100
 //! us of its counter).
 
+/// How a poll ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PollEnd {
+    /// The vCPU has something to take: no block.
+    Work,
+    /// A host interrupt waits (a kick, the tick): the backend decides.
+    Interrupted,
+    /// The window passed, or another vCPU wants the pCPU (or the window is
+    /// 0): block.
+    Expired,
+}
+
 /// One vCPU's polling state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HaltPoll {
@@ -28,6 +40,35 @@ impl HaltPoll {
     /// How long to poll before blocking, in ticks (0: block at once).
     pub const fn window(&self) -> u64 {
         self.window
+    }
+
+    /// Polls for up to [`HaltPoll::window`] ticks of `now`: each round asks
+    /// `work` (the vCPU has an interrupt to take), then `interrupted` (a
+    /// host interrupt is pending), then whether the window has passed or
+    /// `wanted` (another vCPU waits for this pCPU).
+    pub fn poll(
+        &self,
+        mut now: impl FnMut() -> u64,
+        mut work: impl FnMut() -> bool,
+        mut interrupted: impl FnMut() -> bool,
+        mut wanted: impl FnMut() -> bool,
+    ) -> PollEnd {
+        if self.window == 0 {
+            return PollEnd::Expired;
+        }
+        let until = now().saturating_add(self.window);
+        loop {
+            if work() {
+                return PollEnd::Work;
+            }
+            if interrupted() {
+                return PollEnd::Interrupted;
+            }
+            if now() >= until || wanted() {
+                return PollEnd::Expired;
+            }
+            core::hint::spin_loop();
+        }
     }
 
     /// The first window a growing one takes.
@@ -107,6 +148,47 @@ mod tests {
             h.blocked_for(if i % 10 == 9 { 200 } else { 1_000_000 });
         }
         assert!(h.window() <= 250, "{h:?}");
+    }
+
+    #[test]
+    fn poll_ends_on_work_interrupt_window_or_demand() {
+        use core::cell::Cell;
+        let mut h = HaltPoll::new(1000);
+        let t = Cell::new(0u64);
+        let clock = || {
+            t.set(t.get() + 10);
+            t.get()
+        };
+        // No window yet: no poll at all.
+        assert_eq!(h.poll(clock, || true, || false, || false), PollEnd::Expired);
+        h.blocked_for(500);
+        let w = h.window();
+        assert!(w >= 500);
+        // Work after a while.
+        t.set(0);
+        let mut n = 0;
+        let work = || {
+            n += 1;
+            n == 5
+        };
+        assert_eq!(h.poll(clock, work, || false, || false), PollEnd::Work);
+        // Work wins over a pending interrupt; the interrupt over the window.
+        assert_eq!(h.poll(clock, || true, || true, || true), PollEnd::Work);
+        assert_eq!(
+            h.poll(clock, || false, || true, || true),
+            PollEnd::Interrupted
+        );
+        // Nothing arrives: the window runs out, never much later.
+        t.set(0);
+        assert_eq!(
+            h.poll(clock, || false, || false, || false),
+            PollEnd::Expired
+        );
+        assert!(t.get() >= w && t.get() <= w + 20, "{} vs {w}", t.get());
+        // Someone else wants the pCPU: at once.
+        t.set(0);
+        assert_eq!(h.poll(clock, || false, || false, || true), PollEnd::Expired);
+        assert!(t.get() <= 20);
     }
 
     #[test]

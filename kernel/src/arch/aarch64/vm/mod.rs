@@ -28,7 +28,7 @@ use crate::fpu::{Arm64FpState, FpEngine, FpLoad, FpPolicy, VcpuFp};
 use crate::guest::arm64::debug::DebugRegs;
 use crate::guest::arm64::idregs::IdConfig;
 use crate::guest::arm64::ptimer::PhysTimer;
-use crate::haltpoll::HaltPoll;
+use crate::haltpoll::{HaltPoll, PollEnd};
 use crate::platform::ExitStatus;
 use crate::sched::{CpuMask, VcpuKey};
 use crate::stats::{Counter, Stats};
@@ -618,24 +618,15 @@ impl Arm64Backend {
         vcpu: &Vcpu<Self>,
         ctx: &mut VcpuState,
     ) -> bool {
-        let window = ctx.halt.window();
-        if window == 0 {
-            return false;
-        }
-        let until = timer::counter().saturating_add(window);
-        loop {
-            if self.has_work(vm, vcpu, ctx) {
-                return true;
-            }
+        let halt = ctx.halt;
+        let end = halt.poll(
+            timer::counter,
+            || self.has_work(vm, vcpu, ctx),
             // ISR_EL1 at EL2: a physical IRQ is pending.
-            if mrs!("isr_el1") & (1 << 7) != 0 {
-                return true;
-            }
-            if timer::counter() >= until || hv.sched.should_preempt(cpu) {
-                return false;
-            }
-            core::hint::spin_loop();
-        }
+            || mrs!("isr_el1") & (1 << 7) != 0,
+            || hv.sched.should_preempt(cpu),
+        );
+        end != PollEnd::Expired
     }
 
     /// Whether the loaded vCPU has an interrupt to take (WFI would wake).

@@ -30,7 +30,7 @@ use crate::guest::loongarch::csr::{self as vcsr, CsrFile};
 use crate::guest::loongarch::iocsr::VIpi;
 use crate::guest::loongarch::layout;
 use crate::guest::loongarch::tlb::SoftTlb;
-use crate::haltpoll::HaltPoll;
+use crate::haltpoll::{HaltPoll, PollEnd};
 use crate::platform::ExitStatus;
 use crate::sched::{CpuMask, VcpuKey};
 use crate::stats::{Counter, Stats};
@@ -330,7 +330,6 @@ impl LaBackend {
         csr::rdtime()
     }
 
-    /// Writes back the FP registers other pCPUs asked for.
     /// An `idle` found nothing to wake on: poll for up to the vCPU's
     /// halt-poll window whether an interrupt it enables becomes pending
     /// (its timer, an IPI, SWI), while nobody else wants this pCPU and no
@@ -343,31 +342,27 @@ impl LaBackend {
         vcpu: &Vcpu<Self>,
         ctx: &mut VcpuState,
     ) -> bool {
-        let window = ctx.halt.window();
-        if window == 0 {
-            return false;
-        }
         let sh = &vm.arch.shared[vcpu.index];
-        let until = csr::rdtime().saturating_add(window);
-        loop {
-            let now = csr::rdtime();
-            ctx.csr.update_timer(now);
-            ctx.csr
-                .set_line(vcsr::IRQ_IPI, vm.arch.ipi[vcpu.index].line());
-            let swi = u64::from(sh.swi.load(Ordering::Acquire) & 3);
-            if ctx.csr.wake_pending().is_some() || swi & ctx.csr.get(vcsr::num::ECFG) != 0 {
-                return true;
-            }
-            // ESTAT.IS [12:2]: a host interrupt waits (the tick, a kick,
-            // or the one-shot timer armed for this vCPU's own deadline,
-            // which `update_timer` above has then seen too).
-            if csr::estat() & 0x1ffc != 0 || now >= until || hv.sched.should_preempt(cpu) {
-                return false;
-            }
-            core::hint::spin_loop();
-        }
+        let halt = ctx.halt;
+        let end = halt.poll(
+            csr::rdtime,
+            || {
+                ctx.csr.update_timer(csr::rdtime());
+                ctx.csr
+                    .set_line(vcsr::IRQ_IPI, vm.arch.ipi[vcpu.index].line());
+                let swi = u64::from(sh.swi.load(Ordering::Acquire) & 3);
+                ctx.csr.wake_pending().is_some() || swi & ctx.csr.get(vcsr::num::ECFG) != 0
+            },
+            // ESTAT.IS [12:2]: a host interrupt waits (the tick, a kick, or
+            // the one-shot timer armed for this vCPU's own deadline, which
+            // `update_timer` above has then seen too): block.
+            || csr::estat() & 0x1ffc != 0,
+            || hv.sched.should_preempt(cpu),
+        );
+        end == PollEnd::Work
     }
 
+    /// Writes back the FP registers other pCPUs asked for.
     fn service_fp(&self, cpu: usize) {
         // A request pushed after this swap sets the flag again and is
         // served at the next call (its requester kicks and waits).
