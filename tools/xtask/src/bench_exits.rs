@@ -71,11 +71,20 @@ fn goal(case: &str) -> Option<u64> {
     }
 }
 
-fn boot_kestrel(config: &str, gic: u32) -> Result<String, String> {
+/// Boots kestrel for `arch` with `config` under `-icount`; the serial log
+/// is also saved to `build/<arch>/bench-<config name>.log`.
+fn boot_kestrel(arch: Arch, config: &str, gic: u32) -> Result<String, String> {
     let config = root().join(config);
-    let image = crate::build_image_with(Arch::Aarch64, &[], Some(&config))?;
+    let log = root().join("build").join(arch.name()).join(format!(
+        "bench-{}.log",
+        config
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .unwrap_or("exits")
+    ));
+    let image = crate::build_image_with(arch, &[], Some(&config))?;
     let opts = Opts {
-        arch: Arch::Aarch64,
+        arch,
         smp: 2,
         gic,
         mem_mib: 1024,
@@ -83,22 +92,39 @@ fn boot_kestrel(config: &str, gic: u32) -> Result<String, String> {
         append: "kestrel.exit=poweroff".into(),
         config: Some(config),
     };
-    let mut cmd = qemu::command(&opts, &image, true);
+    let text = run_icount(qemu::command(&opts, &image, true), "kestrel")?;
+    std::fs::write(&log, &text).map_err(|e| format!("{}: {e}", log.display()))?;
+    Ok(text)
+}
+
+/// Runs `cmd` under `-icount` to its end; its serial log.
+fn run_icount(mut cmd: std::process::Command, what: &str) -> Result<String, String> {
     cmd.args(ICOUNT);
     eprintln!("    $ {}", qemu::render(&cmd));
     let boot = run_timed(cmd, LIMIT, None)?;
     if boot.timed_out {
         return Err(format!(
-            "kestrel did not finish within {} s",
+            "{what} did not finish within {} s",
             LIMIT.as_secs()
         ));
     }
     Ok(boot.text())
 }
 
+/// The kestrel runs' and the bare run's `EXIT` lines: (kestrel, bare).
+type Lines = BTreeMap<String, ExitLine>;
+fn collect(exits: &str, switch: &str, bare: &str) -> Result<(Lines, Lines), String> {
+    let mut kestrel = parse(exits);
+    kestrel.extend(parse(switch));
+    if !kestrel.contains_key("hypercall") {
+        return Err(format!("no EXIT lines from kestrel:\n{exits}"));
+    }
+    Ok((kestrel, parse(bare)))
+}
+
 fn boot_bare(gic: u32) -> Result<String, String> {
     let guest = build_guest_arm64()?;
-    let mut cmd = bare_command(
+    let cmd = bare_command(
         &format!("virt,gic-version={gic}"),
         1,
         1024,
@@ -106,13 +132,7 @@ fn boot_bare(gic: u32) -> Result<String, String> {
         None,
         "mode=bench-exits",
     );
-    cmd.args(ICOUNT);
-    eprintln!("    $ {}", qemu::render(&cmd));
-    let boot = run_timed(cmd, LIMIT, None)?;
-    if boot.timed_out {
-        return Err("the bare-QEMU run did not finish".into());
-    }
-    Ok(boot.text())
+    run_icount(cmd, "the bare-QEMU run")
 }
 
 /// The LoongArch goals (trap-and-emulate), instructions per round trip;
@@ -133,42 +153,6 @@ const GOAL_LA_REFILL: u64 = 10_000;
 /// A self-IPI, sent, delivered and acknowledged: about 5 exits.
 const GOAL_LA_IPI: u64 = 4_000;
 
-/// Boots kestrel with `config`; the serial log is also saved to
-/// `build/loongarch64/bench-<config name>.log`.
-fn boot_kestrel_la(config: &str) -> Result<String, String> {
-    let config = root().join(config);
-    let log = root().join("build").join("loongarch64").join(format!(
-        "bench-{}.log",
-        config
-            .file_stem()
-            .and_then(|s| s.to_str())
-            .unwrap_or("exits")
-    ));
-    let image = crate::build_image_with(Arch::LoongArch64, &[], Some(&config))?;
-    let opts = Opts {
-        arch: Arch::LoongArch64,
-        smp: 2,
-        mem_mib: 1024,
-        features: Vec::new(),
-        append: "kestrel.exit=poweroff".into(),
-        config: Some(config),
-        ..Opts::default()
-    };
-    let mut cmd = qemu::command(&opts, &image, true);
-    cmd.args(ICOUNT);
-    eprintln!("    $ {}", qemu::render(&cmd));
-    let boot = run_timed(cmd, LIMIT, None)?;
-    if boot.timed_out {
-        return Err(format!(
-            "kestrel did not finish within {} s",
-            LIMIT.as_secs()
-        ));
-    }
-    let text = boot.text();
-    std::fs::write(&log, &text).map_err(|e| format!("{}: {e}", log.display()))?;
-    Ok(text)
-}
-
 /// The LoongArch guest alone on bare QEMU: it runs at real PLV0.
 fn boot_bare_la(guest: &std::path::Path) -> Result<String, String> {
     let mut cmd = std::process::Command::new("qemu-system-loongarch64");
@@ -177,21 +161,15 @@ fn boot_bare_la(guest: &std::path::Path) -> Result<String, String> {
         .args(["-serial", "stdio", "-no-reboot"])
         .arg("-kernel")
         .arg(guest)
-        .args(["-append", "mode=bench-exits"])
-        .args(ICOUNT);
-    eprintln!("    $ {}", qemu::render(&cmd));
-    let boot = run_timed(cmd, LIMIT, None)?;
-    if boot.timed_out {
-        return Err("the bare-QEMU run did not finish".into());
-    }
-    Ok(boot.text())
+        .args(["-append", "mode=bench-exits"]);
+    run_icount(cmd, "the bare-QEMU run")
 }
 
 /// Prints one table; returns the goals missed.
 fn table(
     order: &[&str],
-    kestrel: &BTreeMap<String, ExitLine>,
-    bare: &BTreeMap<String, ExitLine>,
+    kestrel: &Lines,
+    bare: &Lines,
     goal: fn(&str) -> Option<u64>,
 ) -> Vec<String> {
     println!(
@@ -222,14 +200,11 @@ fn table(
 
 fn run_arm64(gic: u32) -> Result<Vec<String>, String> {
     build_guest_arm64()?;
-    let k = boot_kestrel("configs/bench/arm64-exits.toml", gic)?;
-    let s = boot_kestrel("configs/bench/arm64-switch.toml", gic)?;
-    let b = boot_bare(gic)?;
-    let (mut kestrel, bare) = (parse(&k), parse(&b));
-    kestrel.extend(parse(&s));
-    if !kestrel.contains_key("hypercall") {
-        return Err(format!("no EXIT lines from kestrel:\n{k}"));
-    }
+    let (kestrel, bare) = collect(
+        &boot_kestrel(Arch::Aarch64, "configs/bench/arm64-exits.toml", gic)?,
+        &boot_kestrel(Arch::Aarch64, "configs/bench/arm64-switch.toml", gic)?,
+        &boot_bare(gic)?,
+    )?;
     println!(
         "\nExit costs, arm64 (GICv{gic}), guest instructions per round trip under -icount shift=0 (kestrel's and the guest's together)"
     );
@@ -252,14 +227,11 @@ fn run_arm64(gic: u32) -> Result<Vec<String>, String> {
 
 fn run_la64() -> Result<Vec<String>, String> {
     let guest = build_guest_la64()?;
-    let k = boot_kestrel_la("configs/bench/la64-exits.toml")?;
-    let s = boot_kestrel_la("configs/bench/la64-switch.toml")?;
-    let b = boot_bare_la(&guest)?;
-    let (mut kestrel, bare) = (parse(&k), parse(&b));
-    kestrel.extend(parse(&s));
-    if !kestrel.contains_key("hypercall") {
-        return Err(format!("no EXIT lines from kestrel:\n{k}"));
-    }
+    let (kestrel, bare) = collect(
+        &boot_kestrel(Arch::LoongArch64, "configs/bench/la64-exits.toml", 3)?,
+        &boot_kestrel(Arch::LoongArch64, "configs/bench/la64-switch.toml", 3)?,
+        &boot_bare_la(&guest)?,
+    )?;
     println!(
         "\nExit costs, loongarch64 (trap-and-emulate), guest instructions per round trip under -icount shift=0 (kestrel's and the guest's together)"
     );
@@ -277,7 +249,7 @@ fn run_la64() -> Result<Vec<String>, String> {
     ];
     let missed = table(&order, &kestrel, &bare, goal_la);
     println!(
-        "(the stable counter runs at 100 MHz: one tick = 10 instructions; idle-timer-wake includes its 50 us = 50000-instruction timer period; vm-switch-idle is a round of two VMs blocking in idle on one pCPU, woken by 200 us timers (beyond the halt-poll limit), including the 20000-tick wait; ipi-iocsr-self has no bare figure: QEMU aborts under -icount when an IOCSR write raises an interrupt)"
+        "(the stable counter runs at 100 MHz: one tick = 10 instructions; idle-timer-wake includes its 50 us = 50000-instruction timer period; vm-switch-idle is a round of two VMs blocking in idle on one pCPU, woken by 200 us timers (beyond the halt-poll limit), including the 200000-instruction wait; ipi-iocsr-self has no bare figure: QEMU aborts under -icount when an IOCSR write raises an interrupt)"
     );
     Ok(missed)
 }
