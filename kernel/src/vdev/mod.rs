@@ -1,30 +1,67 @@
-//! Emulated devices a VM sees, as plain register models: the arch decodes a
-//! trapped access into (offset, width, value) and applies the result.
+//! Emulated devices a VM sees, as plain register models, and the per-VM
+//! MMIO [`bus`] that routes a trapped access (address, width, value) to them.
 
+pub mod bus;
 pub mod ns16550;
 pub mod pl011;
 
-/// A trapped access the device refuses: the arch injects a data abort.
+/// A trapped access the device refuses: the backend answers it with the
+/// guest's architectural abort for that access.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MmioError {
-    /// Width not supported at that offset (or misaligned).
+    /// A width or alignment the register at that offset does not support.
     BadAccess,
+    /// Outside the device's registers (a backend mapping error).
+    OutOfRange,
+    /// The accessing vCPU does not exist.
+    NoSuchVcpu,
 }
 
-/// Access width in bytes: 1, 2, 4 or 8.
+/// The width of a trapped access: 1, 2, 4 or 8 bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Width(u8);
+pub enum Width {
+    Byte,
+    Half,
+    Word,
+    Dword,
+}
 
 impl Width {
     /// `None` unless `bytes` is 1, 2, 4 or 8.
     pub const fn new(bytes: u8) -> Option<Width> {
         match bytes {
-            1 | 2 | 4 | 8 => Some(Width(bytes)),
+            1 => Some(Width::Byte),
+            2 => Some(Width::Half),
+            4 => Some(Width::Word),
+            8 => Some(Width::Dword),
             _ => None,
         }
     }
 
-    pub const fn bytes(self) -> u8 {
-        self.0
+    /// From a log2 size field (ESR_EL2 ISS.SAS: 0 = byte .. 3 = doubleword).
+    pub const fn from_sas(sas: u64) -> Width {
+        match sas & 3 {
+            0 => Width::Byte,
+            1 => Width::Half,
+            2 => Width::Word,
+            _ => Width::Dword,
+        }
+    }
+
+    pub const fn bytes(self) -> u64 {
+        match self {
+            Width::Byte => 1,
+            Width::Half => 2,
+            Width::Word => 4,
+            Width::Dword => 8,
+        }
+    }
+
+    /// Keeps the bits of `value` this width carries.
+    pub const fn mask(self, value: u64) -> u64 {
+        match self {
+            Width::Dword => value,
+            w => value & ((1u64 << (w.bytes() * 8)) - 1),
+        }
     }
 }

@@ -204,7 +204,7 @@ fn mask(width: Width) -> u64 {
 }
 
 fn check(offset: u64, width: Width) -> Result<(), MmioError> {
-    let n = u64::from(width.bytes());
+    let n = width.bytes();
     if offset >= FRAME_SIZE || n == 8 || !offset.is_multiple_of(n) {
         return Err(MmioError::BadAccess);
     }

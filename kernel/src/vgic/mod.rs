@@ -107,54 +107,7 @@ pub enum VgicError {
     BadSpiCount,
 }
 
-/// A guest access the backend must answer with a data abort.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum MmioError {
-    /// A width or alignment the register at that offset does not support.
-    BadAccess,
-    /// Outside the emulated region (a backend mapping error).
-    OutOfRange,
-    /// The accessing vCPU does not exist.
-    NoSuchVcpu,
-}
-
-/// The width of an MMIO access.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Width {
-    Byte,
-    Half,
-    Word,
-    Dword,
-}
-
-impl Width {
-    /// From the ESR_EL2 ISS.SAS field (0 = byte .. 3 = doubleword).
-    pub const fn from_sas(sas: u64) -> Width {
-        match sas & 3 {
-            0 => Width::Byte,
-            1 => Width::Half,
-            2 => Width::Word,
-            _ => Width::Dword,
-        }
-    }
-
-    pub const fn bytes(self) -> u64 {
-        match self {
-            Width::Byte => 1,
-            Width::Half => 2,
-            Width::Word => 4,
-            Width::Dword => 8,
-        }
-    }
-
-    /// Keeps the bits of `value` this width carries.
-    pub(crate) const fn mask(self, value: u64) -> u64 {
-        match self {
-            Width::Dword => value,
-            w => value & ((1u64 << (w.bytes() * 8)) - 1),
-        }
-    }
-}
+pub use crate::vdev::{MmioError, Width};
 
 /// Counters for diagnostics.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -1,0 +1,315 @@
+//! The per-VM MMIO bus: guest-physical ranges mapped to device objects.
+//!
+//! Every emulated device a VM sees (the vGIC frames, the UARTs, the
+//! power-off register, virtio-mmio transports, passthrough regions that
+//! need trapping) is an [`MmioDevice`] registered on the VM's [`Bus`] at
+//! creation. A backend decodes a trapped access into (guest physical
+//! address, [`Width`], value), asks the bus, and applies the answer: a read
+//! value goes to the destination register, an error becomes the guest's
+//! data abort / address error. What a device wants done outside itself
+//! (raise an interrupt line, print a console byte, wake vCPUs, end the VM)
+//! it asks through the [`DeviceEnv`] the backend passes in, so a device
+//! never names an architecture.
+//!
+//! The bus is built once and not changed while the VM runs: lookups take no
+//! lock. Devices keep their own state behind their own locks.
+
+use alloc::sync::Arc;
+use alloc::vec::Vec;
+
+use super::{MmioError, Width};
+
+/// What a device may ask of the VM around it during an access.
+///
+/// Implemented by the core over the running hypervisor, VM and vCPU; host
+/// tests implement it with a recorder.
+pub trait DeviceEnv {
+    /// Index of the vCPU that made the access.
+    fn vcpu(&self) -> usize;
+    /// Drives device interrupt line `line` (the number the guest's device
+    /// description gives the device: an SPI number on arm64) to `level`.
+    fn set_irq(&mut self, line: u32, level: bool);
+    /// One byte of the VM's console output.
+    fn console_out(&mut self, byte: u8);
+    /// The guest asked to power the VM off (a board power register).
+    fn power_off(&mut self);
+    /// The guest asked to reset the VM.
+    fn reset(&mut self);
+    /// Guest RAM, for devices that move data by DMA (virtio rings).
+    fn memory(&self) -> &dyn GuestMemory;
+}
+
+/// Guest RAM as a device reaches it: checked copies by guest physical
+/// address. An address range not wholly in the VM's RAM is an error and
+/// nothing is copied.
+pub trait GuestMemory {
+    fn read(&self, gpa: u64, buf: &mut [u8]) -> Result<(), MemError>;
+    fn write(&self, gpa: u64, data: &[u8]) -> Result<(), MemError>;
+}
+
+/// A guest-physical range that is not (all) RAM of this VM.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemError {
+    pub gpa: u64,
+    pub len: u64,
+}
+
+/// An emulated device: registers at offsets from its base.
+///
+/// `offset` is below the size the device was registered with; `width` is
+/// the access as the guest made it (alignment not checked by the bus: the
+/// device refuses what its registers do not support with
+/// [`MmioError::BadAccess`]).
+pub trait MmioDevice: Send + Sync {
+    /// A short name for logs ("pl011", "gicd", "virtio-blk").
+    fn name(&self) -> &'static str;
+    fn read(&self, env: &mut dyn DeviceEnv, offset: u64, width: Width) -> Result<u64, MmioError>;
+    fn write(
+        &self,
+        env: &mut dyn DeviceEnv,
+        offset: u64,
+        width: Width,
+        value: u64,
+    ) -> Result<(), MmioError>;
+}
+
+/// Why a region could not be added.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BusError {
+    /// Zero size, or base + size overflows.
+    BadRange { base: u64, size: u64 },
+    /// Overlaps the region of the device named.
+    Overlap { base: u64, with: &'static str },
+}
+
+struct Region {
+    base: u64,
+    size: u64,
+    dev: Arc<dyn MmioDevice>,
+}
+
+/// The MMIO map of one VM. See the module documentation.
+#[derive(Default)]
+pub struct Bus {
+    /// Sorted by base, never overlapping.
+    regions: Vec<Region>,
+}
+
+/// A trapped access routed to its device.
+pub struct Hit<'a> {
+    pub dev: &'a Arc<dyn MmioDevice>,
+    pub offset: u64,
+}
+
+impl Bus {
+    pub fn new() -> Bus {
+        Bus::default()
+    }
+
+    /// Maps `dev` at `[base, base + size)`.
+    pub fn add(&mut self, base: u64, size: u64, dev: Arc<dyn MmioDevice>) -> Result<(), BusError> {
+        let end = base
+            .checked_add(size)
+            .filter(|_| size != 0)
+            .ok_or(BusError::BadRange { base, size })?;
+        let at = self.regions.partition_point(|r| r.base < base);
+        let clash = [at.checked_sub(1), Some(at)]
+            .into_iter()
+            .flatten()
+            .filter_map(|i| self.regions.get(i))
+            .find(|r| r.base < end && base < r.base + r.size);
+        if let Some(r) = clash {
+            return Err(BusError::Overlap {
+                base,
+                with: r.dev.name(),
+            });
+        }
+        self.regions.insert(at, Region { base, size, dev });
+        Ok(())
+    }
+
+    /// The device at `gpa` and the offset into it, if any. An access that
+    /// starts in a region but runs past its end still goes to that device
+    /// (which refuses offsets it does not implement).
+    pub fn find(&self, gpa: u64) -> Option<Hit<'_>> {
+        let at = self.regions.partition_point(|r| r.base <= gpa);
+        let r = self.regions.get(at.checked_sub(1)?)?;
+        let offset = gpa - r.base;
+        (offset < r.size).then_some(Hit {
+            dev: &r.dev,
+            offset,
+        })
+    }
+
+    /// A read at `gpa`: `Err(NoDevice)` where nothing is mapped.
+    pub fn read(&self, env: &mut dyn DeviceEnv, gpa: u64, width: Width) -> Result<u64, BusFault> {
+        let hit = self.find(gpa).ok_or(BusFault::NoDevice)?;
+        hit.dev
+            .read(env, hit.offset, width)
+            .map_err(BusFault::Device)
+    }
+
+    /// A write at `gpa`: `Err(NoDevice)` where nothing is mapped.
+    pub fn write(
+        &self,
+        env: &mut dyn DeviceEnv,
+        gpa: u64,
+        width: Width,
+        value: u64,
+    ) -> Result<(), BusFault> {
+        let hit = self.find(gpa).ok_or(BusFault::NoDevice)?;
+        hit.dev
+            .write(env, hit.offset, width, value)
+            .map_err(BusFault::Device)
+    }
+
+    /// The regions, in address order: (base, size, device name).
+    pub fn regions(&self) -> impl Iterator<Item = (u64, u64, &'static str)> + '_ {
+        self.regions.iter().map(|r| (r.base, r.size, r.dev.name()))
+    }
+}
+
+/// Why a bus access failed; the backend answers both with the guest's
+/// architectural abort for that access.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BusFault {
+    /// No device at that address.
+    NoDevice,
+    /// The device refused the access.
+    Device(MmioError),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use core::sync::atomic::{AtomicU64, Ordering};
+
+    struct Reg {
+        name: &'static str,
+        value: AtomicU64,
+    }
+
+    impl MmioDevice for Reg {
+        fn name(&self) -> &'static str {
+            self.name
+        }
+        fn read(&self, _: &mut dyn DeviceEnv, off: u64, _: Width) -> Result<u64, MmioError> {
+            if off == 0 {
+                Ok(self.value.load(Ordering::Relaxed))
+            } else {
+                Err(MmioError::BadAccess)
+            }
+        }
+        fn write(
+            &self,
+            env: &mut dyn DeviceEnv,
+            off: u64,
+            _: Width,
+            v: u64,
+        ) -> Result<(), MmioError> {
+            if off != 0 {
+                return Err(MmioError::BadAccess);
+            }
+            self.value.store(v, Ordering::Relaxed);
+            env.set_irq(7, v != 0);
+            Ok(())
+        }
+    }
+
+    struct NoRam;
+    impl GuestMemory for NoRam {
+        fn read(&self, gpa: u64, buf: &mut [u8]) -> Result<(), MemError> {
+            Err(MemError {
+                gpa,
+                len: buf.len() as u64,
+            })
+        }
+        fn write(&self, gpa: u64, data: &[u8]) -> Result<(), MemError> {
+            Err(MemError {
+                gpa,
+                len: data.len() as u64,
+            })
+        }
+    }
+
+    #[derive(Default)]
+    struct Rec {
+        irqs: Vec<(u32, bool)>,
+    }
+    impl DeviceEnv for Rec {
+        fn vcpu(&self) -> usize {
+            0
+        }
+        fn set_irq(&mut self, line: u32, level: bool) {
+            self.irqs.push((line, level));
+        }
+        fn console_out(&mut self, _: u8) {}
+        fn power_off(&mut self) {}
+        fn reset(&mut self) {}
+        fn memory(&self) -> &dyn GuestMemory {
+            &NoRam
+        }
+    }
+
+    fn reg(name: &'static str) -> Arc<dyn MmioDevice> {
+        Arc::new(Reg {
+            name,
+            value: AtomicU64::new(0),
+        })
+    }
+
+    #[test]
+    fn routes_by_address_and_offset() {
+        let mut bus = Bus::new();
+        bus.add(0x2000, 0x1000, reg("b")).unwrap();
+        bus.add(0x1000, 0x1000, reg("a")).unwrap();
+        let mut env = Rec::default();
+        bus.write(&mut env, 0x2000, Width::Word, 5).unwrap();
+        assert_eq!(bus.read(&mut env, 0x2000, Width::Word), Ok(5));
+        assert_eq!(bus.read(&mut env, 0x1000, Width::Word), Ok(0));
+        assert_eq!(env.irqs, [(7, true)]);
+        assert_eq!(
+            bus.read(&mut env, 0x1004, Width::Word),
+            Err(BusFault::Device(MmioError::BadAccess))
+        );
+        let names: Vec<_> = bus.regions().map(|r| r.2).collect();
+        assert_eq!(names, ["a", "b"]);
+    }
+
+    #[test]
+    fn holes_and_edges_have_no_device() {
+        let mut bus = Bus::new();
+        bus.add(0x1000, 0x100, reg("a")).unwrap();
+        let mut env = Rec::default();
+        for gpa in [0, 0xfff, 0x1100, u64::MAX] {
+            assert_eq!(
+                bus.read(&mut env, gpa, Width::Byte),
+                Err(BusFault::NoDevice),
+                "{gpa:#x}"
+            );
+        }
+        assert!(bus.find(0x10ff).is_some());
+    }
+
+    #[test]
+    fn overlaps_and_bad_ranges_are_refused() {
+        let mut bus = Bus::new();
+        bus.add(0x1000, 0x1000, reg("a")).unwrap();
+        for (base, size) in [(0x1800, 0x1000), (0x800, 0x1000), (0x1000, 1), (0, 0x4000)] {
+            assert_eq!(
+                bus.add(base, size, reg("x")),
+                Err(BusError::Overlap { base, with: "a" })
+            );
+        }
+        assert_eq!(
+            bus.add(0x5000, 0, reg("x")),
+            Err(BusError::BadRange {
+                base: 0x5000,
+                size: 0
+            })
+        );
+        assert!(bus.add(u64::MAX - 1, 4, reg("x")).is_err());
+        bus.add(0x2000, 0x10, reg("c")).unwrap();
+        bus.add(0xfff, 1, reg("d")).unwrap();
+    }
+}
