@@ -30,6 +30,7 @@ pub mod sched;
 pub mod stats;
 pub mod vdev;
 pub mod vgic;
+pub mod virtio;
 pub mod vm;
 pub mod vmid;
 

@@ -1,0 +1,221 @@
+//! virtio block (device ID 2): a disk image in memory.
+//!
+//! A read-write disk is a private copy the VM reads and writes; its state
+//! lives as long as the VM does and is never written back anywhere. A
+//! read-only disk serves the packed image itself and refuses writes with
+//! an I/O error (and offers VIRTIO_BLK_F_RO, so drivers mount it
+//! read-only). Every request is checked: its sector range against the
+//! capacity (with overflow), its data length against the 512-byte sector
+//! size, its shape (header, data, status byte); a request that is wrong
+//! but has a status byte gets IOERR or UNSUPP, one without any writable
+//! byte breaks the queue (the device needs reset).
+
+use alloc::vec::Vec;
+
+use super::queue::{Queue, QueueError};
+use super::{id, VirtioDevice, Work};
+use crate::vdev::bus::DeviceEnv;
+
+pub const SECTOR: u64 = 512;
+/// Feature bits (device-specific).
+pub const F_RO: u64 = 1 << 5;
+pub const F_FLUSH: u64 = 1 << 9;
+/// Request types.
+pub const T_IN: u32 = 0;
+pub const T_OUT: u32 = 1;
+pub const T_FLUSH: u32 = 4;
+pub const T_GET_ID: u32 = 8;
+/// Request status.
+pub const S_OK: u8 = 0;
+pub const S_IOERR: u8 = 1;
+pub const S_UNSUPP: u8 = 2;
+/// Length of the device ID string GET_ID returns.
+pub const ID_LEN: usize = 20;
+
+/// Where a disk's bytes are.
+pub enum Backing {
+    /// The packed image itself, never written.
+    ReadOnly(&'static [u8]),
+    /// A private copy the VM may write.
+    Memory(Vec<u8>),
+}
+
+impl Backing {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Backing::ReadOnly(b) => b,
+            Backing::Memory(v) => v,
+        }
+    }
+}
+
+/// Counters, for the VM's statistics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BlockStats {
+    pub reads: u64,
+    pub writes: u64,
+    pub read_bytes: u64,
+    pub written_bytes: u64,
+    pub errors: u64,
+}
+
+pub struct Block {
+    disk: Backing,
+    /// GET_ID's answer, NUL padded.
+    serial: [u8; ID_LEN],
+    pub stats: BlockStats,
+}
+
+impl Block {
+    /// A disk of `disk` (its length is rounded down to whole sectors) whose
+    /// GET_ID answers `serial` (truncated to 20 bytes).
+    pub fn new(disk: Backing, serial: &str) -> Block {
+        let mut s = [0u8; ID_LEN];
+        let n = serial.len().min(ID_LEN);
+        s[..n].copy_from_slice(&serial.as_bytes()[..n]);
+        Block {
+            disk,
+            serial: s,
+            stats: BlockStats::default(),
+        }
+    }
+
+    /// Capacity in 512-byte sectors.
+    pub fn sectors(&self) -> u64 {
+        self.disk.bytes().len() as u64 / SECTOR
+    }
+
+    pub fn read_only(&self) -> bool {
+        matches!(self.disk, Backing::ReadOnly(_))
+    }
+
+    /// The disk's bytes (tests and diagnostics).
+    pub fn bytes(&self) -> &[u8] {
+        self.disk.bytes()
+    }
+
+    /// The byte range of `len` bytes from `sector`, if inside the disk.
+    fn range(&self, sector: u64, len: u64) -> Option<core::ops::Range<usize>> {
+        if !len.is_multiple_of(SECTOR) {
+            return None;
+        }
+        let start = sector.checked_mul(SECTOR)?;
+        let end = start.checked_add(len)?;
+        (end <= self.sectors() * SECTOR).then_some(start as usize..end as usize)
+    }
+
+    /// Serves one request chain; returns the bytes written into it.
+    fn request(&mut self, c: &super::queue::Chain, env: &dyn DeviceEnv) -> Result<u32, QueueError> {
+        let mem = env.memory();
+        let writable = c.len(true);
+        if writable == 0 {
+            // Nowhere to put the status: the driver broke the protocol.
+            return Err(QueueError::Malformed);
+        }
+        let data_in = writable - 1;
+        let mut r = c.reader();
+        let mut hdr = [0u8; 16];
+        let status = if r.read(mem, &mut hdr)? < hdr.len() {
+            S_IOERR
+        } else {
+            let kind = u32::from_le_bytes([hdr[0], hdr[1], hdr[2], hdr[3]]);
+            let sector = u64::from_le_bytes(hdr[8..16].try_into().unwrap_or_default());
+            match kind {
+                T_IN => match self.range(sector, data_in) {
+                    Some(range) => {
+                        let mut w = c.writer();
+                        w.write(mem, &self.disk.bytes()[range])?;
+                        self.stats.reads += 1;
+                        self.stats.read_bytes += data_in;
+                        return self.finish(c, env, data_in, S_OK);
+                    }
+                    None => S_IOERR,
+                },
+                T_OUT => {
+                    let len = r.remaining();
+                    match (self.range(sector, len), &mut self.disk) {
+                        (Some(range), Backing::Memory(v)) => {
+                            r.read(mem, &mut v[range])?;
+                            self.stats.writes += 1;
+                            self.stats.written_bytes += len;
+                            S_OK
+                        }
+                        _ => S_IOERR,
+                    }
+                }
+                T_FLUSH => S_OK,
+                T_GET_ID => {
+                    if data_in < ID_LEN as u64 {
+                        S_IOERR
+                    } else {
+                        c.writer().write(mem, &self.serial)?;
+                        return self.finish(c, env, data_in, S_OK);
+                    }
+                }
+                _ => S_UNSUPP,
+            }
+        };
+        self.finish(c, env, data_in, status)
+    }
+
+    /// Writes the status byte, the last writable byte of the chain, and
+    /// returns the used length (data written + status).
+    fn finish(
+        &mut self,
+        c: &super::queue::Chain,
+        env: &dyn DeviceEnv,
+        data_in: u64,
+        status: u8,
+    ) -> Result<u32, QueueError> {
+        if status != S_OK {
+            self.stats.errors += 1;
+        }
+        let mut w = c.writer();
+        w.skip(data_in as usize);
+        w.write(env.memory(), &[status])?;
+        let used = if status == S_OK { data_in + 1 } else { 1 };
+        Ok(u32::try_from(used).unwrap_or(u32::MAX))
+    }
+}
+
+impl VirtioDevice for Block {
+    fn device_id(&self) -> u32 {
+        id::BLOCK
+    }
+
+    fn features(&self) -> u64 {
+        F_FLUSH | if self.read_only() { F_RO } else { 0 }
+    }
+
+    fn queues(&self) -> usize {
+        1
+    }
+
+    /// capacity (le64) at offset 0; nothing else offered.
+    fn read_config(&self, offset: u64, out: &mut [u8]) {
+        super::read_config_bytes(&self.sectors().to_le_bytes(), offset, out);
+    }
+
+    fn notify(
+        &mut self,
+        index: usize,
+        queues: &mut [Queue],
+        env: &mut dyn DeviceEnv,
+    ) -> Result<Work, QueueError> {
+        let mut work = Work::default();
+        let Some(q) = queues.get_mut(index) else {
+            return Ok(work);
+        };
+        for _ in 0..q.size {
+            let Some(c) = q.pop(env.memory())? else { break };
+            let used = self.request(&c, env)?;
+            work.interrupt |= q.push_used(env.memory(), c.head, used)?;
+        }
+        Ok(work)
+    }
+
+    fn reset(&mut self) {}
+}
+
+#[cfg(test)]
+mod tests;

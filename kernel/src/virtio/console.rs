@@ -1,0 +1,211 @@
+//! virtio console (device ID 3): one port, `hvc0` in a Linux guest.
+//!
+//! Transmit chains go to the VM's console a whole chain per exit (not a
+//! byte per exit as a UART costs). Host keystrokes wait in a bounded input
+//! buffer until the driver offers receive buffers; while it is full the
+//! console mux holds further input, as it does for a full UART FIFO.
+
+use alloc::collections::VecDeque;
+
+use super::queue::{Queue, QueueError};
+use super::{id, VirtioDevice, Work};
+use crate::vdev::bus::DeviceEnv;
+
+/// Receive queue (host -> guest) and transmit queue (guest -> host).
+pub const RX: usize = 0;
+pub const TX: usize = 1;
+/// Input bytes held for the guest at most.
+pub const INPUT_MAX: usize = 4096;
+
+/// The console device state.
+#[derive(Default)]
+pub struct Console {
+    input: VecDeque<u8>,
+    /// Bytes the guest wrote, for statistics.
+    pub tx_bytes: u64,
+}
+
+impl Console {
+    pub fn new() -> Console {
+        Console::default()
+    }
+
+    /// Whether another input byte fits.
+    pub fn can_receive(&self) -> bool {
+        self.input.len() < INPUT_MAX
+    }
+
+    /// Queues `byte` of host input (dropped if the buffer is full: callers
+    /// check [`Console::can_receive`]). Call [`Console::deliver`] after.
+    pub fn push_input(&mut self, byte: u8) -> bool {
+        if !self.can_receive() {
+            return false;
+        }
+        self.input.push_back(byte);
+        true
+    }
+
+    /// Moves held input into the receive buffers the driver offered.
+    pub fn deliver(
+        &mut self,
+        queues: &mut [Queue],
+        env: &mut dyn DeviceEnv,
+    ) -> Result<Work, QueueError> {
+        let mut work = Work::default();
+        let q = &mut queues[RX];
+        let mem = env.memory();
+        for _ in 0..q.size {
+            if self.input.is_empty() {
+                break;
+            }
+            let Some(c) = q.pop(mem)? else { break };
+            let mut w = c.writer();
+            let (a, b) = self.input.as_slices();
+            let mut n = w.write(mem, a)?;
+            if n == a.len() {
+                n += w.write(mem, b)?;
+            }
+            self.input.drain(..n);
+            work.interrupt |= q.push_used(mem, c.head, n as u32)?;
+        }
+        Ok(work)
+    }
+
+    fn transmit(
+        &mut self,
+        queues: &mut [Queue],
+        env: &mut dyn DeviceEnv,
+    ) -> Result<Work, QueueError> {
+        let mut work = Work::default();
+        let size = queues[TX].size;
+        for _ in 0..size {
+            let Some(c) = queues[TX].pop(env.memory())? else {
+                break;
+            };
+            let mut r = c.reader();
+            let mut buf = [0u8; 128];
+            loop {
+                let n = r.read(env.memory(), &mut buf)?;
+                if n == 0 {
+                    break;
+                }
+                for &b in &buf[..n] {
+                    env.console_out(b);
+                }
+                self.tx_bytes += n as u64;
+            }
+            work.interrupt |= queues[TX].push_used(env.memory(), c.head, 0)?;
+        }
+        Ok(work)
+    }
+}
+
+impl VirtioDevice for Console {
+    fn device_id(&self) -> u32 {
+        id::CONSOLE
+    }
+
+    fn features(&self) -> u64 {
+        0
+    }
+
+    fn queues(&self) -> usize {
+        2
+    }
+
+    /// No optional fields offered: cols, rows, max_nr_ports read as zero.
+    fn read_config(&self, offset: u64, out: &mut [u8]) {
+        super::read_config_bytes(&[0; 12], offset, out);
+    }
+
+    fn notify(
+        &mut self,
+        index: usize,
+        queues: &mut [Queue],
+        env: &mut dyn DeviceEnv,
+    ) -> Result<Work, QueueError> {
+        match index {
+            RX => self.deliver(queues, env),
+            TX => self.transmit(queues, env),
+            _ => Ok(Work::default()),
+        }
+    }
+
+    /// Input typed before the driver came up stays for it.
+    fn reset(&mut self) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::virtio::mmio::tests::{bring_up, wr, Env};
+    use crate::virtio::mmio::{reg, Transport};
+    use crate::virtio::queue::tests::{Driver, DATA};
+    use crate::virtio::F_VERSION_1;
+
+    /// Queue `q`'s driver, at the ring addresses `bring_up` gave it.
+    fn driver(q: u64, size: u16) -> Driver {
+        Driver::at(size, q * 0x4000)
+    }
+
+    #[test]
+    fn transmit_prints_whole_chains() {
+        let t = Transport::new("console", 1, Console::new());
+        let mut env = Env::new();
+        bring_up(&t, &mut env, F_VERSION_1, &[0, 1], 8);
+        let mut d = driver(1, 8);
+        env.ram.put(DATA, b"hello ");
+        env.ram.put(DATA + 0x100, b"world\n");
+        d.chain(&env.ram, 0, &[(DATA, 6, false)]);
+        d.offer(&env.ram, 0);
+        d.chain(&env.ram, 1, &[(DATA + 0x100, 6, false)]);
+        d.offer(&env.ram, 1);
+        wr(&t, &mut env, reg::QUEUE_NOTIFY, 1);
+        assert_eq!(env.out, b"hello world\n");
+        assert_eq!(t.with_device(|c| c.tx_bytes), 12);
+        assert_eq!(env.irqs, [(1, true)]);
+    }
+
+    #[test]
+    fn input_waits_for_buffers_and_is_bounded() {
+        let t = Transport::new("console", 1, Console::new());
+        let mut env = Env::new();
+        // Typed before the driver is up: held.
+        t.with_device(|c| {
+            for &b in b"ls\n" {
+                assert!(c.push_input(b));
+            }
+        });
+        bring_up(&t, &mut env, F_VERSION_1, &[0, 1], 8);
+        let mut d = driver(0, 8);
+        d.chain(&env.ram, 0, &[(DATA, 2, true)]);
+        d.offer(&env.ram, 0);
+        wr(&t, &mut env, reg::QUEUE_NOTIFY, 0);
+        assert_eq!(env.ram.get(DATA, 2), b"ls");
+        d.chain(&env.ram, 1, &[(DATA + 0x10, 16, true)]);
+        d.offer(&env.ram, 1);
+        wr(&t, &mut env, reg::QUEUE_NOTIFY, 0);
+        assert_eq!(d.used(&env.ram), (2, vec![(0, 2), (1, 1)]));
+        assert_eq!(env.ram.get(DATA + 0x10, 1), b"\n");
+        // A buffer offered with no input waits (not used empty).
+        d.chain(&env.ram, 2, &[(DATA + 0x20, 16, true)]);
+        d.offer(&env.ram, 2);
+        wr(&t, &mut env, reg::QUEUE_NOTIFY, 0);
+        assert_eq!(d.used(&env.ram).0, 2);
+        // Input from the host side fills it.
+        let r = t.with_live(&mut env, |c, q, env| {
+            c.push_input(b'x');
+            c.deliver(q, env).map(|w| ((), w))
+        });
+        assert_eq!(r, Some(()));
+        assert_eq!(d.used(&env.ram).0, 3);
+        // Bounded input.
+        t.with_device(|c| {
+            for _ in 0..INPUT_MAX {
+                c.push_input(b'y');
+            }
+            assert!(!c.can_receive());
+            assert!(!c.push_input(b'z'));
+        });
+    }
+}

@@ -1,0 +1,386 @@
+//! The virtio-mmio transport, version 2 (virtio 1.x "modern" only): the
+//! register block a guest driver programs, one interrupt line, and the
+//! queues, in front of a [`VirtioDevice`].
+//!
+//! The transport is an [`MmioDevice`] on the VM's bus. A notification runs
+//! the device's queue work at once, in the trapping vCPU's exit, bounded by
+//! the queue size (a ring holds at most that many chains). A ring the
+//! device finds malformed puts the device in DEVICE_NEEDS_RESET with a
+//! configuration-change interrupt, as the spec asks; the device does no
+//! more work until the driver resets it.
+
+use alloc::vec::Vec;
+use spin::Mutex;
+
+use super::queue::{Queue, QueueError, MAX_QUEUE_SIZE};
+use super::{status, VirtioDevice, Work, F_VERSION_1};
+use crate::vdev::bus::{DeviceEnv, MmioDevice};
+use crate::vdev::{MmioError, Width};
+
+/// "virt", little endian.
+pub const MAGIC: u32 = 0x7472_6976;
+/// The modern register layout.
+pub const VERSION: u32 = 2;
+/// The vendor ID kestrel's devices report ("kstl" in ASCII, little endian).
+pub const VENDOR: u32 = 0x6c74_736b;
+/// Size of one transport's MMIO region.
+pub const REGION_SIZE: u64 = 0x200;
+
+/// Register offsets.
+pub mod reg {
+    pub const MAGIC: u64 = 0x000;
+    pub const VERSION: u64 = 0x004;
+    pub const DEVICE_ID: u64 = 0x008;
+    pub const VENDOR_ID: u64 = 0x00c;
+    pub const DEVICE_FEATURES: u64 = 0x010;
+    pub const DEVICE_FEATURES_SEL: u64 = 0x014;
+    pub const DRIVER_FEATURES: u64 = 0x020;
+    pub const DRIVER_FEATURES_SEL: u64 = 0x024;
+    pub const QUEUE_SEL: u64 = 0x030;
+    pub const QUEUE_NUM_MAX: u64 = 0x034;
+    pub const QUEUE_NUM: u64 = 0x038;
+    pub const QUEUE_READY: u64 = 0x044;
+    pub const QUEUE_NOTIFY: u64 = 0x050;
+    pub const INTERRUPT_STATUS: u64 = 0x060;
+    pub const INTERRUPT_ACK: u64 = 0x064;
+    pub const STATUS: u64 = 0x070;
+    pub const QUEUE_DESC_LOW: u64 = 0x080;
+    pub const QUEUE_DESC_HIGH: u64 = 0x084;
+    pub const QUEUE_DRIVER_LOW: u64 = 0x090;
+    pub const QUEUE_DRIVER_HIGH: u64 = 0x094;
+    pub const QUEUE_DEVICE_LOW: u64 = 0x0a0;
+    pub const QUEUE_DEVICE_HIGH: u64 = 0x0a4;
+    pub const SHM_SEL: u64 = 0x0ac;
+    pub const SHM_LEN_LOW: u64 = 0x0b0;
+    pub const SHM_LEN_HIGH: u64 = 0x0b4;
+    pub const CONFIG_GENERATION: u64 = 0x0fc;
+    pub const CONFIG: u64 = 0x100;
+}
+
+/// InterruptStatus bits.
+pub const INT_USED: u32 = 1;
+pub const INT_CONFIG: u32 = 2;
+
+struct State<D> {
+    dev: D,
+    status: u32,
+    device_features_sel: u32,
+    driver_features_sel: u32,
+    driver_features: u64,
+    queue_sel: u32,
+    queues: Vec<Queue>,
+    interrupt: u32,
+    config_generation: u32,
+    /// The last level driven on the line.
+    line_level: bool,
+    /// Why the device stopped (DEVICE_NEEDS_RESET), for diagnostics.
+    broken: Option<QueueError>,
+}
+
+/// One virtio-mmio transport. See the module documentation.
+pub struct Transport<D> {
+    name: &'static str,
+    /// The interrupt line the guest's device description names.
+    line: u32,
+    state: Mutex<State<D>>,
+}
+
+impl<D: VirtioDevice> Transport<D> {
+    pub fn new(name: &'static str, line: u32, dev: D) -> Transport<D> {
+        let queues = (0..dev.queues()).map(|_| Queue::default()).collect();
+        Transport {
+            name,
+            line,
+            state: Mutex::new(State {
+                dev,
+                status: 0,
+                device_features_sel: 0,
+                driver_features_sel: 0,
+                driver_features: 0,
+                queue_sel: 0,
+                queues,
+                interrupt: 0,
+                config_generation: 0,
+                line_level: false,
+                broken: None,
+            }),
+        }
+    }
+
+    pub fn line(&self) -> u32 {
+        self.line
+    }
+
+    /// Runs `f` on the device with its queues live (status DRIVER_OK and not
+    /// broken), from outside a guest access: host console input, frames from
+    /// another VM. Raises the interrupt if `f` used buffers. Returns `None`
+    /// if the driver has not brought the device up.
+    pub fn with_live<R>(
+        &self,
+        env: &mut dyn DeviceEnv,
+        f: impl FnOnce(&mut D, &mut [Queue], &mut dyn DeviceEnv) -> Result<(R, Work), QueueError>,
+    ) -> Option<R> {
+        let mut st = self.state.lock();
+        if !st.live() {
+            return None;
+        }
+        let st = &mut *st;
+        let r = f(&mut st.dev, &mut st.queues, env);
+        match r {
+            Ok((r, work)) => {
+                self.finish(st, env, Ok(work));
+                Some(r)
+            }
+            Err(e) => {
+                self.finish(st, env, Err(e));
+                None
+            }
+        }
+    }
+
+    /// Runs `f` on the device whatever its state (configuration, stats).
+    pub fn with_device<R>(&self, f: impl FnOnce(&mut D) -> R) -> R {
+        f(&mut self.state.lock().dev)
+    }
+
+    /// Why the device is in DEVICE_NEEDS_RESET, if it is.
+    pub fn broken(&self) -> Option<QueueError> {
+        self.state.lock().broken
+    }
+
+    fn finish(&self, st: &mut State<D>, env: &mut dyn DeviceEnv, r: Result<Work, QueueError>) {
+        match r {
+            Ok(w) => {
+                if w.interrupt {
+                    st.interrupt |= INT_USED;
+                }
+                if w.config_changed {
+                    st.config_generation = st.config_generation.wrapping_add(1);
+                    st.interrupt |= INT_CONFIG;
+                }
+            }
+            Err(e) => {
+                log::warn!(
+                    "{}: malformed virtqueue ({e:?}): device needs reset",
+                    self.name
+                );
+                st.broken = Some(e);
+                st.status |= status::DEVICE_NEEDS_RESET;
+                st.interrupt |= INT_CONFIG;
+            }
+        }
+        self.drive_line(st, env);
+    }
+
+    fn drive_line(&self, st: &mut State<D>, env: &mut dyn DeviceEnv) {
+        let level = st.interrupt != 0;
+        if level != st.line_level {
+            st.line_level = level;
+            env.set_irq(self.line, level);
+        }
+    }
+
+    fn reset(&self, st: &mut State<D>, env: &mut dyn DeviceEnv) {
+        st.dev.reset();
+        st.status = 0;
+        st.device_features_sel = 0;
+        st.driver_features_sel = 0;
+        st.driver_features = 0;
+        st.queue_sel = 0;
+        st.queues.iter_mut().for_each(Queue::reset);
+        st.interrupt = 0;
+        st.broken = None;
+        self.drive_line(st, env);
+    }
+
+    fn offered(st: &State<D>) -> u64 {
+        st.dev.features() | F_VERSION_1
+    }
+
+    fn write_status(&self, st: &mut State<D>, env: &mut dyn DeviceEnv, v: u32) {
+        if v == 0 {
+            self.reset(st, env);
+            return;
+        }
+        let mut v = v & 0xff;
+        // FEATURES_OK only for a subset of what was offered that includes
+        // VERSION_1 (no legacy interface); the driver reads it back.
+        if v & status::FEATURES_OK != 0 && st.status & status::FEATURES_OK == 0 {
+            let f = st.driver_features;
+            if f & !Self::offered(st) != 0 || f & F_VERSION_1 == 0 {
+                v &= !status::FEATURES_OK;
+            } else {
+                st.dev.set_features(f);
+            }
+        }
+        // The device keeps DEVICE_NEEDS_RESET until reset.
+        st.status = v | (st.status & status::DEVICE_NEEDS_RESET);
+    }
+
+    fn queue(st: &mut State<D>) -> Option<&mut Queue> {
+        st.queues.get_mut(st.queue_sel as usize)
+    }
+
+    fn set_queue(st: &mut State<D>, f: impl FnOnce(&mut Queue)) {
+        // Only while the queue is not live (the spec forbids the rest).
+        if let Some(q) = Self::queue(st).filter(|q| !q.ready) {
+            f(q);
+        }
+    }
+
+    fn notify(&self, st: &mut State<D>, env: &mut dyn DeviceEnv, index: u32) {
+        if !st.live() {
+            return;
+        }
+        let i = index as usize;
+        if st.queues.get(i).is_none_or(|q| !q.ready) {
+            return;
+        }
+        let r = st.dev.notify(i, &mut st.queues, env);
+        self.finish(st, env, r);
+    }
+}
+
+impl<D: VirtioDevice> State<D> {
+    fn live(&self) -> bool {
+        self.status & status::DRIVER_OK != 0 && self.status & status::DEVICE_NEEDS_RESET == 0
+    }
+}
+
+fn lo(v: u64) -> u64 {
+    v & 0xffff_ffff
+}
+
+fn with_lo(old: u64, v: u64) -> u64 {
+    (old & !0xffff_ffff) | lo(v)
+}
+
+fn with_hi(old: u64, v: u64) -> u64 {
+    lo(old) | (lo(v) << 32)
+}
+
+impl<D: VirtioDevice> MmioDevice for Transport<D> {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn read(&self, _env: &mut dyn DeviceEnv, off: u64, width: Width) -> Result<u64, MmioError> {
+        let st = self.state.lock();
+        if off >= reg::CONFIG {
+            return config_access(off, width).map(|o| {
+                let mut b = [0u8; 8];
+                let n = width.bytes() as usize;
+                st.dev.read_config(o, &mut b[..n]);
+                u64::from_le_bytes(b)
+            });
+        }
+        if width != Width::Word || !off.is_multiple_of(4) {
+            return Err(MmioError::BadAccess);
+        }
+        let q = st.queues.get(st.queue_sel as usize);
+        let v: u64 = match off {
+            reg::MAGIC => u64::from(MAGIC),
+            reg::VERSION => u64::from(VERSION),
+            reg::DEVICE_ID => u64::from(st.dev.device_id()),
+            reg::VENDOR_ID => u64::from(VENDOR),
+            reg::DEVICE_FEATURES => match st.device_features_sel {
+                0 => lo(Self::offered(&st)),
+                1 => Self::offered(&st) >> 32,
+                _ => 0,
+            },
+            reg::QUEUE_NUM_MAX => q.map_or(0, |_| u64::from(MAX_QUEUE_SIZE)),
+            reg::QUEUE_READY => q.map_or(0, |q| u64::from(q.ready)),
+            reg::INTERRUPT_STATUS => u64::from(st.interrupt),
+            reg::STATUS => u64::from(st.status),
+            reg::QUEUE_NUM => q.map_or(0, |q| u64::from(q.size)),
+            reg::QUEUE_DESC_LOW => q.map_or(0, |q| lo(q.desc)),
+            reg::QUEUE_DESC_HIGH => q.map_or(0, |q| q.desc >> 32),
+            reg::QUEUE_DRIVER_LOW => q.map_or(0, |q| lo(q.avail)),
+            reg::QUEUE_DRIVER_HIGH => q.map_or(0, |q| q.avail >> 32),
+            reg::QUEUE_DEVICE_LOW => q.map_or(0, |q| lo(q.used)),
+            reg::QUEUE_DEVICE_HIGH => q.map_or(0, |q| q.used >> 32),
+            // No shared memory regions: length all ones means "none".
+            reg::SHM_LEN_LOW | reg::SHM_LEN_HIGH => 0xffff_ffff,
+            reg::CONFIG_GENERATION => u64::from(st.config_generation),
+            // Write-only and reserved registers read as zero.
+            _ => 0,
+        };
+        Ok(v)
+    }
+
+    fn write(
+        &self,
+        env: &mut dyn DeviceEnv,
+        off: u64,
+        width: Width,
+        value: u64,
+    ) -> Result<(), MmioError> {
+        let mut guard = self.state.lock();
+        let st = &mut *guard;
+        if off >= reg::CONFIG {
+            let o = config_access(off, width)?;
+            let n = width.bytes() as usize;
+            st.dev.write_config(o, &value.to_le_bytes()[..n]);
+            return Ok(());
+        }
+        if width != Width::Word || !off.is_multiple_of(4) {
+            return Err(MmioError::BadAccess);
+        }
+        let v = lo(value);
+        match off {
+            reg::DEVICE_FEATURES_SEL => st.device_features_sel = v as u32,
+            reg::DRIVER_FEATURES_SEL => st.driver_features_sel = v as u32,
+            // Features are fixed once FEATURES_OK is set.
+            reg::DRIVER_FEATURES if st.status & status::FEATURES_OK == 0 => {
+                match st.driver_features_sel {
+                    0 => st.driver_features = with_lo(st.driver_features, v),
+                    1 => st.driver_features = with_hi(st.driver_features, v),
+                    _ => {}
+                }
+            }
+            reg::QUEUE_SEL => st.queue_sel = v as u32,
+            reg::QUEUE_NUM => Self::set_queue(st, |q| q.size = v as u16),
+            reg::QUEUE_DESC_LOW => Self::set_queue(st, |q| q.desc = with_lo(q.desc, v)),
+            reg::QUEUE_DESC_HIGH => Self::set_queue(st, |q| q.desc = with_hi(q.desc, v)),
+            reg::QUEUE_DRIVER_LOW => Self::set_queue(st, |q| q.avail = with_lo(q.avail, v)),
+            reg::QUEUE_DRIVER_HIGH => Self::set_queue(st, |q| q.avail = with_hi(q.avail, v)),
+            reg::QUEUE_DEVICE_LOW => Self::set_queue(st, |q| q.used = with_lo(q.used, v)),
+            reg::QUEUE_DEVICE_HIGH => Self::set_queue(st, |q| q.used = with_hi(q.used, v)),
+            reg::QUEUE_READY => {
+                if let Some(q) = Self::queue(st) {
+                    if v == 0 {
+                        q.reset();
+                    } else if q.valid() && v == 1 {
+                        // A configuration that cannot work stays not ready;
+                        // the driver reads QueueReady back.
+                        q.ready = true;
+                    }
+                }
+            }
+            reg::QUEUE_NOTIFY => self.notify(st, env, v as u32),
+            reg::INTERRUPT_ACK => {
+                st.interrupt &= !(v as u32);
+                self.drive_line(st, env);
+            }
+            reg::STATUS => self.write_status(st, env, v as u32),
+            reg::SHM_SEL => {}
+            // Read-only and reserved registers ignore writes.
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+/// The offset into the device configuration space of an access at `off`,
+/// if its width and alignment are allowed (1, 2, 4 or 8 bytes, naturally
+/// aligned, within the region).
+fn config_access(off: u64, width: Width) -> Result<u64, MmioError> {
+    let n = width.bytes();
+    if !off.is_multiple_of(n) || off + n > REGION_SIZE {
+        return Err(MmioError::BadAccess);
+    }
+    Ok(off - reg::CONFIG)
+}
+
+#[cfg(test)]
+pub(crate) mod tests;
