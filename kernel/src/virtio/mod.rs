@@ -10,6 +10,7 @@
 pub mod block;
 pub mod console;
 pub mod mmio;
+pub mod net;
 pub mod queue;
 
 use crate::vdev::bus::DeviceEnv;
