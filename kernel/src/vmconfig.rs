@@ -19,7 +19,8 @@ use alloc::vec::Vec;
 use core::fmt;
 
 use kestrel_abi::package::{
-    Affinity, ConsoleKind, Field, GuestKind, Package, PackageError, Problem, VmError, VmRecord,
+    Affinity, ConsoleKind, Devices, Field, GuestKind, Package, PackageError, Problem, VmError,
+    VmRecord,
 };
 
 use crate::board::Arch;
@@ -88,6 +89,10 @@ pub struct VmSpec<'a> {
     /// Where the DTB is copied (x0 at entry on arm64).
     pub dtb_gpa: u64,
     pub cmdline: &'a str,
+    /// A virtio console (`hvc0`) beside the UART.
+    pub virtio_console: bool,
+    /// Disks and network ports, in config order.
+    pub devices: Devices<'a>,
 }
 
 impl<'a> VmSpec<'a> {
@@ -115,6 +120,8 @@ impl<'a> VmSpec<'a> {
             dtb: rec.dtb.map_or(DtbSource::Generate, DtbSource::Provided),
             dtb_gpa: ram_base + l.dtb,
             cmdline: rec.cmdline,
+            virtio_console: rec.virtio_console,
+            devices: rec.devices,
         }
     }
 

@@ -6,7 +6,7 @@
 //! hypervisor reads it in place with [`Package`], which never panics and
 //! never trusts a number it has not checked against the buffer.
 //!
-//! # Format (version 1, all integers little-endian)
+//! # Format (version 2, all integers little-endian)
 //!
 //! ```text
 //! offset  size                 what
@@ -53,9 +53,22 @@
 //! | 120 | u64 | kernel load offset from the start of guest RAM (2 MiB-aligned + text_offset) |
 //! | 128 | u64 | entry point, offset from the kernel load address |
 //! | 136 | u64 | kernel footprint: bytes the kernel occupies once running (>= its length) |
-//! | 144 | u32 | CRC-32 of this VM's blobs (kernel, initrd, DTB, command line, in that order) |
+//! | 144 | u32 | CRC-32 of this VM's blobs (kernel, initrd, DTB, command line, device table, in that order) |
 //! | 148 | u32 | CRC-32 of the 256 record bytes with this field taken as 0 |
-//! | 152 | 104 bytes | reserved, 0 |
+//! | 152 | 2 x u64 | device table blob (offset, length); (0, 0) = no devices |
+//! | 168 | 88 bytes | reserved, 0 |
+//!
+//! Device table: [`DEVICE_SIZE`]-byte entries, at most [`MAX_DEVICES`]:
+//!
+//! | off | type | field |
+//! |-----|------|-------|
+//! | 0 | u8 | kind: [`DEV_DISK`] or [`DEV_NET`] |
+//! | 1 | u8 | flags: disk [`DISK_READ_ONLY`]; net [`NET_MAC`] (the MAC field is set) |
+//! | 2 | `[u8; 6]` | net: MAC address (unicast); disk: 0 |
+//! | 8 | 2 x u64 | disk: image blob (offset, length), 4 KiB-aligned, whole 512-byte sectors; net: 0 |
+//! | 24 | `[u8; 32]` | net: network name (`[a-z0-9_-]{1,32}`, NUL-padded); disk: 0 |
+//! | 56 | u32 | disk: CRC-32 of the image; net: 0 |
+//! | 60 | 4 bytes | reserved, 0 |
 //!
 //! Offsets are from the start of the package. Blobs lie after the record
 //! table and inside the package; kernel, initrd and DTB start on a 4 KiB
@@ -82,7 +95,7 @@ use core::fmt;
 /// The magic at offset 0.
 pub const MAGIC: [u8; 8] = *b"KSTRLPKG";
 /// The format version this module reads and writes.
-pub const VERSION: u16 = 1;
+pub const VERSION: u16 = 2;
 /// Size of the header in bytes.
 pub const HEADER_SIZE: usize = 64;
 /// Size of one VM record in bytes.
@@ -104,8 +117,23 @@ pub const MEMORY_ALIGN: u64 = 2 << 20;
 pub const DTB_SLOT: u64 = 2 << 20;
 /// Record flag: pinned affinity.
 pub const FLAG_PINNED: u32 = 1 << 0;
+/// Record flag: the VM also gets a virtio console (`hvc0`) beside its UART.
+pub const FLAG_VIRTIO_CONSOLE: u32 = 1 << 1;
 /// Every record flag this version defines.
-pub const FLAGS_KNOWN: u32 = FLAG_PINNED;
+pub const FLAGS_KNOWN: u32 = FLAG_PINNED | FLAG_VIRTIO_CONSOLE;
+/// Size of one device table entry.
+pub const DEVICE_SIZE: usize = 64;
+/// Most devices (disks and network ports) one VM may have.
+pub const MAX_DEVICES: usize = 8;
+/// Disk images are whole sectors of this size.
+pub const SECTOR_SIZE: u64 = 512;
+/// Device kinds.
+pub const DEV_DISK: u8 = 1;
+pub const DEV_NET: u8 = 2;
+/// Disk flag: the VM may not write it.
+pub const DISK_READ_ONLY: u8 = 1 << 0;
+/// Net flag: the entry names a MAC (else kestrel derives one).
+pub const NET_MAC: u8 = 1 << 0;
 
 /// FP/SIMD switching policy for the whole hypervisor.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -316,6 +344,10 @@ pub enum Field {
     KernelFootprint,
     Data,
     Reserved,
+    /// The device table, or a disk / network entry in it.
+    Devices,
+    Disk,
+    Net,
 }
 
 impl Field {
@@ -339,6 +371,9 @@ impl Field {
             Field::KernelFootprint => "kernel footprint",
             Field::Data => "data",
             Field::Reserved => "reserved bytes",
+            Field::Devices => "devices",
+            Field::Disk => "disk",
+            Field::Net => "net",
         }
     }
 }
@@ -560,6 +595,48 @@ pub struct VmRecord<'a> {
     pub kernel_footprint: u64,
     /// Where the images go in guest RAM.
     pub layout: GuestLayout,
+    /// A virtio console beside the UART.
+    pub virtio_console: bool,
+    /// Disks and network ports, in config order.
+    pub devices: Devices<'a>,
+}
+
+/// One device of a VM, validated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Device<'a> {
+    Disk {
+        image: &'a [u8],
+        read_only: bool,
+    },
+    Net {
+        network: &'a str,
+        /// `None`: kestrel derives one from the network and VM names.
+        mac: Option<[u8; 6]>,
+    },
+}
+
+/// A VM's devices (at most [`MAX_DEVICES`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Devices<'a> {
+    list: [Option<Device<'a>>; MAX_DEVICES],
+}
+
+impl<'a> Devices<'a> {
+    pub const NONE: Devices<'static> = Devices {
+        list: [None; MAX_DEVICES],
+    };
+
+    pub fn iter(&self) -> impl Iterator<Item = Device<'a>> + '_ {
+        self.list.iter().flatten().copied()
+    }
+
+    pub fn len(&self) -> usize {
+        self.iter().count()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.list[0].is_none()
+    }
 }
 
 fn le16(b: &[u8], off: usize) -> u16 {
@@ -592,6 +669,10 @@ fn crc_skipping(bytes: &[u8], skip: usize) -> u32 {
     let c = crc32_update(0, a);
     let c = crc32_update(c, &[0u8; 4][..rest.len().min(4)]);
     crc32_update(c, rest.get(4..).unwrap_or(&[]))
+}
+
+fn mac_u64(m: [u8; 6]) -> u64 {
+    m.iter().fold(0, |a, &b| (a << 8) | u64::from(b))
 }
 
 /// `name` if it is 1..=32 bytes of `[a-z0-9_-]`, NUL-padded.
@@ -629,7 +710,17 @@ const R_ENTRY: usize = 128;
 const R_FOOTPRINT: usize = 136;
 const R_DATA_CRC: usize = 144;
 const R_RECORD_CRC: usize = 148;
-const R_RESERVED: usize = 152;
+const R_DEVICES: usize = 152;
+const R_RESERVED: usize = 168;
+
+// Device entry field offsets.
+const D_KIND: usize = 0;
+const D_FLAGS: usize = 1;
+const D_MAC: usize = 2;
+const D_BLOB: usize = 8;
+const D_NETWORK: usize = 24;
+const D_CRC: usize = 56;
+const D_RESERVED: usize = 60;
 
 // Header field offsets.
 const H_VERSION: usize = 8;
@@ -851,43 +942,22 @@ impl<'a> Package<'a> {
             ));
         }
 
-        let area = blob_area_start(self.vm_count);
-        let limit = self.buf.len() as u64;
-        let blob = |field: Field, off: usize, aligned: bool| -> Result<Option<&'a [u8]>, VmError> {
-            let (offset, len) = (le64(rec, off), le64(rec, off + 8));
-            if len == 0 {
-                return if offset == 0 {
-                    Ok(None)
-                } else {
-                    Err(err(field, Problem::NonZero))
-                };
-            }
-            if aligned && !offset.is_multiple_of(BLOB_ALIGN) {
-                return Err(err(
-                    field,
-                    Problem::Misaligned {
-                        value: offset,
-                        align: BLOB_ALIGN,
-                    },
-                ));
-            }
-            let oob = err(field, Problem::OutOfBounds { offset, len, limit });
-            let end = offset.checked_add(len).ok_or(oob)?;
-            if offset < area || end > limit {
-                return Err(oob);
-            }
-            // Both bounds are <= buf.len(), so they fit usize.
-            Ok(self.buf.get(offset as usize..end as usize))
+        let blob = |field: Field, off: usize, aligned: bool| {
+            self.blob_at(rec, off, aligned).map_err(|p| err(field, p))
         };
         let kernel =
             blob(Field::Kernel, R_KERNEL, true)?.ok_or(err(Field::Kernel, Problem::Zero))?;
         let initrd = blob(Field::Initrd, R_INITRD, true)?;
         let dtb = blob(Field::Dtb, R_DTB, true)?;
         let cmdline_bytes = blob(Field::Cmdline, R_CMDLINE, false)?.unwrap_or(&[]);
+        let device_table = blob(Field::Devices, R_DEVICES, false)?;
 
         let stored = le32(rec, R_DATA_CRC);
         let mut computed = crc32_update(0, kernel);
-        for b in [initrd, dtb, Some(cmdline_bytes)].into_iter().flatten() {
+        for b in [initrd, dtb, Some(cmdline_bytes), device_table]
+            .into_iter()
+            .flatten()
+        {
             computed = crc32_update(computed, b);
         }
         if stored != computed {
@@ -946,6 +1016,7 @@ impl<'a> Package<'a> {
             initrd.map_or(0, |i| i.len() as u64),
         )
         .map_err(|p| err(Field::Memory, p))?;
+        let devices = self.devices(device_table, &err)?;
 
         Ok(VmRecord {
             index,
@@ -963,7 +1034,141 @@ impl<'a> Package<'a> {
             entry_offset,
             kernel_footprint,
             layout,
+            virtio_console: flags & FLAG_VIRTIO_CONSOLE != 0,
+            devices,
         })
+    }
+
+    /// The blob `(offset, length)` stored at `at` in `bytes`, checked to lie
+    /// in the blob area; `None` for (0, 0).
+    fn blob_at(&self, bytes: &[u8], at: usize, aligned: bool) -> Result<Option<&'a [u8]>, Problem> {
+        let (offset, len) = (le64(bytes, at), le64(bytes, at + 8));
+        if len == 0 {
+            return if offset == 0 {
+                Ok(None)
+            } else {
+                Err(Problem::NonZero)
+            };
+        }
+        if aligned && !offset.is_multiple_of(BLOB_ALIGN) {
+            return Err(Problem::Misaligned {
+                value: offset,
+                align: BLOB_ALIGN,
+            });
+        }
+        let limit = self.buf.len() as u64;
+        let oob = Problem::OutOfBounds { offset, len, limit };
+        let end = offset.checked_add(len).ok_or(oob)?;
+        if offset < blob_area_start(self.vm_count) || end > limit {
+            return Err(oob);
+        }
+        // Both bounds are <= buf.len(), so they fit usize.
+        Ok(self.buf.get(offset as usize..end as usize))
+    }
+
+    /// The record's device table, every entry checked.
+    fn devices(
+        &self,
+        table: Option<&'a [u8]>,
+        err: &dyn Fn(Field, Problem) -> VmError,
+    ) -> Result<Devices<'a>, VmError> {
+        let mut out = Devices {
+            list: [None; MAX_DEVICES],
+        };
+        let Some(table) = table else {
+            return Ok(out);
+        };
+        if !table.len().is_multiple_of(DEVICE_SIZE) {
+            return Err(err(
+                Field::Devices,
+                Problem::Misaligned {
+                    value: table.len() as u64,
+                    align: DEVICE_SIZE as u64,
+                },
+            ));
+        }
+        let n = table.len() / DEVICE_SIZE;
+        if n > MAX_DEVICES {
+            return Err(err(
+                Field::Devices,
+                Problem::TooLarge {
+                    value: n as u64,
+                    max: MAX_DEVICES as u64,
+                },
+            ));
+        }
+        for (i, e) in table.chunks_exact(DEVICE_SIZE).enumerate() {
+            if e[D_RESERVED..].iter().any(|&b| b != 0) {
+                return Err(err(Field::Devices, Problem::NonZero));
+            }
+            let flags = e[D_FLAGS];
+            let dev = match e[D_KIND] {
+                DEV_DISK => {
+                    let f = Field::Disk;
+                    if flags & !DISK_READ_ONLY != 0
+                        || e[D_MAC..D_BLOB].iter().any(|&b| b != 0)
+                        || e[D_NETWORK..D_CRC].iter().any(|&b| b != 0)
+                    {
+                        return Err(err(f, Problem::NonZero));
+                    }
+                    let image = self
+                        .blob_at(e, D_BLOB, true)
+                        .map_err(|p| err(f, p))?
+                        .ok_or(err(f, Problem::Zero))?;
+                    if !(image.len() as u64).is_multiple_of(SECTOR_SIZE) {
+                        return Err(err(
+                            f,
+                            Problem::Misaligned {
+                                value: image.len() as u64,
+                                align: SECTOR_SIZE,
+                            },
+                        ));
+                    }
+                    let (stored, computed) = (le32(e, D_CRC), crc32(image));
+                    if stored != computed {
+                        return Err(err(f, Problem::Checksum { stored, computed }));
+                    }
+                    Device::Disk {
+                        image,
+                        read_only: flags & DISK_READ_ONLY != 0,
+                    }
+                }
+                DEV_NET => {
+                    let f = Field::Net;
+                    if flags & !NET_MAC != 0
+                        || e[D_BLOB..D_NETWORK].iter().any(|&b| b != 0)
+                        || le32(e, D_CRC) != 0
+                    {
+                        return Err(err(f, Problem::NonZero));
+                    }
+                    let raw: &[u8; NAME_LEN] = e[D_NETWORK..D_CRC]
+                        .try_into()
+                        .map_err(|_| err(f, Problem::BadText))?;
+                    let network = parse_name(raw).ok_or(err(f, Problem::BadText))?;
+                    let mut mac = [0u8; 6];
+                    mac.copy_from_slice(&e[D_MAC..D_BLOB]);
+                    let mac = if flags & NET_MAC != 0 {
+                        if mac[0] & 1 != 0 || mac == [0; 6] {
+                            return Err(err(
+                                f,
+                                Problem::Unknown {
+                                    value: mac_u64(mac),
+                                },
+                            ));
+                        }
+                        Some(mac)
+                    } else if mac != [0; 6] {
+                        return Err(err(f, Problem::NonZero));
+                    } else {
+                        None
+                    };
+                    Device::Net { network, mac }
+                }
+                k => return Err(err(Field::Devices, Problem::Unknown { value: k.into() })),
+            };
+            out.list[i] = Some(dev);
+        }
+        Ok(out)
     }
 
     /// Every VM in order, each validated on its own.
@@ -998,6 +1203,10 @@ mod writer {
         pub entry_offset: u64,
         /// 0 = the kernel's length.
         pub kernel_footprint: u64,
+        /// A virtio console beside the UART.
+        pub virtio_console: bool,
+        /// Disks and network ports (at most [`MAX_DEVICES`]).
+        pub devices: &'a [Device<'a>],
     }
 
     /// Builds a package. It does not validate VM contents beyond what it
@@ -1045,7 +1254,10 @@ mod writer {
                 put(&mut rec, R_VCPUS, &vm.vcpus.to_le_bytes());
                 rec[R_KIND] = vm.kind as u8;
                 rec[R_CONSOLE] = vm.console as u8;
-                let flags = if vm.affinity.pinned { FLAG_PINNED } else { 0 };
+                let mut flags = if vm.affinity.pinned { FLAG_PINNED } else { 0 };
+                if vm.virtio_console {
+                    flags |= FLAG_VIRTIO_CONSOLE;
+                }
                 put(&mut rec, R_FLAGS, &flags.to_le_bytes());
                 let mut crc = 0;
                 for (field, data, aligned) in [
@@ -1064,6 +1276,38 @@ mod writer {
                     put(&mut rec, field + 8, &(data.len() as u64).to_le_bytes());
                     out.extend_from_slice(data);
                     crc = crc32_update(crc, data);
+                }
+                assert!(vm.devices.len() <= MAX_DEVICES, "too many devices");
+                let mut table = Vec::new();
+                for d in vm.devices {
+                    let mut e = [0u8; DEVICE_SIZE];
+                    match *d {
+                        Device::Disk { image, read_only } => {
+                            e[D_KIND] = DEV_DISK;
+                            e[D_FLAGS] = if read_only { DISK_READ_ONLY } else { 0 };
+                            align_vec(&mut out);
+                            put(&mut e, D_BLOB, &(out.len() as u64).to_le_bytes());
+                            put(&mut e, D_BLOB + 8, &(image.len() as u64).to_le_bytes());
+                            put(&mut e, D_CRC, &crc32(image).to_le_bytes());
+                            out.extend_from_slice(image);
+                        }
+                        Device::Net { network, mac } => {
+                            e[D_KIND] = DEV_NET;
+                            assert!(network.len() <= NAME_LEN, "network name too long");
+                            put(&mut e, D_NETWORK, network.as_bytes());
+                            if let Some(m) = mac {
+                                e[D_FLAGS] = NET_MAC;
+                                put(&mut e, D_MAC, &m);
+                            }
+                        }
+                    }
+                    table.extend_from_slice(&e);
+                }
+                if !table.is_empty() {
+                    put(&mut rec, R_DEVICES, &(out.len() as u64).to_le_bytes());
+                    put(&mut rec, R_DEVICES + 8, &(table.len() as u64).to_le_bytes());
+                    out.extend_from_slice(&table);
+                    crc = crc32_update(crc, &table);
                 }
                 put(&mut rec, R_LOAD, &vm.load_offset.to_le_bytes());
                 put(&mut rec, R_ENTRY, &vm.entry_offset.to_le_bytes());
@@ -1137,6 +1381,7 @@ pub mod offsets {
     pub const FOOTPRINT: usize = super::R_FOOTPRINT;
     pub const DATA_CRC: usize = super::R_DATA_CRC;
     pub const RECORD_CRC: usize = super::R_RECORD_CRC;
+    pub const DEVICES: usize = super::R_DEVICES;
     /// Header: number of VMs (u16).
     pub const H_COUNT: usize = super::H_COUNT;
     /// Header: total size (u64).

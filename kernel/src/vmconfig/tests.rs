@@ -23,6 +23,8 @@ fn input<'a>(name: &'a str, kernel: &'a [u8]) -> VmInput<'a> {
         load_offset: 0,
         entry_offset: 0,
         kernel_footprint: 0,
+        virtio_console: false,
+        devices: &[],
     }
 }
 

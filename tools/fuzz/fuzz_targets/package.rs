@@ -103,6 +103,8 @@ fn round_trip(u: &mut Unstructured) -> arbitrary::Result<()> {
             load_offset: v.load_offset % (64 << 20),
             entry_offset: v.entry_offset % (u64::from(v.kernel_len) + 2),
             kernel_footprint: u64::from(v.footprint % (8 << 20)),
+            virtio_console: false,
+            devices: &[],
         })
         .collect();
     let mut w = Writer::new(settings);
@@ -191,6 +193,8 @@ fuzz_target!(|data: &[u8]| {
                     load_offset: 0,
                     entry_offset: 0,
                     kernel_footprint: 0,
+                    virtio_console: false,
+                    devices: &[],
                 });
             }
             let mut bytes = w.finish();

@@ -116,6 +116,8 @@ fuzz_target!(|data: &[u8]| {
             load_offset: load & !0xfff,
             entry_offset: 0,
             kernel_footprint: 0,
+            virtio_console: false,
+            devices: &[],
         });
     }
     check(&w.finish(), host);

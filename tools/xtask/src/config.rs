@@ -534,6 +534,8 @@ pub fn pack(cfg: &Config) -> Vec<u8> {
             load_offset: v.load_offset,
             entry_offset: v.entry_offset,
             kernel_footprint: v.kernel_footprint,
+            virtio_console: false,
+            devices: &[],
         });
     }
     w.finish()

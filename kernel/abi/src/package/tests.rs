@@ -33,6 +33,8 @@ fn vm<'a>(name: &'a str, k: &'a [u8]) -> VmInput<'a> {
         load_offset: 0,
         entry_offset: 0,
         kernel_footprint: 0,
+        virtio_console: false,
+        devices: &[],
     }
 }
 
@@ -190,10 +192,10 @@ fn header_corruption_refuses_the_whole_package() {
     assert_eq!(header_err(&b), PackageError::BadMagic);
 
     let mut b = good.clone();
-    b[8] = 2;
+    b[8] = 1;
     assert_eq!(
         header_err(&b),
-        PackageError::UnsupportedVersion { found: 2 }
+        PackageError::UnsupportedVersion { found: 1 }
     );
 
     let mut b = good.clone();
@@ -465,5 +467,182 @@ fn hostile_bytes_never_panic() {
             }
             let _ = pkg.vm(usize::MAX);
         }
+    }
+}
+
+/// One VM with `devices`.
+fn with_devices(devices: &[Device<'_>]) -> Vec<u8> {
+    let k = kernel(4096, 5);
+    let mut w = Writer::new(HypervisorSettings::default());
+    w.vms.push(VmInput {
+        devices,
+        virtio_console: true,
+        ..vm("dev", &k)
+    });
+    w.finish()
+}
+
+fn get64(b: &[u8], off: usize) -> u64 {
+    u64::from_le_bytes(b[off..off + 8].try_into().unwrap())
+}
+
+/// Applies `f` to VM 0's device table, then rewrites its data CRC and
+/// reseals, so only the table's content is wrong.
+fn patch_table(mut b: Vec<u8>, f: impl FnOnce(&mut [u8])) -> Vec<u8> {
+    let rec = HEADER_SIZE;
+    let (t, n) = (
+        get64(&b, rec + offsets::DEVICES) as usize,
+        get64(&b, rec + offsets::DEVICES + 8) as usize,
+    );
+    f(&mut b[t..t + n]);
+    let mut crc = 0;
+    for field in [
+        offsets::KERNEL,
+        offsets::INITRD,
+        offsets::DTB,
+        offsets::CMDLINE,
+        offsets::DEVICES,
+    ] {
+        let (o, l) = (
+            get64(&b, rec + field) as usize,
+            get64(&b, rec + field + 8) as usize,
+        );
+        crc = crc32_update(crc, &b[o..o + l]);
+    }
+    b[rec + offsets::DATA_CRC..rec + offsets::DATA_CRC + 4].copy_from_slice(&crc.to_le_bytes());
+    reseal(&mut b);
+    b
+}
+
+#[test]
+fn devices_round_trip() {
+    let disk0: Vec<u8> = (0..4096u32).map(|i| i as u8).collect();
+    let disk1 = vec![0xeeu8; 1024];
+    let devs = [
+        Device::Disk {
+            image: &disk0,
+            read_only: false,
+        },
+        Device::Net {
+            network: "lan",
+            mac: Some([0x02, 1, 2, 3, 4, 5]),
+        },
+        Device::Disk {
+            image: &disk1,
+            read_only: true,
+        },
+        Device::Net {
+            network: "lan-2",
+            mac: None,
+        },
+    ];
+    let b = with_devices(&devs);
+    let pkg = Package::parse(&b).unwrap();
+    let r = pkg.vm(0).unwrap();
+    assert!(r.virtio_console);
+    let got: Vec<Device<'_>> = r.devices.iter().collect();
+    assert_eq!(got, devs);
+    assert_eq!(r.devices.len(), 4);
+    // Disk images are 4 KiB-aligned in the package.
+    for d in r.devices.iter() {
+        if let Device::Disk { image, .. } = d {
+            assert_eq!((image.as_ptr() as usize - b.as_ptr() as usize) % 4096, 0);
+        }
+    }
+    let none = with_devices(&[]);
+    let r = Package::parse(&none).unwrap().vm(0).unwrap();
+    assert!(r.devices.is_empty());
+    assert_eq!(get64(&none, HEADER_SIZE + offsets::DEVICES + 8), 0);
+}
+
+#[test]
+fn bad_device_entries_name_the_device_field() {
+    let disk = vec![1u8; 1024];
+    let base = || {
+        with_devices(&[
+            Device::Disk {
+                image: &disk,
+                read_only: false,
+            },
+            Device::Net {
+                network: "lan",
+                mac: None,
+            },
+        ])
+    };
+    type Patch = fn(&mut [u8]);
+    let cases: &[(&str, Patch, Field)] = &[
+        ("unknown kind", |t| t[0] = 9, Field::Devices),
+        ("reserved bytes", |t| t[63] = 1, Field::Devices),
+        ("unknown disk flag", |t| t[1] = 0x80, Field::Disk),
+        ("disk with a MAC", |t| t[2] = 1, Field::Disk),
+        ("disk of no bytes", |t| t[16..24].fill(0), Field::Disk),
+        ("disk not whole sectors", |t| t[16] = 0xff, Field::Disk),
+        (
+            "disk outside the package",
+            |t| t[8..16].copy_from_slice(&(1u64 << 40).to_le_bytes()),
+            Field::Disk,
+        ),
+        ("disk misaligned", |t| t[8] = 8, Field::Disk),
+        ("disk corrupt", |t| t[56] ^= 1, Field::Disk),
+        ("network name bad", |t| t[64 + 24] = b'A', Field::Net),
+        (
+            "network name empty",
+            |t| t[64 + 24..64 + 56].fill(0),
+            Field::Net,
+        ),
+        ("MAC without its flag", |t| t[64 + 2] = 2, Field::Net),
+        (
+            "multicast MAC",
+            |t| {
+                t[64 + 1] = NET_MAC;
+                t[64 + 2] = 1;
+            },
+            Field::Net,
+        ),
+        ("zero MAC", |t| t[64 + 1] = NET_MAC, Field::Net),
+        ("net with a blob", |t| t[64 + 8] = 1, Field::Net),
+    ];
+    for (name, f, field) in cases {
+        let b = patch_table(base(), *f);
+        let e = Package::parse(&b).unwrap().vm(0).unwrap_err();
+        assert_eq!(e.field, *field, "{name}: {e}");
+        assert!(e.to_string().contains(field.name()), "{name}: {e}");
+    }
+    // The patching itself leaves a good package alone.
+    assert!(Package::parse(&patch_table(base(), |_| {}))
+        .unwrap()
+        .vm(0)
+        .is_ok());
+    // A table whose bytes changed without the data CRC: refused as data.
+    let mut b = base();
+    let t = get64(&b, HEADER_SIZE + offsets::DEVICES) as usize;
+    b[t + 64 + 25] = b'x';
+    let e = Package::parse(&b).unwrap().vm(0).unwrap_err();
+    assert_eq!(e.field, Field::Data);
+}
+
+#[test]
+fn device_table_size_limits() {
+    let disk = vec![0u8; 512];
+    let nine: Vec<Device<'_>> = (0..MAX_DEVICES)
+        .map(|_| Device::Disk {
+            image: &disk,
+            read_only: true,
+        })
+        .collect();
+    assert!(Package::parse(&with_devices(&nine)).unwrap().vm(0).is_ok());
+    // A table length that is not whole entries, or too many entries.
+    for len in [
+        (DEVICE_SIZE - 1) as u64,
+        ((MAX_DEVICES + 1) * DEVICE_SIZE) as u64,
+    ] {
+        let mut b = with_devices(&nine);
+        let rec = HEADER_SIZE;
+        b[rec + offsets::DEVICES + 8..rec + offsets::DEVICES + 16]
+            .copy_from_slice(&len.to_le_bytes());
+        reseal(&mut b);
+        let e = Package::parse(&b).unwrap().vm(0).unwrap_err();
+        assert!(matches!(e.field, Field::Devices | Field::Data), "{e}");
     }
 }
