@@ -25,6 +25,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use kestrel_abi::image::{Arm64Image, Elf, EM_AARCH64, ET_EXEC};
+
 /// The meta package that names the current cloud kernel.
 const KERNEL_META: &str = "linux-image-cloud-arm64";
 /// The static busybox.
@@ -822,18 +824,9 @@ fn extract_member(deb: &Path, member: &str, dest: &Path) -> Result<(), String> {
 /// An uncompressed arm64 Linux `Image`: magic `ARM\x64` at 0x38.
 pub fn check_arm64_image(path: &Path) -> Result<(), String> {
     let data = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    if data.len() < 0x40 || &data[0x38..0x3c] != b"ARM\x64" {
-        return Err(format!(
-            "{}: not an uncompressed arm64 Image (no magic ARM\\x64 at 0x38{})",
-            path.display(),
-            if data.starts_with(&[0x1f, 0x8b]) {
-                "; it is gzip-compressed: gunzip it"
-            } else {
-                ""
-            }
-        ));
-    }
-    Ok(())
+    Arm64Image::parse(&data)
+        .map(|_| ())
+        .map_err(|e| format!("{}: not an uncompressed arm64 Image ({e})", path.display()))
 }
 
 /// A 64-bit little-endian aarch64 ELF executable without a program
@@ -841,29 +834,21 @@ pub fn check_arm64_image(path: &Path) -> Result<(), String> {
 pub fn check_static_aarch64_elf(path: &Path) -> Result<(), String> {
     let d = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let bad = |why: &str| Err(format!("{}: {why}", path.display()));
-    if d.len() < 64 || &d[..4] != b"\x7fELF" {
-        return bad("not an ELF file");
+    let elf = match Elf::parse(&d) {
+        Ok(elf) => elf,
+        Err(e) => return bad(&e.to_string()),
+    };
+    if elf.machine() != EM_AARCH64 {
+        return bad(&format!(
+            "e_machine {} is not aarch64 ({EM_AARCH64})",
+            elf.machine()
+        ));
     }
-    if d[4] != 2 || d[5] != 1 {
-        return bad("not a 64-bit little-endian ELF");
-    }
-    let u16_at = |o: usize| u16::from_le_bytes([d[o], d[o + 1]]);
-    let u64_at = |o: usize| u64::from_le_bytes(d[o..o + 8].try_into().unwrap());
-    if u16_at(0x12) != 183 {
-        return bad(&format!("e_machine {} is not aarch64 (183)", u16_at(0x12)));
-    }
-    if u16_at(0x10) != 2 {
+    if elf.kind() != ET_EXEC {
         return bad("not an executable (ET_EXEC)");
     }
-    let (phoff, phentsize, phnum) = (u64_at(0x20) as usize, u16_at(0x36) as usize, u16_at(0x38));
-    for i in 0..phnum as usize {
-        let o = phoff + i * phentsize;
-        if o + 4 > d.len() {
-            return bad("truncated program headers");
-        }
-        if u32::from_le_bytes(d[o..o + 4].try_into().unwrap()) == 3 {
-            return bad("dynamically linked (has PT_INTERP): need a static busybox");
-        }
+    if elf.has_interpreter() {
+        return bad("dynamically linked (has PT_INTERP): need a static busybox");
     }
     Ok(())
 }

@@ -242,7 +242,8 @@ pub fn build_image_with(
             if !status.success() {
                 return Err("llvm-objcopy failed".into());
             }
-            check_arm64_image(&image)?;
+            // Boot loaders refuse an image without a Linux `Image` header.
+            assets::check_arm64_image(&image)?;
             std::fs::copy(&elf, out_dir.join("kestrel.elf")).map_err(|e| e.to_string())?;
             Ok(image)
         }
@@ -252,19 +253,6 @@ pub fn build_image_with(
             Ok(out)
         }
     }
-}
-
-/// Refuses an arm64 image whose Linux `Image` header is missing or wrong,
-/// since boot loaders would refuse it too.
-fn check_arm64_image(path: &Path) -> Result<(), String> {
-    let data = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    if data.len() < 64 || &data[0x38..0x3c] != b"ARM\x64" {
-        return Err(format!(
-            "{}: no arm64 Image header (magic ARM\\x64 at 0x38)",
-            path.display()
-        ));
-    }
-    Ok(())
 }
 
 /// The ELF with symbols, for gdb and the FP check.
