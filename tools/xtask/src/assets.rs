@@ -131,11 +131,7 @@ pub fn command(cmd: &str, args: &[String]) -> Result<(), String> {
     println!("{}", a.image.display());
     println!("{}", a.initramfs.display());
     if test {
-        let (passed, failed) = crate::vmtests_linux::run_bare_cases(&a);
-        println!("{passed} passed, {failed} failed");
-        if failed > 0 {
-            return Err(format!("{failed} bare-QEMU Linux case(s) failed"));
-        }
+        crate::vmtests_linux::run_bare(a)?;
     }
     Ok(())
 }

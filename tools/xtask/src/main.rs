@@ -5,8 +5,8 @@
 //!                     [--config FILE]                    ... with the VMs of FILE packed in (docs/config.md)
 //! cargo xtask run     [--arch A] [--smp N] [--gic 2|3] [--append ARGS]   boot it under QEMU
 //! cargo xtask debug   [--arch A] [--smp N] [--gic 2|3]   QEMU waiting for gdb on :1234
-//! cargo xtask smoke                                      QEMU smoke tests on both architectures
-//! cargo xtask vmtest  [--case NAME] [--list]             LoongArch test guest under kestrel (docs/test-guest-loongarch.md)
+//! cargo xtask smoke   [--case NAME] [--list]             QEMU smoke tests on both architectures
+//! cargo xtask vmtest  [--arch A] [--case NAME] [--list]  the test guests as VMs under kestrel (docs/test-guest*.md)
 //! cargo xtask check-fp                                   prove no FP/SIMD register is used
 //! ```
 
@@ -17,6 +17,7 @@ mod config;
 mod qemu;
 mod share;
 mod smoke;
+mod suite;
 mod vmtests_arm64;
 mod vmtests_la64;
 mod vmtests_linux;
@@ -283,7 +284,7 @@ fn run() -> Result<(), String> {
             let image = build_image_with(o.arch, &o.features, o.config.as_deref())?;
             qemu::run_interactive(&o, &image, true)
         }
-        "smoke" => smoke::run_all(),
+        "smoke" => smoke::run(rest),
         "vmtest" if vmtests_arm64::selected(rest) => vmtests_arm64::run(rest),
         "vmtest" => vmtests_la64::run(rest),
         "guest-assets" | "bench-linux" => assets::command(cmd, rest),

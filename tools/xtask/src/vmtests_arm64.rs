@@ -18,9 +18,11 @@
 
 use std::path::PathBuf;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use crate::qemu::{Boot, Runner};
 use crate::smoke::{Case, Ending};
+use crate::suite::{self, Suite, Test, Verdict};
 use crate::{qemu, root, Arch, Opts};
 
 /// The guest's target: hard float, so it may use the FP/SIMD registers.
@@ -91,16 +93,8 @@ pub fn build_guest_arm64() -> Result<PathBuf, String> {
 }
 
 /// A smoke case: the guest on bare QEMU at EL1 with GIC version `gic`
-/// (3 or 2). The smoke runner passes the kestrel image as `-kernel` first;
-/// the guest's later `-kernel` replaces it.
+/// (3 or 2), as QEMU's `-kernel`.
 pub fn bare_case(gic: u32) -> Case {
-    let kernel: &'static str = match build_guest_arm64() {
-        Ok(p) => leak(p.to_string_lossy().into_owned()),
-        Err(e) => {
-            eprintln!("xtask: {e}");
-            "/nonexistent/arm64-test-guest-did-not-build"
-        }
-    };
     let mut expect: Vec<&'static str> = vec!["RESULT: 12 passed, 0 failed"];
     expect.extend(
         EVERYWHERE
@@ -122,7 +116,7 @@ pub fn bare_case(gic: u32) -> Case {
         ending: Ending::PowerOff,
         expect,
         reject: vec!["FAIL ", "panic", "unexpected exception"],
-        extra: vec!["-kernel", kernel],
+        extra: vec![],
         machine: Some(if gic == 2 {
             "virt,gic-version=2"
         } else {
@@ -130,6 +124,7 @@ pub fn bare_case(gic: u32) -> Case {
         }),
         check: Some(check_bare),
         timeout: Duration::from_secs(120),
+        guest: Some(build_guest_arm64),
     }
 }
 
@@ -548,9 +543,8 @@ fn private_image(
     ))
 }
 
-/// Boots kestrel with the case's config; returns the serial log and
-/// whether it timed out.
-fn boot_vm(case: &VmCase) -> Result<(String, bool), String> {
+/// Boots kestrel with the case's config until QEMU exits or the time limit.
+fn boot_vm(case: &VmCase) -> Result<Boot, String> {
     let features: Vec<String> = case.features.iter().map(|s| s.to_string()).collect();
     let config = root().join(case.config);
     let image = private_image(case, &features, &config)?;
@@ -565,9 +559,7 @@ fn boot_vm(case: &VmCase) -> Result<(String, bool), String> {
     };
     let mut cmd = qemu::command(&opts, &image, true);
     cmd.args(case.qemu_args);
-    eprintln!("    $ {}", qemu::render(&cmd));
-    let boot = crate::vmtests_linux::run_timed(cmd, case.timeout, None)?;
-    Ok((boot.text(), boot.timed_out))
+    Runner::new(cmd, case.timeout).run()
 }
 
 /// Whether `cargo xtask vmtest ARGS` is for this module (`--arch aarch64`).
@@ -576,70 +568,45 @@ pub fn selected(args: &[String]) -> bool {
         .any(|w| w[0] == "--arch" && Arch::parse(&w[1]) == Ok(Arch::Aarch64))
 }
 
+/// One kestrel case as a test of the suite, with the guests' BENCH, FP and
+/// RESULT lines echoed.
+fn test(case: VmCase) -> Test<'static> {
+    Test::new(case.name, move || {
+        let boot = match boot_vm(&case) {
+            Ok(b) => b,
+            Err(e) => return Verdict::error(e),
+        };
+        let log = boot.text();
+        Verdict {
+            echo: log
+                .lines()
+                .filter(|l| {
+                    l.contains("BENCH ")
+                        || l.contains("RESULT: ")
+                        || l.contains("SHARE ")
+                        || l.contains("fp-simd-switches")
+                })
+                .map(str::to_string)
+                .collect(),
+            problems: judge_vm(&case, &log, boot.timed_out),
+            log,
+            ..Verdict::default()
+        }
+    })
+}
+
+const SUITE: Suite = Suite {
+    command: "vmtest",
+    summary_prefix: "vmtest: ",
+    what: "arm64 VM test(s)",
+    prepare: Some(|| build_guest_arm64().map(|_| ())),
+};
+
 /// `cargo xtask vmtest --arch aarch64 [--case NAME] [--list]`: the kestrel
-/// cases whose name starts with NAME (all without), with the guests' BENCH,
-/// FP and RESULT lines echoed.
+/// cases whose name starts with NAME (all without).
 pub fn run(args: &[String]) -> Result<(), String> {
-    let mut only: Option<String> = None;
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--arch" => {
-                let arch = Arch::parse(it.next().ok_or("--arch needs a value")?)?;
-                if arch != Arch::Aarch64 {
-                    return Err("vmtest: this runner has the aarch64 cases".into());
-                }
-            }
-            "--case" => only = Some(it.next().ok_or("--case needs a value")?.clone()),
-            "--list" => {
-                for c in vm_cases() {
-                    println!("{}", c.name);
-                }
-                return Ok(());
-            }
-            other => return Err(format!("vmtest: unknown option '{other}'")),
-        }
-    }
-    let cases: Vec<VmCase> = vm_cases()
-        .into_iter()
-        .filter(|c| only.as_deref().is_none_or(|o| c.name.starts_with(o)))
-        .collect();
-    if cases.is_empty() {
-        return Err("vmtest: no case matches (see --list)".into());
-    }
-    build_guest_arm64()?;
-    let (mut passed, mut failed) = (0, 0);
-    for case in &cases {
-        eprintln!("vmtest: {} ...", case.name);
-        let t = Instant::now();
-        let (log, timed_out) = boot_vm(case)?;
-        for l in log.lines().filter(|l| {
-            l.contains("BENCH ")
-                || l.contains("RESULT: ")
-                || l.contains("SHARE ")
-                || l.contains("fp-simd-switches")
-        }) {
-            println!("    {}", l.trim());
-        }
-        let problems = judge_vm(case, &log, timed_out);
-        if problems.is_empty() {
-            passed += 1;
-            println!("PASS {} ({:.1} s)", case.name, t.elapsed().as_secs_f64());
-        } else {
-            failed += 1;
-            println!("FAIL {}", case.name);
-            for p in &problems {
-                println!("    - {p}");
-            }
-            println!("---- serial log ----\n{log}\n---- end of serial log ----");
-        }
-    }
-    println!("vmtest: {passed} passed, {failed} failed");
-    if failed == 0 {
-        Ok(())
-    } else {
-        Err(format!("{failed} arm64 VM test(s) failed"))
-    }
+    let sel = suite::parse_args(&SUITE, args, Some(Arch::Aarch64))?;
+    suite::run(&SUITE, &sel, vm_cases().into_iter().map(test).collect())
 }
 
 #[cfg(test)]

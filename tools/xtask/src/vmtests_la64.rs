@@ -15,13 +15,13 @@
 //!
 //! docs/test-guest-loongarch.md describes the guest and its output.
 
-use std::io::Read;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
 
+use crate::qemu::{Boot, Runner};
 use crate::smoke::{Case, Ending};
+use crate::suite::{self, Suite, Test, Verdict};
 use crate::{qemu, root, Arch, Opts};
 
 /// The guest's target: hard float, so it may use FP and LSX registers.
@@ -94,16 +94,8 @@ pub fn guest_elf() -> PathBuf {
         .join(GUEST_BIN)
 }
 
-/// The bare-QEMU smoke case: the guest itself as QEMU's `-kernel` (a later
-/// `-kernel` replaces the kestrel image the smoke runner passes first).
+/// The bare-QEMU smoke case: the guest itself as QEMU's `-kernel`.
 pub fn bare_case() -> Case {
-    let kernel: &'static str = match build_guest_la64() {
-        Ok(p) => Box::leak(p.to_string_lossy().into_owned().into_boxed_str()),
-        Err(e) => {
-            eprintln!("xtask: {e}");
-            "/nonexistent/loongarch64-test-guest-did-not-build"
-        }
-    };
     let mut expect: Vec<&'static str> = vec!["RESULT: 11 passed, 0 failed"];
     expect.extend(EVERYWHERE.iter().map(|c| pass_line(c)));
     expect.push("SKIP kestrel-probe: not on kestrel (hvcl raised INE");
@@ -118,10 +110,11 @@ pub fn bare_case() -> Case {
         ending: Ending::PowerOff,
         expect,
         reject: vec!["FAIL ", "panic", "unexpected exception"],
-        extra: vec!["-kernel", kernel],
+        extra: vec![],
         machine: None,
         check: Some(check_bare),
         timeout: Duration::from_secs(60),
+        guest: Some(build_guest_la64),
     }
 }
 
@@ -550,10 +543,11 @@ fn passes(log: &str, check: &str) -> usize {
         .count()
 }
 
-/// Boots kestrel with the case's config; returns the serial log, whether it
-/// timed out, and QEMU's exit.
-fn boot_vm(case: &VmCase) -> Result<(String, bool), String> {
-    build_guest_la64()?;
+/// Boots kestrel with the case's config until QEMU exits, every VM printed
+/// its `RESULT:` line (then 3 s more for the power-off), or the time limit;
+/// the serial log is saved to `build/loongarch64/vmtest-<case>.log` (they
+/// are long).
+fn boot_vm(case: &VmCase) -> Result<Boot, String> {
     let features: Vec<String> = case.features.iter().map(|s| s.to_string()).collect();
     let config = root().join(case.config);
     let image = crate::build_image_with(Arch::LoongArch64, &features, Some(&config))?;
@@ -568,145 +562,57 @@ fn boot_vm(case: &VmCase) -> Result<(String, bool), String> {
     };
     let mut cmd = qemu::command(&opts, &image, true);
     cmd.args(case.qemu_args);
-    eprintln!("    $ {}", qemu::render(&cmd));
-    run_until(cmd, case.vms, case.timeout)
+    let short = case.name.split(':').next().unwrap_or("case");
+    Runner::new(cmd, case.timeout)
+        .stop_after("RESULT: ", case.vms)
+        .grace(Duration::from_secs(3))
+        .log_to(
+            root()
+                .join("build/loongarch64")
+                .join(format!("vmtest-{short}.log")),
+        )
+        .run()
 }
 
-/// Runs QEMU until it exits, `results` `RESULT:` lines appeared (then 3 s
-/// more for the power-off), or `limit`.
-fn run_until(mut cmd: Command, results: usize, limit: Duration) -> Result<(String, bool), String> {
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("cannot start QEMU: {e} (run `make setup`)"))?;
-    let log = Arc::new(Mutex::new(String::new()));
-    let mut readers = Vec::new();
-    for mut pipe in [
-        Box::new(child.stdout.take().unwrap()) as Box<dyn Read + Send>,
-        Box::new(child.stderr.take().unwrap()),
-    ] {
-        let log = Arc::clone(&log);
-        readers.push(std::thread::spawn(move || {
-            let mut buf = [0u8; 4096];
-            while let Ok(n) = pipe.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                log.lock()
-                    .unwrap()
-                    .push_str(&String::from_utf8_lossy(&buf[..n]).replace('\r', ""));
-            }
-        }));
-    }
-    let start = Instant::now();
-    let mut all_seen: Option<Instant> = None;
-    let timed_out = loop {
-        if child.try_wait().map_err(|e| e.to_string())?.is_some() {
-            break false;
-        }
-        if all_seen.is_none() && log.lock().unwrap().matches("RESULT: ").count() >= results {
-            all_seen = Some(Instant::now());
-        }
-        if all_seen.is_some_and(|t| t.elapsed() > Duration::from_secs(3)) {
-            let _ = child.kill();
-            let _ = child.wait();
-            break false;
-        }
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            break true;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    for r in readers {
-        let _ = r.join();
-    }
-    let log = log.lock().unwrap().clone();
-    Ok((log, timed_out))
-}
-
-/// `cargo xtask vmtest [--arch loongarch64] [--case NAME] [--list]`: the
-/// kestrel cases, with the guest's BENCH lines echoed.
-pub fn run(args: &[String]) -> Result<(), String> {
-    let mut only: Option<String> = None;
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--arch" => {
-                let arch = Arch::parse(it.next().ok_or("--arch needs a value")?)?;
-                if arch != Arch::LoongArch64 {
-                    return Err("vmtest: only --arch loongarch64 has cases here".into());
-                }
-            }
-            "--case" => only = Some(it.next().ok_or("--case needs a value")?.clone()),
-            "--list" => {
-                for c in vm_cases() {
-                    println!("{}", c.name);
-                }
-                return Ok(());
-            }
-            other => return Err(format!("vmtest: unknown option '{other}'")),
-        }
-    }
-    let cases: Vec<VmCase> = vm_cases()
-        .into_iter()
-        .filter(|c| only.as_deref().is_none_or(|o| c.name.starts_with(o)))
-        .collect();
-    if cases.is_empty() {
-        return Err("vmtest: no case matches (see --list)".into());
-    }
-    let (mut passed, mut failed) = (0, 0);
-    for case in &cases {
-        eprintln!("vmtest: {} ...", case.name);
-        let t = Instant::now();
-        let (log, timed_out) = boot_vm(case)?;
-        let mut problems = judge_vm(case, &log);
-        if timed_out {
+/// One kestrel case as a test of the suite, with the guest's BENCH lines
+/// echoed.
+fn test(case: VmCase) -> Test<'static> {
+    Test::new(case.name, move || {
+        let boot = match boot_vm(&case) {
+            Ok(b) => b,
+            Err(e) => return Verdict::error(e),
+        };
+        let log = boot.text();
+        let mut problems = judge_vm(&case, &log);
+        if boot.timed_out {
             problems.insert(0, format!("not done within {} s", case.timeout.as_secs()));
         }
-        for l in log
-            .lines()
-            .filter(|l| l.contains("BENCH ") || l.contains("RESULT: ") || l.contains("SHARE "))
-        {
-            println!("    {}", l.trim());
+        Verdict {
+            problems,
+            echo: log
+                .lines()
+                .filter(|l| l.contains("BENCH ") || l.contains("RESULT: ") || l.contains("SHARE "))
+                .map(str::to_string)
+                .collect(),
+            log,
+            saved: boot.saved,
+            ..Verdict::default()
         }
-        let saved = save_log(case, &log);
-        if problems.is_empty() {
-            passed += 1;
-            println!("PASS {} ({:.1} s)", case.name, t.elapsed().as_secs_f64());
-            println!("    serial log: {saved}");
-        } else {
-            failed += 1;
-            println!("FAIL {}", case.name);
-            for p in &problems {
-                println!("    - {p}");
-            }
-            println!("    serial log: {saved}");
-        }
-    }
-    println!("{passed} passed, {failed} failed");
-    if failed == 0 {
-        Ok(())
-    } else {
-        Err(format!("{failed} LoongArch VM test(s) failed"))
-    }
+    })
 }
 
-/// Saves the serial log to `build/loongarch64/vmtest-<case>.log` (they
-/// are long); returns where, or the log itself when it cannot be written.
-fn save_log(case: &VmCase, log: &str) -> String {
-    let short = case.name.split(':').next().unwrap_or("case");
-    let path: PathBuf = root()
-        .join("build/loongarch64")
-        .join(format!("vmtest-{short}.log"));
-    let _ = std::fs::create_dir_all(path.parent().unwrap_or(Path::new(".")));
-    match std::fs::write(&path, log) {
-        Ok(()) => path.display().to_string(),
-        Err(_) => format!("(not saved)\n{log}"),
-    }
+const SUITE: Suite = Suite {
+    command: "vmtest",
+    summary_prefix: "",
+    what: "LoongArch VM test(s)",
+    prepare: Some(|| build_guest_la64().map(|_| ())),
+};
+
+/// `cargo xtask vmtest [--arch loongarch64] [--case NAME] [--list]`: the
+/// kestrel cases.
+pub fn run(args: &[String]) -> Result<(), String> {
+    let sel = suite::parse_args(&SUITE, args, Some(Arch::LoongArch64))?;
+    suite::run(&SUITE, &sel, vm_cases().into_iter().map(test).collect())
 }
 
 #[cfg(test)]
