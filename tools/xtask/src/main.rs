@@ -18,6 +18,7 @@ mod qemu;
 mod share;
 mod smoke;
 mod suite;
+mod vmtest;
 mod vmtests_arm64;
 mod vmtests_la64;
 mod vmtests_linux;
@@ -285,8 +286,8 @@ fn run() -> Result<(), String> {
             qemu::run_interactive(&o, &image, true)
         }
         "smoke" => smoke::run(rest),
-        "vmtest" if vmtests_arm64::selected(rest) => vmtests_arm64::run(rest),
-        "vmtest" => vmtests_la64::run(rest),
+        "vmtest" if vmtests_arm64::selected(rest) => vmtest::run(&vmtests_arm64::VM_SUITE, rest),
+        "vmtest" => vmtest::run(&vmtests_la64::VM_SUITE, rest),
         "guest-assets" | "bench-linux" => assets::command(cmd, rest),
         "bench-vm" => bench_vm::run(rest),
         "bench-exits" => bench_exits::run(rest),

@@ -404,11 +404,14 @@ mod tests {
 
     #[test]
     fn times_out() {
-        let b = Runner::new(sh("echo RESULT: 1; exec sleep 30"), Duration::from_millis(300))
-            .stop_after("RESULT: ", 2)
-            .quiet()
-            .run()
-            .unwrap();
+        let b = Runner::new(
+            sh("echo RESULT: 1; exec sleep 30"),
+            Duration::from_millis(300),
+        )
+        .stop_after("RESULT: ", 2)
+        .quiet()
+        .run()
+        .unwrap();
         assert!(b.timed_out);
         assert!(b.exit.is_none());
         assert_eq!(b.text(), "RESULT: 1");

@@ -115,6 +115,22 @@ fn cases() -> Vec<Case> {
     ]
 }
 
+/// The checks a test guest skipped (`SKIP ...` lines, `check` finding the
+/// check's name after `SKIP `) that are not in `allowed`: on bare QEMU only
+/// the kestrel-specific checks may be skipped.
+pub fn only_skipped(log: &str, allowed: &[&str], check: fn(&str) -> &str) -> Vec<String> {
+    let mut problems = Vec::new();
+    for line in log.lines() {
+        if let Some(rest) = line.trim().strip_prefix("SKIP ") {
+            let name = check(rest);
+            if !allowed.contains(&name) {
+                problems.push(format!("{name} was skipped on bare QEMU: {line}"));
+            }
+        }
+    }
+    problems
+}
+
 /// Boots the case's image (kestrel built with its options, or its test
 /// guest) until it powers off, or (`Halt`) shows every expected line.
 fn boot(case: &Case) -> Result<Boot, String> {
