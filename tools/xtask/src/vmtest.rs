@@ -215,6 +215,30 @@ pub fn share_case(
     }
 }
 
+/// The hostile cases (`arm64-hostile-*`, `la64-hostile`): a VM `attacker`
+/// beside a VM `victim`, judged by the arch's `check` alone.
+pub fn hostile_case(
+    name: &'static str,
+    config: &'static str,
+    gic: u32,
+    check: fn(&str) -> Vec<String>,
+    timeout: Duration,
+    qemu_args: &'static [&'static str],
+) -> VmCase {
+    VmCase {
+        name,
+        config,
+        features: &[],
+        gic,
+        mem_mib: 1024,
+        vms: vec!["attacker".into(), "victim".into()],
+        must_pass: &[],
+        check: Some(check),
+        timeout,
+        qemu_args,
+    }
+}
+
 /// Builds test guest `package` (binary `bin`) for `target` with cargo, the
 /// core library too when `build_std` (no prebuilt one for the target);
 /// returns the ELF (`target/<target>/release/<bin>`).

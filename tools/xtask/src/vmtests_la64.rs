@@ -196,18 +196,14 @@ pub fn vm_cases() -> Vec<VmCase> {
             "configs/test/la64-share.toml",
             &["smp", "share"],
         ),
-        VmCase {
-            name: "la64-hostile: an attacker VM and a victim VM sharing pCPU 0",
-            config: "configs/test/la64-hostile.toml",
-            features: &[],
-            gic: 3,
-            mem_mib: 1024,
-            vms: vec!["attacker".into(), "victim".into()],
-            must_pass: &[],
-            check: Some(check_hostile),
-            timeout: Duration::from_secs(180),
-            qemu_args: &[],
-        },
+        vmtest::hostile_case(
+            "la64-hostile: an attacker VM and a victim VM sharing pCPU 0",
+            "configs/test/la64-hostile.toml",
+            3,
+            check_hostile,
+            Duration::from_secs(180),
+            &[],
+        ),
     ]
 }
 
