@@ -66,6 +66,7 @@
 //! of target ids into windows for the guest side.
 #![no_std]
 
+pub mod image;
 pub mod package;
 
 /// Return codes, in a0 / x0 (sign-extended to 64 bits).

@@ -14,9 +14,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use crate::qemu::{bare_command, Runner};
 use crate::vmtests_arm64::build_guest_arm64;
 use crate::vmtests_la64::build_guest_la64;
-use crate::vmtests_linux::{bare_command, run_timed};
 use crate::{qemu, root, Arch, Opts};
 
 const ICOUNT: [&str; 2] = ["-icount", "shift=0,sleep=off"];
@@ -92,16 +92,22 @@ fn boot_kestrel(arch: Arch, config: &str, gic: u32) -> Result<String, String> {
         append: "kestrel.exit=poweroff".into(),
         config: Some(config),
     };
-    let text = run_icount(qemu::command(&opts, &image, true), "kestrel")?;
-    std::fs::write(&log, &text).map_err(|e| format!("{}: {e}", log.display()))?;
-    Ok(text)
+    run_icount(qemu::command(&opts, &image, true), "kestrel", Some(log))
 }
 
-/// Runs `cmd` under `-icount` to its end; its serial log.
-fn run_icount(mut cmd: std::process::Command, what: &str) -> Result<String, String> {
+/// Runs `cmd` under `-icount` to its end (its log teed to `log`); its
+/// serial log.
+fn run_icount(
+    mut cmd: std::process::Command,
+    what: &str,
+    log: Option<std::path::PathBuf>,
+) -> Result<String, String> {
     cmd.args(ICOUNT);
-    eprintln!("    $ {}", qemu::render(&cmd));
-    let boot = run_timed(cmd, LIMIT, None)?;
+    let mut runner = Runner::new(cmd, LIMIT);
+    if let Some(log) = log {
+        runner = runner.log_to(log);
+    }
+    let boot = runner.run()?;
     if boot.timed_out {
         return Err(format!(
             "{what} did not finish within {} s",
@@ -125,6 +131,7 @@ fn collect(exits: &str, switch: &str, bare: &str) -> Result<(Lines, Lines), Stri
 fn boot_bare(gic: u32) -> Result<String, String> {
     let guest = build_guest_arm64()?;
     let cmd = bare_command(
+        Arch::Aarch64,
         &format!("virt,gic-version={gic}"),
         1,
         1024,
@@ -132,7 +139,7 @@ fn boot_bare(gic: u32) -> Result<String, String> {
         None,
         "mode=bench-exits",
     );
-    run_icount(cmd, "the bare-QEMU run")
+    run_icount(cmd, "the bare-QEMU run", None)
 }
 
 /// The LoongArch goals (trap-and-emulate), instructions per round trip;
@@ -155,14 +162,16 @@ const GOAL_LA_IPI: u64 = 4_000;
 
 /// The LoongArch guest alone on bare QEMU: it runs at real PLV0.
 fn boot_bare_la(guest: &std::path::Path) -> Result<String, String> {
-    let mut cmd = std::process::Command::new("qemu-system-loongarch64");
-    cmd.args(["-M", "virt", "-cpu", "la464", "-smp", "1", "-m", "1024"])
-        .args(["-nic", "none", "-display", "none", "-monitor", "none"])
-        .args(["-serial", "stdio", "-no-reboot"])
-        .arg("-kernel")
-        .arg(guest)
-        .args(["-append", "mode=bench-exits"]);
-    run_icount(cmd, "the bare-QEMU run")
+    let cmd = bare_command(
+        Arch::LoongArch64,
+        "virt",
+        1,
+        1024,
+        guest,
+        None,
+        "mode=bench-exits",
+    );
+    run_icount(cmd, "the bare-QEMU run", None)
 }
 
 /// Prints one table; returns the goals missed.

@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::vmtests_linux::run_timed;
+use crate::qemu::Runner;
 use crate::{qemu, root, Arch, Opts};
 
 /// How long one benchmark boot may take.
@@ -137,9 +137,7 @@ fn boot(arch: Arch, config: &Path, features: &[&str]) -> Result<String, String> 
         append: "kestrel.exit=poweroff".into(),
         config: Some(config.to_path_buf()),
     };
-    let cmd = qemu::command(&opts, &private, true);
-    eprintln!("bench-vm: $ {}", qemu::render(&cmd));
-    let b = run_timed(cmd, LIMIT, None)?;
+    let b = Runner::new(qemu::command(&opts, &private, true), LIMIT).run()?;
     let log = b.text();
     if b.timed_out || !log.contains("all VMs have ended (status 0)") {
         return Err(format!(

@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+use kestrel_abi::image::{Arm64Image, Elf, EM_AARCH64, EM_LOONGARCH};
 use kestrel_abi::package::{
     self, Affinity, ConsoleKind, FpPolicy, GuestKind, GuestLayout, HypervisorSettings, Package,
     VmInput, Writer,
@@ -466,33 +467,20 @@ pub fn parse(text: &str, file: &Path, arch: Arch) -> Result<Config, ConfigError>
 /// The guest kind, load offset and footprint of a kernel file.
 fn kernel_kind(k: &[u8], linux: bool, arch: Arch) -> Result<(GuestKind, u64, u64), String> {
     let len = k.len() as u64;
-    let is_elf = k.len() >= 20 && k[..4] == *b"\x7fELF";
-    let elf_machine = if is_elf {
-        u16::from_le_bytes([k[18], k[19]])
-    } else {
-        0
-    };
-    const EM_AARCH64: u16 = 183;
-    const EM_LOONGARCH: u16 = 258;
+    let is_elf = k.starts_with(b"\x7fELF");
+    let elf = || Elf::parse(k).map_err(|e| format!("not a loadable ELF: {e}"));
     match (linux, arch) {
         (true, Arch::Aarch64) => {
-            if k.len() < 64 || k[0x38..0x3c] != *b"ARM\x64" {
-                return Err("not an arm64 Linux Image (no magic ARM\\x64 at 0x38); \
-                            use the uncompressed Image, or kind = \"test-guest\""
-                    .into());
-            }
-            let le64 = |o: usize| u64::from_le_bytes(k[o..o + 8].try_into().expect("8 bytes"));
-            let (text_offset, image_size) = (le64(8), le64(16));
-            // image_size 0: a kernel older than 3.17, text_offset 0x80000 then.
-            let (load, size) = if image_size == 0 {
-                (0x8_0000, len)
-            } else {
-                (text_offset, image_size.max(len))
-            };
+            let header = Arm64Image::parse(k).map_err(|_| {
+                "not an arm64 Linux Image (no magic ARM\\x64 at 0x38); \
+                 use the uncompressed Image, or kind = \"test-guest\""
+                    .to_string()
+            })?;
+            let (load, size) = header.placement(len);
             Ok((GuestKind::LinuxArm64Image, load, size))
         }
         (true, Arch::LoongArch64) => {
-            if elf_machine != EM_LOONGARCH {
+            if !is_elf || elf()?.machine() != EM_LOONGARCH {
                 return Err(
                     "not a LoongArch Linux ELF (vmlinux with e_machine EM_LOONGARCH)".into(),
                 );
@@ -504,9 +492,10 @@ fn kernel_kind(k: &[u8], linux: bool, arch: Arch) -> Result<(GuestKind, u64, u64
                 Arch::Aarch64 => EM_AARCH64,
                 Arch::LoongArch64 => EM_LOONGARCH,
             };
-            if elf_machine != want {
+            let machine = elf()?.machine();
+            if machine != want {
                 return Err(format!(
-                    "ELF for machine {elf_machine}, not {} ({want})",
+                    "ELF for machine {machine}, not {} ({want})",
                     arch.name()
                 ));
             }

@@ -5,8 +5,8 @@
 //!                     [--config FILE]                    ... with the VMs of FILE packed in (docs/config.md)
 //! cargo xtask run     [--arch A] [--smp N] [--gic 2|3] [--append ARGS]   boot it under QEMU
 //! cargo xtask debug   [--arch A] [--smp N] [--gic 2|3]   QEMU waiting for gdb on :1234
-//! cargo xtask smoke                                      QEMU smoke tests on both architectures
-//! cargo xtask vmtest  [--case NAME] [--list]             LoongArch test guest under kestrel (docs/test-guest-loongarch.md)
+//! cargo xtask smoke   [--case NAME] [--list]             QEMU smoke tests on both architectures
+//! cargo xtask vmtest  [--arch A] [--case NAME] [--list]  the test guests as VMs under kestrel (docs/test-guest*.md)
 //! cargo xtask check-fp                                   prove no FP/SIMD register is used
 //! ```
 
@@ -17,6 +17,8 @@ mod config;
 mod qemu;
 mod share;
 mod smoke;
+mod suite;
+mod vmtest;
 mod vmtests_arm64;
 mod vmtests_la64;
 mod vmtests_linux;
@@ -242,7 +244,8 @@ pub fn build_image_with(
             if !status.success() {
                 return Err("llvm-objcopy failed".into());
             }
-            check_arm64_image(&image)?;
+            // Boot loaders refuse an image without a Linux `Image` header.
+            assets::check_arm64_image(&image)?;
             std::fs::copy(&elf, out_dir.join("kestrel.elf")).map_err(|e| e.to_string())?;
             Ok(image)
         }
@@ -252,19 +255,6 @@ pub fn build_image_with(
             Ok(out)
         }
     }
-}
-
-/// Refuses an arm64 image whose Linux `Image` header is missing or wrong,
-/// since boot loaders would refuse it too.
-fn check_arm64_image(path: &Path) -> Result<(), String> {
-    let data = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    if data.len() < 64 || &data[0x38..0x3c] != b"ARM\x64" {
-        return Err(format!(
-            "{}: no arm64 Image header (magic ARM\\x64 at 0x38)",
-            path.display()
-        ));
-    }
-    Ok(())
 }
 
 /// The ELF with symbols, for gdb and the FP check.
@@ -295,9 +285,9 @@ fn run() -> Result<(), String> {
             let image = build_image_with(o.arch, &o.features, o.config.as_deref())?;
             qemu::run_interactive(&o, &image, true)
         }
-        "smoke" => smoke::run_all(),
-        "vmtest" if vmtests_arm64::selected(rest) => vmtests_arm64::run(rest),
-        "vmtest" => vmtests_la64::run(rest),
+        "smoke" => smoke::run(rest),
+        "vmtest" if vmtests_arm64::selected(rest) => vmtest::run(&vmtests_arm64::VM_SUITE, rest),
+        "vmtest" => vmtest::run(&vmtests_la64::VM_SUITE, rest),
         "guest-assets" | "bench-linux" => assets::command(cmd, rest),
         "bench-vm" => bench_vm::run(rest),
         "bench-exits" => bench_exits::run(rest),

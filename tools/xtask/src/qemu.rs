@@ -1,7 +1,12 @@
-//! QEMU command lines for the boards kestrel supports under emulation.
+//! QEMU command lines for the boards kestrel supports under emulation, and
+//! the one runner every test and benchmark boots QEMU with ([`Runner`]).
 
-use std::path::Path;
-use std::process::Command;
+use std::fs::File;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use crate::{Arch, Opts};
 
@@ -96,4 +101,361 @@ pub fn render(cmd: &Command) -> String {
         }
     }
     s
+}
+
+/// QEMU booting `kernel` directly (no kestrel), with the machine flags
+/// kestrel runs under ([`command`]): `-M machine -cpu max|la464 -smp -m
+/// -nic none`, the serial port on stdout.
+pub fn bare_command(
+    arch: Arch,
+    machine: &str,
+    smp: u32,
+    mem_mib: u32,
+    kernel: &Path,
+    initrd: Option<&Path>,
+    append: &str,
+) -> Command {
+    let (program, cpu) = match arch {
+        Arch::Aarch64 => ("qemu-system-aarch64", "max"),
+        Arch::LoongArch64 => ("qemu-system-loongarch64", "la464"),
+    };
+    let mut c = Command::new(program);
+    c.args(["-M", machine, "-cpu", cpu])
+        .args(["-smp", &smp.to_string(), "-m", &mem_mib.to_string()])
+        .args(["-nic", "none", "-display", "none", "-monitor", "none"])
+        .args(["-serial", "stdio", "-no-reboot"])
+        .arg("-kernel")
+        .arg(kernel);
+    if let Some(i) = initrd {
+        c.arg("-initrd").arg(i);
+    }
+    c.args(["-append", append]);
+    c
+}
+
+/// One serial line and when its newline arrived (since QEMU was started).
+#[derive(Clone, Debug)]
+pub struct Line {
+    pub at: Duration,
+    pub text: String,
+}
+
+/// What one QEMU run printed (stdout and stderr, by line, without `\r`)
+/// and how it ended.
+#[derive(Debug)]
+pub struct Boot {
+    pub lines: Vec<Line>,
+    /// QEMU's exit status when it exited by itself (power-off).
+    pub exit: Option<ExitStatus>,
+    /// When QEMU exited by itself.
+    pub ended: Option<Duration>,
+    /// Killed at the time limit.
+    pub timed_out: bool,
+    /// Where the log was teed, if it could be written.
+    pub saved: Option<PathBuf>,
+}
+
+impl Boot {
+    /// When the first line containing `s` arrived.
+    pub fn when(&self, s: &str) -> Option<Duration> {
+        self.lines.iter().find(|l| l.text.contains(s)).map(|l| l.at)
+    }
+
+    /// Whether a line contains `s`.
+    pub fn has(&self, s: &str) -> bool {
+        self.lines.iter().any(|l| l.text.contains(s))
+    }
+
+    /// The serial log as printed (no arrival stamps).
+    pub fn text(&self) -> String {
+        self.lines
+            .iter()
+            .map(|l| l.text.as_str())
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// The serial log with each line's arrival time.
+    pub fn log(&self) -> String {
+        self.lines
+            .iter()
+            .map(|l| format!("[{:7.3}] {}", l.at.as_secs_f64(), l.text))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+/// Runs QEMU (or any command with the serial port on stdout): spawns it,
+/// collects its output by line, tees it to a log file, and stops it when it
+/// exits, when every stop pattern has been seen (after a grace period), or
+/// at the time limit.
+pub struct Runner {
+    cmd: Command,
+    limit: Duration,
+    until: Vec<(String, usize)>,
+    grace: Duration,
+    log: Option<PathBuf>,
+    echo: bool,
+}
+
+impl Runner {
+    /// `cmd` with a time limit; no stop pattern, no log file, the command
+    /// line echoed on stderr.
+    pub fn new(cmd: Command, limit: Duration) -> Runner {
+        Runner {
+            cmd,
+            limit,
+            until: Vec::new(),
+            grace: Duration::ZERO,
+            log: None,
+            echo: true,
+        }
+    }
+
+    /// Stops QEMU once `pattern` has occurred `count` times (and every other
+    /// stop pattern its count), [`Runner::grace`] later.
+    pub fn stop_after(mut self, pattern: &str, count: usize) -> Runner {
+        self.until.push((pattern.to_string(), count));
+        self
+    }
+
+    /// How long QEMU may go on after the stop patterns were all seen (to
+    /// power off by itself, or to show a wrongly continuing run).
+    pub fn grace(mut self, grace: Duration) -> Runner {
+        self.grace = grace;
+        self
+    }
+
+    /// Tees the output to `path` as it arrives (the directory is created).
+    pub fn log_to(mut self, path: PathBuf) -> Runner {
+        self.log = Some(path);
+        self
+    }
+
+    /// Does not echo the command line.
+    pub fn quiet(mut self) -> Runner {
+        self.echo = false;
+        self
+    }
+
+    pub fn run(self) -> Result<Boot, String> {
+        let Runner {
+            mut cmd,
+            limit,
+            until,
+            grace,
+            log,
+            echo,
+        } = self;
+        if echo {
+            eprintln!("    $ {}", render(&cmd));
+        }
+        let file = log.as_ref().and_then(|p| {
+            std::fs::create_dir_all(p.parent().unwrap_or(Path::new("."))).ok()?;
+            File::create(p).ok()
+        });
+        let saved = file.is_some().then(|| log.clone()).flatten();
+        let program = cmd.get_program().to_string_lossy().into_owned();
+        let start = Instant::now();
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("cannot start {program}: {e} (run `make setup`)"))?;
+        let shared = Arc::new(Mutex::new((Vec::<Line>::new(), file)));
+        let mut readers = Vec::new();
+        let pipes: [Option<Box<dyn Read + Send>>; 2] = [
+            child
+                .stdout
+                .take()
+                .map(|p| Box::new(p) as Box<dyn Read + Send>),
+            child
+                .stderr
+                .take()
+                .map(|p| Box::new(p) as Box<dyn Read + Send>),
+        ];
+        for mut pipe in pipes.into_iter().flatten() {
+            let shared = Arc::clone(&shared);
+            readers.push(std::thread::spawn(move || {
+                let push = |partial: &[u8], at: Duration| {
+                    let text = String::from_utf8_lossy(partial).into_owned();
+                    let mut s = shared.lock().unwrap();
+                    if let Some(f) = s.1.as_mut() {
+                        let _ = writeln!(f, "{text}");
+                    }
+                    s.0.push(Line { at, text });
+                };
+                let mut buf = [0u8; 4096];
+                let mut partial = Vec::new();
+                while let Ok(n) = pipe.read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    let at = start.elapsed();
+                    for &b in &buf[..n] {
+                        match b {
+                            b'\n' => {
+                                push(&partial, at);
+                                partial.clear();
+                            }
+                            b'\r' => {}
+                            _ => partial.push(b),
+                        }
+                    }
+                }
+                if !partial.is_empty() {
+                    push(&partial, start.elapsed());
+                }
+            }));
+        }
+        let mut seen = vec![0usize; until.len()];
+        let mut scanned = 0;
+        let mut all_seen: Option<Instant> = None;
+        let (exit, ended, timed_out) = loop {
+            if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
+                break (Some(status), Some(start.elapsed()), false);
+            }
+            if all_seen.is_none() && !until.is_empty() {
+                let s = shared.lock().unwrap();
+                for l in &s.0[scanned..] {
+                    for (n, (p, _)) in seen.iter_mut().zip(&until) {
+                        *n += l.text.matches(p.as_str()).count();
+                    }
+                }
+                scanned = s.0.len();
+                if seen.iter().zip(&until).all(|(n, (_, want))| n >= want) {
+                    all_seen = Some(Instant::now());
+                }
+            }
+            if all_seen.is_some_and(|t| t.elapsed() >= grace) {
+                let _ = child.kill();
+                let _ = child.wait();
+                break (None, None, false);
+            }
+            if start.elapsed() > limit {
+                let _ = child.kill();
+                let _ = child.wait();
+                break (None, None, true);
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        for r in readers {
+            let _ = r.join();
+        }
+        let lines = std::mem::take(&mut shared.lock().unwrap().0);
+        Ok(Boot {
+            lines,
+            exit,
+            ended,
+            timed_out,
+            saved,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sh(script: &str) -> Command {
+        let mut c = Command::new("sh");
+        c.args(["-c", script]);
+        c
+    }
+
+    #[test]
+    fn runs_to_the_exit_and_collects_both_pipes_by_line() {
+        let b = Runner::new(
+            sh("printf 'one\\r\\ntwo\\n'; echo err >&2; printf tail; exit 3"),
+            Duration::from_secs(20),
+        )
+        .quiet()
+        .run()
+        .unwrap();
+        assert!(!b.timed_out);
+        assert_eq!(b.exit.and_then(|s| s.code()), Some(3));
+        assert!(b.ended.is_some());
+        let mut texts: Vec<&str> = b.lines.iter().map(|l| l.text.as_str()).collect();
+        texts.sort();
+        assert_eq!(texts, ["err", "one", "tail", "two"]);
+        assert!(b.has("tw") && !b.has("three"));
+        assert!(b.when("one").is_some());
+    }
+
+    #[test]
+    fn stops_after_the_patterns_and_the_grace() {
+        let t = Instant::now();
+        let b = Runner::new(
+            sh("echo 'RESULT: a RESULT: b'; echo x; echo RESULT: c; exec sleep 30"),
+            Duration::from_secs(25),
+        )
+        .stop_after("RESULT: ", 3)
+        .stop_after("x", 1)
+        .grace(Duration::from_millis(100))
+        .quiet()
+        .run()
+        .unwrap();
+        assert!(t.elapsed() < Duration::from_secs(20));
+        assert!(!b.timed_out);
+        assert!(b.exit.is_none());
+        assert_eq!(b.lines.len(), 3);
+    }
+
+    #[test]
+    fn times_out() {
+        let b = Runner::new(
+            sh("echo RESULT: 1; exec sleep 30"),
+            Duration::from_millis(300),
+        )
+        .stop_after("RESULT: ", 2)
+        .quiet()
+        .run()
+        .unwrap();
+        assert!(b.timed_out);
+        assert!(b.exit.is_none());
+        assert_eq!(b.text(), "RESULT: 1");
+    }
+
+    #[test]
+    fn tees_the_log() {
+        let path = std::env::temp_dir()
+            .join(format!("kestrel-runner-{}", std::process::id()))
+            .join("x.log");
+        let b = Runner::new(sh("echo a; echo b"), Duration::from_secs(20))
+            .log_to(path.clone())
+            .quiet()
+            .run()
+            .unwrap();
+        assert_eq!(b.saved.as_deref(), Some(path.as_path()));
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "a\nb\n");
+        let _ = std::fs::remove_dir_all(path.parent().unwrap());
+    }
+
+    #[test]
+    fn a_missing_program_is_an_error() {
+        let e = Runner::new(Command::new("/nonexistent/qemu"), Duration::from_secs(1))
+            .quiet()
+            .run()
+            .unwrap_err();
+        assert!(e.contains("cannot start /nonexistent/qemu"), "{e}");
+    }
+
+    #[test]
+    fn bare_commands() {
+        let c = bare_command(
+            Arch::LoongArch64,
+            "virt",
+            1,
+            1024,
+            Path::new("g"),
+            None,
+            "mode=x",
+        );
+        assert_eq!(
+            render(&c),
+            "qemu-system-loongarch64 -M virt -cpu la464 -smp 1 -m 1024 -nic none -display none \
+             -monitor none -serial stdio -no-reboot -kernel g -append mode=x"
+        );
+    }
 }

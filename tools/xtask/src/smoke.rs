@@ -1,11 +1,13 @@
 //! QEMU smoke tests: boot each image, read what it printed on the serial
-//! port, decide pass/fail from that and from how QEMU ended.
+//! port, decide pass/fail from that and from how QEMU ended
+//! (`cargo xtask smoke [--case NAME] [--list]`).
 
-use std::io::Read;
-use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
 
+use crate::qemu::{Boot, Runner};
+use crate::suite::{self, Suite, Test, Verdict};
 use crate::{build_image, qemu, Arch, Opts};
 
 /// How a case must end.
@@ -35,6 +37,8 @@ pub struct Case {
     pub check: Option<fn(&str) -> Vec<String>>,
     /// How long the boot may take.
     pub timeout: Duration,
+    /// A test guest QEMU boots instead of kestrel (bare-QEMU cases): its build.
+    pub guest: Option<fn() -> Result<PathBuf, String>>,
 }
 
 /// The default boot time limit.
@@ -76,6 +80,7 @@ fn boot_ok(arch: Arch, gic: u32, irqchip: &'static str) -> Case {
         machine: None,
         check: None,
         timeout: TIMEOUT,
+        guest: None,
     }
 }
 
@@ -105,19 +110,39 @@ fn cases() -> Vec<Case> {
             machine: Some("virt,gic-version=3"),
             check: None,
             timeout: TIMEOUT,
+            guest: None,
         },
     ]
 }
 
-/// What one boot printed and how it ended.
-struct Outcome {
-    log: String,
-    exit: Option<std::process::ExitStatus>,
-    timed_out: bool,
+/// The checks a test guest skipped (`SKIP ...` lines, `check` finding the
+/// check's name after `SKIP `) that are not in `allowed`: on bare QEMU only
+/// the kestrel-specific checks may be skipped.
+pub fn only_skipped(log: &str, allowed: &[&str], check: fn(&str) -> &str) -> Vec<String> {
+    let mut problems = Vec::new();
+    for line in log.lines() {
+        if let Some(rest) = line.trim().strip_prefix("SKIP ") {
+            let name = check(rest);
+            if !allowed.contains(&name) {
+                problems.push(format!("{name} was skipped on bare QEMU: {line}"));
+            }
+        }
+    }
+    problems
 }
 
-fn boot(case: &Case, image: &std::path::Path) -> Result<Outcome, String> {
-    let mut cmd: Command = qemu::command(&case.opts, image, true);
+/// Boots the case's image (kestrel built with its options, or its test
+/// guest) until it powers off, or (`Halt`) shows every expected line.
+fn boot(case: &Case) -> Result<Boot, String> {
+    let image = match case.guest {
+        Some(build) => build()?,
+        None => crate::build_image_with(
+            case.opts.arch,
+            &case.opts.features,
+            case.opts.config.as_deref(),
+        )?,
+    };
+    let mut cmd: Command = qemu::command(&case.opts, &image, true);
     if let Some(m) = case.machine {
         // Replace the "-M" value.
         let args: Vec<String> = cmd
@@ -136,81 +161,35 @@ fn boot(case: &Case, image: &std::path::Path) -> Result<Outcome, String> {
         cmd = fixed;
     }
     cmd.args(&case.extra);
-    eprintln!("    $ {}", qemu::render(&cmd));
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("cannot start QEMU: {e} (run `make setup`)"))?;
-    let log = Arc::new(Mutex::new(String::new()));
-    let mut readers = Vec::new();
-    for mut pipe in [
-        Box::new(child.stdout.take().unwrap()) as Box<dyn Read + Send>,
-        Box::new(child.stderr.take().unwrap()),
-    ] {
-        let log = Arc::clone(&log);
-        readers.push(std::thread::spawn(move || {
-            let mut buf = [0u8; 4096];
-            while let Ok(n) = pipe.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                log.lock()
-                    .unwrap()
-                    .push_str(&String::from_utf8_lossy(&buf[..n]).replace('\r', ""));
-            }
-        }));
+    let mut runner = Runner::new(cmd, case.timeout);
+    if matches!(case.ending, Ending::Halt) {
+        for e in &case.expect {
+            runner = runner.stop_after(e, 1);
+        }
+        // Give a wrongly continuing boot a moment to show itself.
+        runner = runner.grace(Duration::from_millis(500));
     }
-    let start = Instant::now();
-    let (exit, timed_out) = loop {
-        if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
-            break (Some(status), false);
-        }
-        if matches!(case.ending, Ending::Halt) {
-            let text = log.lock().unwrap().clone();
-            if case.expect.iter().all(|e| text.contains(e)) {
-                // Give a wrongly continuing boot a moment to show itself.
-                std::thread::sleep(Duration::from_millis(500));
-                let _ = child.kill();
-                break (child.wait().ok(), false);
-            }
-        }
-        if start.elapsed() > case.timeout {
-            let _ = child.kill();
-            let _ = child.wait();
-            break (None, true);
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    for r in readers {
-        let _ = r.join();
-    }
-    let log = log.lock().unwrap().clone();
-    Ok(Outcome {
-        log,
-        exit,
-        timed_out,
-    })
+    runner.run()
 }
 
-fn judge(case: &Case, out: &Outcome) -> Vec<String> {
+fn judge(case: &Case, out: &Boot) -> Vec<String> {
+    let log = out.text();
     let mut problems = Vec::new();
     if out.timed_out {
         problems.push(format!("no ending within {} s", case.timeout.as_secs()));
     }
     for e in &case.expect {
-        if !out.log.contains(e) {
+        if !log.contains(e) {
             problems.push(format!("serial log lacks {e:?}"));
         }
     }
     for r in &case.reject {
-        if out.log.contains(r) {
+        if log.contains(r) {
             problems.push(format!("serial log contains {r:?}"));
         }
     }
     if let Some(check) = case.check {
-        problems.extend(check(&out.log));
+        problems.extend(check(&log));
     }
     if let Ending::PowerOff = case.ending {
         match out.exit {
@@ -222,42 +201,32 @@ fn judge(case: &Case, out: &Outcome) -> Vec<String> {
     problems
 }
 
-/// Runs every smoke case; prints the serial log of each failure.
-pub fn run_all() -> Result<(), String> {
-    let cases = cases();
-    let (mut passed, mut failed) = crate::vmtests_linux::run_smoke();
-    for case in &cases {
-        eprintln!("smoke: {} ...", case.name);
-        // Images with a config or features differ: build each before its boot.
-        let image = crate::build_image_with(
-            case.opts.arch,
-            &case.opts.features,
-            case.opts.config.as_deref(),
-        )?;
-        let t = Instant::now();
-        let out = boot(case, &image)?;
-        let problems = judge(case, &out);
-        if problems.is_empty() {
-            passed += 1;
-            println!("PASS {} ({:.1} s)", case.name, t.elapsed().as_secs_f64());
-        } else {
-            failed += 1;
-            println!("FAIL {}", case.name);
-            for p in &problems {
-                println!("    - {p}");
-            }
-            println!(
-                "---- serial log ----\n{}\n---- end of serial log ----",
-                out.log
-            );
-        }
-    }
-    println!("{passed} passed, {failed} failed");
-    if failed == 0 {
-        Ok(())
-    } else {
-        Err(format!("{failed} QEMU smoke test(s) failed"))
-    }
+/// One smoke case as a test of the suite.
+fn test(case: Case) -> Test<'static> {
+    Test::new(case.name, move || match boot(&case) {
+        Ok(out) => Verdict {
+            problems: judge(&case, &out),
+            log: out.text(),
+            ..Verdict::default()
+        },
+        Err(e) => Verdict::error(e),
+    })
+}
+
+const SUITE: Suite = Suite {
+    command: "smoke",
+    summary_prefix: "",
+    what: "QEMU smoke test(s)",
+    prepare: None,
+};
+
+/// `cargo xtask smoke [--case NAME] [--list]`: the Linux cases, then every
+/// boot case; prints the serial log of each failure.
+pub fn run(args: &[String]) -> Result<(), String> {
+    let sel = suite::parse_args(&SUITE, args, None)?;
+    let mut tests = crate::vmtests_linux::smoke_tests(&sel);
+    tests.extend(cases().into_iter().map(test));
+    suite::run(&SUITE, &sel, tests)
 }
 
 /// Disassembles the image and fails if any instruction names an FP/SIMD

@@ -18,10 +18,12 @@
 
 use std::path::PathBuf;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::smoke::{Case, Ending};
-use crate::{qemu, root, Arch, Opts};
+use crate::suite::Suite;
+use crate::vmtest::{self, VmCase, VmSuite, ICOUNT};
+use crate::{root, Arch, Opts};
 
 /// The guest's target: hard float, so it may use the FP/SIMD registers.
 const GUEST_TARGET: &str = "aarch64-unknown-none";
@@ -54,28 +56,8 @@ const EVERYWHERE: &[&str] = &[
 
 /// Builds the guest and returns `build/guests/arm64-test.bin`.
 pub fn build_guest_arm64() -> Result<PathBuf, String> {
-    let root = root();
-    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .current_dir(&root)
-        .args([
-            "build",
-            "--release",
-            "-p",
-            GUEST_PACKAGE,
-            "--target",
-            GUEST_TARGET,
-        ])
-        .status()
-        .map_err(|e| format!("cannot run cargo: {e}"))?;
-    if !status.success() {
-        return Err("building the arm64 test guest failed".into());
-    }
-    let elf = root
-        .join("target")
-        .join(GUEST_TARGET)
-        .join("release")
-        .join(GUEST_BIN);
-    let out_dir = root.join("build/guests");
+    let elf = vmtest::build_guest(GUEST_PACKAGE, GUEST_BIN, GUEST_TARGET, false)?;
+    let out_dir = root().join("build/guests");
     std::fs::create_dir_all(&out_dir).map_err(|e| format!("{}: {e}", out_dir.display()))?;
     let bin = out_dir.join("arm64-test.bin");
     let status = Command::new(crate::llvm_tool("llvm-objcopy")?)
@@ -91,16 +73,8 @@ pub fn build_guest_arm64() -> Result<PathBuf, String> {
 }
 
 /// A smoke case: the guest on bare QEMU at EL1 with GIC version `gic`
-/// (3 or 2). The smoke runner passes the kestrel image as `-kernel` first;
-/// the guest's later `-kernel` replaces it.
+/// (3 or 2), as QEMU's `-kernel`.
 pub fn bare_case(gic: u32) -> Case {
-    let kernel: &'static str = match build_guest_arm64() {
-        Ok(p) => leak(p.to_string_lossy().into_owned()),
-        Err(e) => {
-            eprintln!("xtask: {e}");
-            "/nonexistent/arm64-test-guest-did-not-build"
-        }
-    };
     let mut expect: Vec<&'static str> = vec!["RESULT: 12 passed, 0 failed"];
     expect.extend(
         EVERYWHERE
@@ -122,7 +96,7 @@ pub fn bare_case(gic: u32) -> Case {
         ending: Ending::PowerOff,
         expect,
         reject: vec!["FAIL ", "panic", "unexpected exception"],
-        extra: vec!["-kernel", kernel],
+        extra: vec![],
         machine: Some(if gic == 2 {
             "virt,gic-version=2"
         } else {
@@ -130,6 +104,7 @@ pub fn bare_case(gic: u32) -> Case {
         }),
         check: Some(check_bare),
         timeout: Duration::from_secs(120),
+        guest: Some(build_guest_arm64),
     }
 }
 
@@ -137,67 +112,24 @@ fn leak(s: String) -> &'static str {
     Box::leak(s.into_boxed_str())
 }
 
-/// The number the guest gives check `name` (its position in the run).
+/// The number the guest gives check `name` (its position in the run:
+/// the checks of [`ALL`], then `share`).
 fn number(name: &str) -> usize {
-    const ORDER: &[&str] = &[
-        "hypercall-discovery",
-        "hypercall-errors",
-        "psci-version-features",
-        "psci-smp-bringup",
-        "psci-errors",
-        "timer",
-        "sgi-target-list",
-        "sgi-broadcast",
-        "pv-ipi",
-        "fp-simd-switches",
-        "abort-outside-memory",
-        "bench-ipi-exits",
-        "disr-switch",
-        "phys-timer",
-        "wfit-timeout",
-        "debug-bp-wp-step",
-        "share",
-    ];
-    ORDER.iter().position(|c| *c == name).map_or(0, |i| i + 1)
-}
-
-/// On bare QEMU only the kestrel-specific checks may be skipped.
-fn check_bare(log: &str) -> Vec<String> {
-    let mut problems = Vec::new();
-    for line in log.lines() {
-        if let Some(rest) = line.trim().strip_prefix("SKIP ") {
-            let name = rest.split_whitespace().nth(1).unwrap_or("");
-            if !KESTREL_ONLY.contains(&name) {
-                problems.push(format!("{name} was skipped on bare QEMU: {line}"));
-            }
-        }
+    if name == "share" {
+        return ALL.len() + 1;
     }
-    problems
+    ALL.iter().position(|c| *c == name).map_or(0, |i| i + 1)
 }
 
-/// One kestrel boot with test-guest VMs.
-pub struct VmCase {
-    pub name: &'static str,
-    /// Config file, relative to the workspace root.
-    pub config: &'static str,
-    /// kestrel features (e.g. `vmid4`).
-    pub features: &'static [&'static str],
-    pub gic: u32,
-    pub mem_mib: u32,
-    /// The VM names: each must print `[name] RESULT: N passed, 0 failed`.
-    pub vms: Vec<String>,
-    /// Checks every VM must pass.
-    pub must_pass: &'static [&'static str],
-    /// Further checks of the whole log.
-    pub check: Option<fn(&str) -> Vec<String>>,
-    pub timeout: Duration,
-    /// Extra QEMU arguments (e.g. `-icount` for cases that measure time
-    /// shares: the guest counter then counts instructions, so the host's
-    /// load cannot change what the guests measure).
-    pub qemu_args: &'static [&'static str],
+/// On bare QEMU only the kestrel-specific checks may be skipped
+/// (`SKIP <n> <check> (<why>)`).
+fn check_bare(log: &str) -> Vec<String> {
+    crate::smoke::only_skipped(log, KESTREL_ONLY, |rest| {
+        rest.split_whitespace().nth(1).unwrap_or("")
+    })
 }
 
-/// Every check of the guest.
+/// Every check of the guest, in the order it runs them.
 const ALL: &[&str] = &[
     "hypercall-discovery",
     "hypercall-errors",
@@ -259,30 +191,22 @@ pub fn vm_cases() -> Vec<VmCase> {
             timeout: Duration::from_secs(1200),
             qemu_args: &[],
         },
-        VmCase {
-            name: "arm64-hostile-gicv3: an attacker VM beside a victim VM on one pCPU, GICv3",
-            config: "configs/test/arm64-hostile.toml",
-            features: &[],
-            gic: 3,
-            mem_mib: 1024,
-            vms: vec!["attacker".into(), "victim".into()],
-            must_pass: &[],
-            check: Some(check_hostile),
-            timeout: Duration::from_secs(300),
-            qemu_args: ICOUNT,
-        },
-        VmCase {
-            name: "arm64-hostile-gicv2: an attacker VM beside a victim VM on one pCPU, GICv2",
-            config: "configs/test/arm64-hostile.toml",
-            features: &[],
-            gic: 2,
-            mem_mib: 1024,
-            vms: vec!["attacker".into(), "victim".into()],
-            must_pass: &[],
-            check: Some(check_hostile),
-            timeout: Duration::from_secs(300),
-            qemu_args: ICOUNT,
-        },
+        vmtest::hostile_case(
+            "arm64-hostile-gicv3: an attacker VM beside a victim VM on one pCPU, GICv3",
+            "configs/test/arm64-hostile.toml",
+            3,
+            check_hostile,
+            Duration::from_secs(300),
+            ICOUNT,
+        ),
+        vmtest::hostile_case(
+            "arm64-hostile-gicv2: an attacker VM beside a victim VM on one pCPU, GICv2",
+            "configs/test/arm64-hostile.toml",
+            2,
+            check_hostile,
+            Duration::from_secs(300),
+            ICOUNT,
+        ),
         VmCase {
             name: "arm64-regs-shared: 2 VMs x 2 vCPUs all on pCPU 1, EL1 state across VM switches",
             config: "configs/test/arm64-regs-shared.toml",
@@ -303,27 +227,17 @@ pub fn vm_cases() -> Vec<VmCase> {
             mem_mib: 2048,
             vms: names("roll-", 20),
             must_pass: ALL,
-            check: Some(check_rollover),
+            check: Some(vmtest::check_rollover),
             timeout: Duration::from_secs(1800),
             qemu_args: &[],
         },
-        VmCase {
-            name: "arm64-share: 16 spinning vCPUs beside a 1-vCPU spinner on 4 pCPUs, each gets a fair share",
-            config: "configs/test/arm64-share.toml",
-            features: &[],
-            gic: 3,
-            mem_mib: 1024,
-            vms: vec!["hog".into(), "victim".into()],
-            must_pass: &["psci-smp-bringup", "share"],
-            check: Some(check_share),
-            timeout: Duration::from_secs(180),
-            qemu_args: ICOUNT,
-        },
+        vmtest::share_case(
+            "arm64-share: 16 spinning vCPUs beside a 1-vCPU spinner on 4 pCPUs, each gets a fair share",
+            "configs/test/arm64-share.toml",
+            &["psci-smp-bringup", "share"],
+        ),
     ]
 }
-
-/// Deterministic guest time: one counter tick per instruction, no sleeping.
-const ICOUNT: &[&str] = &["-icount", "shift=0,sleep=off"];
 
 /// Every phase of the hostile-guest suite (tools/guests/arm64-test/src/hostile.rs).
 const HOSTILE_PASS: &[(&str, &str)] = &[
@@ -415,26 +329,9 @@ fn check_hostile(log: &str) -> Vec<String> {
     problems
 }
 
-/// The fairness case: every vCPU's iteration rate against a fair share
-/// (`share::judge`), summary printed.
-fn check_share(log: &str) -> Vec<String> {
-    let (problems, summary) = crate::share::judge(log, 16);
-    println!("    {summary}");
-    problems
-}
-
 /// The single-VM runs print the IPI benchmark: every line must be there.
 fn check_bench_lines(log: &str) -> Vec<String> {
-    let mut problems = Vec::new();
-    for mode in ["pv", "sgi"] {
-        for t in ["1", "3", "all"] {
-            let want = format!("BENCH ipi {mode} targets={t} exits_per_ipi=");
-            if !log.contains(&want) {
-                problems.push(format!("no {want:?} line"));
-            }
-        }
-    }
-    problems
+    vmtest::missing_ipi_bench_lines(log, ["pv", "sgi"])
 }
 
 /// The FP check must really have run across FP switches: kestrel's
@@ -452,21 +349,6 @@ fn check_fp_switches(log: &str) -> Vec<String> {
         vec![format!(
             "only {restores} FP restores counted by kestrel: too few switches to prove anything"
         )]
-    }
-}
-
-/// At least one VMID rollover must have been counted (the guests'
-/// `BENCH counters ... vmid_rollovers=N` or kestrel's per-VM stats).
-fn check_rollover(log: &str) -> Vec<String> {
-    let most = log
-        .lines()
-        .filter_map(|l| l.split("vmid_rollovers=").nth(1))
-        .filter_map(|v| v.split_whitespace().next()?.parse::<u64>().ok())
-        .max();
-    match most {
-        Some(n) if n >= 1 => Vec::new(),
-        Some(_) => vec!["no VMID rollover counted (vmid_rollovers=0 everywhere)".into()],
-        None => vec!["no vmid_rollovers= counter in the log".into()],
     }
 }
 
@@ -514,133 +396,27 @@ fn judge_vm(case: &VmCase, log: &str, timed_out: bool) -> Vec<String> {
     problems
 }
 
-/// Builds kestrel with the case's VMs and copies the image to a file of
-/// this case's own (`build/aarch64/vmtest-<case>.bin`): `build/aarch64/
-/// kestrel.bin` is shared with every other build, and another build that
-/// lands between ours and QEMU's start would boot the wrong VMs. The copy
-/// must contain every VM name of the case (the package is embedded in the
-/// image); otherwise it is built again.
-fn private_image(
-    case: &VmCase,
-    features: &[String],
-    config: &std::path::Path,
-) -> Result<PathBuf, String> {
-    let slug = case.name.split(':').next().unwrap_or("case");
-    let private = root()
-        .join("build")
-        .join(Arch::Aarch64.name())
-        .join(format!("vmtest-{slug}.bin"));
-    for _ in 0..3 {
-        let image = crate::build_image_with(Arch::Aarch64, features, Some(config))?;
-        let bytes = std::fs::read(&image).map_err(|e| format!("{}: {e}", image.display()))?;
-        let has = |name: &str| bytes.windows(name.len()).any(|w| w == name.as_bytes());
-        if case.vms.iter().all(|vm| has(vm)) {
-            std::fs::write(&private, &bytes).map_err(|e| format!("{}: {e}", private.display()))?;
-            return Ok(private);
-        }
-        eprintln!(
-            "vmtest: {} was replaced by another build; building again",
-            image.display()
-        );
-    }
-    Err(format!(
-        "{slug}: could not get an image with this case's VMs"
-    ))
-}
-
-/// Boots kestrel with the case's config; returns the serial log and
-/// whether it timed out.
-fn boot_vm(case: &VmCase) -> Result<(String, bool), String> {
-    let features: Vec<String> = case.features.iter().map(|s| s.to_string()).collect();
-    let config = root().join(case.config);
-    let image = private_image(case, &features, &config)?;
-    let opts = Opts {
-        arch: Arch::Aarch64,
-        smp: 4,
-        gic: case.gic,
-        mem_mib: case.mem_mib,
-        features,
-        append: "kestrel.exit=poweroff".into(),
-        config: Some(config),
-    };
-    let mut cmd = qemu::command(&opts, &image, true);
-    cmd.args(case.qemu_args);
-    eprintln!("    $ {}", qemu::render(&cmd));
-    let boot = crate::vmtests_linux::run_timed(cmd, case.timeout, None)?;
-    Ok((boot.text(), boot.timed_out))
-}
-
 /// Whether `cargo xtask vmtest ARGS` is for this module (`--arch aarch64`).
 pub fn selected(args: &[String]) -> bool {
     args.windows(2)
         .any(|w| w[0] == "--arch" && Arch::parse(&w[1]) == Ok(Arch::Aarch64))
 }
 
-/// `cargo xtask vmtest --arch aarch64 [--case NAME] [--list]`: the kestrel
-/// cases whose name starts with NAME (all without), with the guests' BENCH,
-/// FP and RESULT lines echoed.
-pub fn run(args: &[String]) -> Result<(), String> {
-    let mut only: Option<String> = None;
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--arch" => {
-                let arch = Arch::parse(it.next().ok_or("--arch needs a value")?)?;
-                if arch != Arch::Aarch64 {
-                    return Err("vmtest: this runner has the aarch64 cases".into());
-                }
-            }
-            "--case" => only = Some(it.next().ok_or("--case needs a value")?.clone()),
-            "--list" => {
-                for c in vm_cases() {
-                    println!("{}", c.name);
-                }
-                return Ok(());
-            }
-            other => return Err(format!("vmtest: unknown option '{other}'")),
-        }
-    }
-    let cases: Vec<VmCase> = vm_cases()
-        .into_iter()
-        .filter(|c| only.as_deref().is_none_or(|o| c.name.starts_with(o)))
-        .collect();
-    if cases.is_empty() {
-        return Err("vmtest: no case matches (see --list)".into());
-    }
-    build_guest_arm64()?;
-    let (mut passed, mut failed) = (0, 0);
-    for case in &cases {
-        eprintln!("vmtest: {} ...", case.name);
-        let t = Instant::now();
-        let (log, timed_out) = boot_vm(case)?;
-        for l in log.lines().filter(|l| {
-            l.contains("BENCH ")
-                || l.contains("RESULT: ")
-                || l.contains("SHARE ")
-                || l.contains("fp-simd-switches")
-        }) {
-            println!("    {}", l.trim());
-        }
-        let problems = judge_vm(case, &log, timed_out);
-        if problems.is_empty() {
-            passed += 1;
-            println!("PASS {} ({:.1} s)", case.name, t.elapsed().as_secs_f64());
-        } else {
-            failed += 1;
-            println!("FAIL {}", case.name);
-            for p in &problems {
-                println!("    - {p}");
-            }
-            println!("---- serial log ----\n{log}\n---- end of serial log ----");
-        }
-    }
-    println!("vmtest: {passed} passed, {failed} failed");
-    if failed == 0 {
-        Ok(())
-    } else {
-        Err(format!("{failed} arm64 VM test(s) failed"))
-    }
-}
+/// `cargo xtask vmtest --arch aarch64 [--case NAME] [--list]`.
+pub static VM_SUITE: VmSuite = VmSuite {
+    arch: Arch::Aarch64,
+    suite: Suite {
+        command: "vmtest",
+        summary_prefix: "vmtest: ",
+        what: "arm64 VM test(s)",
+        prepare: Some(|| build_guest_arm64().map(|_| ())),
+    },
+    echo: &["BENCH ", "RESULT: ", "SHARE ", "fp-simd-switches"],
+    cases: vm_cases,
+    judge: judge_vm,
+    stop_at_results: false,
+    save_log: false,
+};
 
 #[cfg(test)]
 mod tests {
@@ -707,16 +483,6 @@ mod tests {
         assert_eq!(check_hostile(&starved).len(), 2);
         let missing = log.replace("PASS attack-mmio", "FAIL attack-mmio");
         assert_eq!(check_hostile(&missing).len(), 1);
-    }
-
-    #[test]
-    fn rollover_counter() {
-        assert!(check_rollover("[r] BENCH counters vmid_fast=1 vmid_rollovers=2 x").is_empty());
-        assert_eq!(
-            check_rollover("[r] BENCH counters vmid_rollovers=0").len(),
-            1
-        );
-        assert_eq!(check_rollover("").len(), 1);
     }
 
     #[test]

@@ -15,14 +15,13 @@
 //!
 //! docs/test-guest-loongarch.md describes the guest and its output.
 
-use std::io::Read;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::path::PathBuf;
+use std::time::Duration;
 
 use crate::smoke::{Case, Ending};
-use crate::{qemu, root, Arch, Opts};
+use crate::suite::Suite;
+use crate::vmtest::{self, VmCase, VmSuite};
+use crate::{Arch, Opts};
 
 /// The guest's target: hard float, so it may use FP and LSX registers.
 pub const GUEST_TARGET: &str = "loongarch64-unknown-none";
@@ -55,55 +54,15 @@ pub const EVERYWHERE: &[&str] = &[
     "outside-ram",
 ];
 
-/// Builds the guest; returns its ELF
+/// Builds the guest (with `-Zbuild-std`); returns its ELF
 /// (`target/loongarch64-unknown-none/release/loongarch64-test`), which QEMU
 /// `-kernel` and kestrel's `kind = "test-guest"` both load.
 pub fn build_guest_la64() -> Result<PathBuf, String> {
-    let root = root();
-    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .current_dir(&root)
-        .env("RUSTC_BOOTSTRAP", "1")
-        .args([
-            "build",
-            "--release",
-            "-p",
-            GUEST_PACKAGE,
-            "--target",
-            GUEST_TARGET,
-            "-Zbuild-std=core",
-            "-Zbuild-std-features=compiler-builtins-mem",
-        ])
-        .status()
-        .map_err(|e| format!("cannot run cargo: {e}"))?;
-    if !status.success() {
-        return Err("building the LoongArch test guest failed".into());
-    }
-    let elf = guest_elf();
-    if !elf.exists() {
-        return Err(format!("{}: missing after the build", elf.display()));
-    }
-    Ok(elf)
+    vmtest::build_guest(GUEST_PACKAGE, GUEST_BIN, GUEST_TARGET, true)
 }
 
-/// Where [`build_guest_la64`] leaves the guest.
-pub fn guest_elf() -> PathBuf {
-    root()
-        .join("target")
-        .join(GUEST_TARGET)
-        .join("release")
-        .join(GUEST_BIN)
-}
-
-/// The bare-QEMU smoke case: the guest itself as QEMU's `-kernel` (a later
-/// `-kernel` replaces the kestrel image the smoke runner passes first).
+/// The bare-QEMU smoke case: the guest itself as QEMU's `-kernel`.
 pub fn bare_case() -> Case {
-    let kernel: &'static str = match build_guest_la64() {
-        Ok(p) => Box::leak(p.to_string_lossy().into_owned().into_boxed_str()),
-        Err(e) => {
-            eprintln!("xtask: {e}");
-            "/nonexistent/loongarch64-test-guest-did-not-build"
-        }
-    };
     let mut expect: Vec<&'static str> = vec!["RESULT: 11 passed, 0 failed"];
     expect.extend(EVERYWHERE.iter().map(|c| pass_line(c)));
     expect.push("SKIP kestrel-probe: not on kestrel (hvcl raised INE");
@@ -118,10 +77,11 @@ pub fn bare_case() -> Case {
         ending: Ending::PowerOff,
         expect,
         reject: vec!["FAIL ", "panic", "unexpected exception"],
-        extra: vec!["-kernel", kernel],
+        extra: vec![],
         machine: None,
         check: Some(check_bare),
         timeout: Duration::from_secs(60),
+        guest: Some(build_guest_la64),
     }
 }
 
@@ -153,43 +113,13 @@ fn pass_line(check: &str) -> &'static str {
     Box::leak(format!("PASS {check}").into_boxed_str())
 }
 
-/// On bare QEMU only the kestrel-specific checks may be skipped.
+/// On bare QEMU only the kestrel-specific checks may be skipped
+/// (`SKIP <check>: <why>`).
 fn check_bare(log: &str) -> Vec<String> {
-    let mut problems = Vec::new();
-    for line in log.lines() {
-        if let Some(rest) = line.trim().strip_prefix("SKIP ") {
-            let name = rest.split(':').next().unwrap_or("");
-            if !KESTREL_ONLY.contains(&name) {
-                problems.push(format!("{name} was skipped on bare QEMU: {line}"));
-            }
-        }
-    }
-    problems
+    crate::smoke::only_skipped(log, KESTREL_ONLY, |rest| {
+        rest.split(':').next().unwrap_or("")
+    })
 }
-
-/// One kestrel run of the guest.
-pub struct VmCase {
-    pub name: &'static str,
-    /// Config file, relative to the workspace root.
-    pub config: &'static str,
-    /// kestrel features (e.g. `vmid4`).
-    pub features: &'static [&'static str],
-    /// VMs in the config: as many `RESULT:` lines are expected.
-    pub vms: usize,
-    /// Checks every VM must pass.
-    pub must_pass: &'static [&'static str],
-    /// Further check of the whole log.
-    pub check: Option<fn(&str) -> Vec<String>>,
-    pub timeout: Duration,
-    /// Extra QEMU arguments (`-icount` for the cases that measure time
-    /// shares: the guests' counter then counts instructions, so the host's
-    /// load cannot change what they measure).
-    pub qemu_args: &'static [&'static str],
-}
-
-/// Deterministic guest time: one counter tick per 10 instructions (the
-/// 100 MHz stable counter at 1 ns per instruction), no sleeping.
-const ICOUNT: &[&str] = &["-icount", "shift=0,sleep=off"];
 
 const ALL_CHECKS_4: &[&str] = &[
     "exceptions",
@@ -217,7 +147,9 @@ pub fn vm_cases() -> Vec<VmCase> {
             name: "la64-1vm: one VM, 4 vCPUs on -smp 4, every check",
             config: "configs/test/la64-1vm.toml",
             features: &[],
-            vms: 1,
+            gic: 3,
+            mem_mib: 1024,
+            vms: vec!["la64-test".into()],
             must_pass: ALL_CHECKS_4,
             check: Some(check_bench_lines),
             timeout: Duration::from_secs(300),
@@ -227,7 +159,9 @@ pub fn vm_cases() -> Vec<VmCase> {
             name: "la64-fp-shared: 3 VMs x 4 vCPUs sharing 4 pCPUs, FP/LSX across switches",
             config: "configs/test/la64-fp-shared.toml",
             features: &[],
-            vms: 3,
+            gic: 3,
+            mem_mib: 1024,
+            vms: ["fp-a", "fp-b", "fp-c"].map(String::from).to_vec(),
             must_pass: &[
                 "kestrel-probe",
                 "smp",
@@ -243,7 +177,9 @@ pub fn vm_cases() -> Vec<VmCase> {
             name: "la64-rollover: 18 VMs on a 4-bit VMID space (vmid4), every VM passing",
             config: "configs/test/la64-rollover.toml",
             features: &["vmid4"],
-            vms: 18,
+            gic: 3,
+            mem_mib: 1024,
+            vms: (0..18).map(|i| format!("roll-{i:02}")).collect(),
             must_pass: &[
                 "kestrel-probe",
                 "paging",
@@ -251,39 +187,24 @@ pub fn vm_cases() -> Vec<VmCase> {
                 "user-isolation",
                 "outside-ram",
             ],
-            check: Some(check_rollover),
+            check: Some(vmtest::check_rollover),
             timeout: Duration::from_secs(600),
             qemu_args: &[],
         },
-        VmCase {
-            name: "la64-share: 16 spinning vCPUs beside a 1-vCPU spinner on 4 pCPUs, each gets a fair share",
-            config: "configs/test/la64-share.toml",
-            features: &[],
-            vms: 2,
-            must_pass: &["smp", "share"],
-            check: Some(check_share),
-            timeout: Duration::from_secs(180),
-            qemu_args: ICOUNT,
-        },
-        VmCase {
-            name: "la64-hostile: an attacker VM and a victim VM sharing pCPU 0",
-            config: "configs/test/la64-hostile.toml",
-            features: &[],
-            vms: 2,
-            must_pass: &[],
-            check: Some(check_hostile),
-            timeout: Duration::from_secs(180),
-            qemu_args: &[],
-        },
+        vmtest::share_case(
+            "la64-share: 16 spinning vCPUs beside a 1-vCPU spinner on 4 pCPUs, each gets a fair share",
+            "configs/test/la64-share.toml",
+            &["smp", "share"],
+        ),
+        vmtest::hostile_case(
+            "la64-hostile: an attacker VM and a victim VM sharing pCPU 0",
+            "configs/test/la64-hostile.toml",
+            3,
+            check_hostile,
+            Duration::from_secs(180),
+            &[],
+        ),
     ]
-}
-
-/// The fairness case: every vCPU's iteration rate against a fair share
-/// (`share::judge`), summary printed.
-fn check_share(log: &str) -> Vec<String> {
-    let (problems, summary) = crate::share::judge(log, 16);
-    println!("    {summary}");
-    problems
 }
 
 /// Attack phases the attacker must pass (`PASS attack-<phase>`).
@@ -475,46 +396,24 @@ fn victim_line(log: &str) -> Option<VictimLine> {
 
 /// The single-VM run prints the benchmark: every line must be there.
 fn check_bench_lines(log: &str) -> Vec<String> {
-    let mut problems = Vec::new();
-    for mode in ["pv", "iocsr"] {
-        for t in ["1", "3", "all"] {
-            let want = format!("BENCH ipi {mode} targets={t} exits_per_ipi=");
-            if !log.contains(&want) {
-                problems.push(format!("no {want:?} line"));
-            }
-        }
-    }
+    let mut problems = vmtest::missing_ipi_bench_lines(log, ["pv", "iocsr"]);
     if !log.contains("BENCH timer traps_per_irq=") {
         problems.push("no BENCH timer line".into());
     }
     problems
 }
 
-/// At least one VM must have seen a VMID rollover (kestrel's counter).
-fn check_rollover(log: &str) -> Vec<String> {
-    let most = log
-        .lines()
-        .filter_map(|l| l.split("vmid_rollovers=").nth(1))
-        .filter_map(|v| v.split_whitespace().next()?.parse::<i64>().ok())
-        .max();
-    match most {
-        Some(n) if n >= 1 => Vec::new(),
-        Some(n) => vec![format!("no VMID rollover counted (vmid_rollovers={n})")],
-        None => vec!["no BENCH counters line with vmid_rollovers".into()],
-    }
-}
-
-/// Judges a kestrel run: every VM printed a clean result and passed the
-/// checks of the case.
-pub fn judge_vm(case: &VmCase, log: &str) -> Vec<String> {
+/// Judges a kestrel run: done in time, every VM printed a clean result and
+/// passed the checks of the case.
+pub fn judge_vm(case: &VmCase, log: &str, timed_out: bool) -> Vec<String> {
     let mut problems = Vec::new();
+    if timed_out {
+        problems.push(format!("not done within {} s", case.timeout.as_secs()));
+    }
+    let vms = case.vms.len();
     let results: Vec<&str> = log.lines().filter(|l| l.contains("RESULT: ")).collect();
-    if results.len() != case.vms {
-        problems.push(format!(
-            "{} RESULT lines for {} VMs",
-            results.len(),
-            case.vms
-        ));
+    if results.len() != vms {
+        problems.push(format!("{} RESULT lines for {vms} VMs", results.len()));
     }
     for r in &results {
         if !r.contains(", 0 failed") {
@@ -526,8 +425,8 @@ pub fn judge_vm(case: &VmCase, log: &str) -> Vec<String> {
     }
     for c in case.must_pass {
         let n = passes(log, c);
-        if n < case.vms {
-            problems.push(format!("\"PASS {c}\" printed by {n} of {} VMs", case.vms));
+        if n < vms {
+            problems.push(format!("\"PASS {c}\" printed by {n} of {vms} VMs"));
         }
     }
     if let Some(check) = case.check {
@@ -550,164 +449,21 @@ fn passes(log: &str, check: &str) -> usize {
         .count()
 }
 
-/// Boots kestrel with the case's config; returns the serial log, whether it
-/// timed out, and QEMU's exit.
-fn boot_vm(case: &VmCase) -> Result<(String, bool), String> {
-    build_guest_la64()?;
-    let features: Vec<String> = case.features.iter().map(|s| s.to_string()).collect();
-    let config = root().join(case.config);
-    let image = crate::build_image_with(Arch::LoongArch64, &features, Some(&config))?;
-    let opts = Opts {
-        arch: Arch::LoongArch64,
-        smp: 4,
-        mem_mib: 1024,
-        features,
-        append: "kestrel.exit=poweroff".into(),
-        config: Some(config),
-        ..Opts::default()
-    };
-    let mut cmd = qemu::command(&opts, &image, true);
-    cmd.args(case.qemu_args);
-    eprintln!("    $ {}", qemu::render(&cmd));
-    run_until(cmd, case.vms, case.timeout)
-}
-
-/// Runs QEMU until it exits, `results` `RESULT:` lines appeared (then 3 s
-/// more for the power-off), or `limit`.
-fn run_until(mut cmd: Command, results: usize, limit: Duration) -> Result<(String, bool), String> {
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("cannot start QEMU: {e} (run `make setup`)"))?;
-    let log = Arc::new(Mutex::new(String::new()));
-    let mut readers = Vec::new();
-    for mut pipe in [
-        Box::new(child.stdout.take().unwrap()) as Box<dyn Read + Send>,
-        Box::new(child.stderr.take().unwrap()),
-    ] {
-        let log = Arc::clone(&log);
-        readers.push(std::thread::spawn(move || {
-            let mut buf = [0u8; 4096];
-            while let Ok(n) = pipe.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                log.lock()
-                    .unwrap()
-                    .push_str(&String::from_utf8_lossy(&buf[..n]).replace('\r', ""));
-            }
-        }));
-    }
-    let start = Instant::now();
-    let mut all_seen: Option<Instant> = None;
-    let timed_out = loop {
-        if child.try_wait().map_err(|e| e.to_string())?.is_some() {
-            break false;
-        }
-        if all_seen.is_none() && log.lock().unwrap().matches("RESULT: ").count() >= results {
-            all_seen = Some(Instant::now());
-        }
-        if all_seen.is_some_and(|t| t.elapsed() > Duration::from_secs(3)) {
-            let _ = child.kill();
-            let _ = child.wait();
-            break false;
-        }
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            break true;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    for r in readers {
-        let _ = r.join();
-    }
-    let log = log.lock().unwrap().clone();
-    Ok((log, timed_out))
-}
-
-/// `cargo xtask vmtest [--arch loongarch64] [--case NAME] [--list]`: the
-/// kestrel cases, with the guest's BENCH lines echoed.
-pub fn run(args: &[String]) -> Result<(), String> {
-    let mut only: Option<String> = None;
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--arch" => {
-                let arch = Arch::parse(it.next().ok_or("--arch needs a value")?)?;
-                if arch != Arch::LoongArch64 {
-                    return Err("vmtest: only --arch loongarch64 has cases here".into());
-                }
-            }
-            "--case" => only = Some(it.next().ok_or("--case needs a value")?.clone()),
-            "--list" => {
-                for c in vm_cases() {
-                    println!("{}", c.name);
-                }
-                return Ok(());
-            }
-            other => return Err(format!("vmtest: unknown option '{other}'")),
-        }
-    }
-    let cases: Vec<VmCase> = vm_cases()
-        .into_iter()
-        .filter(|c| only.as_deref().is_none_or(|o| c.name.starts_with(o)))
-        .collect();
-    if cases.is_empty() {
-        return Err("vmtest: no case matches (see --list)".into());
-    }
-    let (mut passed, mut failed) = (0, 0);
-    for case in &cases {
-        eprintln!("vmtest: {} ...", case.name);
-        let t = Instant::now();
-        let (log, timed_out) = boot_vm(case)?;
-        let mut problems = judge_vm(case, &log);
-        if timed_out {
-            problems.insert(0, format!("not done within {} s", case.timeout.as_secs()));
-        }
-        for l in log
-            .lines()
-            .filter(|l| l.contains("BENCH ") || l.contains("RESULT: ") || l.contains("SHARE "))
-        {
-            println!("    {}", l.trim());
-        }
-        let saved = save_log(case, &log);
-        if problems.is_empty() {
-            passed += 1;
-            println!("PASS {} ({:.1} s)", case.name, t.elapsed().as_secs_f64());
-            println!("    serial log: {saved}");
-        } else {
-            failed += 1;
-            println!("FAIL {}", case.name);
-            for p in &problems {
-                println!("    - {p}");
-            }
-            println!("    serial log: {saved}");
-        }
-    }
-    println!("{passed} passed, {failed} failed");
-    if failed == 0 {
-        Ok(())
-    } else {
-        Err(format!("{failed} LoongArch VM test(s) failed"))
-    }
-}
-
-/// Saves the serial log to `build/loongarch64/vmtest-<case>.log` (they
-/// are long); returns where, or the log itself when it cannot be written.
-fn save_log(case: &VmCase, log: &str) -> String {
-    let short = case.name.split(':').next().unwrap_or("case");
-    let path: PathBuf = root()
-        .join("build/loongarch64")
-        .join(format!("vmtest-{short}.log"));
-    let _ = std::fs::create_dir_all(path.parent().unwrap_or(Path::new(".")));
-    match std::fs::write(&path, log) {
-        Ok(()) => path.display().to_string(),
-        Err(_) => format!("(not saved)\n{log}"),
-    }
-}
+/// `cargo xtask vmtest --arch loongarch64 [--case NAME] [--list]`.
+pub static VM_SUITE: VmSuite = VmSuite {
+    arch: Arch::LoongArch64,
+    suite: Suite {
+        command: "vmtest",
+        summary_prefix: "",
+        what: "LoongArch VM test(s)",
+        prepare: Some(|| build_guest_la64().map(|_| ())),
+    },
+    echo: &["BENCH ", "RESULT: ", "SHARE "],
+    cases: vm_cases,
+    judge: judge_vm,
+    stop_at_results: true,
+    save_log: true,
+};
 
 #[cfg(test)]
 mod tests {
@@ -730,13 +486,13 @@ mod tests {
         log.push_str("[vm0] BENCH timer traps_per_irq=4.00 irqs=100\n");
         log.push_str("[vm0] RESULT: 16 passed, 0 failed\n");
         assert!(
-            judge_vm(case, &log).is_empty(),
+            judge_vm(case, &log, false).is_empty(),
             "{:?}",
-            judge_vm(case, &log)
+            judge_vm(case, &log, false)
         );
         let bad = log.replace("PASS fp-lsx: fine", "FAIL fp-lsx: lost");
-        assert!(!judge_vm(case, &bad).is_empty());
-        assert!(!judge_vm(case, &log.replace("RESULT: 16", "")).is_empty());
+        assert!(!judge_vm(case, &bad, false).is_empty());
+        assert!(!judge_vm(case, &log.replace("RESULT: 16", ""), false).is_empty());
     }
 
     #[test]
@@ -785,9 +541,9 @@ mod tests {
             .find(|c| c.name.starts_with("la64-hostile"))
             .unwrap();
         assert!(
-            judge_vm(&case, &log).is_empty(),
+            judge_vm(&case, &log, false).is_empty(),
             "{:?}",
-            judge_vm(&case, &log)
+            judge_vm(&case, &log, false)
         );
         for (from, to) in [
             ("ran 2900 ms", "ran 900 ms"),
@@ -802,16 +558,12 @@ mod tests {
             ("[victim] RESULT: 4 passed, 0 failed\n", ""),
         ] {
             let bad = log.replace(from, to);
-            assert!(!judge_vm(&case, &bad).is_empty(), "{from} -> {to} accepted");
+            assert!(
+                !judge_vm(&case, &bad, false).is_empty(),
+                "{from} -> {to} accepted"
+            );
         }
         let bad = format!("{log}kestrel: panic at vm.rs:1\n");
-        assert!(!judge_vm(&case, &bad).is_empty());
-    }
-
-    #[test]
-    fn rollover_needs_a_counted_rollover() {
-        assert!(check_rollover("BENCH counters vmid_rollovers=2 tlb_flushes=3").is_empty());
-        assert!(!check_rollover("BENCH counters vmid_rollovers=0").is_empty());
-        assert!(!check_rollover("").is_empty());
+        assert!(!judge_vm(&case, &bad, false).is_empty());
     }
 }

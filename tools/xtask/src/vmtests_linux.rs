@@ -9,13 +9,14 @@
 //! [`FETCH_LIMIT`]; otherwise they are skipped with the reason (never failed
 //! for a missing network).
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus, Stdio};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::rc::Rc;
+use std::time::Duration;
 
 use crate::assets;
+use crate::qemu::{bare_command, Boot, Runner};
+use crate::suite::{Selection, Suite, Test, Verdict};
 use crate::{qemu, Arch, Opts};
 
 /// How long `make test` may spend fetching the assets.
@@ -29,153 +30,6 @@ pub const PASS_4: &str = "LINUX-TEST: PASS cpus=4 fp=ok";
 /// The config of the benchmark's kestrel side (and of the bare side's
 /// kernel, initrd and command line).
 pub const BENCH_CONFIG: &str = "configs/linux-1vm.toml";
-
-/// One serial line and when it arrived (since QEMU was started).
-#[derive(Clone, Debug)]
-pub struct Line {
-    pub at: Duration,
-    pub text: String,
-}
-
-/// What one QEMU boot printed and how it ended.
-#[derive(Debug)]
-pub struct Boot {
-    pub lines: Vec<Line>,
-    pub exit: Option<ExitStatus>,
-    /// When QEMU exited (power-off), if it did.
-    pub ended: Option<Duration>,
-    pub timed_out: bool,
-}
-
-impl Boot {
-    /// When the first line containing `s` arrived.
-    pub fn when(&self, s: &str) -> Option<Duration> {
-        self.lines.iter().find(|l| l.text.contains(s)).map(|l| l.at)
-    }
-
-    /// The serial log as printed (no arrival stamps).
-    pub fn text(&self) -> String {
-        self.lines
-            .iter()
-            .map(|l| l.text.as_str())
-            .collect::<Vec<_>>()
-            .join("\n")
-    }
-
-    pub fn log(&self) -> String {
-        self.lines
-            .iter()
-            .map(|l| format!("[{:7.3}] {}", l.at.as_secs_f64(), l.text))
-            .collect::<Vec<_>>()
-            .join("\n")
-    }
-}
-
-/// Runs `cmd` (QEMU with the serial port on stdout) until it exits, or
-/// `stop_after` is seen in its output (then it is killed), or `limit`
-/// passes. Each line is stamped with the time its newline arrived.
-pub fn run_timed(
-    mut cmd: Command,
-    limit: Duration,
-    stop_after: Option<&str>,
-) -> Result<Boot, String> {
-    let program = cmd.get_program().to_string_lossy().into_owned();
-    let start = Instant::now();
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("cannot start {program}: {e} (run `make setup`)"))?;
-    let lines = Arc::new(Mutex::new(Vec::<Line>::new()));
-    let mut readers = Vec::new();
-    for mut pipe in [
-        Box::new(child.stdout.take().unwrap()) as Box<dyn Read + Send>,
-        Box::new(child.stderr.take().unwrap()),
-    ] {
-        let lines = Arc::clone(&lines);
-        readers.push(std::thread::spawn(move || {
-            let mut buf = [0u8; 4096];
-            let mut partial = Vec::new();
-            while let Ok(n) = pipe.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                let at = start.elapsed();
-                for &b in &buf[..n] {
-                    match b {
-                        b'\n' => {
-                            let text = String::from_utf8_lossy(&partial).into_owned();
-                            lines.lock().unwrap().push(Line { at, text });
-                            partial.clear();
-                        }
-                        b'\r' => {}
-                        _ => partial.push(b),
-                    }
-                }
-            }
-            if !partial.is_empty() {
-                let text = String::from_utf8_lossy(&partial).into_owned();
-                lines.lock().unwrap().push(Line {
-                    at: start.elapsed(),
-                    text,
-                });
-            }
-        }));
-    }
-    let (exit, ended, timed_out) = loop {
-        if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
-            break (Some(status), Some(start.elapsed()), false);
-        }
-        if let Some(s) = stop_after {
-            if lines.lock().unwrap().iter().any(|l| l.text.contains(s)) {
-                let _ = child.kill();
-                let _ = child.wait();
-                break (None, None, false);
-            }
-        }
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            break (None, None, true);
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    };
-    for r in readers {
-        let _ = r.join();
-    }
-    let lines = lines.lock().unwrap().clone();
-    Ok(Boot {
-        lines,
-        exit,
-        ended,
-        timed_out,
-    })
-}
-
-/// Bare QEMU booting `kernel` directly, with the machine flags kestrel runs
-/// under (`qemu::command`): `-M machine -cpu max -smp -m -nic none`.
-pub fn bare_command(
-    machine: &str,
-    smp: u32,
-    mem_mib: u32,
-    kernel: &Path,
-    initrd: Option<&Path>,
-    append: &str,
-) -> Command {
-    let mut c = Command::new("qemu-system-aarch64");
-    c.args(["-M", machine, "-cpu", "max"])
-        .args(["-smp", &smp.to_string(), "-m", &mem_mib.to_string()])
-        .args(["-nic", "none", "-display", "none", "-monitor", "none"])
-        .args(["-serial", "stdio", "-no-reboot"])
-        .arg("-kernel")
-        .arg(kernel);
-    if let Some(i) = initrd {
-        c.arg("-initrd").arg(i);
-    }
-    c.args(["-append", append]);
-    c
-}
 
 /// A bare-QEMU Linux smoke case.
 struct BareCase {
@@ -204,7 +58,7 @@ pub fn judge_linux(boot: &Boot, pass_line: &str) -> Vec<String> {
     if boot.timed_out {
         problems.push("no power-off within the time limit".to_string());
     }
-    let has = |s: &str| boot.lines.iter().any(|l| l.text.contains(s));
+    let has = |s: &str| boot.has(s);
     if !has(INIT_LINE) {
         problems.push(format!(
             "the init script never started ({INIT_LINE:?} missing)"
@@ -230,26 +84,6 @@ pub fn judge_linux(boot: &Boot, pass_line: &str) -> Vec<String> {
         _ => {}
     }
     problems
-}
-
-/// The Linux smoke cases of `cargo xtask smoke`: fetches or reuses the
-/// assets (or skips, saying why), boots each bare case, prints PASS/FAIL
-/// (and the serial log of a failure). Returns (passed, failed).
-pub fn run_smoke() -> (u32, u32) {
-    eprintln!(
-        "smoke: linux guest assets (cargo xtask guest-assets, at most {} s) ...",
-        FETCH_LIMIT.as_secs()
-    );
-    let assets = match assets::ensure_within(FETCH_LIMIT) {
-        Ok(a) => a,
-        Err(why) => {
-            println!("SKIP linux bare-QEMU and kestrel cases: no Linux guest assets: {why}");
-            return (0, 0);
-        }
-    };
-    let (p1, f1) = run_bare_cases(&assets);
-    let (p2, f2) = run_kestrel_cases();
-    (p1 + p2, f1 + f2)
 }
 
 /// One boot of Debian's kernel as VMs under kestrel.
@@ -293,7 +127,7 @@ fn judge_kestrel(boot: &Boot, vms: &[&str]) -> Vec<String> {
     if boot.timed_out {
         problems.push("no power-off within the time limit".to_string());
     }
-    let has = |s: &str| boot.lines.iter().any(|l| l.text.contains(s));
+    let has = |s: &str| boot.has(s);
     for vm in vms {
         let pass = format!("[{vm}] {PASS_4}");
         if !has(&pass) {
@@ -328,106 +162,121 @@ fn judge_kestrel(boot: &Boot, vms: &[&str]) -> Vec<String> {
     problems
 }
 
-/// Boots Debian's kernel as VMs under kestrel (issue: Linux guests); prints
-/// PASS/FAIL (and the serial log of a failure). Returns (passed, failed).
-pub fn run_kestrel_cases() -> (u32, u32) {
-    let (mut passed, mut failed) = (0, 0);
-    for case in &KESTREL_CASES {
-        eprintln!("smoke: {} ...", case.name);
-        let config = crate::root().join(case.config);
-        let opts = Opts {
-            arch: Arch::Aarch64,
-            smp: 4,
-            gic: case.gic,
-            mem_mib: 1024,
-            append: "kestrel.exit=poweroff".into(),
-            config: Some(config.clone()),
-            ..Opts::default()
-        };
-        let result =
-            crate::build_image_with(opts.arch, &opts.features, Some(&config)).and_then(|image| {
-                let cmd = qemu::command(&opts, &image, true);
-                eprintln!("    $ {}", qemu::render(&cmd));
-                run_timed(cmd, KESTREL_BOOT_LIMIT, None)
-            });
-        let problems = match result {
-            Ok(boot) => {
-                let p = judge_kestrel(&boot, case.vms);
-                if p.is_empty() {
-                    println!(
-                        "PASS {} (power-off at {:.1} s)",
-                        case.name,
-                        boot.ended.unwrap_or_default().as_secs_f64()
-                    );
-                } else {
-                    print_failure(case.name, &p, &boot.log());
-                }
-                p
-            }
-            Err(e) => {
-                print_failure(case.name, std::slice::from_ref(&e), "");
-                vec![e]
-            }
-        };
-        if problems.is_empty() {
-            passed += 1;
-        } else {
-            failed += 1;
-        }
+/// The Linux cases of `cargo xtask smoke` (those `sel` selects): fetches or
+/// reuses the assets first (at most [`FETCH_LIMIT`]), or skips them all,
+/// saying why (never failed for a missing network).
+pub fn smoke_tests(sel: &Selection) -> Vec<Test<'static>> {
+    let names = BARE_CASES
+        .iter()
+        .map(|c| c.name)
+        .chain(KESTREL_CASES.iter().map(|c| c.name));
+    if !names.clone().any(|n| sel.matches(n)) {
+        return Vec::new();
     }
-    (passed, failed)
+    if sel.list {
+        return names.map(|n| Test::new(n, Verdict::default)).collect();
+    }
+    eprintln!(
+        "smoke: linux guest assets (cargo xtask guest-assets, at most {} s) ...",
+        FETCH_LIMIT.as_secs()
+    );
+    let assets = match assets::ensure_within(FETCH_LIMIT) {
+        Ok(a) => Rc::new(a),
+        Err(why) => {
+            println!("SKIP linux bare-QEMU and kestrel cases: no Linux guest assets: {why}");
+            return Vec::new();
+        }
+    };
+    let mut tests = bare_tests(&assets);
+    tests.extend(
+        KESTREL_CASES
+            .iter()
+            .map(|case| Test::new(case.name, move || kestrel_test(case))),
+    );
+    tests
 }
 
-/// Boots the bare-QEMU Linux cases with `assets`; prints PASS/FAIL (and the
-/// serial log of a failure). Returns (passed, failed).
-pub fn run_bare_cases(assets: &assets::LinuxAssets) -> (u32, u32) {
-    let (mut passed, mut failed) = (0, 0);
-    for case in &BARE_CASES {
-        eprintln!("smoke: {} ...", case.name);
-        let cmd = bare_command(
-            case.machine,
-            4,
-            1024,
-            &assets.image,
-            Some(&assets.initramfs),
-            "console=ttyAMA0 rdinit=/init kestrel.test_cpus=4 kestrel.name=bare",
-        );
-        eprintln!("    $ {}", qemu::render(&cmd));
-        let problems = match run_timed(cmd, BOOT_LIMIT, None) {
-            Ok(boot) => {
-                let p = judge_linux(&boot, PASS_4);
-                if p.is_empty() {
-                    println!(
-                        "PASS {} (init at {:.1} s, power-off at {:.1} s)",
-                        case.name,
-                        boot.when(INIT_LINE).unwrap_or_default().as_secs_f64(),
-                        boot.ended.unwrap_or_default().as_secs_f64()
-                    );
-                } else {
-                    print_failure(case.name, &p, &boot.log());
-                }
-                p
-            }
-            Err(e) => {
-                print_failure(case.name, std::slice::from_ref(&e), "");
-                vec![e]
-            }
-        };
-        if problems.is_empty() {
-            passed += 1;
-        } else {
-            failed += 1;
-        }
-    }
-    (passed, failed)
+/// `cargo xtask guest-assets --test`: the bare-QEMU cases with `assets`.
+pub fn run_bare(assets: assets::LinuxAssets) -> Result<(), String> {
+    const SUITE: Suite = Suite {
+        command: "guest-assets",
+        summary_prefix: "",
+        what: "bare-QEMU Linux case(s)",
+        prepare: None,
+    };
+    let tests = bare_tests(&Rc::new(assets));
+    let all = Selection {
+        list: false,
+        only: None,
+    };
+    crate::suite::run(&SUITE, &all, tests)
 }
 
-fn print_failure(name: &str, problems: &[String], log: &str) {
-    println!("FAIL {name}");
-    for p in problems {
-        println!("    - {p}");
+/// Boots Debian's kernel as VMs under kestrel (issue: Linux guests).
+fn kestrel_test(case: &KestrelCase) -> Verdict {
+    let config = crate::root().join(case.config);
+    let opts = Opts {
+        arch: Arch::Aarch64,
+        smp: 4,
+        gic: case.gic,
+        mem_mib: 1024,
+        append: "kestrel.exit=poweroff".into(),
+        config: Some(config.clone()),
+        ..Opts::default()
+    };
+    let boot =
+        crate::build_image_with(opts.arch, &opts.features, Some(&config)).and_then(|image| {
+            Runner::new(qemu::command(&opts, &image, true), KESTREL_BOOT_LIMIT).run()
+        });
+    match boot {
+        Ok(boot) => Verdict {
+            problems: judge_kestrel(&boot, case.vms),
+            detail: Some(format!(
+                "power-off at {:.1} s",
+                boot.ended.unwrap_or_default().as_secs_f64()
+            )),
+            log: boot.log(),
+            ..Verdict::default()
+        },
+        Err(e) => Verdict::error(e),
     }
-    println!("---- serial log ----\n{log}\n---- end of serial log ----");
+}
+
+/// The bare-QEMU Linux cases with `assets`.
+fn bare_tests(assets: &Rc<assets::LinuxAssets>) -> Vec<Test<'static>> {
+    BARE_CASES
+        .iter()
+        .map(|case| {
+            let assets = Rc::clone(assets);
+            Test::new(case.name, move || bare_test(case, &assets))
+        })
+        .collect()
+}
+
+/// Boots one bare-QEMU Linux case with `assets`.
+fn bare_test(case: &BareCase, assets: &assets::LinuxAssets) -> Verdict {
+    let cmd = bare_command(
+        Arch::Aarch64,
+        case.machine,
+        4,
+        1024,
+        &assets.image,
+        Some(&assets.initramfs),
+        "console=ttyAMA0 rdinit=/init kestrel.test_cpus=4 kestrel.name=bare",
+    );
+    match Runner::new(cmd, BOOT_LIMIT).run() {
+        Ok(boot) => Verdict {
+            problems: judge_linux(&boot, PASS_4),
+            detail: Some(format!(
+                "init at {:.1} s, power-off at {:.1} s",
+                boot.when(INIT_LINE).unwrap_or_default().as_secs_f64(),
+                boot.ended.unwrap_or_default().as_secs_f64()
+            )),
+            log: boot.log(),
+            ..Verdict::default()
+        },
+        Err(e) => Verdict::error(e),
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -585,6 +434,7 @@ pub fn bench(args: &[String]) -> Result<(), String> {
     let mut exit_lines = Vec::new();
     for r in 1..=runs {
         let cmd = bare_command(
+            Arch::Aarch64,
             &machine,
             opts.smp,
             opts.mem_mib,
@@ -592,7 +442,7 @@ pub fn bench(args: &[String]) -> Result<(), String> {
             vm.initrd.as_deref(),
             &vm.cmdline,
         );
-        let boot = run_timed(cmd, BOOT_LIMIT, None)?;
+        let boot = Runner::new(cmd, BOOT_LIMIT).quiet().run()?;
         let t = times_of(&boot);
         print_row(
             &r.to_string(),
@@ -604,7 +454,9 @@ pub fn bench(args: &[String]) -> Result<(), String> {
 
         let Ok(image) = &kestrel else { continue };
         let limit = Duration::from_secs_f64((t.off.unwrap_or(10.0) * 5.0).max(30.0));
-        let boot = run_timed(qemu::command(&opts, image, true), limit, None)?;
+        let boot = Runner::new(qemu::command(&opts, image, true), limit)
+            .quiet()
+            .run()?;
         if boot.when(INIT_LINE).is_none() {
             let tail: Vec<String> = boot
                 .lines

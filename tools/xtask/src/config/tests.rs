@@ -22,9 +22,18 @@ fn fixture() -> PathBuf {
     let mut dtb = vec![0u8; 64];
     dtb[..4].copy_from_slice(&[0xd0, 0x0d, 0xfe, 0xed]);
     std::fs::write(dir.join("guest.dtb"), &dtb).unwrap();
+    // A LoongArch ELF: header, one PT_LOAD program header at 64 for the
+    // bytes from 0x100.
     let mut elf = vec![0u8; 256];
-    elf[..4].copy_from_slice(b"\x7fELF");
+    elf[..6].copy_from_slice(b"\x7fELF\x02\x01");
     elf[18..20].copy_from_slice(&258u16.to_le_bytes());
+    elf[0x20..0x28].copy_from_slice(&64u64.to_le_bytes());
+    elf[0x36..0x38].copy_from_slice(&56u16.to_le_bytes());
+    elf[0x38..0x3a].copy_from_slice(&1u16.to_le_bytes());
+    elf[64..68].copy_from_slice(&1u32.to_le_bytes());
+    elf[64 + 8..64 + 16].copy_from_slice(&0x80u64.to_le_bytes());
+    elf[64 + 32..64 + 40].copy_from_slice(&0x80u64.to_le_bytes());
+    elf[64 + 40..64 + 48].copy_from_slice(&0x80u64.to_le_bytes());
     std::fs::write(dir.join("vmlinux"), &elf).unwrap();
     std::fs::write(dir.join("notanimage"), vec![1u8; 4096]).unwrap();
     dir
@@ -383,6 +392,18 @@ fn loongarch_linux_needs_a_loongarch_elf() {
     let e = load(&file, Arch::LoongArch64).unwrap_err();
     assert_eq!(e.field, "vm[0].kernel");
     assert!(e.problem.contains("not a LoongArch Linux ELF"), "{e}");
+    // An ELF whose segment lies outside the file is refused here, not at boot.
+    let mut elf = std::fs::read(dir.join("vmlinux")).unwrap();
+    elf[64 + 32..64 + 40].copy_from_slice(&0x1000u64.to_le_bytes());
+    std::fs::write(dir.join("vmlinux"), &elf).unwrap();
+    std::fs::write(&file, text).unwrap();
+    let e = load(&file, Arch::LoongArch64).unwrap_err();
+    assert_eq!(e.field, "vm[0].kernel");
+    assert!(
+        e.problem
+            .contains("not a loadable ELF: segment 0 outside the file"),
+        "{e}"
+    );
 }
 
 #[test]

@@ -1,0 +1,278 @@
+//! `cargo xtask guest-assets`: Debian's arm64 cloud kernel and a busybox
+//! initramfs whose `/init` is the Linux guest test (docs/linux-guests.md).
+//!
+//! Nothing on the system changes: apt runs with its own package lists,
+//! sources list and archive cache under the asset cache
+//! (`~/.cache/kestrel/guest-assets/`, or `$KESTREL_GUEST_CACHE`), and only
+//! downloads (`apt-get download`); nothing is installed, except Debian's
+//! `cpio` package when the `cpio` command is missing (as `tools/setup.sh`
+//! does for QEMU: on Debian as root, otherwise it stops and says so).
+//!
+//! Steps: `apt-get update` (arm64 lists of Debian `bookworm`, `-updates` and
+//! `-security`), resolve `linux-image-cloud-arm64` to the versioned package
+//! it depends on, download it and `busybox-static`, check each `.deb`
+//! against the SHA256 and size in the signed apt metadata and with
+//! `dpkg-deb`, extract `boot/vmlinuz-*` (an arm64 `Image`: magic `ARM\x64` at
+//! 0x38) and `bin/busybox` (a static aarch64 ELF), and write
+//! `build/guests/linux/{Image,initramfs.cpio.gz,ASSETS.txt}`.
+//!
+//! The cache is reused as long as its `.deb` files still match the recorded
+//! checksums; `--refresh` resolves the current versions again.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+mod apt;
+mod arm64;
+mod initramfs;
+
+use apt::{
+    check_cached, deb_member, extract_member, fetch, need_tools, parse_manifest, render_manifest,
+    sha256, DEFAULT_MIRROR, DEFAULT_SUITE,
+};
+pub use arm64::check_arm64_image;
+use arm64::{check_static_aarch64_elf, BUSYBOX};
+use initramfs::build_initramfs;
+
+/// The built guest files.
+#[derive(Clone, Debug)]
+pub struct LinuxAssets {
+    /// Uncompressed arm64 `Image`.
+    pub image: PathBuf,
+    /// gzip-compressed `newc` cpio archive.
+    pub initramfs: PathBuf,
+    /// Kernel package and version, e.g. `linux-image-6.1.0-57-cloud-arm64 6.1.192-3`.
+    pub kernel: String,
+}
+
+/// Where the downloads are kept (not in git).
+pub fn cache_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("KESTREL_GUEST_CACHE") {
+        return PathBuf::from(d);
+    }
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(|| crate::root().join("build/cache"));
+    base.join("kestrel/guest-assets")
+}
+
+/// Where the guest files are written: `build/guests/linux/`.
+pub fn out_dir() -> PathBuf {
+    crate::root().join("build/guests/linux")
+}
+
+/// The built files, if both exist (no network, no checks beyond that).
+pub fn built() -> Option<LinuxAssets> {
+    let dir = out_dir();
+    let a = LinuxAssets {
+        image: dir.join("Image"),
+        initramfs: dir.join("initramfs.cpio.gz"),
+        kernel: std::fs::read_to_string(dir.join("ASSETS.txt"))
+            .ok()
+            .and_then(|t| {
+                let m = parse_manifest(&t);
+                Some(format!(
+                    "{} {}",
+                    m.get("kernel_package")?,
+                    m.get("kernel_version")?
+                ))
+            })
+            .unwrap_or_else(|| "unknown kernel".into()),
+    };
+    (a.image.is_file() && a.initramfs.is_file()).then_some(a)
+}
+
+fn say(msg: &str) {
+    eprintln!("guest-assets: {msg}");
+}
+
+/// `cargo xtask guest-assets [--refresh]` and `cargo xtask bench-linux`.
+pub fn command(cmd: &str, args: &[String]) -> Result<(), String> {
+    if cmd == "bench-linux" {
+        return crate::vmtests_linux::bench(args);
+    }
+    let (mut refresh, mut test) = (false, false);
+    for a in args {
+        match a.as_str() {
+            "--refresh" => refresh = true,
+            "--test" => test = true,
+            "-h" | "--help" => {
+                println!(
+                    "usage: cargo xtask guest-assets [--refresh] [--test]\n\
+                     Fetches Debian's arm64 cloud kernel and busybox-static with apt (cache: {}),\n\
+                     checks them and builds {}/{{Image,initramfs.cpio.gz}}.\n\
+                     --refresh  resolve and download the current versions even if the cache is valid\n\
+                     --test     then boot them on bare QEMU (GICv3, GICv3 at EL1, GICv2) and run the init test\n\
+                     Environment: KESTREL_GUEST_CACHE (cache dir), KESTREL_DEBIAN_SUITE (default {DEFAULT_SUITE}),\n\
+                     KESTREL_DEBIAN_MIRROR (default {DEFAULT_MIRROR}). See docs/linux-guests.md.",
+                    cache_dir().display(),
+                    out_dir().display()
+                );
+                return Ok(());
+            }
+            other => {
+                return Err(format!(
+                    "guest-assets: unknown option '{other}' (try --help)"
+                ))
+            }
+        }
+    }
+    let a = ensure(refresh)?;
+    println!("{}", a.image.display());
+    println!("{}", a.initramfs.display());
+    if test {
+        crate::vmtests_linux::run_bare(a)?;
+    }
+    Ok(())
+}
+
+/// Fetches (or reuses) the packages and builds the guest files.
+pub fn ensure(refresh: bool) -> Result<LinuxAssets, String> {
+    let t0 = Instant::now();
+    need_tools()?;
+    let cache = cache_dir();
+    let debs = cache.join("debs");
+    mkdir(&debs)?;
+    let manifest_path = cache.join("manifest.txt");
+    let cached = if refresh {
+        None
+    } else {
+        match std::fs::read_to_string(&manifest_path) {
+            Ok(text) => {
+                let m = parse_manifest(&text);
+                match check_cached(&m, &debs) {
+                    Ok(()) => Some(m),
+                    Err(why) => {
+                        say(&format!("cache not usable ({why}): fetching again"));
+                        None
+                    }
+                }
+            }
+            Err(_) => None,
+        }
+    };
+    let manifest = match cached {
+        Some(m) => {
+            say(&format!(
+                "[1/4] using the cache in {} ({} {}, {} {}; `--refresh` looks for newer)",
+                cache.display(),
+                m["kernel_package"],
+                m["kernel_version"],
+                BUSYBOX,
+                m["busybox_version"]
+            ));
+            m
+        }
+        None => {
+            let m = fetch(&cache, &debs)?;
+            std::fs::write(&manifest_path, render_manifest(&m))
+                .map_err(|e| format!("{}: {e}", manifest_path.display()))?;
+            m
+        }
+    };
+    let out = out_dir();
+    mkdir(&out)?;
+
+    say("[3/4] extracting the kernel Image and busybox");
+    let kernel_deb = debs.join(&manifest["kernel_deb"]);
+    let image = out.join("Image");
+    // Reuse the Image extracted last time if it is still the same file.
+    let last = std::fs::read_to_string(out.join("ASSETS.txt"))
+        .map(|t| parse_manifest(&t))
+        .unwrap_or_default();
+    let kernel_member = match last.get("kernel_member") {
+        Some(m)
+            if last.get("kernel_sha256") == manifest.get("kernel_sha256")
+                && last.contains_key("image_sha256")
+                && image.is_file()
+                && sha256(&image).ok().as_ref() == last.get("image_sha256") =>
+        {
+            m.clone()
+        }
+        _ => {
+            let m = deb_member(&kernel_deb, "./boot/vmlinuz-")?;
+            extract_member(&kernel_deb, &m, &image)?;
+            m
+        }
+    };
+    check_arm64_image(&image)?;
+    let busybox_deb = debs.join(&manifest["busybox_deb"]);
+    let busybox = out.join("busybox");
+    extract_member(&busybox_deb, "./bin/busybox", &busybox)?;
+    check_static_aarch64_elf(&busybox)?;
+
+    say("[4/4] building the initramfs (cpio -H newc, gzip)");
+    let initramfs = out.join("initramfs.cpio.gz");
+    build_initramfs(&busybox, &out.join("initramfs.d"), &initramfs)?;
+    let mut info = manifest.clone();
+    info.insert("kernel_member".into(), kernel_member.clone());
+    info.insert("image_sha256".into(), sha256(&image)?);
+    info.insert("initramfs_sha256".into(), sha256(&initramfs)?);
+    std::fs::write(out.join("ASSETS.txt"), render_manifest(&info))
+        .map_err(|e| format!("{}: {e}", out.join("ASSETS.txt").display()))?;
+    let size = |p: &Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+    say(&format!(
+        "done in {:.1} s: {} ({:.1} MiB, {} from {} {}), {} ({:.1} MiB)",
+        t0.elapsed().as_secs_f64(),
+        image.display(),
+        size(&image) as f64 / 1048576.0,
+        kernel_member.trim_start_matches("./"),
+        manifest["kernel_package"],
+        manifest["kernel_version"],
+        initramfs.display(),
+        size(&initramfs) as f64 / 1048576.0
+    ));
+    Ok(LinuxAssets {
+        image,
+        initramfs,
+        kernel: format!(
+            "{} {}",
+            manifest["kernel_package"], manifest["kernel_version"]
+        ),
+    })
+}
+
+/// Runs `cargo xtask guest-assets` as a child with a time limit (for the
+/// tests: a slow or absent network must not hang them).
+/// Err with the reason when it could not be done in time or failed.
+pub fn ensure_within(limit: Duration) -> Result<LinuxAssets, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find xtask itself: {e}"))?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("guest-assets").stdout(Stdio::null());
+    {
+        use std::os::unix::process::CommandExt;
+        cmd.process_group(0);
+    }
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot run xtask guest-assets: {e}"))?;
+    let start = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
+            if !status.success() {
+                return Err(format!("`cargo xtask guest-assets` failed ({status})"));
+            }
+            return built().ok_or_else(|| "guest-assets ran but wrote no files".to_string());
+        }
+        if start.elapsed() > limit {
+            // Stop the whole group (apt's download methods included).
+            let _ = Command::new("kill")
+                .args(["-TERM", "--", &format!("-{}", child.id())])
+                .status();
+            std::thread::sleep(Duration::from_millis(500));
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(format!(
+                "`cargo xtask guest-assets` took longer than {} s (slow or no network?)",
+                limit.as_secs()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn mkdir(d: &Path) -> Result<(), String> {
+    std::fs::create_dir_all(d).map_err(|e| format!("cannot create {}: {e}", d.display()))
+}

@@ -1,0 +1,295 @@
+//! The VM suites of both architectures (`cargo xtask vmtest --arch A
+//! [--case NAME] [--list]`): a case is a config of test-guest VMs booted
+//! under kestrel; what differs per architecture (the guest's build, how a
+//! run is judged, when QEMU is stopped) is in [`VmSuite`], the cases and
+//! their judges in `vmtests_arm64.rs` and `vmtests_la64.rs`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use crate::qemu::{self, Boot, Runner};
+use crate::suite::{self, Suite, Test, Verdict};
+use crate::{root, Arch, Opts};
+
+/// Deterministic guest time for the cases that measure time shares: one
+/// counter tick per instruction (arm64; one per 10 on LoongArch's 100 MHz
+/// counter), no sleeping, so the host's load cannot change what the guests
+/// measure.
+pub const ICOUNT: &[&str] = &["-icount", "shift=0,sleep=off"];
+
+/// One kestrel boot with test-guest VMs.
+pub struct VmCase {
+    pub name: &'static str,
+    /// Config file, relative to the workspace root.
+    pub config: &'static str,
+    /// kestrel features (e.g. `vmid4`).
+    pub features: &'static [&'static str],
+    /// arm64: the GIC version.
+    pub gic: u32,
+    pub mem_mib: u32,
+    /// The VMs of the config, by name: each must print its `RESULT:` line.
+    pub vms: Vec<String>,
+    /// Checks every VM must pass.
+    pub must_pass: &'static [&'static str],
+    /// Further checks of the whole log.
+    pub check: Option<fn(&str) -> Vec<String>>,
+    pub timeout: Duration,
+    /// Extra QEMU arguments (e.g. [`ICOUNT`]).
+    pub qemu_args: &'static [&'static str],
+}
+
+/// What an architecture's VM suite does its own way.
+pub struct VmSuite {
+    pub arch: Arch,
+    pub suite: Suite,
+    pub cases: fn() -> Vec<VmCase>,
+    /// Log lines containing one of these are echoed before the verdict.
+    pub echo: &'static [&'static str],
+    /// Judges a run from its serial log and whether it timed out.
+    pub judge: fn(&VmCase, &str, bool) -> Vec<String>,
+    /// Stop QEMU 3 s after every VM printed its `RESULT:` line, instead of
+    /// waiting for kestrel to power off.
+    pub stop_at_results: bool,
+    /// Save the serial log to `build/<arch>/vmtest-<case>.log` (printed
+    /// inline after a failure otherwise).
+    pub save_log: bool,
+}
+
+/// Runs the suite with `args` (`[--arch A] [--case NAME] [--list]`).
+pub fn run(vs: &'static VmSuite, args: &[String]) -> Result<(), String> {
+    let sel = suite::parse_args(&vs.suite, args, Some(vs.arch))?;
+    let tests = (vs.cases)()
+        .into_iter()
+        .map(|case| Test::new(case.name, move || verdict(vs, &case)))
+        .collect();
+    suite::run(&vs.suite, &sel, tests)
+}
+
+fn verdict(vs: &VmSuite, case: &VmCase) -> Verdict {
+    let boot = match boot(vs, case) {
+        Ok(b) => b,
+        Err(e) => return Verdict::error(e),
+    };
+    let log = boot.text();
+    Verdict {
+        echo: log
+            .lines()
+            .filter(|l| vs.echo.iter().any(|e| l.contains(e)))
+            .map(str::to_string)
+            .collect(),
+        problems: (vs.judge)(case, &log, boot.timed_out),
+        log,
+        saved: boot.saved,
+        ..Verdict::default()
+    }
+}
+
+/// The case's name up to its colon (`arm64-1vm-gicv3`).
+fn slug(case: &VmCase) -> &str {
+    case.name.split(':').next().unwrap_or("case")
+}
+
+/// Boots kestrel with the case's VMs.
+fn boot(vs: &VmSuite, case: &VmCase) -> Result<Boot, String> {
+    let features: Vec<String> = case.features.iter().map(|s| s.to_string()).collect();
+    let config = root().join(case.config);
+    let image = private_image(vs.arch, case, &features, &config)?;
+    let opts = Opts {
+        arch: vs.arch,
+        smp: 4,
+        gic: case.gic,
+        mem_mib: case.mem_mib,
+        features,
+        append: "kestrel.exit=poweroff".into(),
+        config: Some(config),
+    };
+    let mut cmd = qemu::command(&opts, &image, true);
+    cmd.args(case.qemu_args);
+    let mut runner = Runner::new(cmd, case.timeout);
+    if vs.stop_at_results {
+        runner = runner
+            .stop_after("RESULT: ", case.vms.len())
+            .grace(Duration::from_secs(3));
+    }
+    if vs.save_log {
+        runner = runner.log_to(
+            root()
+                .join("build")
+                .join(vs.arch.name())
+                .join(format!("vmtest-{}.log", slug(case))),
+        );
+    }
+    runner.run()
+}
+
+/// Builds kestrel with the case's VMs and copies the image to a file of
+/// this case's own (`build/<arch>/vmtest-<case>.bin|elf`): the image
+/// `make image` writes is shared with every other build, and another build
+/// that lands between ours and QEMU's start would boot the wrong VMs. The
+/// copy must contain every VM name of the case (the package is embedded in
+/// the image); otherwise it is built again.
+fn private_image(
+    arch: Arch,
+    case: &VmCase,
+    features: &[String],
+    config: &Path,
+) -> Result<PathBuf, String> {
+    let ext = match arch {
+        Arch::Aarch64 => "bin",
+        Arch::LoongArch64 => "elf",
+    };
+    let private = root()
+        .join("build")
+        .join(arch.name())
+        .join(format!("vmtest-{}.{ext}", slug(case)));
+    for _ in 0..3 {
+        let image = crate::build_image_with(arch, features, Some(config))?;
+        let bytes = std::fs::read(&image).map_err(|e| format!("{}: {e}", image.display()))?;
+        let has = |name: &str| bytes.windows(name.len()).any(|w| w == name.as_bytes());
+        if case.vms.iter().all(|vm| has(vm)) {
+            std::fs::write(&private, &bytes).map_err(|e| format!("{}: {e}", private.display()))?;
+            return Ok(private);
+        }
+        eprintln!(
+            "vmtest: {} was replaced by another build; building again",
+            image.display()
+        );
+    }
+    Err(format!(
+        "{}: could not get an image with this case's VMs",
+        slug(case)
+    ))
+}
+
+/// The single-VM cases print the IPI benchmark: the lines of each of
+/// `modes` (the PV hypercall and the architecture's own IPI) for 1, 3 and
+/// all targets that are missing.
+pub fn missing_ipi_bench_lines(log: &str, modes: [&str; 2]) -> Vec<String> {
+    let mut problems = Vec::new();
+    for mode in modes {
+        for t in ["1", "3", "all"] {
+            let want = format!("BENCH ipi {mode} targets={t} exits_per_ipi=");
+            if !log.contains(&want) {
+                problems.push(format!("no {want:?} line"));
+            }
+        }
+    }
+    problems
+}
+
+/// The rollover cases: at least one VMID rollover must have been counted
+/// (the guests' `BENCH counters ... vmid_rollovers=N` or kestrel's per-VM
+/// stats).
+pub fn check_rollover(log: &str) -> Vec<String> {
+    let most = log
+        .lines()
+        .filter_map(|l| l.split("vmid_rollovers=").nth(1))
+        .filter_map(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        .max();
+    match most {
+        Some(n) if n >= 1 => Vec::new(),
+        Some(_) => vec!["no VMID rollover counted (vmid_rollovers=0 everywhere)".into()],
+        None => vec!["no vmid_rollovers= counter in the log".into()],
+    }
+}
+
+/// The fairness case (`arm64-share`, `la64-share`): a VM `hog` of 16
+/// spinning vCPUs beside a 1-vCPU VM `victim` on 4 pCPUs, under [`ICOUNT`].
+pub fn share_case(
+    name: &'static str,
+    config: &'static str,
+    must_pass: &'static [&'static str],
+) -> VmCase {
+    VmCase {
+        name,
+        config,
+        features: &[],
+        gic: 3,
+        mem_mib: 1024,
+        vms: vec!["hog".into(), "victim".into()],
+        must_pass,
+        check: Some(check_share),
+        timeout: Duration::from_secs(180),
+        qemu_args: ICOUNT,
+    }
+}
+
+/// The hostile cases (`arm64-hostile-*`, `la64-hostile`): a VM `attacker`
+/// beside a VM `victim`, judged by the arch's `check` alone.
+pub fn hostile_case(
+    name: &'static str,
+    config: &'static str,
+    gic: u32,
+    check: fn(&str) -> Vec<String>,
+    timeout: Duration,
+    qemu_args: &'static [&'static str],
+) -> VmCase {
+    VmCase {
+        name,
+        config,
+        features: &[],
+        gic,
+        mem_mib: 1024,
+        vms: vec!["attacker".into(), "victim".into()],
+        must_pass: &[],
+        check: Some(check),
+        timeout,
+        qemu_args,
+    }
+}
+
+/// Builds test guest `package` (binary `bin`) for `target` with cargo, the
+/// core library too when `build_std` (no prebuilt one for the target);
+/// returns the ELF (`target/<target>/release/<bin>`).
+pub fn build_guest(
+    package: &str,
+    bin: &str,
+    target: &str,
+    build_std: bool,
+) -> Result<PathBuf, String> {
+    let root = root();
+    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    cmd.current_dir(&root)
+        .args(["build", "--release", "-p", package, "--target", target]);
+    if build_std {
+        cmd.env("RUSTC_BOOTSTRAP", "1").args([
+            "-Zbuild-std=core",
+            "-Zbuild-std-features=compiler-builtins-mem",
+        ]);
+    }
+    let status = cmd.status().map_err(|e| format!("cannot run cargo: {e}"))?;
+    if !status.success() {
+        return Err(format!("building the test guest {package} failed"));
+    }
+    let elf = root.join("target").join(target).join("release").join(bin);
+    if !elf.exists() {
+        return Err(format!("{}: missing after the build", elf.display()));
+    }
+    Ok(elf)
+}
+
+/// The fairness cases (`arm64-share`, `la64-share`): 16 hog vCPUs and the
+/// victim, every vCPU's iteration rate against a fair share
+/// (`share::judge`), the summary printed.
+pub fn check_share(log: &str) -> Vec<String> {
+    let (problems, summary) = crate::share::judge(log, 16);
+    println!("    {summary}");
+    problems
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rollover_counter() {
+        assert!(check_rollover("[r] BENCH counters vmid_fast=1 vmid_rollovers=2 x").is_empty());
+        assert!(check_rollover("BENCH counters vmid_rollovers=2 tlb_flushes=3").is_empty());
+        assert_eq!(
+            check_rollover("[r] BENCH counters vmid_rollovers=0").len(),
+            1
+        );
+        assert_eq!(check_rollover("").len(), 1);
+    }
+}
