@@ -36,16 +36,66 @@ pub const ID_LEN: usize = 20;
 pub enum Backing {
     /// The packed image itself, never written.
     ReadOnly(&'static [u8]),
-    /// A private copy the VM may write.
-    Memory(Vec<u8>),
+    /// A private copy the VM may write, in memory chunks that belong to
+    /// this disk alone (host frames; the last chunk may be shorter), in
+    /// disk order.
+    Chunks(Vec<&'static mut [u8]>),
 }
 
 impl Backing {
-    fn bytes(&self) -> &[u8] {
+    fn len(&self) -> u64 {
         match self {
-            Backing::ReadOnly(b) => b,
-            Backing::Memory(v) => v,
+            Backing::ReadOnly(b) => b.len() as u64,
+            Backing::Chunks(c) => c.iter().map(|c| c.len() as u64).sum(),
         }
+    }
+
+    /// Calls `f` on the pieces of `[start, start + len)` in order.
+    fn pieces(
+        &self,
+        start: u64,
+        len: u64,
+        mut f: impl FnMut(&[u8]) -> Result<(), QueueError>,
+    ) -> Result<(), QueueError> {
+        match self {
+            Backing::ReadOnly(b) => f(&b[start as usize..(start + len) as usize]),
+            Backing::Chunks(chunks) => {
+                let mut at = 0u64;
+                for c in chunks {
+                    let (lo, hi) = (at, at + c.len() as u64);
+                    at = hi;
+                    let (s, e) = (start.max(lo), (start + len).min(hi));
+                    if s < e {
+                        f(&c[(s - lo) as usize..(e - lo) as usize])?;
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// As [`Backing::pieces`], writable; `None` for a read-only disk.
+    fn pieces_mut(
+        &mut self,
+        start: u64,
+        len: u64,
+        mut f: impl FnMut(&mut [u8]) -> Result<(), QueueError>,
+    ) -> Option<Result<(), QueueError>> {
+        let Backing::Chunks(chunks) = self else {
+            return None;
+        };
+        let mut at = 0u64;
+        for c in chunks.iter_mut() {
+            let (lo, hi) = (at, at + c.len() as u64);
+            at = hi;
+            let (s, e) = (start.max(lo), (start + len).min(hi));
+            if s < e {
+                if let Err(err) = f(&mut c[(s - lo) as usize..(e - lo) as usize]) {
+                    return Some(Err(err));
+                }
+            }
+        }
+        Some(Ok(()))
     }
 }
 
@@ -82,26 +132,31 @@ impl Block {
 
     /// Capacity in 512-byte sectors.
     pub fn sectors(&self) -> u64 {
-        self.disk.bytes().len() as u64 / SECTOR
+        self.disk.len() / SECTOR
     }
 
     pub fn read_only(&self) -> bool {
         matches!(self.disk, Backing::ReadOnly(_))
     }
 
-    /// The disk's bytes (tests and diagnostics).
-    pub fn bytes(&self) -> &[u8] {
-        self.disk.bytes()
+    /// A copy of the disk's bytes (tests and diagnostics).
+    pub fn to_vec(&self) -> Vec<u8> {
+        let mut v = Vec::new();
+        let _ = self.disk.pieces(0, self.disk.len(), |p| {
+            v.extend_from_slice(p);
+            Ok(())
+        });
+        v
     }
 
-    /// The byte range of `len` bytes from `sector`, if inside the disk.
-    fn range(&self, sector: u64, len: u64) -> Option<core::ops::Range<usize>> {
+    /// The byte offset of `len` bytes from `sector`, if inside the disk.
+    fn range(&self, sector: u64, len: u64) -> Option<u64> {
         if !len.is_multiple_of(SECTOR) {
             return None;
         }
         let start = sector.checked_mul(SECTOR)?;
         let end = start.checked_add(len)?;
-        (end <= self.sectors() * SECTOR).then_some(start as usize..end as usize)
+        (end <= self.sectors() * SECTOR).then_some(start)
     }
 
     /// Serves one request chain; returns the bytes written into it.
@@ -122,9 +177,10 @@ impl Block {
             let sector = u64::from_le_bytes(hdr[8..16].try_into().unwrap_or_default());
             match kind {
                 T_IN => match self.range(sector, data_in) {
-                    Some(range) => {
+                    Some(start) => {
                         let mut w = c.writer();
-                        w.write(mem, &self.disk.bytes()[range])?;
+                        self.disk
+                            .pieces(start, data_in, |p| w.write(mem, p).map(|_| ()))?;
                         self.stats.reads += 1;
                         self.stats.read_bytes += data_in;
                         return self.finish(c, env, data_in, S_OK);
@@ -133,14 +189,18 @@ impl Block {
                 },
                 T_OUT => {
                     let len = r.remaining();
-                    match (self.range(sector, len), &mut self.disk) {
-                        (Some(range), Backing::Memory(v)) => {
-                            r.read(mem, &mut v[range])?;
+                    let done = self.range(sector, len).and_then(|start| {
+                        self.disk
+                            .pieces_mut(start, len, |p| r.read(mem, p).map(|_| ()))
+                    });
+                    match done {
+                        Some(res) => {
+                            res?;
                             self.stats.writes += 1;
                             self.stats.written_bytes += len;
                             S_OK
                         }
-                        _ => S_IOERR,
+                        None => S_IOERR,
                     }
                 }
                 T_FLUSH => S_OK,

@@ -13,8 +13,8 @@ use std::path::{Path, PathBuf};
 
 use kestrel_abi::image::{Arm64Image, Elf, EM_AARCH64, EM_LOONGARCH};
 use kestrel_abi::package::{
-    self, Affinity, ConsoleKind, FpPolicy, GuestKind, GuestLayout, HypervisorSettings, Package,
-    VmInput, Writer,
+    self, Affinity, ConsoleKind, Device, FpPolicy, GuestKind, GuestLayout, HypervisorSettings,
+    Package, VmInput, Writer,
 };
 use serde::Deserialize;
 
@@ -85,6 +85,77 @@ struct RawVm {
     dtb: Option<String>,
     console: Option<String>,
     kind: Option<String>,
+    #[serde(default)]
+    virtio_console: bool,
+    #[serde(default)]
+    disk: Vec<RawDisk>,
+    #[serde(default)]
+    net: Vec<RawNet>,
+}
+
+#[derive(Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+struct RawDisk {
+    image: String,
+    #[serde(default)]
+    read_only: bool,
+}
+
+#[derive(Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+struct RawNet {
+    network: String,
+    mac: Option<String>,
+}
+
+/// A disk or network port of a VM, checked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DeviceConfig {
+    Disk {
+        image: Vec<u8>,
+        read_only: bool,
+    },
+    Net {
+        network: String,
+        mac: Option<[u8; 6]>,
+    },
+}
+
+impl DeviceConfig {
+    fn as_device(&self) -> Device<'_> {
+        match self {
+            DeviceConfig::Disk { image, read_only } => Device::Disk {
+                image,
+                read_only: *read_only,
+            },
+            DeviceConfig::Net { network, mac } => Device::Net { network, mac: *mac },
+        }
+    }
+}
+
+/// `"02:00:00:00:00:01"` as bytes: six hex pairs, unicast, not all zero.
+pub fn parse_mac(s: &str) -> Result<[u8; 6], String> {
+    let parts: Vec<&str> = s.split(':').collect();
+    let bad = || format!("bad MAC \"{s}\": use six hex pairs, e.g. \"02:00:00:00:00:01\"");
+    if parts.len() != 6 {
+        return Err(bad());
+    }
+    let mut mac = [0u8; 6];
+    for (m, p) in mac.iter_mut().zip(&parts) {
+        if p.len() != 2 {
+            return Err(bad());
+        }
+        *m = u8::from_str_radix(p, 16).map_err(|_| bad())?;
+    }
+    if mac[0] & 1 != 0 {
+        return Err(format!(
+            "MAC \"{s}\" is a multicast address: a VM needs a unicast one"
+        ));
+    }
+    if mac == [0; 6] {
+        return Err(format!("MAC \"{s}\" is all zero"));
+    }
+    Ok(mac)
 }
 
 /// One checked VM with its images loaded.
@@ -103,6 +174,10 @@ pub struct VmConfig {
     pub load_offset: u64,
     pub entry_offset: u64,
     pub kernel_footprint: u64,
+    /// A virtio console (`hvc0`) beside the UART.
+    pub virtio_console: bool,
+    /// Disks, then network ports, in config order.
+    pub devices: Vec<DeviceConfig>,
 }
 
 /// A checked config.
@@ -437,6 +512,9 @@ pub fn parse(text: &str, file: &Path, arch: Arch) -> Result<Config, ConfigError>
             )
         })?;
 
+        // virtio devices
+        let devices = devices(v, arch, &dir, &f, &err)?;
+
         vms.push(VmConfig {
             name: v.name.clone(),
             vcpus,
@@ -454,6 +532,8 @@ pub fn parse(text: &str, file: &Path, arch: Arch) -> Result<Config, ConfigError>
             load_offset,
             entry_offset: 0,
             kernel_footprint: footprint,
+            virtio_console: v.virtio_console,
+            devices,
         });
     }
     Ok(Config {
@@ -508,7 +588,12 @@ fn kernel_kind(k: &[u8], linux: bool, arch: Arch) -> Result<(GuestKind, u64, u64
 /// Packs a checked config.
 pub fn pack(cfg: &Config) -> Vec<u8> {
     let mut w = Writer::new(cfg.settings);
-    for v in &cfg.vms {
+    let devices: Vec<Vec<Device<'_>>> = cfg
+        .vms
+        .iter()
+        .map(|v| v.devices.iter().map(DeviceConfig::as_device).collect())
+        .collect();
+    for (v, devices) in cfg.vms.iter().zip(&devices) {
         w.vms.push(VmInput {
             name: &v.name,
             memory: v.memory,
@@ -523,11 +608,93 @@ pub fn pack(cfg: &Config) -> Vec<u8> {
             load_offset: v.load_offset,
             entry_offset: v.entry_offset,
             kernel_footprint: v.kernel_footprint,
-            virtio_console: false,
-            devices: &[],
+            virtio_console: v.virtio_console,
+            devices,
         });
     }
     w.finish()
+}
+
+/// The `[[vm.disk]]` and `[[vm.net]]` tables of `v`, checked, disk images read.
+fn devices(
+    v: &RawVm,
+    arch: Arch,
+    dir: &Path,
+    f: &dyn Fn(&str) -> String,
+    err: &dyn Fn(&str, String) -> ConfigError,
+) -> Result<Vec<DeviceConfig>, ConfigError> {
+    let n = v.disk.len() + v.net.len();
+    if n > package::MAX_DEVICES {
+        return Err(err(
+            &f("disk"),
+            format!(
+                "{n} disks and network ports: at most {} per VM",
+                package::MAX_DEVICES
+            ),
+        ));
+    }
+    if arch == Arch::LoongArch64 && (n > 0 || v.virtio_console) {
+        let field = if !v.disk.is_empty() {
+            "disk"
+        } else if !v.net.is_empty() {
+            "net"
+        } else {
+            "virtio_console"
+        };
+        return Err(err(
+            &f(field),
+            String::from(
+                "virtio devices are not available on LoongArch yet (its guests have no \
+                 device interrupt controller): remove it",
+            ),
+        ));
+    }
+    let mut out = Vec::new();
+    for (i, d) in v.disk.iter().enumerate() {
+        let field = f(&format!("disk[{i}].image"));
+        let path = dir.join(&d.image);
+        let image = std::fs::read(&path)
+            .map_err(|e| err(&field, format!("cannot read {}: {e}", path.display())))?;
+        if image.is_empty() || !(image.len() as u64).is_multiple_of(package::SECTOR_SIZE) {
+            return Err(err(
+                &field,
+                format!(
+                    "{}: {} bytes: a disk image must be a non-zero whole number of 512-byte sectors",
+                    path.display(),
+                    image.len()
+                ),
+            ));
+        }
+        out.push(DeviceConfig::Disk {
+            image,
+            read_only: d.read_only,
+        });
+    }
+    for (i, n) in v.net.iter().enumerate() {
+        let name_ok = !n.network.is_empty()
+            && n.network.len() <= package::NAME_LEN
+            && n.network.bytes().all(package::is_name_byte);
+        if !name_ok {
+            return Err(err(
+                &f(&format!("net[{i}].network")),
+                format!(
+                    "\"{}\": a network name is 1-32 characters of a-z, 0-9, _ and -",
+                    n.network
+                ),
+            ));
+        }
+        let mac = n
+            .mac
+            .as_deref()
+            .map(parse_mac)
+            .transpose()
+            .map_err(|p| err(&f(&format!("net[{i}].mac")), p))?;
+        out.push(DeviceConfig::Net {
+            network: n.network.clone(),
+            mac,
+        });
+    }
+    Ok(out)
 }
 
 /// Checks `config`, packs it, reads the package back with the hypervisor's

@@ -54,7 +54,7 @@ fn submit(
 
 #[test]
 fn capacity_and_features() {
-    let t = Transport::new("b", 3, Block::new(Backing::Memory(disk(9)), "x"));
+    let t = Transport::new("b", 3, Block::new(chunks(disk(9), 4096), "x"));
     let mut env = Env::new();
     assert_eq!(
         t.read(&mut env, reg::CONFIG, crate::vdev::Width::Dword),
@@ -75,7 +75,7 @@ fn capacity_and_features() {
 
 #[test]
 fn read_write_round_trip() {
-    let (t, mut env, mut d) = up(Backing::Memory(disk(16)));
+    let (t, mut env, mut d) = up(chunks(disk(16), 1536));
     // Read sectors 2..4 into two buffers.
     let (s, used) = submit(
         &t,
@@ -104,7 +104,7 @@ fn read_write_round_trip() {
         S_OK
     );
     assert_eq!(
-        t.with_device(|b| b.bytes()[15 * 512..].to_vec()),
+        t.with_device(|b| b.to_vec()[15 * 512..].to_vec()),
         vec![0x5a; 512]
     );
     assert_eq!(
@@ -136,7 +136,7 @@ fn read_write_round_trip() {
 
 #[test]
 fn get_id() {
-    let (t, mut env, mut d) = up(Backing::Memory(disk(1)));
+    let (t, mut env, mut d) = up(chunks(disk(1), 512));
     assert_eq!(
         submit(&t, &mut env, &mut d, T_GET_ID, 0, &[(DATA, 20, true)]).0,
         S_OK
@@ -153,7 +153,7 @@ type Case = (&'static str, u32, u64, &'static [(u64, u32, bool)], u8);
 
 #[test]
 fn bad_requests_get_an_error_status() {
-    let (t, mut env, mut d) = up(Backing::Memory(disk(4)));
+    let (t, mut env, mut d) = up(chunks(disk(4), 1000));
     let cases: &[Case] = &[
         ("read past the end", T_IN, 3, &[(DATA, 1024, true)], S_IOERR),
         (
@@ -186,11 +186,7 @@ fn bad_requests_get_an_error_status() {
         assert_eq!((s, used), (*want, 1), "{name}");
     }
     assert_eq!(t.with_device(|b| b.stats.errors), cases.len() as u64);
-    assert_eq!(
-        t.with_device(|b| b.bytes().to_vec()),
-        disk(4),
-        "disk untouched"
-    );
+    assert_eq!(t.with_device(|b| b.to_vec()), disk(4), "disk untouched");
 }
 
 #[test]
@@ -211,7 +207,7 @@ fn read_only_disks_refuse_writes() {
 
 #[test]
 fn requests_without_a_status_byte_break_the_queue() {
-    let (t, mut env, mut d) = up(Backing::Memory(disk(1)));
+    let (t, mut env, mut d) = up(chunks(disk(1), 512));
     d.chain(&env.ram, 0, &[(HDR, 16, false)]);
     d.offer(&env.ram, 0);
     wr(&t, &mut env, reg::QUEUE_NOTIFY, 0);
@@ -222,7 +218,7 @@ fn requests_without_a_status_byte_break_the_queue() {
 
 #[test]
 fn data_buffers_outside_ram_break_the_queue_not_the_disk() {
-    let (t, mut env, mut d) = up(Backing::Memory(disk(2)));
+    let (t, mut env, mut d) = up(chunks(disk(2), 4096));
     // The data buffer lies outside the VM's RAM.
     let (_, _) = {
         let mut h = [0u8; 16];
@@ -238,5 +234,15 @@ fn data_buffers_outside_ram_break_the_queue_not_the_disk() {
         (0, 0)
     };
     assert!(matches!(t.broken(), Some(QueueError::Memory(_))));
-    assert_eq!(t.with_device(|b| b.bytes().to_vec()), disk(2));
+    assert_eq!(t.with_device(|b| b.to_vec()), disk(2));
+}
+
+/// A writable backing of `bytes` in chunks of `chunk` bytes.
+fn chunks(bytes: Vec<u8>, chunk: usize) -> Backing {
+    Backing::Chunks(
+        bytes
+            .chunks(chunk)
+            .map(|c| &mut *Box::leak(c.to_vec().into_boxed_slice()))
+            .collect(),
+    )
 }

@@ -36,6 +36,8 @@ fn fixture() -> PathBuf {
     elf[64 + 40..64 + 48].copy_from_slice(&0x80u64.to_le_bytes());
     std::fs::write(dir.join("vmlinux"), &elf).unwrap();
     std::fs::write(dir.join("notanimage"), vec![1u8; 4096]).unwrap();
+    std::fs::write(dir.join("disk.img"), vec![3u8; 2048]).unwrap();
+    std::fs::write(dir.join("odd.img"), vec![3u8; 1000]).unwrap();
     dir
 }
 
@@ -433,4 +435,127 @@ fn example_configs_parse_up_to_missing_guest_images() {
         }
     }
     assert!(seen >= 2, "configs/ holds the examples");
+}
+
+const DEVICES: &str = r#"
+[[vm]]
+name = "vm0"
+vcpus = 1
+memory = "64M"
+kernel = "Image"
+virtio_console = true
+
+[[vm.disk]]
+image = "disk.img"
+
+[[vm.disk]]
+image = "disk.img"
+read_only = true
+
+[[vm.net]]
+network = "lan"
+mac = "02:00:00:00:00:01"
+
+[[vm.net]]
+network = "lan"
+"#;
+
+#[test]
+fn virtio_devices_are_read_and_packed() {
+    let cfg = check(DEVICES).unwrap();
+    let v = &cfg.vms[0];
+    assert!(v.virtio_console);
+    assert_eq!(
+        v.devices,
+        vec![
+            DeviceConfig::Disk {
+                image: vec![3; 2048],
+                read_only: false
+            },
+            DeviceConfig::Disk {
+                image: vec![3; 2048],
+                read_only: true
+            },
+            DeviceConfig::Net {
+                network: "lan".into(),
+                mac: Some([2, 0, 0, 0, 0, 1])
+            },
+            DeviceConfig::Net {
+                network: "lan".into(),
+                mac: None
+            },
+        ]
+    );
+    let bytes = pack(&cfg);
+    let rec = Package::parse(&bytes).unwrap().vm(0).unwrap();
+    assert!(rec.virtio_console);
+    assert_eq!(rec.devices.len(), 4);
+}
+
+#[test]
+fn virtio_device_checks() {
+    let with = |from: &str, to: &str| {
+        assert!(DEVICES.contains(from), "{from}");
+        DEVICES.replacen(from, to, 1)
+    };
+    for (text, field, needle) in [
+        (
+            with("disk.img\"\n\n", "odd.img\"\n\n"),
+            "vm[0].disk[0].image",
+            "512-byte sectors",
+        ),
+        (
+            with("disk.img\"\n\n", "nothere.img\"\n\n"),
+            "vm[0].disk[0].image",
+            "cannot read",
+        ),
+        (
+            with("02:00:00:00:00:01", "01:00:00:00:00:01"),
+            "vm[0].net[0].mac",
+            "multicast",
+        ),
+        (
+            with("02:00:00:00:00:01", "00:00:00:00:00:00"),
+            "vm[0].net[0].mac",
+            "all zero",
+        ),
+        (
+            with("02:00:00:00:00:01", "02:00:00:00:01"),
+            "vm[0].net[0].mac",
+            "six hex pairs",
+        ),
+        (
+            with("02:00:00:00:00:01", "02:00:00:00:00:0g"),
+            "vm[0].net[0].mac",
+            "six hex pairs",
+        ),
+        (
+            with("network = \"lan\"\nmac", "network = \"LAN\"\nmac"),
+            "vm[0].net[0].network",
+            "a-z",
+        ),
+    ] {
+        expect(&text, field, needle);
+    }
+    let e = error(&with("[[vm.disk]]", "[[vm.disk]]\nsize = 1"));
+    assert!(e.field.starts_with("vm[0].disk[0]"), "{e}");
+    let many = format!("{DEVICES}{}", "\n[[vm.net]]\nnetwork = \"x\"\n".repeat(5));
+    expect(&many, "vm[0].disk", "at most 8");
+}
+
+#[test]
+fn loongarch_refuses_virtio_devices_for_now() {
+    let dir = fixture();
+    let file = dir.join("la.toml");
+    let text = "[[vm]]\nname = \"la\"\nvcpus = 1\nmemory = \"64M\"\nkernel = \"vmlinux\"\n";
+    for (extra, field) in [
+        ("virtio_console = true\n", "vm[0].virtio_console"),
+        ("[[vm.disk]]\nimage = \"disk.img\"\n", "vm[0].disk"),
+        ("[[vm.net]]\nnetwork = \"lan\"\n", "vm[0].net"),
+    ] {
+        std::fs::write(&file, format!("{text}{extra}")).unwrap();
+        let e = load(&file, Arch::LoongArch64).unwrap_err();
+        assert_eq!(e.field, field, "{e}");
+        assert!(e.problem.contains("not available on LoongArch"), "{e}");
+    }
 }
