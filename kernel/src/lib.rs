@@ -21,6 +21,7 @@ pub mod runtime;
 
 // The portable mechanisms (issue: portable core).
 pub mod fpu;
+pub mod frames;
 pub mod guest;
 pub mod haltpoll;
 pub mod hypercall;
