@@ -91,13 +91,18 @@ impl FramePool {
     /// VM is reported with.
     pub fn alloc_ram(&mut self, bytes: u64) -> Result<GuestRam, String> {
         let free = self.free_bytes();
-        self.alloc(bytes).map(|frames| GuestRam { frames, size: bytes }).ok_or_else(|| {
-            format!(
-                "memory: {} MiB needed, only {} MiB of host memory left",
-                bytes >> 20,
-                free >> 20
-            )
-        })
+        self.alloc(bytes)
+            .map(|frames| GuestRam {
+                frames,
+                size: bytes,
+            })
+            .ok_or_else(|| {
+                format!(
+                    "memory: {} MiB needed, only {} MiB of host memory left",
+                    bytes >> 20,
+                    free >> 20
+                )
+            })
     }
 }
 
@@ -130,7 +135,9 @@ impl GuestRam {
         let mut at = off;
         while at < end {
             let n = (FRAME - at % FRAME).min(end - at);
-            let h = self.hpa(at).ok_or_else(|| String::from("outside guest RAM"))?;
+            let h = self
+                .hpa(at)
+                .ok_or_else(|| String::from("outside guest RAM"))?;
             out.push((h, (at - off) as usize, n as usize));
             at += n;
         }
@@ -153,17 +160,17 @@ mod tests {
         // 1 GiB at 1 GiB; kestrel's image in the middle of a frame, the DTB
         // further up; nothing beyond the limit.
         let mem = [region(0x4000_0000, 1024 * MB)];
-        let reserved = [
-            (0x4010_0000, 0x4050_0000),
-            (0x4800_0000, 0x4800_1000),
-        ];
+        let reserved = [(0x4010_0000, 0x4050_0000), (0x4800_0000, 0x4800_1000)];
         let p = FramePool::from_board(&mem, &reserved, 0x6000_0000);
         // [0x4000_0000, 0x4010_0000) is less than a frame: left out.
         assert_eq!(
             p.free,
             [(0x4060_0000, 0x4800_0000), (0x4820_0000, 0x6000_0000)]
         );
-        assert_eq!(p.free_bytes(), (0x4800_0000 - 0x4060_0000) + (0x6000_0000 - 0x4820_0000));
+        assert_eq!(
+            p.free_bytes(),
+            (0x4800_0000 - 0x4060_0000) + (0x6000_0000 - 0x4820_0000)
+        );
     }
 
     #[test]
@@ -171,7 +178,10 @@ mod tests {
         // LoongArch keeps everything below the end of its image.
         let mem = [region(0, 256 * MB), region(0x9000_0000, 512 * MB)];
         let p = FramePool::from_board(&mem, &[(0, 0x0300_1000)], u64::MAX);
-        assert_eq!(p.free, [(0x0320_0000, 0x1000_0000), (0x9000_0000, 0xb000_0000)]);
+        assert_eq!(
+            p.free,
+            [(0x0320_0000, 0x1000_0000), (0x9000_0000, 0xb000_0000)]
+        );
     }
 
     #[test]

@@ -10,6 +10,7 @@
 extern crate alloc;
 
 // Boot-time plumbing shared by both architectures.
+pub mod backend;
 pub mod banner;
 pub mod board;
 pub mod cmdline;
@@ -33,6 +34,7 @@ pub mod vdev;
 pub mod vgic;
 pub mod vm;
 pub mod vmid;
+pub mod vmm;
 
 // VM configuration: the embedded package and generated guest device trees.
 pub mod fdt_build;

@@ -153,8 +153,7 @@ impl Deadlines {
         let d = &self.0[which];
         let t = d.load(Ordering::Acquire);
         t <= now
-            && d
-                .compare_exchange(t, u64::MAX, Ordering::AcqRel, Ordering::Relaxed)
+            && d.compare_exchange(t, u64::MAX, Ordering::AcqRel, Ordering::Relaxed)
                 .is_ok()
     }
 }

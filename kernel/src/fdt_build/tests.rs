@@ -381,13 +381,19 @@ fn loongarch_guest_tree_round_trips_through_fdt_crate() {
     let fdt = fdt::Fdt::new(&blob).expect("valid FDT");
     let root = fdt.find_node("/").unwrap();
     let compat: Vec<_> = root.compatible().unwrap().all().collect();
-    assert_eq!(compat, ["kestrel,guest-loongarch64", "linux,dummy-loongson3"]);
+    assert_eq!(
+        compat,
+        ["kestrel,guest-loongarch64", "linux,dummy-loongson3"]
+    );
     assert_eq!(root.property("#address-cells").unwrap().as_usize(), Some(2));
     assert_eq!(root.property("#size-cells").unwrap().as_usize(), Some(2));
 
     // 128 MiB: all of it below the device window.
     let mem = fdt.find_node("/memory@0").unwrap();
-    assert_eq!(mem.property("device_type").unwrap().as_str(), Some("memory"));
+    assert_eq!(
+        mem.property("device_type").unwrap().as_str(),
+        Some("memory")
+    );
     assert_eq!(regs(&mem), [(0, 128 * MB)]);
 
     let cpus: Vec<_> = fdt.cpus().collect();
@@ -448,4 +454,3 @@ fn loongarch_ram_beyond_the_device_window_and_high_initrd() {
     let chosen = fdt.find_node("/chosen").unwrap();
     assert!(chosen.property("linux,initrd-start").is_none());
 }
-

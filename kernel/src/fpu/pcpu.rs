@@ -71,28 +71,31 @@ impl<H: FpHw> Default for PcpuFp<H> {
     }
 }
 
-/// Loads `fp` on pCPU `cpu` of `pcpus`: when its registers are live on
+/// Loads `fp` on pCPU `cpu` (`pcpus` gives each pCPU's [`PcpuFp`]): when its registers are live on
 /// another pCPU, asks that one to write them back, `kick`s it and waits
 /// (serving requests addressed to `cpu` meanwhile, so two pCPUs waiting for
 /// each other both go on). Returns `false` when `ended` says the vCPU's VM
 /// ended during the wait (the other pCPU may have left its run loop and
 /// will never answer; the caller drops the vCPU).
-pub fn load_waiting<H: FpHw>(
-    pcpus: &[PcpuFp<H>],
+pub fn load_waiting<'a, H: FpHw + 'a>(
+    pcpus: impl Fn(usize) -> Option<&'a PcpuFp<H>>,
     cpu: usize,
     fp: &Arc<VcpuFp<H::State>>,
     kick: impl Fn(usize),
     ended: impl Fn() -> bool,
 ) -> bool {
-    let Some(me) = pcpus.get(cpu) else {
+    let Some(me) = pcpus(cpu) else {
         return true;
     };
     loop {
         // (Register moves count themselves in their own VM's stats.)
         let r = me.lock().as_mut().map(|e| e.vcpu_load(fp));
         match r {
-            Some(FpLoad::LiveOn(p)) if p < pcpus.len() => {
-                pcpus[p].ask(fp);
+            Some(FpLoad::LiveOn(p)) => {
+                let Some(other) = pcpus(p) else {
+                    return true;
+                };
+                other.ask(fp);
                 kick(p);
                 while fp.live_on() == Some(p) {
                     if ended() {
@@ -136,7 +139,13 @@ mod tests {
         let p = pcpus();
         p[0].service();
         let fp = Arc::new(VcpuFp::new([1; 4]));
-        assert!(load_waiting(&p, 0, &fp, |_| panic!("no kick"), || false));
+        assert!(load_waiting(
+            |c| p.get(c),
+            0,
+            &fp,
+            |_| panic!("no kick"),
+            || false
+        ));
     }
 
     #[test]
@@ -148,7 +157,7 @@ mod tests {
         let kicks = Cell::new(0);
         // pCPU 1 answers when kicked (here: at once, on this thread).
         let ok = load_waiting(
-            &p,
+            |c| p.get(c),
             0,
             &fp,
             |c| {
@@ -172,7 +181,7 @@ mod tests {
         let fp = Arc::new(VcpuFp::new([0; 4]));
         run_there(&p[1], &fp, 3);
         // pCPU 1 never answers; the VM ends.
-        assert!(!load_waiting(&p, 0, &fp, |_| {}, || true));
+        assert!(!load_waiting(|c| p.get(c), 0, &fp, |_| {}, || true));
         assert_eq!(fp.live_on(), Some(1));
     }
 }

@@ -360,7 +360,13 @@ fn power_on_of_a_running_vcpu_is_refused() {
 #[test]
 fn passed_deadlines_wake_blocked_vcpus_once() {
     let hv = hv(2);
-    let a = add(&hv, "a", vec![vec![Op::WaitIpi], vec![]], CpuMask::first(2), false);
+    let a = add(
+        &hv,
+        "a",
+        vec![vec![Op::WaitIpi], vec![]],
+        CpuMask::first(2),
+        false,
+    );
     let b = add(&hv, "b", vec![vec![Op::WaitIpi]], CpuMask::first(2), false);
     assert!(hv.created().is_empty(), "nothing before publish");
     hv.check_timers(0, u64::MAX);
