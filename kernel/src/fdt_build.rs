@@ -443,5 +443,75 @@ pub fn guest_dtb_arm64(spec: &GuestDtbSpec) -> Vec<u8> {
     w.finish().unwrap_or_default()
 }
 
+/// What [`guest_dtb_loongarch`] needs for one LoongArch VM. The initrd is
+/// given as (start, end) offsets in the VM's RAM, which
+/// `guest::loongarch::layout` maps to guest physical addresses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LoongArchDtbSpec<'a> {
+    pub ram_size: u64,
+    pub vcpus: u16,
+    pub bootargs: &'a str,
+    pub initrd: Option<(u64, u64)>,
+}
+
+/// The device tree kestrel generates for a LoongArch guest (unless the
+/// config gives one): memory from 0 (and above the device window when
+/// there is more than `layout::LOW_RAM`), one `cpu@N` per vCPU
+/// (reg = CPUID), the console 16550 and the power-off register, `/chosen`
+/// with the command line. Enough for kestrel's test guest and a description
+/// for others.
+pub fn guest_dtb_loongarch(spec: &LoongArchDtbSpec) -> Vec<u8> {
+    use crate::guest::loongarch::layout;
+    let mut w = FdtWriter::new();
+    w.begin_node("")
+        .prop_strs(
+            "compatible",
+            &["kestrel,guest-loongarch64", "linux,dummy-loongson3"],
+        )
+        .prop_str("model", "kestrel guest")
+        .prop_u32("#address-cells", 2)
+        .prop_u32("#size-cells", 2);
+    let serial = format!("serial@{:x}", layout::UART);
+    w.begin_node("chosen")
+        .prop_str("bootargs", spec.bootargs)
+        .prop_str("stdout-path", &format!("/{serial}"));
+    if let Some((s, e)) = spec.initrd {
+        // RAM offsets to guest physical. An initrd that straddles offset
+        // LOW_RAM is not contiguous in guest physical memory: such a VM
+        // needs its initrd wholly above or below 256 MiB of RAM.
+        w.prop_u64("linux,initrd-start", layout::gpa_of(s))
+            .prop_u64("linux,initrd-end", layout::gpa_of(e - 1) + 1);
+    }
+    w.end_node();
+    w.begin_node("memory@0")
+        .prop_str("device_type", "memory")
+        .prop_reg("reg", &layout::ram_ranges(spec.ram_size))
+        .end_node();
+    w.begin_node("cpus")
+        .prop_u32("#address-cells", 1)
+        .prop_u32("#size-cells", 0);
+    for i in 0..u32::from(spec.vcpus) {
+        w.begin_node(&format!("cpu@{i}"))
+            .prop_str("device_type", "cpu")
+            .prop_str("compatible", "loongson,la464")
+            .prop_u32("reg", i)
+            .end_node();
+    }
+    w.end_node();
+    w.begin_node(&serial)
+        .prop_str("compatible", "ns16550a")
+        .prop_reg("reg", &[(layout::UART, 0x100)])
+        .prop_u32("clock-frequency", 100_000_000)
+        .end_node();
+    w.begin_node("poweroff")
+        .prop_str("compatible", "kestrel,poweroff-byte")
+        .prop_reg("reg", &[(layout::POWEROFF, 1)])
+        .prop_u32("value", layout::POWEROFF_VALUE as u32)
+        .end_node();
+    w.end_node();
+    // Balanced calls, one root, no NUL in any name: finish cannot fail.
+    w.finish().unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests;

@@ -53,6 +53,8 @@ use spin::Mutex;
 
 use crate::stats::{Counter, Stats};
 
+pub mod pcpu;
+
 #[cfg(test)]
 mod tests;
 

@@ -10,6 +10,7 @@
 extern crate alloc;
 
 // Boot-time plumbing shared by both architectures.
+pub mod backend;
 pub mod banner;
 pub mod board;
 pub mod cmdline;
@@ -21,6 +22,7 @@ pub mod runtime;
 
 // The portable mechanisms (issue: portable core).
 pub mod fpu;
+pub mod frames;
 pub mod guest;
 pub mod haltpoll;
 pub mod hypercall;
@@ -33,6 +35,7 @@ pub mod vgic;
 pub mod virtio;
 pub mod vm;
 pub mod vmid;
+pub mod vmm;
 
 // VM configuration: the embedded package and generated guest device trees.
 pub mod fdt_build;

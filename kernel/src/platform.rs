@@ -2,11 +2,6 @@
 //! architecture's boot code. The arch implements [`Platform`] once, as a
 //! `static`, and hands it to [`crate::runtime::primary_main`].
 
-use alloc::vec::Vec;
-
-use crate::board::BoardInfo;
-use crate::vmconfig::VmSpec;
-
 /// How kestrel's run ended, reported when it powers the machine off.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ExitStatus {
@@ -62,20 +57,4 @@ pub trait Platform: Sync {
 
     /// Stops the calling CPU for good (interrupts masked).
     fn halt(&self) -> !;
-
-    /// Creates the VMs the image carries (boot CPU, after the banner), from
-    /// the specs `vmconfig::plan` accepted. Returns how many were created; 0
-    /// (the default, for an arch without a VM backend) leaves nothing to run.
-    fn create_vms(&self, board: &BoardInfo, specs: Vec<VmSpec<'static>>) -> usize {
-        let _ = (board, specs);
-        0
-    }
-
-    /// Runs vCPUs on the calling CPU until every VM has ended (called on every
-    /// online CPU once [`Platform::create_vms`] created some). Returns
-    /// `Success` when every VM ended by powering itself off.
-    fn run_vms(&self, cpu: usize) -> ExitStatus {
-        let _ = cpu;
-        ExitStatus::Success
-    }
 }

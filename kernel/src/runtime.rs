@@ -179,14 +179,14 @@ pub fn primary_main(board: BoardInfo, platform: &'static dyn Platform) -> ! {
     if specs.is_empty() {
         finish(boot_status, opts.on_exit)
     }
-    let created = platform.create_vms(board, specs);
+    let created = crate::backend::create_vms(board, specs);
     if created == 0 {
         error!("no VM could be created");
         finish(ExitStatus::Failure, opts.on_exit)
     }
     info!("running {created} VM(s) on {cpus_online} CPU(s)");
     VMS_GO.store(true, Ordering::Release);
-    let vm_status = platform.run_vms(me);
+    let vm_status = crate::backend::run_vms(me);
     info!("kestrel: all VMs have ended (status {})", vm_status.code());
     let status = if boot_status == ExitStatus::Success {
         vm_status
@@ -222,7 +222,7 @@ pub fn secondary_main(index: usize) -> ! {
     while !VMS_GO.load(Ordering::Acquire) {
         platform.wait_for_interrupt();
     }
-    platform.run_vms(index);
+    crate::backend::run_vms(index);
     idle(platform)
 }
 

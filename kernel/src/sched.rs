@@ -256,6 +256,12 @@ impl Scheduler {
         s.find(key).map(|i| s.entries[i].state)
     }
 
+    /// The pCPUs `key` may run on.
+    pub fn affinity(&self, key: VcpuKey) -> Option<CpuMask> {
+        let s = self.inner.lock();
+        s.find(key).map(|i| s.entries[i].affinity)
+    }
+
     /// The virtual runtime of `key` (counter ticks, charged up to its last
     /// slice end or put).
     pub fn vruntime(&self, key: VcpuKey) -> Option<u64> {

@@ -16,11 +16,11 @@ use alloc::string::String;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use spin::Mutex;
+use spin::{Mutex, Once};
 
 use crate::platform::ExitStatus;
 use crate::sched::{CpuMask, Kick, PutReason, RunState, SchedError, Scheduler, VcpuKey};
-use crate::stats::Stats;
+use crate::stats::{ExitReason, Stats};
 use crate::vmid::VmVmid;
 
 /// Why a VM ended.
@@ -84,7 +84,7 @@ pub trait Backend: Sync + Sized {
     /// Sends a physical IPI so `cpu` leaves its guest or its idle wait.
     fn kick(&self, cpu: usize);
     /// Waits on this pCPU until an interrupt (tick or kick) arrives.
-    fn idle(&self, cpu: usize);
+    fn idle(&self, hv: &Hypervisor<Self>, cpu: usize);
     /// Whether this pCPU's current time slice is over (set by the tick).
     fn slice_expired(&self, cpu: usize) -> bool;
     /// Starts a new time slice on this pCPU.
@@ -93,6 +93,75 @@ pub trait Backend: Sync + Sized {
     /// counter): the scheduler charges vCPUs' run time in its ticks. It must
     /// not go backwards and must be the same counter on every pCPU.
     fn now(&self) -> u64;
+    /// Deadline `which` of vCPU `vcpu` (not loaded) has passed
+    /// ([`Hypervisor::check_timers`]): raise what it stands for (a timer
+    /// interrupt line) and say whether the vCPU must wake. The default: it
+    /// wakes.
+    fn deadline_passed(&self, vm: &Vm<Self>, vcpu: usize, which: usize) -> bool {
+        let _ = (vm, vcpu, which);
+        true
+    }
+}
+
+/// How many deadlines a vCPU has ([`Deadlines`]).
+pub const DEADLINES: usize = 3;
+
+/// Platform counter values at which a vCPU that is not loaded must be
+/// looked at (its timers, a timed wait), `u64::MAX` for none. The backend
+/// sets them when it puts the vCPU and clears them at its load; what each
+/// slot means is the backend's ([`Backend::deadline_passed`]).
+pub struct Deadlines([AtomicU64; DEADLINES]);
+
+impl Deadlines {
+    pub const fn new() -> Deadlines {
+        Deadlines([const { AtomicU64::new(u64::MAX) }; DEADLINES])
+    }
+
+    /// Sets deadline `which` (out of range: ignored).
+    pub fn set(&self, which: usize, at: u64) {
+        if let Some(d) = self.0.get(which) {
+            d.store(at, Ordering::Release);
+        }
+    }
+
+    /// Deadline `which` (`u64::MAX`: none).
+    pub fn get(&self, which: usize) -> u64 {
+        self.0
+            .get(which)
+            .map_or(u64::MAX, |d| d.load(Ordering::Acquire))
+    }
+
+    /// Clears every deadline (the vCPU is loaded: it watches its own).
+    pub fn clear(&self) {
+        for d in &self.0 {
+            d.store(u64::MAX, Ordering::Release);
+        }
+    }
+
+    /// The earliest deadline.
+    pub fn earliest(&self) -> u64 {
+        self.0
+            .iter()
+            .map(|d| d.load(Ordering::Relaxed))
+            .min()
+            .unwrap_or(u64::MAX)
+    }
+
+    /// Clears deadline `which` if it has passed at `now`; whether it did
+    /// (exactly one caller sees each deadline pass).
+    fn take_passed(&self, which: usize, now: u64) -> bool {
+        let d = &self.0[which];
+        let t = d.load(Ordering::Acquire);
+        t <= now
+            && d.compare_exchange(t, u64::MAX, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+    }
+}
+
+impl Default for Deadlines {
+    fn default() -> Self {
+        Deadlines::new()
+    }
 }
 
 /// One virtual CPU.
@@ -101,6 +170,8 @@ pub struct Vcpu<B: Backend> {
     pub key: VcpuKey,
     pub ctx: Mutex<B::VcpuState>,
     pub stats: Stats,
+    /// When to look at it while it is not loaded.
+    pub deadlines: Deadlines,
 }
 
 /// One VM.
@@ -158,6 +229,8 @@ pub struct Hypervisor<B: Backend> {
     pub sched: Scheduler,
     online: CpuMask,
     vms: Mutex<Vec<Arc<Vm<B>>>>,
+    /// The VMs once creation is over ([`Hypervisor::publish`]).
+    published: Once<Vec<Arc<Vm<B>>>>,
     /// Set once the last VM has ended and the observer was told.
     finished: AtomicBool,
     /// vCPU entries (loads), for statistics.
@@ -171,6 +244,7 @@ impl<B: Backend> Hypervisor<B> {
             sched: Scheduler::new(online),
             online,
             vms: Mutex::new(Vec::new()),
+            published: Once::new(),
             finished: AtomicBool::new(false),
             loads: AtomicU64::new(0),
         }
@@ -196,6 +270,7 @@ impl<B: Backend> Hypervisor<B> {
                 },
                 ctx: Mutex::new(ctx),
                 stats: Stats::new(),
+                deadlines: Deadlines::new(),
             })
             .collect();
         for v in &vcpus {
@@ -228,6 +303,52 @@ impl<B: Backend> Hypervisor<B> {
     /// Every VM, in slot order.
     pub fn vms(&self) -> Vec<Arc<Vm<B>>> {
         self.vms.lock().clone()
+    }
+
+    /// Ends VM creation: the VMs added so far become [`Hypervisor::created`].
+    pub fn publish(&self) {
+        self.published.call_once(|| self.vms());
+    }
+
+    /// The VMs, once published (no lock, no allocation: usable anywhere;
+    /// empty before).
+    pub fn created(&self) -> &[Arc<Vm<B>>] {
+        self.published.get().map_or(&[], |v| v.as_slice())
+    }
+
+    /// Looks at the deadlines of the vCPUs that are not loaded: each one
+    /// passed at `now` goes to [`Backend::deadline_passed`], and a vCPU it
+    /// says must wake is woken (counted as a timer exit of its VM).
+    pub fn check_timers(&self, cpu: usize, now: u64) {
+        for vm in self.created() {
+            if vm.has_ended() {
+                continue;
+            }
+            for vcpu in &vm.vcpus {
+                let mut wake = false;
+                for which in 0..DEADLINES {
+                    if vcpu.deadlines.take_passed(which, now) {
+                        wake |= self.backend.deadline_passed(vm, vcpu.index, which);
+                    }
+                }
+                if wake {
+                    vm.stats.exit(ExitReason::Timer);
+                    self.wake(vcpu.key, cpu);
+                }
+            }
+        }
+    }
+
+    /// The earliest deadline of a vCPU that is not loaded, of the VMs that
+    /// have not ended (`u64::MAX`: none).
+    pub fn next_deadline(&self) -> u64 {
+        self.created()
+            .iter()
+            .filter(|vm| !vm.has_ended())
+            .flat_map(|vm| vm.vcpus.iter())
+            .map(|v| v.deadlines.earliest())
+            .min()
+            .unwrap_or(u64::MAX)
     }
 
     /// An interrupt is pending for `key`: wake it and kick whoever must notice.
@@ -309,7 +430,7 @@ impl<B: Backend> Hypervisor<B> {
                 return;
             }
             let Some(key) = self.sched.pick(cpu, self.backend.now()) else {
-                self.backend.idle(cpu);
+                self.backend.idle(self, cpu);
                 continue;
             };
             let Some(vm) = self.vm(key.vm) else { continue };

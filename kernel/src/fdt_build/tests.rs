@@ -358,3 +358,99 @@ fn dtc_decompiles_the_guest_tree_without_warnings() {
         }
     }
 }
+
+fn la_spec(ram_size: u64, initrd: Option<(u64, u64)>) -> LoongArchDtbSpec<'static> {
+    LoongArchDtbSpec {
+        ram_size,
+        vcpus: 3,
+        bootargs: "console=ttyS0 earlycon",
+        initrd,
+    }
+}
+
+fn regs(node: &fdt::node::FdtNode) -> Vec<(u64, u64)> {
+    node.reg()
+        .unwrap()
+        .map(|r| (r.starting_address as u64, r.size.unwrap() as u64))
+        .collect()
+}
+
+#[test]
+fn loongarch_guest_tree_round_trips_through_fdt_crate() {
+    let blob = guest_dtb_loongarch(&la_spec(128 * MB, Some((0x20_0000, 0x30_0000))));
+    let fdt = fdt::Fdt::new(&blob).expect("valid FDT");
+    let root = fdt.find_node("/").unwrap();
+    let compat: Vec<_> = root.compatible().unwrap().all().collect();
+    assert_eq!(
+        compat,
+        ["kestrel,guest-loongarch64", "linux,dummy-loongson3"]
+    );
+    assert_eq!(root.property("#address-cells").unwrap().as_usize(), Some(2));
+    assert_eq!(root.property("#size-cells").unwrap().as_usize(), Some(2));
+
+    // 128 MiB: all of it below the device window.
+    let mem = fdt.find_node("/memory@0").unwrap();
+    assert_eq!(
+        mem.property("device_type").unwrap().as_str(),
+        Some("memory")
+    );
+    assert_eq!(regs(&mem), [(0, 128 * MB)]);
+
+    let cpus: Vec<_> = fdt.cpus().collect();
+    assert_eq!(cpus.len(), 3);
+    for (i, cpu) in cpus.iter().enumerate() {
+        assert_eq!(cpu.ids().first(), i);
+        assert_eq!(cpu.property("device_type").unwrap().as_str(), Some("cpu"));
+        assert_eq!(
+            cpu.property("compatible").unwrap().as_str(),
+            Some("loongson,la464")
+        );
+    }
+
+    let serial = fdt.find_node("/serial@1fe001e0").unwrap();
+    assert_eq!(
+        serial.property("compatible").unwrap().as_str(),
+        Some("ns16550a")
+    );
+    assert_eq!(regs(&serial), [(0x1fe0_01e0, 0x100)]);
+
+    let off = fdt.find_node("/poweroff").unwrap();
+    assert_eq!(regs(&off), [(0x100e_001c, 1)]);
+    assert_eq!(off.property("value").unwrap().as_usize(), Some(0x34));
+
+    let chosen = fdt.find_node("/chosen").unwrap();
+    assert_eq!(
+        chosen.property("bootargs").unwrap().as_str(),
+        Some("console=ttyS0 earlycon")
+    );
+    assert_eq!(
+        chosen.property("stdout-path").unwrap().as_str(),
+        Some("/serial@1fe001e0")
+    );
+    let start = chosen.property("linux,initrd-start").unwrap().value;
+    let end = chosen.property("linux,initrd-end").unwrap().value;
+    assert_eq!((be64(start), be64(end)), (0x20_0000, 0x30_0000));
+}
+
+#[test]
+fn loongarch_ram_beyond_the_device_window_and_high_initrd() {
+    // 512 MiB: 256 MiB at 0, the rest at 0x8000_0000; an initrd in the
+    // high part is given at its guest physical address.
+    let lo = crate::guest::loongarch::layout::LOW_RAM;
+    let blob = guest_dtb_loongarch(&la_spec(512 * MB, Some((lo + MB, lo + 3 * MB))));
+    let fdt = fdt::Fdt::new(&blob).expect("valid FDT");
+    let mem = fdt.find_node("/memory@0").unwrap();
+    assert_eq!(regs(&mem), [(0, 256 * MB), (0x8000_0000, 256 * MB)]);
+    let chosen = fdt.find_node("/chosen").unwrap();
+    let start = chosen.property("linux,initrd-start").unwrap().value;
+    let end = chosen.property("linux,initrd-end").unwrap().value;
+    assert_eq!(
+        (be64(start), be64(end)),
+        (0x8000_0000 + MB, 0x8000_0000 + 3 * MB)
+    );
+    // No initrd: no initrd properties.
+    let blob = guest_dtb_loongarch(&la_spec(64 * MB, None));
+    let fdt = fdt::Fdt::new(&blob).unwrap();
+    let chosen = fdt.find_node("/chosen").unwrap();
+    assert!(chosen.property("linux,initrd-start").is_none());
+}

@@ -6,8 +6,8 @@ use alloc::vec::Vec;
 
 /// A simulated FP unit: four registers and a trap bit.
 #[derive(Default)]
-struct FakeUnit {
-    regs: [u64; 4],
+pub(super) struct FakeUnit {
+    pub(super) regs: [u64; 4],
     trapping: bool,
 }
 

@@ -151,7 +151,13 @@ impl Backend for Fake {
         assert!(cpu < self.cpus);
     }
 
-    fn idle(&self, _cpu: usize) {
+    fn deadline_passed(&self, vm: &Vm<Self>, vcpu: usize, which: usize) -> bool {
+        // Deadline 1 stands for an interrupt the guest has masked: no wake.
+        vm.arch.pending[vcpu].fetch_add(usize::from(which != 1), Ordering::Release);
+        which != 1
+    }
+
+    fn idle(&self, _hv: &Hypervisor<Self>, _cpu: usize) {
         self.check_deadline();
         self.idles.fetch_add(1, Ordering::Relaxed);
         std::thread::yield_now();
@@ -349,4 +355,48 @@ fn power_on_of_a_running_vcpu_is_refused() {
     assert!(hv.vcpu_is_on(&vm, 0));
     assert!(!hv.vcpu_is_on(&vm, 1));
     assert_eq!(hv.power_on(&vm, 5, 0), Err(SchedError::NoSuchVcpu));
+}
+
+#[test]
+fn passed_deadlines_wake_blocked_vcpus_once() {
+    let hv = hv(2);
+    let a = add(
+        &hv,
+        "a",
+        vec![vec![Op::WaitIpi], vec![]],
+        CpuMask::first(2),
+        false,
+    );
+    let b = add(&hv, "b", vec![vec![Op::WaitIpi]], CpuMask::first(2), false);
+    assert!(hv.created().is_empty(), "nothing before publish");
+    hv.check_timers(0, u64::MAX);
+    hv.publish();
+    assert_eq!(hv.created().len(), 2);
+    assert_eq!(hv.next_deadline(), u64::MAX);
+    a.vcpus[0].deadlines.set(0, 50);
+    a.vcpus[0].deadlines.set(2, 40);
+    b.vcpus[0].deadlines.set(1, 30);
+    assert_eq!(a.vcpus[0].deadlines.earliest(), 40);
+    assert_eq!(hv.next_deadline(), 30);
+    // Nothing has passed at 29.
+    hv.check_timers(1, 29);
+    assert_eq!(a.stats.snapshot().get(crate::stats::Counter::ExitTimer), 0);
+    // At 45: b's masked deadline passes without a wake, a's slot 2 wakes a.
+    hv.check_timers(1, 45);
+    assert_eq!(b.stats.snapshot().get(crate::stats::Counter::ExitTimer), 0);
+    assert_eq!(b.vcpus[0].deadlines.get(1), u64::MAX, "taken even so");
+    assert_eq!(a.stats.snapshot().get(crate::stats::Counter::ExitTimer), 1);
+    assert_eq!(a.arch.pending[0].load(Ordering::Acquire), 1);
+    assert_eq!(hv.next_deadline(), 50);
+    hv.check_timers(1, 100);
+    assert_eq!(a.stats.snapshot().get(crate::stats::Counter::ExitTimer), 2);
+    assert_eq!(hv.next_deadline(), u64::MAX);
+    hv.check_timers(1, 200);
+    assert_eq!(a.stats.snapshot().get(crate::stats::Counter::ExitTimer), 2);
+    // An ended VM's deadlines are neither watched nor taken.
+    b.vcpus[0].deadlines.set(0, 10);
+    hv.end_vm(&b, VmEnd::PowerOff, 0, &Log::default());
+    assert_eq!(hv.next_deadline(), u64::MAX);
+    hv.check_timers(0, 300);
+    assert_eq!(b.vcpus[0].deadlines.get(0), 10);
 }

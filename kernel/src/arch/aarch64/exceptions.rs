@@ -1,6 +1,8 @@
 //! EL2 exception vectors. Every entry saves the general registers (never
 //! FP/SIMD), ELR_EL2 and SPSR_EL2 in a [`Frame`] on the current stack and
-//! calls [`kestrel_exception`]. IRQs go to the GIC and the tick; everything
+//! calls [`kestrel_exception`]. IRQs are acknowledged and ended here
+//! (the tick is counted); a guest's IRQ exit acknowledges through [`ack`] and
+//! decides what the interrupt means itself; everything
 //! else is a crash: a register dump, then `runtime::fatal` (power-off in test
 //! mode) or a halt of this CPU.
 
@@ -145,18 +147,27 @@ pub fn vectors_addr() -> usize {
 #[no_mangle]
 extern "C" fn kestrel_exception(frame: &mut Frame, kind: u64) {
     match kind {
+        // Taken at EL2 (while idle): nothing is forwarded to a guest here.
         1 | 5 => {
-            irq();
+            if let Some(irq) = ack() {
+                irq.end(false);
+            }
         }
         _ => crash(frame, kind as usize),
     }
 }
 
-/// Takes one physical interrupt: the tick (re-armed, counted, and the
-/// vCPU time slice ended), or whatever the VM backend handles (kicks, the
-/// virtual timer, maintenance). Also called by the backend on a guest's IRQ
-/// exit. Returns the INTID, or `None` for a spurious acknowledge.
-pub fn irq() -> Option<u32> {
+/// One acknowledged physical interrupt, to be ended with [`Irq::end`].
+pub struct Irq {
+    pub intid: u32,
+    iar: u32,
+}
+
+/// Acknowledges the highest-priority pending physical interrupt. kestrel's
+/// tick is taken care of here (the timer re-armed, the tick counted);
+/// whatever else the interrupt means (a kick, a guest's timer) is the
+/// caller's to decide, who then ends it. `None` for a spurious acknowledge.
+pub fn ack() -> Option<Irq> {
     let gic = platform::gic()?;
     let iar = gic.ack();
     let intid = iar & 0xff_ffff;
@@ -167,14 +178,23 @@ pub fn irq() -> Option<u32> {
         timer::rearm();
         crate::runtime::tick(percpu::index());
     }
-    if super::vm::host_irq(intid) {
-        // Forwarded to the loaded vCPU: the guest's deactivation of the
-        // virtual interrupt (list register HW bit) deactivates this one.
-        gic.priority_drop(iar);
-    } else {
-        gic.eoi(iar);
+    Some(Irq { intid, iar })
+}
+
+impl Irq {
+    /// Ends the interrupt: EOI, or only its priority drop when it was
+    /// `forwarded` to the loaded vCPU (the guest's deactivation of the
+    /// virtual interrupt, through the list register's HW bit, deactivates
+    /// this one).
+    pub fn end(self, forwarded: bool) {
+        if let Some(gic) = platform::gic() {
+            if forwarded {
+                gic.priority_drop(self.iar);
+            } else {
+                gic.eoi(self.iar);
+            }
+        }
     }
-    Some(intid)
 }
 
 fn crash(frame: &Frame, kind: usize) -> ! {

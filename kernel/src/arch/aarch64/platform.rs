@@ -5,7 +5,6 @@ use spin::Once;
 
 use crate::board::{BoardInfo, PsciConduit, UartKind};
 use crate::platform::{ExitStatus, Platform, StartError};
-use crate::vmconfig::VmSpec;
 use crate::MAX_CPUS;
 
 use super::gic::{self, Gic};
@@ -50,6 +49,12 @@ pub fn init(board: &BoardInfo, gic: Gic, secondary_entry: usize, reserved: [(u64
 /// The GIC, once the platform is initialised.
 pub fn gic() -> Option<&'static Gic> {
     STATE.get().map(|s| &s.gic)
+}
+
+/// Physical ranges guests must not get: the image (with .bss, heap and
+/// stacks) and the boot DTB.
+pub fn reserved() -> [(u64, u64); 2] {
+    STATE.get().map_or([(0, 0); 2], |s| s.reserved)
 }
 
 /// A byte typed on the console UART, if any.
@@ -133,14 +138,5 @@ impl Platform for Arm64 {
 
     fn halt(&self) -> ! {
         halt_cpu()
-    }
-
-    fn create_vms(&self, board: &BoardInfo, specs: alloc::vec::Vec<VmSpec<'static>>) -> usize {
-        let reserved = STATE.get().map_or([(0, 0); 2], |s| s.reserved);
-        super::vm::create_vms(board, specs, &reserved)
-    }
-
-    fn run_vms(&self, cpu: usize) -> ExitStatus {
-        super::vm::run_vms(cpu)
     }
 }

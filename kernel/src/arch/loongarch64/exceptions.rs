@@ -184,7 +184,9 @@ extern "C" fn handle_exception(frame: &mut TrapFrame) {
 }
 
 /// Handles the physical interrupts pending in `estat` (kestrel's tick and
-/// IPIs), from kestrel's own entry or from a guest exit.
+/// IPIs), from kestrel's own entry or from a guest exit. What else they mean
+/// (a guest's deadline, the end of a time slice, a kick) the VM backend
+/// reads from the platform counter and the tick count afterwards.
 pub fn host_interrupts(estat: u64) {
     let pending = estat & csr::ecfg() & 0x1fff;
     if pending & csr::INT_TI != 0 {
@@ -192,7 +194,7 @@ pub fn host_interrupts(estat: u64) {
         let cpu = super::platform::current_cpu();
         // While VMs run the timer is one-shot and also serves guest timers:
         // only some of its interrupts are kestrel's tick.
-        if super::vm::host_tick_due(cpu) {
+        if super::platform::tick_due(cpu) {
             crate::runtime::tick(cpu);
         }
     }

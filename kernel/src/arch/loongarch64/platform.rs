@@ -3,6 +3,7 @@
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::platform::{ExitStatus, Platform, StartError};
+use crate::MAX_CPUS;
 
 use super::bootinfo::PowerOffReg;
 use super::ns16550::Ns16550;
@@ -12,6 +13,57 @@ use super::{csr, dmw, iocsr, smp, timer};
 /// entry code of every CPU before any Rust code runs).
 pub fn current_cpu() -> usize {
     csr::save1() as usize
+}
+
+/// Counter value of each CPU's next tick while its timer is one-shot (0:
+/// the timer is still periodic, every timer interrupt is the tick).
+static NEXT_TICK: [AtomicU64; MAX_CPUS] = [const { AtomicU64::new(0) }; MAX_CPUS];
+
+/// Makes the tick of `cpu` one-shot from now on: the timer also serves
+/// guest deadlines ([`tick_due`] sorts its interrupts), the next tick is
+/// one period away.
+pub fn start_oneshot_tick(cpu: usize) {
+    if let Some(n) = NEXT_TICK.get(cpu) {
+        n.store(csr::rdtime() + timer::period().max(1), Ordering::Relaxed);
+    }
+}
+
+/// Counter value of `cpu`'s next tick (0 while the timer is periodic).
+pub fn next_tick(cpu: usize) -> u64 {
+    NEXT_TICK.get(cpu).map_or(0, |n| n.load(Ordering::Relaxed))
+}
+
+/// A timer interrupt on `cpu` (interrupt context): whether it is kestrel's
+/// tick. While the timer is periodic every interrupt is; once it is
+/// one-shot ([`start_oneshot_tick`]) the tick is due when its deadline has
+/// passed (the next one is then a whole number of periods later).
+pub fn tick_due(cpu: usize) -> bool {
+    let Some(n) = NEXT_TICK.get(cpu) else {
+        return true;
+    };
+    let next = n.load(Ordering::Relaxed);
+    if next == 0 {
+        return true;
+    }
+    let now = csr::rdtime();
+    if now < next {
+        return false;
+    }
+    let period = timer::period().max(1);
+    n.store(
+        next + period * ((now - next) / period + 1),
+        Ordering::Relaxed,
+    );
+    true
+}
+
+/// The physical end of kestrel's image: everything below it (loader data,
+/// the image with its stacks and heap) stays kestrel's.
+pub fn image_end() -> u64 {
+    unsafe extern "C" {
+        static __image_end: u8;
+    }
+    dmw::to_phys(core::ptr::addr_of!(__image_end) as u64)
 }
 
 pub struct LoongArchPlatform {
@@ -145,24 +197,6 @@ impl Platform for LoongArchPlatform {
         csr::irq_disable();
         self.poweroff_write();
         self.halt()
-    }
-
-    fn create_vms(
-        &self,
-        board: &crate::board::BoardInfo,
-        specs: alloc::vec::Vec<crate::vmconfig::VmSpec<'static>>,
-    ) -> usize {
-        unsafe extern "C" {
-            static __image_end: u8;
-        }
-        // Everything below the end of kestrel's image (loader data, the
-        // image with its stacks and heap) stays kestrel's.
-        let end = dmw::to_phys(core::ptr::addr_of!(__image_end) as u64);
-        super::vm::create_vms(board, specs, end)
-    }
-
-    fn run_vms(&self, cpu: usize) -> ExitStatus {
-        super::vm::run_vms(cpu)
     }
 
     fn halt(&self) -> ! {

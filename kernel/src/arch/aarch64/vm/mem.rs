@@ -1,85 +1,54 @@
-//! Host memory for guests: a 2 MiB frame allocator over the DTB's RAM minus
-//! what kestrel and the loader use (the image with its .bss, heap and
-//! stacks, and the boot DTB). Guest RAM is a list of 2 MiB frames, mapped by
-//! stage 2 in order; nothing needs host-contiguous memory.
+//! Guest RAM on arm64: the frames come from the portable pool
+//! (`crate::frames`); here they are zeroed and cleaned to the point of
+//! coherency (a guest starts with its caches off), and images are copied
+//! in through the EL2 identity map. Stage 2 maps them (`stage2`).
 
-use alloc::vec::Vec;
-use spin::Mutex;
+use alloc::format;
+use alloc::string::String;
 
 use crate::board::MemRegion;
+use crate::frames::{FramePool, GuestRam, FRAME};
 
-use super::stage2::BLOCK;
+use super::super::mmu;
 
-/// Free physical ranges, 2 MiB aligned, below the EL2 identity map's limit.
-static FREE: Mutex<Vec<(u64, u64)>> = Mutex::new(Vec::new());
+const _: () = assert!(FRAME == super::stage2::BLOCK);
 
-/// Builds the free list: `memory` minus `reserved` (start, end) ranges.
-pub fn init(memory: &[MemRegion], reserved: &[(u64, u64)], limit: u64) {
-    let mut free = FREE.lock();
-    free.clear();
-    for r in memory {
-        let mut pieces = alloc::vec![(r.base, r.end().min(limit))];
-        for &(rs, re) in reserved {
-            let mut next = Vec::new();
-            for (s, e) in pieces {
-                if re <= s || e <= rs {
-                    next.push((s, e));
-                    continue;
-                }
-                if s < rs {
-                    next.push((s, rs));
-                }
-                if re < e {
-                    next.push((re, e));
-                }
-            }
-            pieces = next;
-        }
-        for (s, e) in pieces {
-            let s = s.div_ceil(BLOCK) * BLOCK;
-            let e = e / BLOCK * BLOCK;
-            if s < e {
-                free.push((s, e));
-            }
-        }
-    }
+/// The frames guests may have: `memory` minus kestrel's `reserved`
+/// (start, end) ranges, below the EL2 identity map's `limit`.
+pub fn pool(memory: &[MemRegion], reserved: &[(u64, u64)], limit: u64) -> FramePool {
+    FramePool::from_board(memory, reserved, limit)
 }
 
-/// Bytes left for guests.
-pub fn free_bytes() -> u64 {
-    FREE.lock().iter().map(|(s, e)| e - s).sum()
-}
-
-/// Takes `bytes` (a multiple of 2 MiB) as 2 MiB frames, zeroed and cleaned
-/// to the point of coherency (a guest starts with its caches off). `None`,
-/// with nothing taken, when there is not enough.
-pub fn alloc_frames(bytes: u64) -> Option<Vec<u64>> {
-    let n = bytes.div_ceil(BLOCK) as usize;
-    let mut frames = Vec::with_capacity(n);
-    {
-        let mut free = FREE.lock();
-        let avail: u64 = free.iter().map(|(s, e)| (e - s) / BLOCK).sum();
-        if (avail as usize) < n {
-            return None;
-        }
-        while frames.len() < n {
-            let (s, e) = free.last_mut()?;
-            let take = (((*e - *s) / BLOCK) as usize).min(n - frames.len());
-            for i in 0..take as u64 {
-                frames.push(*s + i * BLOCK);
-            }
-            *s += take as u64 * BLOCK;
-            if *s == *e {
-                free.pop();
-            }
-        }
-    }
-    for &f in &frames {
+/// Zeroes `ram`'s frames and cleans them to the point of coherency.
+pub fn clear(ram: &GuestRam) {
+    for &f in &ram.frames {
         // SAFETY: the frame is RAM from the DTB, not used by kestrel (the
-        // free list excludes the image, heap, stacks and DTB), identity
-        // mapped as Normal memory, and now owned by this allocation alone.
-        unsafe { core::ptr::write_bytes(f as *mut u8, 0, BLOCK as usize) };
-        crate::arch::aarch64::mmu::clean_dcache_range(f as usize, (f + BLOCK) as usize);
+        // pool excludes the image, heap, stacks and DTB), identity mapped
+        // as Normal memory, and owned by this VM alone.
+        unsafe { core::ptr::write_bytes(f as *mut u8, 0, FRAME as usize) };
+        mmu::clean_dcache_range(f as usize, (f + FRAME) as usize);
     }
-    Some(frames)
+}
+
+/// Copies `data` into guest RAM at guest physical `gpa` (RAM starting at
+/// `ram_base`), cleaned to the point of coherency.
+pub fn copy_to_guest(ram: &GuestRam, ram_base: u64, gpa: u64, data: &[u8]) -> Result<(), String> {
+    let end = gpa
+        .checked_add(data.len() as u64)
+        .ok_or_else(|| String::from("address overflow"))?;
+    let ram_end = ram_base + ram.size;
+    if gpa < ram_base || end > ram_end {
+        return Err(format!(
+            "[{gpa:#x}, {end:#x}) lies outside guest RAM [{ram_base:#x}, {ram_end:#x})"
+        ));
+    }
+    for (h, at, n) in ram.chunks(gpa - ram_base, data.len())? {
+        let dst = h as usize;
+        // SAFETY: `dst..dst + n` lies inside one frame owned by this VM
+        // (`GuestRam::chunks` stops at frame ends), identity mapped as
+        // Normal memory, and `data[at..at + n]` is a valid source.
+        unsafe { core::ptr::copy_nonoverlapping(data.as_ptr().add(at), dst as *mut u8, n) };
+        mmu::clean_dcache_range(dst, dst + n);
+    }
+    Ok(())
 }

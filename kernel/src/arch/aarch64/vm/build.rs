@@ -1,0 +1,141 @@
+//! Building an arm64 VM: its virtual GIC, stage 2 over RAM from the frame
+//! pool (and the GICv2 virtual CPU interface), its images and DTB copied
+//! in, its vCPUs; and the rest of [`Machine`].
+
+use alloc::format;
+use alloc::string::String;
+use alloc::sync::Arc;
+use alloc::vec::Vec;
+use core::sync::atomic::AtomicBool;
+use spin::Mutex;
+
+use kestrel_abi::package::ConsoleKind;
+
+use crate::board::{BoardInfo, IrqChip};
+use crate::frames::FramePool;
+use crate::guest::arm64::idregs::IdConfig;
+use crate::stats::Stats;
+use crate::vdev::pl011::Pl011 as VPl011;
+use crate::vgic::{GicVersion, Vgic, VgicConfig};
+use crate::vm::Hypervisor;
+use crate::vmconfig::{VmSpec, GUEST_GICC};
+use crate::vmm::{Built, Machine};
+
+use super::super::{mmu, platform, timer};
+use super::stage2::{self, Stage2};
+use super::vcpu::{VcpuShared, VcpuState};
+use super::{mem, Arm64Backend, VmState, NR_SPIS, VTIMER_PPI};
+
+impl Machine for Arm64Backend {
+    fn guest_memory(&self, board: &BoardInfo) -> FramePool {
+        mem::pool(&board.memory, &platform::reserved(), mmu::VA_LIMIT)
+    }
+
+    fn build_vm(
+        &self,
+        board: &BoardInfo,
+        spec: &VmSpec<'static>,
+        pool: &mut FramePool,
+        stats: &Arc<Stats>,
+    ) -> Result<Built<Self>, String> {
+        if spec.console != ConsoleKind::Pl011 {
+            return Err(String::from(
+                "console: only the PL011 is emulated on arm64 (console = \"pl011\")",
+            ));
+        }
+        let vcpus = spec.vcpus as usize;
+        let vgic = Vgic::new(VgicConfig {
+            version: self.version,
+            vcpus,
+            nr_spis: NR_SPIS,
+        })
+        .map_err(|e| format!("vcpus: {e:?} for this GIC"))?;
+        let mut vgic = vgic;
+        for v in 0..vcpus {
+            // The virtual timer is forwarded: the guest's deactivation
+            // deactivates the physical PPI (no maintenance exit).
+            vgic.set_hw_mapping(v, VTIMER_PPI, Some(VTIMER_PPI as u16));
+        }
+        let v3 = self.version == GicVersion::V3;
+        let mut s2 = Stage2::new(self.vmids.bits() > 8);
+        let ram_end = spec.ram_base + spec.ram_size;
+        if ram_end > 1 << s2.ipa_bits() {
+            return Err(format!(
+                "memory: guest RAM ends at {ram_end:#x}, beyond the {}-bit stage-2 space",
+                s2.ipa_bits()
+            ));
+        }
+        let ram = pool.alloc_ram(spec.ram_size)?;
+        mem::clear(&ram);
+        for (i, &f) in ram.frames.iter().enumerate() {
+            s2.map_ram_block(spec.ram_base + i as u64 * stage2::BLOCK, f)
+                .map_err(|e| format!("stage 2: {e:?}"))?;
+        }
+        if !v3 {
+            let gicv = match board.irqchip {
+                IrqChip::GicV2 { gicv: Some(v), .. } => v,
+                _ => return Err(String::from("GICv2 host without a GICV frame in its DTB")),
+            };
+            for page in 0..2 {
+                s2.map_device_page(GUEST_GICC.0 + page * 4096, gicv + page * 4096)
+                    .map_err(|e| format!("stage 2 (GICV): {e:?}"))?;
+            }
+        }
+        s2.publish();
+        let ids = IdConfig {
+            gic_v3: v3,
+            ipa_bits: s2.ipa_bits(),
+        };
+        let copy = |gpa, data: &[u8]| mem::copy_to_guest(&ram, spec.ram_base, gpa, data);
+        copy(spec.kernel_gpa, spec.kernel).map_err(|e| format!("kernel: {e}"))?;
+        if let Some(initrd) = spec.initrd {
+            copy(spec.initrd_gpa, initrd).map_err(|e| format!("initrd: {e}"))?;
+        }
+        copy(spec.dtb_gpa, &spec.guest_dtb(v3)).map_err(|e| format!("dtb: {e}"))?;
+        // SAFETY: invalidates the instruction cache so the copied kernel is
+        // fetched from memory.
+        unsafe { core::arch::asm!("dsb ish", "ic ialluis", "dsb ish", "isb", options(nostack)) };
+        let st = VmState {
+            stage2: s2,
+            ram_base: spec.ram_base,
+            ram_size: spec.ram_size,
+            frames: ram.frames,
+            dist_size: vgic.dist_size(),
+            redist_size: if v3 { vgic.redist_size() } else { 0 },
+            vgic: Mutex::new(vgic),
+            uart: Mutex::new(VPl011::new()),
+            uart_level: AtomicBool::new(false),
+            cntvoff: timer::counter(),
+            ids,
+            shared: (0..vcpus)
+                .map(|_| VcpuShared {
+                    boot: Mutex::new(None),
+                })
+                .collect(),
+        };
+        let mut states: Vec<VcpuState> = (0..vcpus)
+            .map(|i| VcpuState::new(i, stats, self.dbg_points))
+            .collect();
+        states[0].reset(spec.entry_gpa, spec.dtb_gpa);
+        Ok(Built {
+            arch: st,
+            vcpus: states,
+            entry: spec.entry_gpa,
+            dtb: spec.dtb_gpa,
+        })
+    }
+
+    fn init_cpu(&self, _hv: &Hypervisor<Self>, cpu: usize) {
+        self.init_cpu_regs(cpu);
+    }
+
+    fn leave_cpu(&self, _cpu: usize) {
+        // SAFETY: back to the boot flow, which idles with IRQs enabled.
+        unsafe { core::arch::asm!("msr daifclr, #2", options(nomem, nostack)) };
+    }
+
+    fn vm_ended(&self) {
+        // Its VMID may be recycled: no stale translation may survive.
+        stage2::flush_all_vmids();
+    }
+}

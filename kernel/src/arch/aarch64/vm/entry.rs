@@ -1,0 +1,160 @@
+//! Around each entry and exit: the timers' levels into the vGIC model, the
+//! list registers filled from it and synced back (with the fast path that
+//! leaves them live), and the halt polling of WFI.
+
+use core::sync::atomic::Ordering;
+
+use crate::guest::arm64::ptimer::PhysTimer;
+use crate::haltpoll::PollEnd;
+use crate::vgic::{LrEntry, MAX_LRS};
+use crate::vm::{Hypervisor, Vcpu, Vm};
+
+use super::super::gic::{Gic, Priority};
+use super::super::timer;
+use super::regs::{mrs, msr};
+use super::{Arm64Backend, VcpuState, PCPU, PTIMER_PPI, VTIMER_PPI};
+
+/// Enables or disables the physical virtual-timer PPI on `cpu` (a no-op
+/// when it is so already).
+pub fn set_vtimer_phys(gic: &Gic, cpu: usize, enable: bool) {
+    let p = &PCPU[cpu];
+    if p.vtimer_enabled.load(Ordering::Relaxed) != enable {
+        if enable {
+            gic.enable_ppi(VTIMER_PPI, Priority::Normal);
+        } else {
+            gic.disable_ppi(VTIMER_PPI);
+        }
+        p.vtimer_enabled.store(enable, Ordering::Relaxed);
+    }
+}
+
+/// Programs the hardware EL1 physical timer (free for kestrel: guest
+/// accesses trap) to force an exit when the loaded vCPU's emulated timer
+/// output rises; off when it cannot rise or is high already (the model then
+/// drives PPI 30 directly).
+pub fn ptimer_backing(t: &PhysTimer, now: u64) {
+    match t.deadline() {
+        Some(at) if at > now => {
+            msr!("cntp_cval_el0", at);
+            msr!("cntp_ctl_el0", 1);
+        }
+        _ => msr!("cntp_ctl_el0", 0),
+    }
+}
+
+/// Whether the loaded vCPU's virtual timer asserts its interrupt now
+/// (CNTV_CTL_EL0: ENABLE, not IMASK, ISTATUS).
+fn vtimer_level() -> bool {
+    mrs!("cntv_ctl_el0") & 0b111 == 0b101
+}
+
+impl Arm64Backend {
+    /// Before an entry: the virtual timer's level into the model, the list
+    /// registers from the model, the physical timer PPI as the level needs.
+    pub fn prepare_entry(&self, cpu: usize, vm: &Vm<Self>, vcpu: &Vcpu<Self>, ctx: &mut VcpuState) {
+        let level = vtimer_level();
+        let now = timer::counter();
+        let fill = {
+            let mut g = vm.arch.vgic.lock();
+            if ctx.vtimer_level != Some(level) {
+                g.set_level(vcpu.index, VTIMER_PPI, level);
+                ctx.vtimer_level = Some(level);
+            }
+            let plevel = ctx.ptimer.level(now);
+            if ctx.ptimer_level != Some(plevel) {
+                g.set_level(vcpu.index, PTIMER_PPI, plevel);
+                ctx.ptimer_level = Some(plevel);
+            }
+            // Fast path: nothing changed since the last fill and the list
+            // registers still hold it: enter as they are.
+            if ctx.lrs_live && !g.fill_needed(vcpu.index) {
+                drop(g);
+                ptimer_backing(&ctx.ptimer, now);
+                return;
+            }
+            g.fill_lrs(vcpu.index, self.hw.nr_lrs())
+        };
+        ptimer_backing(&ctx.ptimer, now);
+        // The physical timer PPI: left active for the guest while the
+        // virtual one is in a list register (HW bit); otherwise deactivated,
+        // and disabled while its level is high but the guest cannot take it
+        // (so it does not fire again and again).
+        let in_lr = fill.lrs.iter().any(|e| e.intid == VTIMER_PPI);
+        let p = &PCPU[cpu];
+        if !in_lr && p.vtimer_forwarded.swap(false, Ordering::AcqRel) {
+            self.gic.clear_active_ppi(VTIMER_PPI);
+        }
+        set_vtimer_phys(&self.gic, cpu, in_lr || !level);
+        self.hw.write_lrs(&fill, ctx.lrs_used);
+        ctx.lrs_used = fill.lrs.len();
+        ctx.filled = fill.lrs;
+        ctx.lrs_live = true;
+    }
+
+    /// After an exit: the list registers back into the model, unless the
+    /// guest changed none of them and none holds a pending interrupt (a
+    /// WFI must find those in the model): then they stay live, handed out
+    /// as filled (the model reads and writes them through its in-flight
+    /// state), and the next entry keeps them if nothing else changed.
+    pub fn sync_after_exit(&self, vm: &Vm<Self>, vcpu: &Vcpu<Self>, ctx: &mut VcpuState) {
+        let mut lrs: heapless::Vec<LrEntry, MAX_LRS> = heapless::Vec::new();
+        self.hw.read_lrs(ctx.lrs_used, &mut lrs);
+        let level = vtimer_level();
+        let plevel = ctx.ptimer.level(timer::counter());
+        let unchanged = ctx.lrs_live
+            && lrs.len() == ctx.filled.len()
+            && lrs
+                .iter()
+                .zip(&ctx.filled)
+                .all(|(now, was)| now.intid == was.intid && now.state == was.state)
+            && !lrs.iter().any(|e| e.state.is_pending());
+        if unchanged && ctx.vtimer_level == Some(level) && ctx.ptimer_level == Some(plevel) {
+            return;
+        }
+        let mut g = vm.arch.vgic.lock();
+        if !unchanged {
+            g.sync_lrs(vcpu.index, &lrs);
+            ctx.lrs_live = false;
+        }
+        g.set_level(vcpu.index, VTIMER_PPI, level);
+        g.set_level(vcpu.index, PTIMER_PPI, plevel);
+        ctx.vtimer_level = Some(level);
+        ctx.ptimer_level = Some(plevel);
+    }
+
+    /// A WFI found nothing to take: poll for up to the vCPU's halt-poll
+    /// window whether something arrives, while nobody else wants this pCPU
+    /// and no physical interrupt waits (a kick, the tick: the guest goes
+    /// back in and takes the exit for it, which a WFI may). Returns whether
+    /// the vCPU has work now (no block then).
+    pub fn halt_poll(
+        &self,
+        hv: &Hypervisor<Self>,
+        cpu: usize,
+        vm: &Vm<Self>,
+        vcpu: &Vcpu<Self>,
+        ctx: &mut VcpuState,
+    ) -> bool {
+        let halt = ctx.halt;
+        let end = halt.poll(
+            timer::counter,
+            || self.has_work(vm, vcpu, ctx),
+            // ISR_EL1 at EL2: a physical IRQ is pending.
+            || mrs!("isr_el1") & (1 << 7) != 0,
+            || hv.sched.should_preempt(cpu),
+        );
+        end != PollEnd::Expired
+    }
+
+    /// Whether the loaded vCPU has an interrupt to take (WFI would wake).
+    pub fn has_work(&self, vm: &Vm<Self>, vcpu: &Vcpu<Self>, ctx: &mut VcpuState) -> bool {
+        let level = vtimer_level();
+        let plevel = ctx.ptimer.level(timer::counter());
+        let mut g = vm.arch.vgic.lock();
+        g.set_level(vcpu.index, VTIMER_PPI, level);
+        g.set_level(vcpu.index, PTIMER_PPI, plevel);
+        ctx.vtimer_level = Some(level);
+        ctx.ptimer_level = Some(plevel);
+        g.has_pending(vcpu.index)
+    }
+}

@@ -1,0 +1,174 @@
+//! Building a LoongArch VM: RAM from the frame pool, its kernel (an ELF's
+//! segments or a raw image), initrd, DTB and command line copied in, its
+//! vCPUs; and the rest of [`Machine`].
+
+use alloc::format;
+use alloc::string::String;
+use alloc::sync::Arc;
+use alloc::vec::Vec;
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize};
+use spin::Mutex;
+
+use kestrel_abi::package::{ConsoleKind, GuestKind};
+
+use crate::board::BoardInfo;
+use crate::fdt_build::{guest_dtb_loongarch, LoongArchDtbSpec};
+use crate::frames::FramePool;
+use crate::guest::loongarch::iocsr::VIpi;
+use crate::guest::loongarch::layout;
+use crate::stats::Stats;
+use crate::vdev::ns16550::Ns16550 as VNs16550;
+use crate::vm::Hypervisor;
+use crate::vmconfig::VmSpec;
+use crate::vmm::{Built, Machine};
+
+use super::super::{csr, platform};
+use super::{mem, LaBackend, VcpuShared, VcpuState, VmState};
+
+impl Machine for LaBackend {
+    fn guest_memory(&self, board: &BoardInfo) -> FramePool {
+        mem::pool(&board.memory, platform::image_end())
+    }
+
+    fn build_vm(
+        &self,
+        _board: &BoardInfo,
+        spec: &VmSpec<'static>,
+        pool: &mut FramePool,
+        stats: &Arc<Stats>,
+    ) -> Result<Built<Self>, String> {
+        if spec.console != ConsoleKind::Ns16550 {
+            return Err(String::from(
+                "console: only the NS16550 is emulated on LoongArch (console = \"ns16550\")",
+            ));
+        }
+        let vcpus = spec.vcpus as usize;
+        let ram = pool.alloc_ram(spec.ram_size)?;
+        mem::clear(&ram);
+        let st = VmState {
+            ram_size: spec.ram_size,
+            ram,
+            uart: Mutex::new(VNs16550::new()),
+            ipi: (0..vcpus).map(|_| VIpi::new()).collect(),
+            shared: (0..vcpus)
+                .map(|i| VcpuShared {
+                    swi: AtomicU32::new(0),
+                    running_on: AtomicUsize::new(usize::MAX),
+                    parked: AtomicBool::new(i != 0),
+                    boot: Mutex::new(None),
+                })
+                .collect(),
+        };
+        let entry = match spec.kind {
+            GuestKind::TestElf | GuestKind::LinuxLoongArchElf => load_elf(&st, spec.kernel)?,
+            GuestKind::TestRaw => {
+                st.copy_in(spec.kernel_gpa, spec.kernel)
+                    .map_err(|e| format!("kernel: {e}"))?;
+                spec.entry_gpa
+            }
+            GuestKind::LinuxArm64Image => {
+                return Err(String::from("kind: an arm64 Image cannot run on LoongArch"))
+            }
+        };
+        if let Some(initrd) = spec.initrd {
+            st.copy_in(spec.initrd_gpa, initrd)
+                .map_err(|e| format!("initrd: {e}"))?;
+        }
+        let blob = match spec.dtb {
+            crate::vmconfig::DtbSource::Provided(d) => d.to_vec(),
+            crate::vmconfig::DtbSource::Generate => guest_dtb_loongarch(&LoongArchDtbSpec {
+                ram_size: spec.ram_size,
+                vcpus: spec.vcpus,
+                bootargs: spec.cmdline,
+                initrd: spec.initrd_range(),
+            }),
+        };
+        st.copy_in(spec.dtb_gpa, &blob)
+            .map_err(|e| format!("dtb: {e}"))?;
+        // The command line, NUL-terminated, right after the DTB (the spec's
+        // "guest physical" addresses are RAM offsets: its RAM base is 0).
+        let cmdline_off = (spec.dtb_gpa + blob.len() as u64 + 8) & !7;
+        let mut cl = Vec::from(spec.cmdline.as_bytes());
+        cl.push(0);
+        st.copy_in(cmdline_off, &cl)
+            .map_err(|e| format!("cmdline: {e}"))?;
+        let mut states: Vec<VcpuState> = (0..vcpus).map(|i| VcpuState::new(i, stats)).collect();
+        let args = [0, layout::gpa_of(cmdline_off), layout::gpa_of(spec.dtb_gpa)];
+        states[0].reset(0, entry, args);
+        Ok(Built {
+            arch: st,
+            vcpus: states,
+            entry,
+            dtb: layout::gpa_of(spec.dtb_gpa),
+        })
+    }
+
+    fn init_cpu(&self, hv: &Hypervisor<Self>, cpu: usize) {
+        self.init_cpu_state(hv, cpu);
+    }
+
+    fn leave_cpu(&self, _cpu: usize) {
+        csr::irq_enable();
+    }
+}
+
+/// Loads an ELF's PT_LOAD segments at their physical address (masked to
+/// 48 bits, as QEMU does); returns the entry (the raw `e_entry`).
+fn load_elf(st: &VmState, elf: &[u8]) -> Result<u64, String> {
+    let u16_at = |o: usize| elf.get(o..o + 2).map(|b| u16::from_le_bytes([b[0], b[1]]));
+    let u32_at = |o: usize| {
+        elf.get(o..o + 4)
+            .map(|b| u32::from_le_bytes(b.try_into().unwrap_or([0; 4])))
+    };
+    let u64_at = |o: usize| {
+        elf.get(o..o + 8)
+            .map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
+    };
+    if elf.get(..4) != Some(b"\x7fELF") || elf.get(4) != Some(&2) {
+        return Err(String::from("kernel: not a 64-bit ELF"));
+    }
+    let bad = || String::from("kernel: truncated ELF header");
+    let entry = u64_at(24).ok_or_else(bad)?;
+    let phoff = u64_at(32).ok_or_else(bad)? as usize;
+    let phentsize = u16_at(54).ok_or_else(bad)? as usize;
+    let phnum = u16_at(56).ok_or_else(bad)? as usize;
+    if phentsize < 56 {
+        return Err(String::from("kernel: bad program header size"));
+    }
+    let mut loaded = 0;
+    for i in 0..phnum {
+        let ph = phoff.checked_add(i * phentsize).ok_or_else(bad)?;
+        if u32_at(ph) != Some(1) {
+            continue;
+        }
+        let off = u64_at(ph + 8).ok_or_else(bad)? as usize;
+        let paddr = u64_at(ph + 24).ok_or_else(bad)? & ((1 << 48) - 1);
+        let filesz = u64_at(ph + 32).ok_or_else(bad)? as usize;
+        let memsz = u64_at(ph + 40).ok_or_else(bad)?;
+        let data = off
+            .checked_add(filesz)
+            .and_then(|end| elf.get(off..end))
+            .ok_or_else(|| format!("kernel: segment {i} outside the file"))?;
+        // The segment must be RAM from end to end (not across the device window).
+        let off = st.ram_offset(paddr);
+        let last = paddr
+            .checked_add(memsz.max(1) - 1)
+            .and_then(|l| st.ram_offset(l));
+        let (Some(off), Some(last)) = (off, last) else {
+            return Err(format!(
+                "kernel: segment {i} at {paddr:#x} (+{memsz:#x}) is outside guest RAM"
+            ));
+        };
+        if last - off != memsz.max(1) - 1 {
+            return Err(format!(
+                "kernel: segment {i} at {paddr:#x} (+{memsz:#x}) spans the device window"
+            ));
+        }
+        st.copy_in(off, data).map_err(|e| format!("kernel: {e}"))?;
+        loaded += 1;
+    }
+    if loaded == 0 {
+        return Err(String::from("kernel: no loadable segment"));
+    }
+    Ok(entry)
+}

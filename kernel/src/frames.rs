@@ -1,0 +1,227 @@
+//! Host memory for guests, the same on every architecture: a free list of
+//! 2 MiB frames over the board's RAM minus what kestrel keeps (its image
+//! with .bss, heap and stacks, the boot DTB or the loader's data), and a
+//! VM's RAM as a list of such frames in guest order. Nothing here touches
+//! memory: the backend zeroes what it gets, maps it (stage 2, shadow TLB)
+//! and copies through [`GuestRam::chunks`].
+
+use alloc::format;
+use alloc::string::String;
+use alloc::vec::Vec;
+
+use crate::board::MemRegion;
+
+/// The size (and alignment) of one frame.
+pub const FRAME: u64 = 2 << 20;
+
+/// Free physical ranges (start, end), `FRAME` aligned.
+#[derive(Debug, Default)]
+pub struct FramePool {
+    free: Vec<(u64, u64)>,
+}
+
+impl FramePool {
+    /// An empty pool.
+    pub const fn new() -> FramePool {
+        FramePool { free: Vec::new() }
+    }
+
+    /// The pool of `memory` minus the `reserved` (start, end) ranges, below
+    /// `limit` (the highest address kestrel can reach), cut to whole frames.
+    pub fn from_board(memory: &[MemRegion], reserved: &[(u64, u64)], limit: u64) -> FramePool {
+        let mut free = Vec::new();
+        for r in memory {
+            let mut pieces = alloc::vec![(r.base, r.end().min(limit))];
+            for &(rs, re) in reserved {
+                let mut next = Vec::new();
+                for (s, e) in pieces {
+                    if re <= s || e <= rs {
+                        next.push((s, e));
+                        continue;
+                    }
+                    if s < rs {
+                        next.push((s, rs));
+                    }
+                    if re < e {
+                        next.push((re, e));
+                    }
+                }
+                pieces = next;
+            }
+            for (s, e) in pieces {
+                let s = s.div_ceil(FRAME).saturating_mul(FRAME);
+                let e = e / FRAME * FRAME;
+                if s < e {
+                    free.push((s, e));
+                }
+            }
+        }
+        FramePool { free }
+    }
+
+    /// Bytes left for guests.
+    pub fn free_bytes(&self) -> u64 {
+        self.free.iter().map(|(s, e)| e - s).sum()
+    }
+
+    /// Takes `bytes` (rounded up to whole frames) as frames, from the end
+    /// of the list; `None`, with nothing taken, when there is not enough.
+    pub fn alloc(&mut self, bytes: u64) -> Option<Vec<u64>> {
+        let n = bytes.div_ceil(FRAME) as usize;
+        let avail: u64 = self.free.iter().map(|(s, e)| (e - s) / FRAME).sum();
+        if (avail as usize) < n {
+            return None;
+        }
+        let mut frames = Vec::with_capacity(n);
+        while frames.len() < n {
+            let (s, e) = self.free.last_mut()?;
+            let take = (((*e - *s) / FRAME) as usize).min(n - frames.len());
+            for i in 0..take as u64 {
+                frames.push(*s + i * FRAME);
+            }
+            *s += take as u64 * FRAME;
+            if *s == *e {
+                self.free.pop();
+            }
+        }
+        Some(frames)
+    }
+
+    /// [`FramePool::alloc`] for a VM of `bytes`, with the message a refused
+    /// VM is reported with.
+    pub fn alloc_ram(&mut self, bytes: u64) -> Result<GuestRam, String> {
+        let free = self.free_bytes();
+        self.alloc(bytes)
+            .map(|frames| GuestRam {
+                frames,
+                size: bytes,
+            })
+            .ok_or_else(|| {
+                format!(
+                    "memory: {} MiB needed, only {} MiB of host memory left",
+                    bytes >> 20,
+                    free >> 20
+                )
+            })
+    }
+}
+
+/// One VM's RAM: `size` bytes, offset `o` in host frame `frames[o / FRAME]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GuestRam {
+    pub frames: Vec<u64>,
+    pub size: u64,
+}
+
+impl GuestRam {
+    /// Host physical address of RAM offset `off`, if inside.
+    pub fn hpa(&self, off: u64) -> Option<u64> {
+        if off >= self.size {
+            return None;
+        }
+        let f = self.frames.get((off / FRAME) as usize)?;
+        Some(f + off % FRAME)
+    }
+
+    /// The host pieces of `len` bytes at RAM offset `off`, each inside one
+    /// frame: (host physical address, start in the data, length). An error
+    /// names the range when it does not fit.
+    pub fn chunks(&self, off: u64, len: usize) -> Result<Vec<(u64, usize, usize)>, String> {
+        let end = off
+            .checked_add(len as u64)
+            .filter(|&e| e <= self.size)
+            .ok_or_else(|| format!("{len} bytes at RAM offset {off:#x} do not fit"))?;
+        let mut out = Vec::new();
+        let mut at = off;
+        while at < end {
+            let n = (FRAME - at % FRAME).min(end - at);
+            let h = self
+                .hpa(at)
+                .ok_or_else(|| String::from("outside guest RAM"))?;
+            out.push((h, (at - off) as usize, n as usize));
+            at += n;
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MB: u64 = 1 << 20;
+
+    fn region(base: u64, size: u64) -> MemRegion {
+        MemRegion { base, size }
+    }
+
+    #[test]
+    fn the_pool_leaves_out_reserved_ranges_and_partial_frames() {
+        // 1 GiB at 1 GiB; kestrel's image in the middle of a frame, the DTB
+        // further up; nothing beyond the limit.
+        let mem = [region(0x4000_0000, 1024 * MB)];
+        let reserved = [(0x4010_0000, 0x4050_0000), (0x4800_0000, 0x4800_1000)];
+        let p = FramePool::from_board(&mem, &reserved, 0x6000_0000);
+        // [0x4000_0000, 0x4010_0000) is less than a frame: left out.
+        assert_eq!(
+            p.free,
+            [(0x4060_0000, 0x4800_0000), (0x4820_0000, 0x6000_0000)]
+        );
+        assert_eq!(
+            p.free_bytes(),
+            (0x4800_0000 - 0x4060_0000) + (0x6000_0000 - 0x4820_0000)
+        );
+    }
+
+    #[test]
+    fn reserving_everything_below_an_end_is_one_range() {
+        // LoongArch keeps everything below the end of its image.
+        let mem = [region(0, 256 * MB), region(0x9000_0000, 512 * MB)];
+        let p = FramePool::from_board(&mem, &[(0, 0x0300_1000)], u64::MAX);
+        assert_eq!(
+            p.free,
+            [(0x0320_0000, 0x1000_0000), (0x9000_0000, 0xb000_0000)]
+        );
+    }
+
+    #[test]
+    fn allocation_takes_whole_frames_from_the_end_or_nothing() {
+        let mem = [region(0, 8 * MB), region(0x100_0000, 4 * MB)];
+        let mut p = FramePool::from_board(&mem, &[], u64::MAX);
+        assert_eq!(p.free_bytes(), 12 * MB);
+        // 3 MiB rounds up to two frames, taken from the last range first.
+        let a = p.alloc(3 * MB).unwrap();
+        assert_eq!(a, [0x100_0000, 0x120_0000]);
+        let b = p.alloc(6 * MB).unwrap();
+        assert_eq!(b, [0, 0x20_0000, 0x40_0000]);
+        assert_eq!(p.free_bytes(), 2 * MB);
+        // Too much: refused with the reason, nothing taken.
+        let e = p.alloc_ram(4 * MB).unwrap_err();
+        assert_eq!(e, "memory: 4 MiB needed, only 2 MiB of host memory left");
+        assert_eq!(p.free_bytes(), 2 * MB);
+        let r = p.alloc_ram(2 * MB).unwrap();
+        assert_eq!(r.frames, [0x60_0000]);
+        assert_eq!(p.free_bytes(), 0);
+        assert!(p.alloc(1).is_none());
+        assert_eq!(p.alloc(0), Some(Vec::new()));
+    }
+
+    #[test]
+    fn copies_split_at_frame_ends() {
+        let ram = GuestRam {
+            frames: alloc::vec![0x1000_0000, 0x2000_0000],
+            size: 2 * FRAME,
+        };
+        assert_eq!(ram.hpa(FRAME + 5), Some(0x2000_0005));
+        assert_eq!(ram.hpa(2 * FRAME), None);
+        let c = ram.chunks(FRAME - 3, 10).unwrap();
+        assert_eq!(c, [(0x1000_0000 + FRAME - 3, 0, 3), (0x2000_0000, 3, 7)]);
+        assert_eq!(ram.chunks(0, 0).unwrap(), []);
+        assert!(ram.chunks(2 * FRAME - 1, 2).is_err());
+        assert!(ram.chunks(u64::MAX, 2).is_err());
+        assert_eq!(
+            ram.chunks(2 * FRAME, 1).unwrap_err(),
+            "1 bytes at RAM offset 0x400000 do not fit"
+        );
+    }
+}
