@@ -107,6 +107,8 @@ fn spec(name: &'static str, vcpus: u16, mask: u64, pinned: bool) -> VmSpec<'stat
         dtb: DtbSource::Generate,
         dtb_gpa: 0x4010_0000,
         cmdline: "",
+        virtio_console: false,
+        devices: kestrel_abi::package::Devices::NONE,
     }
 }
 
