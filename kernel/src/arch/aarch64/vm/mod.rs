@@ -39,6 +39,7 @@ use crate::vmconfig::{VmSpec, GUEST_GICC};
 use crate::vmid::VmidAllocator;
 use crate::MAX_CPUS;
 
+use super::el2::{self, CnthctlEl2, HcrEl2};
 use super::gic::{Gic, Priority};
 use super::{exceptions, mmu, percpu, platform, timer};
 use fp::Arm64FpHw;
@@ -64,72 +65,6 @@ pub const PTIMER_PPI: u32 = 30;
 const NR_SPIS: usize = 32;
 /// The guest UART's INTID (SPI 1).
 const UART_INTID: u32 = 32 + crate::vmconfig::GUEST_UART.2;
-
-// HCR_EL2 for guests, as KVM sets it.
-const HCR_VM: u64 = 1 << 0;
-const HCR_SWIO: u64 = 1 << 1;
-const HCR_PTW: u64 = 1 << 2;
-const HCR_FMO: u64 = 1 << 3;
-const HCR_IMO: u64 = 1 << 4;
-const HCR_AMO: u64 = 1 << 5;
-const HCR_FB: u64 = 1 << 9;
-const HCR_BSU_IS: u64 = 1 << 10;
-const HCR_TWI: u64 = 1 << 13;
-const HCR_TWE: u64 = 1 << 14;
-const HCR_TID3: u64 = 1 << 18;
-const HCR_TSC: u64 = 1 << 19;
-const HCR_TIDCP: u64 = 1 << 20;
-const HCR_TACR: u64 = 1 << 21;
-const HCR_TSW: u64 = 1 << 22;
-const HCR_RW: u64 = 1 << 31;
-const HCR_TLOR: u64 = 1 << 35;
-const HCR_TERR: u64 = 1 << 36;
-/// API (41) and APK (40) stay clear: pointer authentication is hidden from
-/// the guest (idregs), so its instructions and key registers trap to EL2
-/// and are answered with UNDEF.
-pub const HCR_GUEST: u64 = HCR_VM
-    | HCR_SWIO
-    | HCR_PTW
-    | HCR_FMO
-    | HCR_IMO
-    | HCR_AMO
-    | HCR_FB
-    | HCR_BSU_IS
-    | HCR_TWI
-    | HCR_TWE
-    | HCR_TID3
-    | HCR_TSC
-    | HCR_TIDCP
-    | HCR_TACR
-    | HCR_TSW
-    | HCR_RW
-    | HCR_TLOR
-    | HCR_TERR;
-
-/// MDCR_EL2: trap debug (TDA, TDOSA, TDRA: emulated from each vCPU's
-/// shadow, `guest::arm64::debug`) and PMU (TPM, TPMCR: RAZ/WI, the ID
-/// registers show no PMU) accesses. TDE = 0: debug exceptions from EL1/EL0
-/// go to the guest's EL1. E2PB = E2TB = 0: profiling and trace buffer
-/// controls trap. [`mdcr_guest`] adds TPMS and TTRF where implemented.
-const MDCR_GUEST: u64 = (1 << 5) | (1 << 6) | (1 << 9) | (1 << 10) | (1 << 11);
-
-/// MDCR_EL2 for guests on this CPU: [`MDCR_GUEST`], plus TPMS (SPE
-/// sampling controls trap) with FEAT_SPE and TTRF (TRFCR_EL1 traps) with
-/// FEAT_TRF; those bits are RES0 elsewhere.
-fn mdcr_guest() -> u64 {
-    let dfr0 = mrs!("id_aa64dfr0_el1");
-    let mut v = MDCR_GUEST;
-    if (dfr0 >> 32) & 0xf != 0 {
-        v |= 1 << 14;
-    }
-    if (dfr0 >> 40) & 0xf != 0 {
-        v |= 1 << 19;
-    }
-    v
-}
-/// CNTHCTL_EL2 (E2H = 0): EL1PCTEN (physical counter readable, no offset),
-/// EL1PCEN clear (CNTP_CTL/CVAL/TVAL_EL0 trap and are emulated per vCPU).
-const CNTHCTL_GUEST: u64 = 1;
 
 /// Per-vCPU state other pCPUs touch.
 pub struct VcpuShared {
@@ -283,7 +218,7 @@ pub struct Arm64Backend {
     policy: FpPolicy,
     midr: u64,
     hw_ids: Vec<u64>,
-    /// MDCR_EL2 for guests ([`mdcr_guest`]).
+    /// MDCR_EL2 for guests ([`el2::mdcr_guest`]).
     mdcr: u64,
     /// Breakpoints and watchpoints the hardware has (ID_AA64DFR0_EL1
     /// BRPs + 1, WRPs + 1): what guests get.
@@ -408,7 +343,7 @@ impl Arm64Backend {
         if let VgicHw::V3 { .. } = self.hw {
             msr!("ich_hcr_el2", 0);
         }
-        msr!("cnthctl_el2", CNTHCTL_GUEST);
+        msr!("cnthctl_el2", CnthctlEl2::GUEST.bits());
         msr!("cntv_ctl_el0", 0);
         if self.ras {
             // kestrel never sets HCR_EL2.VSE: no virtual SError syndrome.
@@ -679,13 +614,13 @@ impl Backend for Arm64Backend {
                 core::arch::asm!("isb", "tlbi vmalls12e1", "dsb nsh", "isb", options(nostack))
             };
         }
-        msr!("hcr_el2", HCR_GUEST);
+        msr!("hcr_el2", HcrEl2::GUEST.bits());
         msr!("vpidr_el2", self.midr);
         msr!("vmpidr_el2", ctx.vmpidr);
         msr!("cntvoff_el2", vm.arch.cntvoff);
         let hpmn = mrs!("mdcr_el2") & 0x1f;
         msr!("mdcr_el2", self.mdcr | hpmn);
-        msr!("cnthctl_el2", CNTHCTL_GUEST);
+        msr!("cnthctl_el2", CnthctlEl2::GUEST.bits());
         ctx.el1.restore(self.ras);
         if ctx.debug.dirty {
             regs::load_debug(&ctx.debug);
@@ -776,7 +711,7 @@ impl Backend for Arm64Backend {
             }
         }
         self.vmids.vcpu_put(cpu);
-        msr!("hcr_el2", mmu::HCR_BOOT);
+        msr!("hcr_el2", HcrEl2::BOOT.bits());
         // The virtual timer of a vCPU that is not loaded is watched by
         // kestrel's timer: this pCPU's fires no later than the deadline
         // (whatever runs here meanwhile), and the handler wakes the vCPU
@@ -1082,7 +1017,7 @@ pub fn create_vms(
         policy,
         midr: mrs!("midr_el1"),
         ras: (mrs!("id_aa64pfr0_el1") >> 28) & 0xf != 0,
-        mdcr: mdcr_guest(),
+        mdcr: el2::mdcr_guest().bits(),
         wfxt: mrs!("s3_0_c0_c6_2") & 0xf >= 2,
         dbg_points: {
             let dfr0 = mrs!("id_aa64dfr0_el1");
