@@ -298,12 +298,16 @@ impl Gic {
                 gicd,
                 gicr,
                 gicr_size,
-            } => Some(Gic::V3 {
-                // SAFETY: as for GICv2.
-                gicd: unsafe { frame(gicd)? },
-                gicr: gicr as usize,
-                gicr_size: gicr_size as usize,
-            }),
+            } => {
+                // SAFETY: as for GICv2 (the redistributor region starts
+                // with a frame).
+                let (gicd, first) = unsafe { (frame(gicd)?, frame::<RedistRegs>(gicr)?) };
+                Some(Gic::V3 {
+                    gicd,
+                    gicr: first.base(),
+                    gicr_size: gicr_size as usize,
+                })
+            }
             IrqChip::LoongArchEiointc => None,
         }
     }
