@@ -660,10 +660,12 @@ impl CsrFile {
             self.set(num::TLBRERA, era & !1);
             era & !3
         } else {
-            let prmd = Prmd::from_bits_retain(self.get(num::PRMD));
-            let mut back = Crmd::from_bits_retain((prmd & (Prmd::PPLV | Prmd::PIE)).bits());
-            back.set(Crmd::WE, prmd.contains(Prmd::PWE));
-            self.crmd = (self.crmd & !(Crmd::PLV | Crmd::IE | Crmd::WE).bits()) | back.bits();
+            // PRMD.PPLV/PIE go back to CRMD.PLV/IE (same bits), PWE to WE.
+            let prmd = self.get(num::PRMD);
+            let we = u64::from(Prmd::from_bits_retain(prmd).contains(Prmd::PWE));
+            self.crmd = (self.crmd & !(Crmd::PLV | Crmd::IE | Crmd::WE).bits())
+                | (prmd & (Prmd::PPLV | Prmd::PIE).bits())
+                | we << 9;
             self.get(num::ERA)
         }
     }
