@@ -1,4 +1,7 @@
 //! Per-architecture code. Each `unsafe` block here says why it is sound.
+
+pub mod mmio;
+
 #[cfg(target_arch = "aarch64")]
 pub mod aarch64;
 #[cfg(target_arch = "aarch64")]

@@ -7,9 +7,13 @@
 
 use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
+use bitflags::bitflags;
+use volatile::access::{ReadOnly, WriteOnly};
+
 use crate::board::IrqChip;
 use crate::MAX_CPUS;
 
+use super::super::mmio::{at, Block, VolatileFieldAccess};
 use super::percpu;
 
 /// Priority of an interrupt kestrel takes (all below the 0xF0 mask; a
@@ -34,46 +38,167 @@ impl Priority {
     }
 }
 /// Priority mask: everything with a higher priority than 0xF0 is signalled.
-const PMR: u64 = 0xf0;
+const PMR: u32 = 0xf0;
 const SPIN_LIMIT: u32 = 10_000_000;
 
-// Distributor (both versions).
-const GICD_CTLR: usize = 0x0000;
-const GICD_TYPER: usize = 0x0004;
-const GICD_IGROUPR: usize = 0x0080;
-const GICD_ISENABLER: usize = 0x0100;
-const GICD_ICENABLER: usize = 0x0180;
-const GICD_IPRIORITYR: usize = 0x0400;
-const GICD_CTLR_RWP: u32 = 1 << 31;
-// GICv3 GICD_CTLR (non-secure view / single security state): EnableGrp1
-// (bit 0 / EnableGrp0), EnableGrp1A (bit 1 / EnableGrp1), ARE(_NS) (bit 4).
-const GICD_CTLR_V3: u32 = (1 << 4) | (1 << 1) | (1 << 0);
+/// The distributor (GICD), and the same layout for the private interrupts
+/// in a GICv3 redistributor's SGI_base frame (GICR_IGROUPR0 & co.).
+/// Register arrays are indexed by interrupt / 32 (one bit each), / 4 (one
+/// byte each: priorities, targets).
+#[repr(C)]
+#[derive(VolatileFieldAccess)]
+pub struct DistRegs {
+    ctlr: u32,
+    #[access(ReadOnly)]
+    typer: u32,
+    _reserved0: [u32; 30],
+    igroupr: [u32; 32],
+    isenabler: [u32; 32],
+    icenabler: [u32; 32],
+    _reserved1: [u32; 96],
+    icactiver: [u32; 32],
+    ipriorityr: [u32; 256],
+    itargetsr: [u32; 256],
+    _reserved2: [u32; 64],
+    /// GICv3 (GICR_IGRPMODR0 in the SGI frame).
+    igrpmodr: [u32; 32],
+    _reserved3: [u32; 96],
+    #[access(WriteOnly)]
+    sgir: u32,
+}
+const _: () = {
+    use core::mem::offset_of;
+    assert!(offset_of!(DistRegs, igroupr) == 0x080);
+    assert!(offset_of!(DistRegs, isenabler) == 0x100);
+    assert!(offset_of!(DistRegs, icenabler) == 0x180);
+    assert!(offset_of!(DistRegs, icactiver) == 0x380);
+    assert!(offset_of!(DistRegs, ipriorityr) == 0x400);
+    assert!(offset_of!(DistRegs, itargetsr) == 0x800);
+    assert!(offset_of!(DistRegs, igrpmodr) == 0xd00);
+    assert!(offset_of!(DistRegs, sgir) == 0xf00);
+};
 
-// GICv3 redistributor: RD_base frame, then SGI_base frame 64 KiB above.
-const GICR_CTLR: usize = 0x0000;
-const GICR_WAKER: usize = 0x0014;
-const GICR_TYPER: usize = 0x0008;
+/// A GICv3 redistributor's RD_base frame; its SGI_base frame (a
+/// [`DistRegs`]) follows 64 KiB above.
+#[repr(C)]
+#[derive(VolatileFieldAccess)]
+pub struct RedistRegs {
+    #[access(ReadOnly)]
+    ctlr: u32,
+    _reserved0: u32,
+    #[access(ReadOnly)]
+    typer: u64,
+    _reserved1: u32,
+    waker: u32,
+}
+const _: () = assert!(core::mem::offset_of!(RedistRegs, typer) == 0x08);
+const _: () = assert!(core::mem::offset_of!(RedistRegs, waker) == 0x14);
+/// The SGI_base frame's offset from RD_base.
 const GICR_SGI: usize = 0x1_0000;
-const GICR_WAKER_PROCESSOR_SLEEP: u32 = 1 << 1;
-const GICR_WAKER_CHILDREN_ASLEEP: u32 = 1 << 2;
-const GICR_TYPER_VLPIS: u64 = 1 << 1;
-const GICR_TYPER_LAST: u64 = 1 << 4;
-const GICR_IGRPMODR0: usize = 0x0d00;
 
-// GICv2 CPU interface.
-const GICC_CTLR: usize = 0x00;
-const GICC_PMR: usize = 0x04;
-const GICC_BPR: usize = 0x08;
-const GICC_IAR: usize = 0x0c;
-const GICC_EOIR: usize = 0x10;
-const GICC_DIR: usize = 0x1000;
-/// GICC_CTLR.EOImodeNS: EOIR only drops priority, GICC_DIR deactivates.
-const GICC_CTLR_EOIMODE: u32 = 1 << 9;
-/// ICC_CTLR_EL1.EOImode: the same for GICv3.
-const ICC_CTLR_EOIMODE: u64 = 1 << 1;
-const GICD_ICACTIVER: usize = 0x0380;
+/// The GICv2 CPU interface (GICC).
+#[repr(C)]
+#[derive(VolatileFieldAccess)]
+pub struct CpuRegs {
+    ctlr: u32,
+    pmr: u32,
+    bpr: u32,
+    #[access(ReadOnly)]
+    iar: u32,
+    #[access(WriteOnly)]
+    eoir: u32,
+    _reserved: [u32; 1019],
+    #[access(WriteOnly)]
+    dir: u32,
+}
+const _: () = assert!(core::mem::offset_of!(CpuRegs, iar) == 0x0c);
+const _: () = assert!(core::mem::offset_of!(CpuRegs, dir) == 0x1000);
 
-/// This CPU's redistributor (GICv3), by logical CPU index.
+bitflags! {
+    /// GICD_CTLR. GICv3 bits as seen non-secure (or with one security
+    /// state, where bits 0 and 1 are EnableGrp0 and EnableGrp1).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    struct GicdCtlr: u32 {
+        /// GICv2 Enable; GICv3 EnableGrp1 (non-secure view).
+        const ENABLE = 1 << 0;
+        /// GICv3 EnableGrp1A (non-secure view).
+        const ENABLE_GRP1A = 1 << 1;
+        /// GICv3 ARE(_NS): affinity routing.
+        const ARE = 1 << 4;
+        /// GICv3 register write pending.
+        const RWP = 1 << 31;
+    }
+}
+
+impl GicdCtlr {
+    /// GICv3: affinity routing and both group enables.
+    const V3: Self =
+        Self::from_bits_retain(Self::ARE.bits() | Self::ENABLE_GRP1A.bits() | Self::ENABLE.bits());
+}
+
+bitflags! {
+    /// GICR_CTLR bits kestrel reads.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    struct GicrCtlr: u32 {
+        /// Register write pending.
+        const RWP = 1 << 3;
+    }
+}
+
+bitflags! {
+    /// GICR_WAKER.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    struct GicrWaker: u32 {
+        const PROCESSOR_SLEEP = 1 << 1;
+        const CHILDREN_ASLEEP = 1 << 2;
+    }
+}
+
+bitflags! {
+    /// GICR_TYPER flag bits (Affinity, 63:32, is a field).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    struct GicrTyper: u64 {
+        /// Virtual LPIs: the frame has two more 64 KiB pages.
+        const VLPIS = 1 << 1;
+        /// The last redistributor of the region.
+        const LAST = 1 << 4;
+    }
+}
+
+bitflags! {
+    /// GICC_CTLR (non-secure view).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    struct GiccCtlr: u32 {
+        const ENABLE = 1 << 0;
+        /// EOImodeNS: EOIR only drops priority, GICC_DIR deactivates.
+        const EOIMODE_NS = 1 << 9;
+    }
+}
+
+bitflags! {
+    /// ICC_CTLR_EL1.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    struct IccCtlr: u64 {
+        /// EOImode: the same split as GICC_CTLR.EOImodeNS.
+        const EOIMODE = 1 << 1;
+    }
+}
+
+bitflags! {
+    /// ICC_SRE_EL2.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    struct IccSre: u64 {
+        /// System register interface.
+        const SRE = 1 << 0;
+        /// FIQ and IRQ bypass disabled.
+        const DFB = 1 << 1;
+        const DIB = 1 << 2;
+        /// EL1 may use its own ICC_SRE_EL1.SRE.
+        const ENABLE = 1 << 3;
+    }
+}
+
+/// This CPU's redistributor (GICv3) RD_base, by logical CPU index.
 static REDIST: [AtomicUsize; MAX_CPUS] = [const { AtomicUsize::new(0) }; MAX_CPUS];
 /// Per CPU: EOI split into priority drop (EOIR) and deactivation (DIR), so
 /// an interrupt can stay active for a guest to deactivate (VM backend).
@@ -81,17 +206,16 @@ static SPLIT_EOI: [AtomicBool; MAX_CPUS] = [const { AtomicBool::new(false) }; MA
 /// GICv2: each CPU's interface mask (its banked GICD_ITARGETSR0 byte), for
 /// GICD_SGIR target lists.
 static V2_CPU_MASK: [AtomicUsize; MAX_CPUS] = [const { AtomicUsize::new(0) }; MAX_CPUS];
-const GICD_ITARGETSR: usize = 0x0800;
-const GICD_SGIR: usize = 0x0F00;
 
 #[derive(Clone, Copy, Debug)]
 pub enum Gic {
     V2 {
-        gicd: usize,
-        gicc: usize,
+        gicd: Block<DistRegs>,
+        gicc: Block<CpuRegs>,
     },
     V3 {
-        gicd: usize,
+        gicd: Block<DistRegs>,
+        /// The redistributor region (frames found by MPIDR at `init_cpu`).
         gicr: usize,
         gicr_size: usize,
     },
@@ -102,24 +226,33 @@ pub fn is_spurious(intid: u32) -> bool {
     (1020..=1023).contains(&intid)
 }
 
-fn read32(addr: usize) -> u32 {
-    // SAFETY: `addr` is a register of a GIC frame the DTB names, identity
-    // mapped as Device memory; 32-bit aligned.
-    unsafe { core::ptr::read_volatile(addr as *const u32) }
+/// A GIC frame the DTB names (`None` for address 0, which names none).
+///
+/// # Safety
+/// `base`, if non-zero, is the address of a register frame of layout `T`
+/// that the boot code identity-maps as Device memory on every CPU.
+unsafe fn frame<T>(base: u64) -> Option<Block<T>> {
+    let base = usize::try_from(base).ok().filter(|&b| b != 0)?;
+    // SAFETY: forwarded to the caller; `base` is non-zero, and GIC frames
+    // are 4 KiB (GICv2) or 64 KiB (GICv3) aligned.
+    Some(unsafe { Block::new(base) })
 }
 
-fn write32(addr: usize, v: u32) {
-    // SAFETY: as in `read32`.
-    unsafe { core::ptr::write_volatile(addr as *mut u32, v) }
+/// The calling CPU's redistributor: its RD_base and SGI_base frames.
+fn redist() -> (Block<RedistRegs>, Block<DistRegs>) {
+    let rd = REDIST[percpu::index()].load(Ordering::Relaxed);
+    debug_assert!(rd != 0);
+    // SAFETY: `init_cpu` stored this CPU's frame, found by
+    // `find_redistributor` inside the redistributor region the DTB names
+    // (identity-mapped as Device memory), before any caller could use it:
+    // RD_base, and SGI_base 64 KiB above it in the same frame.
+    unsafe { (Block::new(rd), Block::new(rd + GICR_SGI)) }
 }
 
-fn read64(addr: usize) -> u64 {
-    // SAFETY: as in `read32`; GICR_TYPER is a 64-bit register, 8-aligned.
-    unsafe { core::ptr::read_volatile(addr as *const u64) }
-}
-
-fn wait_clear(addr: usize, mask: u32) -> bool {
-    (0..SPIN_LIMIT).any(|_| read32(addr) & mask == 0)
+/// Polls until the bits of `mask` are clear in `read()`; false after
+/// [`SPIN_LIMIT`] polls.
+fn wait_clear<F: bitflags::Flags + Copy>(read: impl Fn() -> F, mask: F) -> bool {
+    (0..SPIN_LIMIT).any(|_| !read().intersects(mask))
 }
 
 macro_rules! sysreg_write {
@@ -143,22 +276,38 @@ fn isb() {
     aarch64_cpu::asm::barrier::isb(aarch64_cpu::asm::barrier::SY);
 }
 
+/// Sets the priority byte of private interrupt `intid` in a distributor-
+/// layout frame (read-modify-write of its 32-bit word).
+fn set_priority(frame: Block<DistRegs>, intid: u32, prio: u32) {
+    let shift = (intid % 4) * 8;
+    at(frame.regs().ipriorityr(), intid as usize / 4)
+        .update(|v| (v & !(0xff << shift)) | (prio << shift));
+}
+
 impl Gic {
     pub fn from_board(chip: &IrqChip) -> Option<Gic> {
         match *chip {
-            IrqChip::GicV2 { gicd, gicc, .. } => Some(Gic::V2 {
-                gicd: gicd as usize,
-                gicc: gicc as usize,
-            }),
+            IrqChip::GicV2 { gicd, gicc, .. } => {
+                // SAFETY: the GIC frames of the board's device tree, which
+                // the boot code identity-maps as Device memory
+                // (`mmu::build`) before any CPU uses the GIC.
+                let (gicd, gicc) = unsafe { (frame(gicd)?, frame(gicc)?) };
+                Some(Gic::V2 { gicd, gicc })
+            }
             IrqChip::GicV3 {
                 gicd,
                 gicr,
                 gicr_size,
-            } => Some(Gic::V3 {
-                gicd: gicd as usize,
-                gicr: gicr as usize,
-                gicr_size: gicr_size as usize,
-            }),
+            } => {
+                // SAFETY: as for GICv2 (the redistributor region starts
+                // with a frame).
+                let (gicd, first) = unsafe { (frame(gicd)?, frame::<RedistRegs>(gicr)?) };
+                Some(Gic::V3 {
+                    gicd,
+                    gicr: first.base(),
+                    gicr_size: gicr_size as usize,
+                })
+            }
             IrqChip::LoongArchEiointc => None,
         }
     }
@@ -169,20 +318,22 @@ impl Gic {
         let gicd = match *self {
             Gic::V2 { gicd, .. } | Gic::V3 { gicd, .. } => gicd,
         };
-        write32(gicd + GICD_CTLR, 0);
-        let lines = ((read32(gicd + GICD_TYPER) & 0x1f) as usize + 1) * 32;
+        let d = gicd.regs();
+        d.ctlr().write(0);
+        let lines = ((d.typer().read() & 0x1f) as usize + 1) * 32;
         for n in 1..lines / 32 {
-            write32(gicd + GICD_ICENABLER + 4 * n, u32::MAX);
+            at(d.icenabler(), n).write(u32::MAX);
             if matches!(self, Gic::V3 { .. }) {
-                write32(gicd + GICD_IGROUPR + 4 * n, u32::MAX);
+                at(d.igroupr(), n).write(u32::MAX);
             }
         }
+        let ctlr = || GicdCtlr::from_bits_retain(gicd.regs().ctlr().read());
         match *self {
-            Gic::V2 { .. } => write32(gicd + GICD_CTLR, 1),
+            Gic::V2 { .. } => d.ctlr().write(GicdCtlr::ENABLE.bits()),
             Gic::V3 { .. } => {
-                wait_clear(gicd + GICD_CTLR, GICD_CTLR_RWP);
-                write32(gicd + GICD_CTLR, GICD_CTLR_V3);
-                wait_clear(gicd + GICD_CTLR, GICD_CTLR_RWP);
+                wait_clear(ctlr, GicdCtlr::RWP);
+                d.ctlr().write(GicdCtlr::V3.bits());
+                wait_clear(ctlr, GicdCtlr::RWP);
             }
         }
     }
@@ -195,13 +346,14 @@ impl Gic {
             Gic::V2 { gicc, gicd } => {
                 if let Some(slot) = V2_CPU_MASK.get(index) {
                     slot.store(
-                        (read32(gicd + GICD_ITARGETSR) & 0xff) as usize,
+                        (at(gicd.regs().itargetsr(), 0).read() & 0xff) as usize,
                         Ordering::Relaxed,
                     );
                 }
-                write32(gicc + GICC_PMR, PMR as u32);
-                write32(gicc + GICC_BPR, 0);
-                write32(gicc + GICC_CTLR, 1);
+                let c = gicc.regs();
+                c.pmr().write(PMR);
+                c.bpr().write(0);
+                c.ctlr().write(GiccCtlr::ENABLE.bits());
                 Ok(())
             }
             Gic::V3 {
@@ -212,18 +364,18 @@ impl Gic {
                 REDIST
                     .get(index)
                     .ok_or("CPU index out of range")?
-                    .store(rd, Ordering::Relaxed);
-                write32(
-                    rd + GICR_WAKER,
-                    read32(rd + GICR_WAKER) & !GICR_WAKER_PROCESSOR_SLEEP,
-                );
-                if !wait_clear(rd + GICR_WAKER, GICR_WAKER_CHILDREN_ASLEEP) {
+                    .store(rd.base(), Ordering::Relaxed);
+                rd.regs()
+                    .waker()
+                    .update(|w| w & !GicrWaker::PROCESSOR_SLEEP.bits());
+                let waker = || GicrWaker::from_bits_retain(rd.regs().waker().read());
+                if !wait_clear(waker, GicrWaker::CHILDREN_ASLEEP) {
                     return Err("GICv3 redistributor did not wake up (GICR_WAKER.ChildrenAsleep)");
                 }
-                // SRE | DFB | DIB | Enable (lets EL1 use its interface too).
-                sysreg_write!("icc_sre_el2", 0xf_u64);
+                // Lets EL1 use its interface too.
+                sysreg_write!("icc_sre_el2", IccSre::all().bits());
                 isb();
-                if sysreg_read!("icc_sre_el2") & 1 == 0 {
+                if !IccSre::from_bits_retain(sysreg_read!("icc_sre_el2")).contains(IccSre::SRE) {
                     return Err(
                         "GICv3 system register interface cannot be enabled (ICC_SRE_EL2.SRE)",
                     );
@@ -243,29 +395,22 @@ impl Gic {
     pub fn enable_ppi(&self, intid: u32, priority: Priority) {
         let prio = priority.value();
         let bit = 1u32 << (intid % 32);
-        let prio_reg = (intid as usize / 4) * 4;
-        let prio_shift = (intid % 4) * 8;
         match *self {
             Gic::V2 { gicd, .. } => {
-                let p = gicd + GICD_IPRIORITYR + prio_reg;
-                write32(
-                    p,
-                    (read32(p) & !(0xff << prio_shift)) | (prio << prio_shift),
-                );
-                write32(gicd + GICD_ISENABLER, bit);
+                set_priority(gicd, intid, prio);
+                at(gicd.regs().isenabler(), 0).write(bit);
             }
             Gic::V3 { .. } => {
-                let rd = REDIST[percpu::index()].load(Ordering::Relaxed);
-                let sgi = rd + GICR_SGI;
-                write32(sgi + GICD_IGROUPR, read32(sgi + GICD_IGROUPR) | bit);
-                write32(sgi + GICR_IGRPMODR0, read32(sgi + GICR_IGRPMODR0) & !bit);
-                let p = sgi + GICD_IPRIORITYR + prio_reg;
-                write32(
-                    p,
-                    (read32(p) & !(0xff << prio_shift)) | (prio << prio_shift),
+                let (rd, sgi) = redist();
+                let s = sgi.regs();
+                at(s.igroupr(), 0).update(|v| v | bit);
+                at(s.igrpmodr(), 0).update(|v| v & !bit);
+                set_priority(sgi, intid, prio);
+                at(s.isenabler(), 0).write(bit);
+                wait_clear(
+                    || GicrCtlr::from_bits_retain(rd.regs().ctlr().read()),
+                    GicrCtlr::RWP,
                 );
-                write32(sgi + GICD_ISENABLER, bit);
-                wait_clear(rd + GICR_CTLR, 1 << 3);
             }
         }
     }
@@ -274,11 +419,14 @@ impl Gic {
     pub fn disable_ppi(&self, intid: u32) {
         let bit = 1u32 << (intid % 32);
         match *self {
-            Gic::V2 { gicd, .. } => write32(gicd + GICD_ICENABLER, bit),
+            Gic::V2 { gicd, .. } => at(gicd.regs().icenabler(), 0).write(bit),
             Gic::V3 { .. } => {
-                let rd = REDIST[percpu::index()].load(Ordering::Relaxed);
-                write32(rd + GICR_SGI + GICD_ICENABLER, bit);
-                wait_clear(rd + GICR_CTLR, 1 << 3);
+                let (rd, sgi) = redist();
+                at(sgi.regs().icenabler(), 0).write(bit);
+                wait_clear(
+                    || GicrCtlr::from_bits_retain(rd.regs().ctlr().read()),
+                    GicrCtlr::RWP,
+                );
             }
         }
     }
@@ -291,7 +439,7 @@ impl Gic {
                     .get(index)
                     .map_or(0, |m| m.load(Ordering::Relaxed)) as u32;
                 if mask != 0 {
-                    write32(gicd + GICD_SGIR, (mask << 16) | (sgi & 15));
+                    gicd.regs().sgir().write((mask << 16) | (sgi & 15));
                 }
             }
             Gic::V3 { .. } => {
@@ -315,7 +463,7 @@ impl Gic {
     /// IAR value (INTID in the low bits) to hand back to [`Gic::eoi`].
     pub fn ack(&self) -> u32 {
         match *self {
-            Gic::V2 { gicc, .. } => read32(gicc + GICC_IAR),
+            Gic::V2 { gicc, .. } => gicc.regs().iar().read(),
             Gic::V3 { .. } => sysreg_read!("icc_iar1_el1") as u32,
         }
     }
@@ -325,13 +473,13 @@ impl Gic {
     pub fn enable_split_eoi(&self) {
         let cpu = percpu::index();
         match *self {
-            Gic::V2 { gicc, .. } => write32(
-                gicc + GICC_CTLR,
-                read32(gicc + GICC_CTLR) | GICC_CTLR_EOIMODE,
-            ),
+            Gic::V2 { gicc, .. } => gicc
+                .regs()
+                .ctlr()
+                .update(|c| c | GiccCtlr::EOIMODE_NS.bits()),
             Gic::V3 { .. } => {
-                let ctlr = sysreg_read!("icc_ctlr_el1");
-                sysreg_write!("icc_ctlr_el1", ctlr | ICC_CTLR_EOIMODE);
+                let ctlr = IccCtlr::from_bits_retain(sysreg_read!("icc_ctlr_el1"));
+                sysreg_write!("icc_ctlr_el1", ctlr.union(IccCtlr::EOIMODE).bits());
                 isb();
             }
         }
@@ -347,7 +495,7 @@ impl Gic {
             return self.eoi(iar);
         }
         match *self {
-            Gic::V2 { gicc, .. } => write32(gicc + GICC_EOIR, iar),
+            Gic::V2 { gicc, .. } => gicc.regs().eoir().write(iar),
             Gic::V3 { .. } => {
                 sysreg_write!("icc_eoir1_el1", iar);
                 isb();
@@ -359,11 +507,8 @@ impl Gic {
     pub fn clear_active_ppi(&self, intid: u32) {
         let bit = 1u32 << (intid % 32);
         match *self {
-            Gic::V2 { gicd, .. } => write32(gicd + GICD_ICACTIVER, bit),
-            Gic::V3 { .. } => {
-                let rd = REDIST[percpu::index()].load(Ordering::Relaxed);
-                write32(rd + GICR_SGI + GICD_ICACTIVER, bit);
-            }
+            Gic::V2 { gicd, .. } => at(gicd.regs().icactiver(), 0).write(bit),
+            Gic::V3 { .. } => at(redist().1.regs().icactiver(), 0).write(bit),
         }
     }
 
@@ -372,8 +517,8 @@ impl Gic {
         if SPLIT_EOI[percpu::index()].load(Ordering::Acquire) {
             match *self {
                 Gic::V2 { gicc, .. } => {
-                    write32(gicc + GICC_EOIR, iar);
-                    write32(gicc + GICC_DIR, iar);
+                    gicc.regs().eoir().write(iar);
+                    gicc.regs().dir().write(iar);
                 }
                 Gic::V3 { .. } => {
                     sysreg_write!("icc_eoir1_el1", iar);
@@ -384,7 +529,7 @@ impl Gic {
             return;
         }
         match *self {
-            Gic::V2 { gicc, .. } => write32(gicc + GICC_EOIR, iar),
+            Gic::V2 { gicc, .. } => gicc.regs().eoir().write(iar),
             Gic::V3 { .. } => {
                 sysreg_write!("icc_eoir1_el1", iar);
                 isb();
@@ -395,19 +540,24 @@ impl Gic {
 
 /// Walks the redistributor region for the frame whose GICR_TYPER.Affinity
 /// matches `mpidr` (Aff3 in bits 39:32, Aff2..0 in 23:0).
-fn find_redistributor(gicr: usize, size: usize, mpidr: u64) -> Option<usize> {
+fn find_redistributor(gicr: usize, size: usize, mpidr: u64) -> Option<Block<RedistRegs>> {
     let want = ((mpidr >> 32) & 0xff) << 24 | (mpidr & 0xff_ffff);
     let end = if size == 0 { usize::MAX } else { gicr + size };
     let mut rd = gicr;
     while rd < end {
-        let typer = read64(rd + GICR_TYPER);
-        if typer >> 32 == want {
-            return Some(rd);
+        // SAFETY: `rd` is the start of a redistributor frame inside the
+        // region the DTB names (the region's base, then the previous
+        // frame's end), identity-mapped as Device memory; 64 KiB aligned.
+        let frame = unsafe { Block::<RedistRegs>::new(rd) };
+        let raw = frame.regs().typer().read();
+        if raw >> 32 == want {
+            return Some(frame);
         }
-        if typer & GICR_TYPER_LAST != 0 {
+        let typer = GicrTyper::from_bits_retain(raw);
+        if typer.contains(GicrTyper::LAST) {
             break;
         }
-        rd += if typer & GICR_TYPER_VLPIS != 0 {
+        rd += if typer.contains(GicrTyper::VLPIS) {
             0x4_0000
         } else {
             0x2_0000

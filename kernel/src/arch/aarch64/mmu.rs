@@ -63,12 +63,6 @@ const SCTLR_I: u64 = 1 << 12;
 /// SCTLR_EL2 with the MMU and caches on.
 pub const SCTLR_ON: u64 = SCTLR_RES1 | SCTLR_M | SCTLR_C | SCTLR_SA | SCTLR_I;
 
-/// HCR_EL2 while no guest runs: RW (lower ELs are AArch64), E2H = 0 (so
-/// TCR/SCTLR_EL2 use the non-VHE layout above), and IMO/FMO/AMO so that
-/// physical IRQs, FIQs and SErrors are taken to EL2 (with them clear they
-/// target EL1 and are never taken while kestrel runs at EL2).
-pub const HCR_BOOT: u64 = (1 << 31) | (1 << 5) | (1 << 4) | (1 << 3);
-
 #[repr(C, align(4096))]
 struct Table([u64; ENTRIES]);
 
@@ -220,7 +214,7 @@ pub fn clean_dcache_range(start: usize, end: usize) {
 /// the caller must have invalidated stale cache lines of memory written
 /// with the MMU off ([`invalidate_dcache_range`]).
 pub unsafe fn enable(cfg: &MmuConfig) {
-    HCR_EL2.set(HCR_BOOT);
+    HCR_EL2.set(super::el2::HcrEl2::BOOT.bits());
     // SAFETY: per the function contract, the new map is an identity map of
     // everything in use, so execution continues at the same addresses.
     unsafe {

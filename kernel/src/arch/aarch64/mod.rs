@@ -4,6 +4,7 @@
 //! [`crate::platform::Platform`] implementation. See docs/arm64-boot.md.
 
 pub mod boot;
+pub mod el2;
 pub mod exceptions;
 pub mod gic;
 pub mod mmu;

@@ -9,13 +9,37 @@
 use core::fmt::{self, Write};
 use core::sync::atomic::{AtomicUsize, Ordering};
 
+use bitflags::bitflags;
+use volatile::access::ReadOnly;
+
+use super::super::mmio::{Block, VolatileFieldAccess};
+
 /// QEMU `virt`'s PL011 (Juno's is 0x7FF8_0000: only the DTB can tell).
 pub const EARLY_GUESS: usize = 0x0900_0000;
 
-const DR: usize = 0x00;
-const FR: usize = 0x18;
-const FR_TXFF: u32 = 1 << 5;
-const FR_RXFE: u32 = 1 << 4;
+/// The PL011 registers kestrel uses.
+#[repr(C)]
+#[derive(VolatileFieldAccess)]
+pub struct Pl011Regs {
+    /// UARTDR: data (bits 7:0).
+    dr: u32,
+    _reserved: [u32; 5],
+    /// UARTFR: flags.
+    #[access(ReadOnly)]
+    fr: u32,
+}
+const _: () = assert!(core::mem::offset_of!(Pl011Regs, fr) == 0x18);
+
+bitflags! {
+    /// UARTFR bits.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    struct Fr: u32 {
+        /// Receive FIFO empty.
+        const RXFE = 1 << 4;
+        /// Transmit FIFO full.
+        const TXFF = 1 << 5;
+    }
+}
 /// Polls of a full FIFO before a byte is dropped (a missing UART must not hang us).
 const SPIN_LIMIT: u32 = 1_000_000;
 
@@ -35,12 +59,23 @@ pub fn early() -> Pl011 {
 
 #[derive(Clone, Copy, Debug)]
 pub struct Pl011 {
-    base: usize,
+    regs: Block<Pl011Regs>,
 }
 
 impl Pl011 {
+    /// The PL011 at `base`: the DTB's UART or [`EARLY_GUESS`].
     pub const fn new(base: usize) -> Self {
-        Pl011 { base }
+        assert!(base != 0 && base.is_multiple_of(4), "PL011 base");
+        // SAFETY: `base` (checked non-zero and aligned) is the PL011 the
+        // DTB names (or the documented guess); it is identity-mapped as
+        // Device memory on every CPU (or the MMU is off), and kestrel makes
+        // no reference into it.
+        let regs = unsafe { Block::new(base) };
+        Pl011 { regs }
+    }
+
+    fn flags(&self) -> Fr {
+        Fr::from_bits_retain(self.regs.regs().fr().read())
     }
 
     pub fn write_bytes(&self, bytes: &[u8]) {
@@ -51,31 +86,20 @@ impl Pl011 {
 
     /// A received byte, if the receive FIFO holds one.
     pub fn read_byte(&self) -> Option<u8> {
-        let fr = (self.base + FR) as *const u32;
-        let dr = (self.base + DR) as *const u32;
-        // SAFETY: as in `put`; reading DR pops one byte from the FIFO.
-        unsafe {
-            if core::ptr::read_volatile(fr) & FR_RXFE != 0 {
-                return None;
-            }
-            Some(core::ptr::read_volatile(dr) as u8)
+        if self.flags().contains(Fr::RXFE) {
+            return None;
         }
+        // Reading DR pops one byte from the FIFO.
+        Some(self.regs.regs().dr().read() as u8)
     }
 
     fn put(&self, b: u8) {
-        let fr = (self.base + FR) as *const u32;
-        let dr = (self.base + DR) as *mut u32;
         let mut spins = 0;
-        // SAFETY: `base` is the PL011 the DTB (or the documented guess)
-        // names; it is identity-mapped as Device memory (or the MMU is off).
-        // FR and DR are 32-bit registers at aligned offsets.
-        unsafe {
-            while core::ptr::read_volatile(fr) & FR_TXFF != 0 && spins < SPIN_LIMIT {
-                spins += 1;
-                core::hint::spin_loop();
-            }
-            core::ptr::write_volatile(dr, u32::from(b));
+        while self.flags().contains(Fr::TXFF) && spins < SPIN_LIMIT {
+            spins += 1;
+            core::hint::spin_loop();
         }
+        self.regs.regs().dr().write(u32::from(b));
     }
 }
 

@@ -37,11 +37,9 @@ pub mod num {
     pub const DMW1: u32 = 0x181;
 }
 
-/// CRMD bits.
-pub const CRMD_IE: u64 = 1 << 2;
-/// ECFG.LIE / ESTAT.IS bits.
-pub const INT_TI: u64 = 1 << 11;
-pub const INT_IPI: u64 = 1 << 12;
+/// CRMD bits, and interrupt lines as ECFG.LIE / ESTAT.IS bits: the
+/// architecture's, as the guest CSR model defines them.
+pub use crate::guest::loongarch::csr::{Crmd, Irqs};
 
 macro_rules! csr_access {
     ($($read:ident, $write:ident, $xchg:ident = $num:expr;)*) => {$(
@@ -151,7 +149,7 @@ pub fn idle() {
 /// Masks interrupts on this CPU (CRMD.IE = 0).
 pub fn irq_disable() {
     // SAFETY: clearing CRMD.IE only masks interrupts.
-    unsafe { xchg_crmd(0, CRMD_IE) };
+    unsafe { xchg_crmd(0, Crmd::IE.bits()) };
 }
 
 /// Unmasks interrupts on this CPU (CRMD.IE = 1). The exception entries must
@@ -159,5 +157,5 @@ pub fn irq_disable() {
 pub fn irq_enable() {
     // SAFETY: the exception entries are installed before any CPU calls this
     // (boot order in boot/src/loongarch64).
-    unsafe { xchg_crmd(CRMD_IE, CRMD_IE) };
+    unsafe { xchg_crmd(Crmd::IE.bits(), Crmd::IE.bits()) };
 }

@@ -188,8 +188,8 @@ extern "C" fn handle_exception(frame: &mut TrapFrame) {
 /// (a guest's deadline, the end of a time slice, a kick) the VM backend
 /// reads from the platform counter and the tick count afterwards.
 pub fn host_interrupts(estat: u64) {
-    let pending = estat & csr::ecfg() & 0x1fff;
-    if pending & csr::INT_TI != 0 {
+    let pending = csr::Irqs::from_bits_truncate(estat & csr::ecfg());
+    if pending.contains(csr::Irqs::TI) {
         timer::ack();
         let cpu = super::platform::current_cpu();
         // While VMs run the timer is one-shot and also serves guest timers:
@@ -198,7 +198,7 @@ pub fn host_interrupts(estat: u64) {
             crate::runtime::tick(cpu);
         }
     }
-    if pending & csr::INT_IPI != 0 {
+    if pending.contains(csr::Irqs::IPI) {
         iocsr::ipi_ack();
     }
 }

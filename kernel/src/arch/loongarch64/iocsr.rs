@@ -3,56 +3,91 @@
 //! `iocsrrd`/`iocsrwr` instructions, not through memory.
 
 use core::arch::asm;
+use core::marker::PhantomData;
 
-pub const IPI_STATUS: u64 = 0x1000;
-pub const IPI_EN: u64 = 0x1004;
-pub const IPI_CLEAR: u64 = 0x100c;
-/// Mailbox n (64-bit) of this core at MBUF0 + 8 * n.
-pub const MBUF0: u64 = 0x1020;
+/// An IOCSR register whose accesses are `T` wide (`u32` or `u64`).
+#[derive(Clone, Copy, Debug)]
+pub struct Iocsr<T> {
+    addr: u64,
+    _width: PhantomData<T>,
+}
+
+impl<T> Iocsr<T> {
+    const fn at(addr: u64) -> Self {
+        Iocsr {
+            addr,
+            _width: PhantomData,
+        }
+    }
+}
+
+pub const IPI_STATUS: Iocsr<u32> = Iocsr::at(0x1000);
+pub const IPI_EN: Iocsr<u32> = Iocsr::at(0x1004);
+pub const IPI_CLEAR: Iocsr<u32> = Iocsr::at(0x100c);
+/// This core's mailboxes 0-3 (64-bit each).
+pub const MBUF: [Iocsr<u64>; 4] = [
+    Iocsr::at(0x1020),
+    Iocsr::at(0x1028),
+    Iocsr::at(0x1030),
+    Iocsr::at(0x1038),
+];
 /// Sends an IPI: [4:0] vector, [25:16] target cpu, [31] wait for completion.
-pub const IPI_SEND: u64 = 0x1040;
+pub const IPI_SEND: Iocsr<u32> = Iocsr::at(0x1040);
 /// Writes 32 bits into another core's mailbox: [4:2] word (box * 2 + high
 /// half), [25:16] cpu, [31] wait, [63:32] data.
-pub const MAIL_SEND: u64 = 0x1048;
+pub const MAIL_SEND: Iocsr<u64> = Iocsr::at(0x1048);
 
 const SEND_BLOCKING: u64 = 1 << 31;
 const SEND_CPU_SHIFT: u64 = 16;
 /// Highest physical cpu id the IPI block can address (10 bits).
 pub const MAX_HW_CPU: u64 = 0x3ff;
 
-fn read32(reg: u64) -> u32 {
-    let v: u64;
-    // SAFETY: the registers read here (IPI status/enable, mailboxes) have no
-    // read side effect.
-    unsafe { asm!("iocsrrd.w {0}, {1}", out(reg) v, in(reg) reg, options(nostack)) };
-    v as u32
+impl Iocsr<u32> {
+    /// `iocsrrd.w`.
+    fn read(self) -> u32 {
+        let v: u64;
+        // SAFETY: the registers read here (IPI status/enable) have no read
+        // side effect.
+        unsafe { asm!("iocsrrd.w {0}, {1}", out(reg) v, in(reg) self.addr, options(nostack)) };
+        v as u32
+    }
+
+    /// `iocsrwr.w`.
+    ///
+    /// # Safety
+    /// `v` must have the meaning the caller intends for this register.
+    unsafe fn write(self, v: u32) {
+        // SAFETY: forwarded to the caller; the register is one of the IPI
+        // block's above.
+        unsafe {
+            asm!("iocsrwr.w {0}, {1}", in(reg) v as u64, in(reg) self.addr, options(nostack))
+        };
+    }
 }
 
-fn read64(reg: u64) -> u64 {
-    let v: u64;
-    // SAFETY: as for `read32`: only side-effect-free registers are read.
-    unsafe { asm!("iocsrrd.d {0}, {1}", out(reg) v, in(reg) reg, options(nostack)) };
-    v
-}
+impl Iocsr<u64> {
+    /// `iocsrrd.d`.
+    fn read(self) -> u64 {
+        let v: u64;
+        // SAFETY: as for the 32-bit read: only side-effect-free registers
+        // (the mailboxes) are read.
+        unsafe { asm!("iocsrrd.d {0}, {1}", out(reg) v, in(reg) self.addr, options(nostack)) };
+        v
+    }
 
-/// # Safety
-/// `reg` must be one of the IPI registers above, written with a value that
-/// has the meaning the caller intends.
-unsafe fn write32(reg: u64, v: u32) {
-    // SAFETY: forwarded to the caller.
-    unsafe { asm!("iocsrwr.w {0}, {1}", in(reg) v as u64, in(reg) reg, options(nostack)) };
-}
-
-/// # Safety
-/// As for `write32`.
-unsafe fn write64(reg: u64, v: u64) {
-    // SAFETY: forwarded to the caller.
-    unsafe { asm!("iocsrwr.d {0}, {1}", in(reg) v, in(reg) reg, options(nostack)) };
+    /// `iocsrwr.d`.
+    ///
+    /// # Safety
+    /// As for the 32-bit write.
+    unsafe fn write(self, v: u64) {
+        // SAFETY: forwarded to the caller.
+        unsafe { asm!("iocsrwr.d {0}, {1}", in(reg) v, in(reg) self.addr, options(nostack)) };
+    }
 }
 
 /// Reads this core's mailbox `n` (0..=3).
 pub fn mailbox(n: u64) -> u64 {
-    read64(MBUF0 + 8 * (n & 3))
+    MBUF[(n & 3) as usize].read()
 }
 
 /// Writes `data` into mailbox `mailbox` (0..=3) of physical cpu `cpu`:
@@ -63,8 +98,8 @@ pub fn mail_send(cpu: u64, mailbox: u64, data: u64) {
     let lo = base | ((mailbox & 3) * 2) << 2 | (data << 32);
     // SAFETY: MAIL_SEND only writes the target core's mailbox word.
     unsafe {
-        write64(MAIL_SEND, hi);
-        write64(MAIL_SEND, lo);
+        MAIL_SEND.write(hi);
+        MAIL_SEND.write(lo);
     }
 }
 
@@ -72,21 +107,21 @@ pub fn mail_send(cpu: u64, mailbox: u64, data: u64) {
 pub fn ipi_send(cpu: u64, vector: u32) {
     let v = SEND_BLOCKING as u32 | ((cpu & MAX_HW_CPU) as u32) << SEND_CPU_SHIFT | (vector & 31);
     // SAFETY: IPI_SEND only sets a bit in the target core's IPI status.
-    unsafe { write32(IPI_SEND, v) };
+    unsafe { IPI_SEND.write(v) };
 }
 
 /// Enables every IPI vector on this core.
 pub fn ipi_enable_all() {
     // SAFETY: enabling IPI vectors only lets them reach ESTAT.IS[12].
-    unsafe { write32(IPI_EN, u32::MAX) };
+    unsafe { IPI_EN.write(u32::MAX) };
 }
 
 /// Reads and clears this core's pending IPI vectors; returns them.
 pub fn ipi_ack() -> u32 {
-    let pending = read32(IPI_STATUS);
+    let pending = IPI_STATUS.read();
     if pending != 0 {
         // SAFETY: clearing the vectors just read acknowledges them.
-        unsafe { write32(IPI_CLEAR, pending) };
+        unsafe { IPI_CLEAR.write(pending) };
     }
     pending
 }
@@ -95,7 +130,7 @@ pub fn ipi_ack() -> u32 {
 pub fn clear_boot_mailboxes() {
     // SAFETY: mailboxes 0/1 carry only the start protocol, which is over.
     unsafe {
-        write64(MBUF0, 0);
-        write64(MBUF0 + 8, 0);
+        MBUF[0].write(0);
+        MBUF[1].write(0);
     }
 }

@@ -4,12 +4,34 @@
 
 use core::sync::atomic::{AtomicU64, Ordering};
 
+use bitflags::bitflags;
+use volatile::access::ReadOnly;
+
+use super::super::mmio::{Block, VolatileFieldAccess};
 use super::dmw;
 
-const THR: u64 = 0;
-const LSR: u64 = 5;
-const LSR_THRE: u8 = 1 << 5;
-const LSR_DR: u8 = 1 << 0;
+/// The 16550 registers kestrel uses (byte registers, stride 1).
+#[repr(C)]
+#[derive(VolatileFieldAccess)]
+pub struct Ns16550Regs {
+    /// THR when written, RBR when read.
+    data: u8,
+    _reserved: [u8; 4],
+    #[access(ReadOnly)]
+    lsr: u8,
+}
+const _: () = assert!(core::mem::offset_of!(Ns16550Regs, lsr) == 5);
+
+bitflags! {
+    /// Line status register bits.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    struct Lsr: u8 {
+        /// Data ready: RBR holds a byte.
+        const DR = 1 << 0;
+        /// THR empty.
+        const THRE = 1 << 5;
+    }
+}
 
 pub struct Ns16550 {
     /// Uncached virtual address of the register block; 0 = no console.
@@ -32,22 +54,28 @@ impl Ns16550 {
         dmw::to_phys(self.base.load(Ordering::Acquire))
     }
 
-    pub fn write_bytes(&self, bytes: &[u8]) {
+    /// The registers, if a console is set.
+    fn regs(&self) -> Option<Block<Ns16550Regs>> {
         let base = self.base.load(Ordering::Acquire);
         if base == 0 {
-            return;
+            return None;
         }
-        let lsr = (base + LSR) as *const u8;
-        let thr = (base + THR) as *mut u8;
+        // SAFETY: a non-zero `base` is the uncached-window address of the
+        // 16550 the DTB names (`set_base`): strongly-ordered uncached
+        // memory on every CPU (DMW0), byte registers, no Rust reference.
+        Some(unsafe { Block::new(base as usize) })
+    }
+
+    pub fn write_bytes(&self, bytes: &[u8]) {
+        let Some(uart) = self.regs() else {
+            return;
+        };
+        let r = uart.regs();
         for &b in bytes {
-            // SAFETY: `base` maps a 16550's registers through the uncached
-            // window (set_base); LSR and THR are byte registers.
-            unsafe {
-                while core::ptr::read_volatile(lsr) & LSR_THRE == 0 {
-                    core::hint::spin_loop();
-                }
-                core::ptr::write_volatile(thr, b);
+            while !Lsr::from_bits_retain(r.lsr().read()).contains(Lsr::THRE) {
+                core::hint::spin_loop();
             }
+            r.data().write(b);
         }
     }
 }
@@ -55,18 +83,12 @@ impl Ns16550 {
 impl Ns16550 {
     /// A received byte, if one is waiting (LSR.DR).
     pub fn read_byte(&self) -> Option<u8> {
-        let base = self.base.load(Ordering::Acquire);
-        if base == 0 {
+        let r = self.regs()?.regs();
+        if !Lsr::from_bits_retain(r.lsr().read()).contains(Lsr::DR) {
             return None;
         }
-        // SAFETY: as in `write_bytes`; reading RBR only pops the byte LSR.DR
-        // says is there.
-        unsafe {
-            if core::ptr::read_volatile((base + LSR) as *const u8) & LSR_DR == 0 {
-                return None;
-            }
-            Some(core::ptr::read_volatile((base + THR) as *const u8))
-        }
+        // Reading RBR only pops the byte LSR.DR says is there.
+        Some(r.data().read())
     }
 }
 

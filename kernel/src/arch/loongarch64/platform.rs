@@ -5,6 +5,7 @@ use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use crate::platform::{ExitStatus, Platform, StartError};
 use crate::MAX_CPUS;
 
+use super::super::mmio::Block;
 use super::bootinfo::PowerOffReg;
 use super::ns16550::Ns16550;
 use super::{csr, dmw, iocsr, smp, timer};
@@ -142,14 +143,15 @@ impl LoongArchPlatform {
         let va = dmw::uncached(self.poweroff_pa.load(Ordering::Acquire));
         let v = self.poweroff_val.load(Ordering::Acquire);
         let (value, width) = (v as u32, (v >> 32) as u8);
+        let va = va as usize;
         // SAFETY: the address is the syscon power-off register the device
-        // tree names (or QEMU virt's GED register), mapped uncached; the
-        // access has the syscon's register width.
+        // tree names (or QEMU virt's GED register), in the uncached window
+        // (never 0); the block is one register of the syscon's width.
         unsafe {
             match width {
-                1 => core::ptr::write_volatile(va as *mut u8, value as u8),
-                2 => core::ptr::write_volatile(va as *mut u16, value as u16),
-                _ => core::ptr::write_volatile(va as *mut u32, value),
+                1 => Block::<u8>::new(va).regs().write(value as u8),
+                2 => Block::<u16>::new(va).regs().write(value as u16),
+                _ => Block::<u32>::new(va).regs().write(value),
             }
         }
     }
@@ -184,7 +186,7 @@ impl Platform for LoongArchPlatform {
         timer::start_periodic(self.counter_hz(), hz);
         iocsr::ipi_enable_all();
         // SAFETY: unmasks the IPI line; the exception entry acknowledges IPIs.
-        unsafe { csr::xchg_ecfg(csr::INT_IPI, csr::INT_IPI) };
+        unsafe { csr::xchg_ecfg(csr::Irqs::IPI.bits(), csr::Irqs::IPI.bits()) };
         csr::irq_enable();
     }
 

@@ -37,7 +37,7 @@ pub fn start_periodic(counter_hz: u64, hz: u32) {
     unsafe {
         csr::write_ticlr(1);
         csr::write_tcfg(period | TCFG_PERIODIC | TCFG_EN);
-        csr::xchg_ecfg(csr::INT_TI, csr::INT_TI);
+        csr::xchg_ecfg(csr::Irqs::TI.bits(), csr::Irqs::TI.bits());
     }
 }
 

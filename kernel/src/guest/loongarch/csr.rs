@@ -8,6 +8,8 @@
 //! writes (as QEMU does for undefined CSRs), so no CSR number a guest
 //! passes can hurt kestrel.
 
+use bitflags::bitflags;
+
 /// CSR numbers.
 pub mod num {
     pub const CRMD: u16 = 0x0;
@@ -89,13 +91,91 @@ pub mod ecode {
     pub const ADEM: u16 = 1;
 }
 
-/// CRMD fields.
-pub const CRMD_PLV: u64 = 3;
-pub const CRMD_IE: u64 = 1 << 2;
-pub const CRMD_DA: u64 = 1 << 3;
-pub const CRMD_PG: u64 = 1 << 4;
-pub const CRMD_WE: u64 = 1 << 9;
-/// Interrupt lines (ESTAT.IS / ECFG.LIE bits).
+bitflags! {
+    /// CRMD: the current mode.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub struct Crmd: u64 {
+        /// The privilege level (a 2-bit field).
+        const PLV = 3;
+        /// Interrupts enabled.
+        const IE = 1 << 2;
+        /// Direct address translation.
+        const DA = 1 << 3;
+        /// Paged translation.
+        const PG = 1 << 4;
+        /// Memory access types of fetches and loads/stores in DA mode
+        /// (2-bit fields).
+        const DATF = 3 << 5;
+        const DATM = 3 << 7;
+        /// Watchpoints enabled.
+        const WE = 1 << 9;
+    }
+}
+
+bitflags! {
+    /// PRMD: the mode an exception was taken from (`ertn` returns to it).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub struct Prmd: u64 {
+        /// Previous privilege level (a 2-bit field).
+        const PPLV = 3;
+        /// Previous interrupt enable.
+        const PIE = 1 << 2;
+        /// Previous watchpoint enable.
+        const PWE = 1 << 3;
+    }
+}
+
+bitflags! {
+    /// EUEN: the FP/SIMD units enabled for the guest.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub struct Euen: u64 {
+        /// Basic floating point.
+        const FPE = 1 << 0;
+        /// 128-bit SIMD (LSX).
+        const SXE = 1 << 1;
+        /// 256-bit SIMD (LASX).
+        const ASXE = 1 << 2;
+    }
+}
+
+bitflags! {
+    /// Interrupt lines as bits: ESTAT.IS, ECFG.LIE (bit n = line n).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub struct Irqs: u64 {
+        /// The two software interrupts (the guest sets them in ESTAT).
+        const SWI0 = 1 << 0;
+        const SWI1 = 1 << 1;
+        /// Hardware interrupt lines 0-7.
+        const HWI = 0xff << 2;
+        /// Performance counter overflow.
+        const PMI = 1 << 10;
+        /// The timer.
+        const TI = 1 << 11;
+        /// Inter-processor interrupt.
+        const IPI = 1 << 12;
+    }
+}
+
+impl Irqs {
+    /// The bit of interrupt line `line` (none past the last line).
+    pub const fn line(line: u32) -> Self {
+        if line > 12 {
+            return Self::empty();
+        }
+        Self::from_bits_retain(1 << line)
+    }
+
+    /// The highest line among these (the one the CPU takes first).
+    pub fn highest(self) -> Option<u32> {
+        let p = self.bits();
+        (p != 0).then(|| 63 - p.leading_zeros())
+    }
+}
+
+/// ECFG.VS: the vector spacing field.
+const ECFG_VS: u64 = 7 << 16;
+
+/// Interrupt lines (ESTAT.IS / ECFG.LIE bit numbers).
 pub const IRQ_SWI0: u32 = 0;
 pub const IRQ_TI: u32 = 11;
 pub const IRQ_IPI: u32 = 12;
@@ -132,10 +212,10 @@ const fn sext_va(v: u64) -> u64 {
 
 /// The plainly stored CSRs: number and write mask.
 const PLAIN: &[(u16, u64)] = &[
-    (num::PRMD, 0xf),
-    (num::EUEN, 0x7),
+    (num::PRMD, Prmd::all().bits()),
+    (num::EUEN, Euen::all().bits()),
     (num::MISC, 0xffff_ffff),
-    (num::ECFG, 0x7_1fff),
+    (num::ECFG, ECFG_VS | Irqs::all().bits()),
     (num::ERA, u64::MAX),
     (num::BADV, u64::MAX),
     (num::EENTRY, !0xfff),
@@ -224,7 +304,8 @@ impl CsrFile {
     /// Reset state of vCPU `cpuid`: DA mode, PLV0, interrupts off.
     pub fn new(cpuid: u64) -> Self {
         let mut c = CsrFile {
-            crmd: CRMD_DA | 1 << 5 | 1 << 7,
+            // DA, with DATF = DATM = 1 (coherent cached).
+            crmd: Crmd::DA.bits() | 1 << 5 | 1 << 7,
             estat: 0,
             badi: 0,
             tlbidx: 0,
@@ -260,11 +341,15 @@ impl CsrFile {
         }
     }
 
+    /// CRMD as flags.
+    pub fn crmd_flags(&self) -> Crmd {
+        Crmd::from_bits_retain(self.crmd)
+    }
     pub fn plv(&self) -> u64 {
-        self.crmd & CRMD_PLV
+        self.crmd & Crmd::PLV.bits()
     }
     pub fn da(&self) -> bool {
-        self.crmd & CRMD_DA != 0
+        self.crmd_flags().contains(Crmd::DA)
     }
     pub fn dmw(&self, i: usize) -> u64 {
         self.dmw[i & 3]
@@ -300,7 +385,7 @@ impl CsrFile {
         if !self.counting || now < self.deadline {
             return false;
         }
-        self.estat |= 1 << IRQ_TI;
+        self.estat |= Irqs::TI.bits();
         let period = (self.tcfg & TIMER_INIT_MASK).max(4);
         if self.tcfg & TCFG_PERIODIC != 0 {
             let late = now - self.deadline;
@@ -315,13 +400,11 @@ impl CsrFile {
 
     /// Sets or clears a hardware interrupt line (HWI/IPI) in ESTAT.IS.
     pub fn set_line(&mut self, line: u32, level: bool) {
-        if line > 12 {
-            return;
-        }
+        let bit = Irqs::line(line).bits();
         if level {
-            self.estat |= 1 << line;
+            self.estat |= bit;
         } else {
-            self.estat &= !(1 << line);
+            self.estat &= !bit;
         }
     }
 
@@ -383,12 +466,14 @@ impl CsrFile {
         match csr {
             num::CRMD => {
                 let old = self.crmd;
-                self.crmd = v & 0x3ff;
-                fx.translation = (old ^ self.crmd) & (CRMD_PLV | CRMD_DA | CRMD_PG) != 0;
-                fx.irq = (old ^ self.crmd) & CRMD_IE != 0;
+                self.crmd = v & Crmd::all().bits();
+                let changed = Crmd::from_bits_retain(old ^ self.crmd);
+                fx.translation = changed.intersects(Crmd::PLV | Crmd::DA | Crmd::PG);
+                fx.irq = changed.contains(Crmd::IE);
             }
             num::ESTAT => {
-                self.estat = (self.estat & !3) | (v & 3);
+                let swi = (Irqs::SWI0 | Irqs::SWI1).bits();
+                self.estat = (self.estat & !swi) | (v & swi);
                 fx.irq = true;
             }
             num::BADI | num::CPUID | num::PGD | num::PRCFG1 | num::PRCFG2 | num::PRCFG3 => {}
@@ -420,7 +505,7 @@ impl CsrFile {
             }
             num::TICLR => {
                 if v & 1 != 0 {
-                    self.estat &= !(1 << IRQ_TI);
+                    self.estat &= !Irqs::TI.bits();
                     fx.irq = true;
                 }
             }
@@ -466,7 +551,7 @@ impl CsrFile {
     /// The highest pending interrupt the guest would take now (CRMD.IE and
     /// ECFG.LIE allow it), as its line number.
     pub fn pending_irq(&self) -> Option<u32> {
-        if self.crmd & CRMD_IE == 0 {
+        if !self.crmd_flags().contains(Crmd::IE) {
             return None;
         }
         self.wake_pending()
@@ -475,8 +560,8 @@ impl CsrFile {
     /// The highest pending interrupt ECFG.LIE enables, whatever CRMD.IE says
     /// (what wakes an `idle`).
     pub fn wake_pending(&self) -> Option<u32> {
-        let p = (self.estat & self.get(num::ECFG) & 0x1fff) as u32;
-        (p != 0).then(|| 31 - p.leading_zeros())
+        (Irqs::from_bits_truncate(self.estat) & Irqs::from_bits_truncate(self.get(num::ECFG)))
+            .highest()
     }
 
     /// `idle` found no interrupt to wake on: the vCPU waits.
@@ -507,8 +592,9 @@ impl CsrFile {
     /// exceptions; `insn` is the faulting instruction word (BADI).
     pub fn raise(&mut self, pc: u64, code: u8, sub: u16, badv: Option<u64>, insn: u32) -> u64 {
         self.enter(pc);
-        self.estat =
-            (self.estat & 0x1fff) | u64::from(code & 0x3f) << 16 | u64::from(sub & 0x1ff) << 22;
+        self.estat = (self.estat & Irqs::all().bits())
+            | u64::from(code & 0x3f) << 16
+            | u64::from(sub & 0x1ff) << 22;
         self.badi = u64::from(insn);
         if let Some(va) = badv {
             self.set(num::BADV, va);
@@ -523,26 +609,36 @@ impl CsrFile {
     /// [`CsrFile::pending_irq`] said so): returns the handler's PC.
     pub fn raise_irq(&mut self, pc: u64, line: u32) -> u64 {
         self.enter(pc);
-        self.estat &= 0x1fff;
+        self.estat &= Irqs::all().bits();
         self.vector(64 + u64::from(line & 0x1f))
     }
 
+    /// PRMD for an exception taken in the current mode.
+    pub fn saved_prmd(&self) -> Prmd {
+        let crmd = self.crmd_flags();
+        let mut prmd = Prmd::from_bits_retain((crmd & (Crmd::PLV | Crmd::IE)).bits());
+        prmd.set(Prmd::PWE, crmd.contains(Crmd::WE));
+        prmd
+    }
+
     fn enter(&mut self, pc: u64) {
-        let prmd = (self.crmd & (CRMD_PLV | CRMD_IE)) | u64::from(self.crmd & CRMD_WE != 0) << 3;
-        self.set(num::PRMD, prmd);
+        self.set(num::PRMD, self.saved_prmd().bits());
         self.set(num::ERA, pc);
-        self.crmd &= !(CRMD_PLV | CRMD_IE | CRMD_WE);
+        self.crmd &= !(Crmd::PLV | Crmd::IE | Crmd::WE).bits();
     }
 
     /// Delivers a TLB refill for `va` taken at `pc`: DA mode, PLV0, IE off,
     /// state in the TLBR* CSRs. Returns TLBRENTRY.
     pub fn raise_tlbr(&mut self, pc: u64, va: u64) -> u64 {
-        let prmd = (self.crmd & (CRMD_PLV | CRMD_IE)) | u64::from(self.crmd & CRMD_WE != 0) << 4;
+        // TLBRPRMD: PPLV and PIE as in PRMD, PWE at bit 4.
+        let prmd = (self.crmd & (Crmd::PLV | Crmd::IE).bits())
+            | u64::from(self.crmd_flags().contains(Crmd::WE)) << 4;
         self.set(num::TLBRPRMD, prmd);
         self.set(num::TLBRERA, (pc & !3) | 1);
         self.set(num::TLBRBADV, va);
         self.tlbrehi = (self.tlbrehi & 0x3f) | sext_va(va & 0xffff_ffff_e000);
-        self.crmd = (self.crmd & !(CRMD_PLV | CRMD_IE | CRMD_WE | CRMD_PG)) | CRMD_DA;
+        self.crmd =
+            (self.crmd & !(Crmd::PLV | Crmd::IE | Crmd::WE | Crmd::PG).bits()) | Crmd::DA.bits();
         self.get(num::TLBRENTRY)
     }
 
@@ -556,18 +652,19 @@ impl CsrFile {
         if self.in_tlbr() {
             let prmd = self.get(num::TLBRPRMD);
             let we = (prmd >> 4) & 1;
-            self.crmd = (self.crmd & !(CRMD_PLV | CRMD_IE | CRMD_WE | CRMD_DA))
-                | (prmd & (CRMD_PLV | CRMD_IE))
+            self.crmd = (self.crmd & !(Crmd::PLV | Crmd::IE | Crmd::WE | Crmd::DA).bits())
+                | (prmd & (Crmd::PLV | Crmd::IE).bits())
                 | we << 9
-                | CRMD_PG;
+                | Crmd::PG.bits();
             let era = self.get(num::TLBRERA);
             self.set(num::TLBRERA, era & !1);
             era & !3
         } else {
+            // PRMD.PPLV/PIE go back to CRMD.PLV/IE (same bits), PWE to WE.
             let prmd = self.get(num::PRMD);
-            let we = (prmd >> 3) & 1;
-            self.crmd = (self.crmd & !(CRMD_PLV | CRMD_IE | CRMD_WE))
-                | (prmd & (CRMD_PLV | CRMD_IE))
+            let we = u64::from(Prmd::from_bits_retain(prmd).contains(Prmd::PWE));
+            self.crmd = (self.crmd & !(Crmd::PLV | Crmd::IE | Crmd::WE).bits())
+                | (prmd & (Prmd::PPLV | Prmd::PIE).bits())
                 | we << 9;
             self.get(num::ERA)
         }

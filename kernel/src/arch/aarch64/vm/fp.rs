@@ -9,6 +9,8 @@
 
 use crate::fpu::{Arm64FpState, FpHw};
 
+use super::super::el2::CptrEl2;
+
 core::arch::global_asm!(
     r#"
     .text
@@ -18,7 +20,7 @@ core::arch::global_asm!(
     .global kestrel_fp_save
 kestrel_fp_save:
     mrs     x1, cptr_el2
-    bic     x2, x1, #(1 << 10)
+    bic     x2, x1, #{tfp}
     msr     cptr_el2, x2
     isb
     stp     q0, q1, [x0, #0]
@@ -49,7 +51,7 @@ kestrel_fp_save:
     .global kestrel_fp_restore
 kestrel_fp_restore:
     mrs     x1, cptr_el2
-    bic     x2, x1, #(1 << 10)
+    bic     x2, x1, #{tfp}
     msr     cptr_el2, x2
     isb
     ldp     q0, q1, [x0, #0]
@@ -75,7 +77,8 @@ kestrel_fp_restore:
     msr     cptr_el2, x1
     isb
     ret
-"#
+"#,
+    tfp = const CptrEl2::TFP.bits(),
 );
 
 extern "C" {
@@ -86,19 +89,8 @@ extern "C" {
 const _: () = assert!(core::mem::offset_of!(Arm64FpState, fpsr) == 512);
 const _: () = assert!(core::mem::offset_of!(Arm64FpState, fpcr) == 520);
 
-/// CPTR_EL2 (E2H = 0): RES1 bits 13, 9, 7:0; TZ (8) and TSM (12) always set
-/// (SVE and SME are hidden), TAM (30) traps the activity monitors, TTA (20)
-/// trace; TFP (10) is the lazy-FP switch.
-pub const CPTR_RES1: u64 = (1 << 13) | (1 << 9) | 0xff;
-pub const CPTR_TZ: u64 = 1 << 8;
-pub const CPTR_TFP: u64 = 1 << 10;
-pub const CPTR_TSM: u64 = 1 << 12;
-pub const CPTR_TTA: u64 = 1 << 20;
-pub const CPTR_TAM: u64 = 1 << 30;
-/// Guest-time CPTR_EL2 without the FP trap.
-pub const CPTR_GUEST: u64 = CPTR_RES1 | CPTR_TZ | CPTR_TSM | CPTR_TTA | CPTR_TAM;
-
-fn write_cptr(v: u64) {
+fn write_cptr(v: CptrEl2) {
+    let v = v.bits();
     // SAFETY: CPTR_EL2 only controls trapping of lower-EL (and EL2) FP/SVE/
     // SME/trace/AMU accesses on this CPU; kestrel itself uses none of them.
     unsafe {
@@ -127,10 +119,10 @@ impl FpHw for Arm64FpHw {
     }
 
     fn trap_on(&mut self) {
-        write_cptr(CPTR_GUEST | CPTR_TFP);
+        write_cptr(CptrEl2::GUEST.union(CptrEl2::TFP));
     }
 
     fn trap_off(&mut self) {
-        write_cptr(CPTR_GUEST);
+        write_cptr(CptrEl2::GUEST);
     }
 }

@@ -6,7 +6,6 @@
 //! (`crate::vm`). Design notes: docs/arm64-vm.md.
 
 pub mod build;
-pub mod el2;
 pub mod entry;
 pub mod exits;
 pub mod fp;
@@ -33,9 +32,9 @@ use crate::vmid::VmidAllocator;
 use crate::vmm;
 use crate::MAX_CPUS;
 
+use super::el2::{CnthctlEl2, HcrEl2};
 use super::gic::Gic;
-use super::{exceptions, mmu, percpu, platform, timer};
-pub use el2::HCR_GUEST;
+use super::{exceptions, percpu, platform, timer};
 use entry::set_vtimer_phys;
 use fp::Arm64FpHw;
 use regs::{mrs, msr};
@@ -225,13 +224,13 @@ impl Backend for Arm64Backend {
                 core::arch::asm!("isb", "tlbi vmalls12e1", "dsb nsh", "isb", options(nostack))
             };
         }
-        msr!("hcr_el2", el2::HCR_GUEST);
+        msr!("hcr_el2", HcrEl2::GUEST.bits());
         msr!("vpidr_el2", self.midr);
         msr!("vmpidr_el2", ctx.vmpidr);
         msr!("cntvoff_el2", vm.arch.cntvoff);
         let hpmn = mrs!("mdcr_el2") & 0x1f;
         msr!("mdcr_el2", self.mdcr | hpmn);
-        msr!("cnthctl_el2", el2::CNTHCTL_GUEST);
+        msr!("cnthctl_el2", CnthctlEl2::GUEST.bits());
         ctx.el1.restore(self.ras);
         if ctx.debug.dirty {
             regs::load_debug(&ctx.debug);
@@ -315,7 +314,7 @@ impl Backend for Arm64Backend {
             }
         }
         self.vmids.vcpu_put(cpu);
-        msr!("hcr_el2", mmu::HCR_BOOT);
+        msr!("hcr_el2", HcrEl2::BOOT.bits());
         // The virtual timer of a vCPU that is not loaded is watched by
         // kestrel's timer: this pCPU's fires no later than the deadline
         // (whatever runs here meanwhile), and the handler wakes the vCPU

@@ -17,7 +17,8 @@ use super::super::platform;
 use super::fp::Arm64FpHw;
 use super::regs::{self, mrs, msr};
 use super::vgic_hw::VgicHw;
-use super::{el2, stage2, Arm64Backend, KICK_SGI, MAINTENANCE_PPI, PCPU, PTIMER_PPI, VTIMER_PPI};
+use super::super::el2;
+use super::{stage2, Arm64Backend, KICK_SGI, MAINTENANCE_PPI, PCPU, PTIMER_PPI, VTIMER_PPI};
 
 /// The arm64 backend for `board`, or why no VM can run on it.
 pub fn probe(board: &BoardInfo, policy: FpPolicy) -> Result<Arm64Backend, String> {
@@ -54,7 +55,7 @@ pub fn probe(board: &BoardInfo, policy: FpPolicy) -> Result<Arm64Backend, String
         policy,
         midr: mrs!("midr_el1"),
         ras: (mrs!("id_aa64pfr0_el1") >> 28) & 0xf != 0,
-        mdcr: el2::mdcr_guest(),
+        mdcr: el2::mdcr_guest().bits(),
         wfxt: mrs!("s3_0_c0_c6_2") & 0xf >= 2,
         dbg_points: {
             let dfr0 = mrs!("id_aa64dfr0_el1");
@@ -94,7 +95,7 @@ impl Arm64Backend {
         if let VgicHw::V3 { .. } = self.hw {
             msr!("ich_hcr_el2", 0);
         }
-        msr!("cnthctl_el2", el2::CNTHCTL_GUEST);
+        msr!("cnthctl_el2", el2::CnthctlEl2::GUEST.bits());
         msr!("cntv_ctl_el0", 0);
         if self.ras {
             // kestrel never sets HCR_EL2.VSE: no virtual SError syndrome.

@@ -10,20 +10,41 @@
 //! guest's own CPU-interface state (VMCR: priority mask, group enables,
 //! binary points; the active-priority registers) is switched on load/put.
 
+use bitflags::bitflags;
+use volatile::access::ReadOnly;
+
+use crate::arch::mmio::{at, Block, VolatileFieldAccess};
 use crate::vgic::{LrEntry, LrFill, MAX_LRS};
 
 use super::regs::{mrs, msr};
 
-/// ICH_HCR_EL2 / GICH_HCR bits.
-const HCR_EN: u64 = 1 << 0;
-const HCR_NPIE: u64 = 1 << 3;
+bitflags! {
+    /// ICH_HCR_EL2 / GICH_HCR bits kestrel sets.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    struct IchHcr: u32 {
+        /// The virtual CPU interface is enabled.
+        const EN = 1 << 0;
+        /// Maintenance interrupt when no list register is pending.
+        const NPIE = 1 << 3;
+    }
+}
 
-// GICv2 GICH frame.
-const GICH_HCR: usize = 0x00;
-const GICH_VTR: usize = 0x04;
-const GICH_VMCR: usize = 0x08;
-const GICH_APR: usize = 0xF0;
-const GICH_LR0: usize = 0x100;
+/// The GICv2 virtual interface control frame (GICH), banked per CPU.
+#[repr(C)]
+#[derive(VolatileFieldAccess)]
+pub struct GichRegs {
+    hcr: u32,
+    #[access(ReadOnly)]
+    vtr: u32,
+    vmcr: u32,
+    _reserved0: [u32; 57],
+    /// GICH_APR0 (active priorities).
+    apr: u32,
+    _reserved1: [u32; 3],
+    lr: [u32; 64],
+}
+const _: () = assert!(core::mem::offset_of!(GichRegs, apr) == 0xf0);
+const _: () = assert!(core::mem::offset_of!(GichRegs, lr) == 0x100);
 
 /// A vCPU's virtual CPU interface state while it is not loaded.
 #[derive(Clone, Copy, Debug, Default)]
@@ -36,19 +57,14 @@ pub struct VgicCpu {
 /// The virtual CPU interface of this machine's GIC.
 #[derive(Clone, Copy, Debug)]
 pub enum VgicHw {
-    V3 { nr_lrs: usize, nr_apr: usize },
-    V2 { gich: usize, nr_lrs: usize },
-}
-
-fn read32(addr: usize) -> u32 {
-    // SAFETY: a register of the GICH frame the DTB names, identity mapped as
-    // Device memory, 32-bit aligned; the frame is banked per CPU.
-    unsafe { core::ptr::read_volatile(addr as *const u32) }
-}
-
-fn write32(addr: usize, v: u32) {
-    // SAFETY: as in `read32`.
-    unsafe { core::ptr::write_volatile(addr as *mut u32, v) }
+    V3 {
+        nr_lrs: usize,
+        nr_apr: usize,
+    },
+    V2 {
+        gich: Block<GichRegs>,
+        nr_lrs: usize,
+    },
 }
 
 macro_rules! lr_access {
@@ -116,8 +132,15 @@ impl VgicHw {
         VgicHw::V3 { nr_lrs, nr_apr }
     }
 
+    /// Probes the GICv2 virtual interface whose GICH frame the DTB puts at
+    /// `gich` (an address of 0 names no frame and is refused).
     pub fn probe_v2(gich: usize) -> VgicHw {
-        let nr_lrs = ((read32(gich + GICH_VTR) & 0x3f) as usize + 1).min(MAX_LRS);
+        assert!(gich != 0, "GICH frame at 0");
+        // SAFETY: `gich` is the GICH frame the DTB names (non-zero, 4 KiB
+        // aligned), which the boot code identity-maps as Device memory on
+        // every CPU; each CPU sees its own banked copy.
+        let gich = unsafe { Block::<GichRegs>::new(gich) };
+        let nr_lrs = ((gich.regs().vtr().read() & 0x3f) as usize + 1).min(MAX_LRS);
         VgicHw::V2 { gich, nr_lrs }
     }
 
@@ -147,15 +170,16 @@ impl VgicHw {
                     msr!("ich_ap1r2_el2", s.apr[6]);
                     msr!("ich_ap1r3_el2", s.apr[7]);
                 }
-                msr!("ich_hcr_el2", HCR_EN);
+                msr!("ich_hcr_el2", u64::from(IchHcr::EN.bits()));
             }
             VgicHw::V2 { gich, nr_lrs } => {
+                let h = gich.regs();
                 for n in 0..nr_lrs {
-                    write32(gich + GICH_LR0 + 4 * n, 0);
+                    at(h.lr(), n).write(0);
                 }
-                write32(gich + GICH_VMCR, s.vmcr as u32);
-                write32(gich + GICH_APR, s.apr[0] as u32);
-                write32(gich + GICH_HCR, HCR_EN as u32);
+                h.vmcr().write(s.vmcr as u32);
+                h.apr().write(s.apr[0] as u32);
+                h.hcr().write(IchHcr::EN.bits());
             }
         }
     }
@@ -184,11 +208,12 @@ impl VgicHw {
                 }
             }
             VgicHw::V2 { gich, nr_lrs } => {
-                s.vmcr = u64::from(read32(gich + GICH_VMCR));
-                s.apr[0] = u64::from(read32(gich + GICH_APR));
-                write32(gich + GICH_HCR, 0);
+                let h = gich.regs();
+                s.vmcr = u64::from(h.vmcr().read());
+                s.apr[0] = u64::from(h.apr().read());
+                h.hcr().write(0);
                 for n in 0..nr_lrs {
-                    write32(gich + GICH_LR0 + 4 * n, 0);
+                    at(h.lr(), n).write(0);
                 }
             }
         }
@@ -198,7 +223,8 @@ impl VgicHw {
     /// NPIE as the model asks. `prev` = how many were in use before.
     pub fn write_lrs(&self, fill: &LrFill, prev: usize) {
         let used = fill.lrs.len();
-        let hcr = HCR_EN | if fill.npie { HCR_NPIE } else { 0 };
+        let mut hcr = IchHcr::EN;
+        hcr.set(IchHcr::NPIE, fill.npie);
         match *self {
             VgicHw::V3 { nr_lrs, .. } => {
                 for (n, e) in fill.lrs.iter().enumerate().take(nr_lrs) {
@@ -207,16 +233,17 @@ impl VgicHw {
                 for n in used..prev.min(nr_lrs) {
                     write_ich_lr(n, 0);
                 }
-                msr!("ich_hcr_el2", hcr);
+                msr!("ich_hcr_el2", u64::from(hcr.bits()));
             }
             VgicHw::V2 { gich, nr_lrs } => {
+                let h = gich.regs();
                 for (n, e) in fill.lrs.iter().enumerate().take(nr_lrs) {
-                    write32(gich + GICH_LR0 + 4 * n, e.to_gich_lr());
+                    at(h.lr(), n).write(e.to_gich_lr());
                 }
                 for n in used..prev.min(nr_lrs) {
-                    write32(gich + GICH_LR0 + 4 * n, 0);
+                    at(h.lr(), n).write(0);
                 }
-                write32(gich + GICH_HCR, hcr as u32);
+                h.hcr().write(hcr.bits());
             }
         }
     }
@@ -231,8 +258,9 @@ impl VgicHw {
                 }
             }
             VgicHw::V2 { gich, nr_lrs } => {
+                let h = gich.regs();
                 for n in 0..count.min(nr_lrs) {
-                    let _ = out.push(LrEntry::from_gich_lr(read32(gich + GICH_LR0 + 4 * n)));
+                    let _ = out.push(LrEntry::from_gich_lr(at(h.lr(), n).read()));
                 }
             }
         }

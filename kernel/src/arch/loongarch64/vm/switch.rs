@@ -12,6 +12,8 @@
 
 use core::arch::global_asm;
 
+use crate::guest::loongarch::csr::Prmd;
+
 /// The guest's registers and the exit information, shared with the assembly.
 #[repr(C)]
 #[derive(Clone, Debug, Default)]
@@ -45,7 +47,7 @@ const _: () = assert!(core::mem::offset_of!(GuestFrame, host_sp) == OFF_HOST_SP)
 const _: () = assert!(core::mem::offset_of!(GuestFrame, kind) == OFF_KIND);
 
 /// Real PRMD of a running guest: PPLV 3, PIE.
-pub const GUEST_PRMD: u64 = 3 | 1 << 2;
+pub const GUEST_PRMD: u64 = Prmd::PPLV.union(Prmd::PIE).bits();
 
 impl GuestFrame {
     /// Reads GPR `r` ($r0 reads 0).

@@ -72,13 +72,18 @@ fn write_masks() {
 fn xchg_only_touches_mask() {
     let mut c = CsrFile::new(0);
     c.write(num::CRMD, 0x8, 0);
-    let (old, fx) = c.xchg(num::CRMD, CRMD_IE, CRMD_IE, 0);
+    let (old, fx) = c.xchg(num::CRMD, Crmd::IE.bits(), Crmd::IE.bits(), 0);
     assert_eq!(old, 0x8);
     assert!(fx.irq && !fx.translation);
-    assert_eq!(c.read(num::CRMD, 0), 0x8 | CRMD_IE);
-    let (_, fx) = c.xchg(num::CRMD, CRMD_PG, CRMD_PG | CRMD_DA, 0);
+    assert_eq!(c.read(num::CRMD, 0), 0x8 | Crmd::IE.bits());
+    let (_, fx) = c.xchg(
+        num::CRMD,
+        Crmd::PG.bits(),
+        Crmd::PG.bits() | Crmd::DA.bits(),
+        0,
+    );
     assert!(fx.translation);
-    assert_eq!(c.read(num::CRMD, 0), CRMD_PG | CRMD_IE);
+    assert_eq!(c.read(num::CRMD, 0), Crmd::PG.bits() | Crmd::IE.bits());
 }
 
 #[test]
@@ -122,19 +127,19 @@ fn undefined_csrs_read_zero() {
 fn exception_and_ertn() {
     let mut c = CsrFile::new(0);
     c.write(num::EENTRY, 0x8000, 0);
-    c.write(num::CRMD, 3 | CRMD_IE | CRMD_PG, 0);
+    c.write(num::CRMD, 3 | Crmd::IE.bits() | Crmd::PG.bits(), 0);
     let pc = c.raise(0x1234, ecode::SYS, 0, None, 0x002b_0000);
     assert_eq!(pc, 0x8000);
     assert_eq!(c.plv(), 0);
-    assert_eq!(c.read(num::CRMD, 0) & CRMD_IE, 0);
-    assert_eq!(c.read(num::PRMD, 0), 3 | CRMD_IE);
+    assert_eq!(c.read(num::CRMD, 0) & Crmd::IE.bits(), 0);
+    assert_eq!(c.read(num::PRMD, 0), 3 | Crmd::IE.bits());
     assert_eq!(c.read(num::ERA, 0), 0x1234);
     assert_eq!(c.read(num::ESTAT, 0) >> 16 & 0x3f, u64::from(ecode::SYS));
     assert_eq!(c.read(num::BADI, 0), 0x002b_0000);
     c.write(num::ERA, 0x1238, 0);
     assert_eq!(c.ertn(), 0x1238);
     assert_eq!(c.plv(), 3);
-    assert_ne!(c.read(num::CRMD, 0) & CRMD_IE, 0);
+    assert_ne!(c.read(num::CRMD, 0) & Crmd::IE.bits(), 0);
 }
 
 #[test]
@@ -162,7 +167,7 @@ fn vectored_entries() {
     c.write(num::ECFG, 2 << 16 | 1 << IRQ_TI, 0);
     // VS = 2: entries 16 bytes apart.
     assert_eq!(c.raise(0, ecode::BRK, 0, None, 0), 0x10_0000 + 12 * 16);
-    c.write(num::CRMD, CRMD_IE, 0);
+    c.write(num::CRMD, Crmd::IE.bits(), 0);
     c.set_line(IRQ_TI, true);
     let line = c.pending_irq().unwrap();
     assert_eq!(line, IRQ_TI);
@@ -175,7 +180,7 @@ fn interrupts_need_ie_and_lie() {
     let mut c = CsrFile::new(0);
     c.set_line(IRQ_IPI, true);
     assert_eq!(c.pending_irq(), None);
-    c.write(num::CRMD, CRMD_IE, 0);
+    c.write(num::CRMD, Crmd::IE.bits(), 0);
     assert_eq!(c.pending_irq(), None, "LIE masks");
     assert_eq!(c.wake_pending(), None);
     c.write(num::ECFG, 1 << IRQ_IPI | 1 << IRQ_SWI0, 0);
@@ -219,7 +224,7 @@ fn idle_waits_for_an_enabled_interrupt() {
 fn tlb_refill_and_ertn() {
     let mut c = CsrFile::new(0);
     c.write(num::TLBRENTRY, 0x2000, 0);
-    c.write(num::CRMD, 3 | CRMD_PG | CRMD_IE, 0);
+    c.write(num::CRMD, 3 | Crmd::PG.bits() | Crmd::IE.bits(), 0);
     let pc = c.raise_tlbr(0x4000_1236, 0x7fff_1234);
     assert_eq!(pc, 0x2000);
     assert!(c.da() && c.in_tlbr());
@@ -234,7 +239,7 @@ fn tlb_refill_and_ertn() {
     assert_eq!(c.ertn(), 0x4000_1234);
     assert!(!c.da() && !c.in_tlbr());
     assert_eq!(c.plv(), 3);
-    assert_ne!(c.read(num::CRMD, 0) & CRMD_PG, 0);
+    assert_ne!(c.read(num::CRMD, 0) & Crmd::PG.bits(), 0);
 }
 
 #[test]
@@ -257,4 +262,62 @@ fn timer_one_shot_and_periodic() {
     c.write(num::TCFG, 0, 20_000);
     c.write(num::TICLR, 1, 20_000);
     assert!(!c.update_timer(u64::MAX));
+}
+
+#[test]
+fn flag_types_match_the_architected_masks() {
+    assert_eq!(Crmd::all().bits(), 0x3ff);
+    assert_eq!(Prmd::all().bits(), 0xf);
+    assert_eq!(Euen::all().bits(), 0x7);
+    assert_eq!(Irqs::all().bits(), 0x1fff);
+    assert_eq!(ECFG_VS | Irqs::all().bits(), 0x7_1fff);
+}
+
+#[test]
+fn irq_lines_and_the_highest_pending() {
+    assert_eq!(Irqs::line(IRQ_SWI0), Irqs::SWI0);
+    assert_eq!(Irqs::line(IRQ_TI), Irqs::TI);
+    assert_eq!(Irqs::line(IRQ_IPI), Irqs::IPI);
+    assert_eq!(Irqs::line(2), Irqs::from_bits_retain(1 << 2));
+    for line in 13..=200 {
+        assert!(Irqs::line(line).is_empty(), "line {line}");
+    }
+    assert!(Irqs::line(u32::MAX).is_empty());
+    assert_eq!(Irqs::empty().highest(), None);
+    assert_eq!((Irqs::SWI0 | Irqs::TI).highest(), Some(IRQ_TI));
+    assert_eq!((Irqs::IPI | Irqs::TI).highest(), Some(IRQ_IPI));
+    assert_eq!(Irqs::SWI0.highest(), Some(IRQ_SWI0));
+    // A line past 12 leaves ESTAT alone.
+    let mut c = CsrFile::new(0);
+    c.set_line(13, true);
+    c.set_line(63, true);
+    assert_eq!(c.read(num::ESTAT, 0), 0);
+}
+
+#[test]
+fn saved_prmd_is_plv_ie_and_we() {
+    let mut c = CsrFile::new(0);
+    c.write(
+        num::CRMD,
+        3 | Crmd::IE.bits() | Crmd::PG.bits() | Crmd::WE.bits(),
+        0,
+    );
+    assert_eq!(c.saved_prmd(), Prmd::PPLV | Prmd::PIE | Prmd::PWE);
+    c.write(num::CRMD, 1 | Crmd::PG.bits(), 0);
+    assert_eq!(c.saved_prmd(), Prmd::from_bits_retain(1));
+    assert_eq!(c.crmd_flags(), Crmd::from_bits_retain(1) | Crmd::PG);
+    // The exception round trip keeps WE through PRMD.PWE.
+    c.write(
+        num::CRMD,
+        2 | Crmd::IE.bits() | Crmd::PG.bits() | Crmd::WE.bits(),
+        0,
+    );
+    c.raise(0x1000, ecode::SYS, 0, None, 0);
+    assert_eq!(c.plv(), 0);
+    assert!(!c.crmd_flags().intersects(Crmd::IE | Crmd::WE));
+    assert_eq!(c.ertn(), c.read(num::ERA, 0));
+    assert_eq!(
+        c.crmd_flags() & (Crmd::PLV | Crmd::IE | Crmd::WE),
+        Crmd::from_bits_retain(2) | Crmd::IE | Crmd::WE
+    );
 }

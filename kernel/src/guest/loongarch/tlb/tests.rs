@@ -1,9 +1,9 @@
 use super::*;
-use crate::guest::loongarch::csr::{ecode, CRMD_DA, CRMD_PG};
+use crate::guest::loongarch::csr::{ecode, Crmd};
 
 fn paging(plv: u64) -> CsrFile {
     let mut c = CsrFile::new(0);
-    c.write(num::CRMD, CRMD_PG | plv, 0);
+    c.write(num::CRMD, Crmd::PG.bits() | plv, 0);
     c
 }
 
@@ -26,12 +26,12 @@ fn da_and_dmw() {
     assert!(c.da());
     let m = translate(&c, &t, 0x1fe0_01e0, Access::Store).unwrap();
     assert_eq!(m.pa, 0x1fe0_01e0);
-    c.write(num::CRMD, CRMD_PG, 0);
+    c.write(num::CRMD, Crmd::PG.bits(), 0);
     c.write(num::DMW0, 0xf000_0000_0000_0011, 0);
     let m = translate(&c, &t, 0xf000_0000_0020_0000, Access::Fetch).unwrap();
     assert_eq!((m.pa, m.mat), (0x20_0000, 1));
     // The window is PLV0 only.
-    c.write(num::CRMD, CRMD_PG | 3, 0);
+    c.write(num::CRMD, Crmd::PG.bits() | 3, 0);
     assert_eq!(
         translate(&c, &t, 0xf000_0000_0020_0000, Access::Load),
         Err(Fault::Exception(ecode::ADE, ecode::ADEM))
@@ -55,13 +55,13 @@ fn fill_lookup_and_permissions() {
         Err(Fault::Exception(ecode::PIL, 0))
     );
     // Kernel page from PLV3: PPI.
-    c.write(num::CRMD, CRMD_PG | 3, 0);
+    c.write(num::CRMD, Crmd::PG.bits() | 3, 0);
     assert_eq!(
         translate(&c, &t, 0x4000_0000, Access::Load),
         Err(Fault::Exception(ecode::PPI, 0))
     );
     // A user page, clean: store gives PME; NX fetch gives PNX.
-    c.write(num::CRMD, CRMD_PG, 0);
+    c.write(num::CRMD, Crmd::PG.bits(), 0);
     fill(
         &mut t,
         &mut c,
@@ -69,7 +69,7 @@ fn fill_lookup_and_permissions() {
         ELO_V | 3 << 2 | 0x20_0000,
         RW_PLV3 | ELO_NX | 0x30_0000,
     );
-    c.write(num::CRMD, CRMD_PG | 3, 0);
+    c.write(num::CRMD, Crmd::PG.bits() | 3, 0);
     assert_eq!(
         translate(&c, &t, 0x6000_0010, Access::Load).unwrap().pa,
         0x20_0010
@@ -160,7 +160,10 @@ fn refill_path_with_lddir_ldpte() {
     ldpte(&mut c, l0, 1, read).unwrap();
     t.fill(&c);
     assert_eq!(c.ertn(), 0x1000);
-    assert_eq!(c.read(num::CRMD, 0) & (CRMD_DA | CRMD_PG), CRMD_PG);
+    assert_eq!(
+        c.read(num::CRMD, 0) & (Crmd::DA.bits() | Crmd::PG.bits()),
+        Crmd::PG.bits()
+    );
     let m = translate(&c, &t, va, Access::Load).unwrap();
     assert_eq!(m.pa, 0x51_0678);
     // A walk outside guest memory reports it.
