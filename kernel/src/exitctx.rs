@@ -68,6 +68,7 @@ pub struct ExitCtx<'a, B: Backend> {
 }
 
 impl<'a, B: Backend> ExitCtx<'a, B> {
+    #[inline]
     pub fn new(hv: &'a Hypervisor<B>, vm: &'a Vm<B>, cpu: usize, vcpu: usize) -> Self {
         ExitCtx { hv, vm, cpu, vcpu }
     }
@@ -122,6 +123,7 @@ impl<B: ExitArch> ExitCtx<'_, B> {
     }
 
     /// One kestrel hypercall from the calling vCPU.
+    #[inline]
     pub fn hypercall(&mut self, abi: Abi, args: &HypercallArgs) -> HypercallRet {
         hypercall::dispatch(abi, args, self)
     }

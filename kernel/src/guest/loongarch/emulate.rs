@@ -59,6 +59,7 @@ pub enum Effect {
 /// word (the page-walk instructions; 0 where there is nothing). Never
 /// panics; the PC advances past the instruction unless it is `ertn` (the
 /// PC becomes ERA) or the effect is [`Effect::Deliver`].
+#[inline(always)]
 pub fn emulate(
     i: Insn,
     cpu: &mut GuestCpu<'_>,

@@ -122,6 +122,7 @@ pub enum Exit {
 const WPE: u8 = 19;
 
 /// Decodes one exit. Never panics, for any input.
+#[inline(always)]
 pub fn decode(t: &Trap) -> Exit {
     if t.refill {
         return Exit::TlbRefill {
@@ -168,6 +169,7 @@ pub fn decode(t: &Trap) -> Exit {
 impl Exit {
     /// The exit counter it is counted in (`None`: an undefined instruction
     /// that is not `hvcl`, which goes straight back to the guest uncounted).
+    #[inline(always)]
     pub fn reason(&self) -> Option<ExitReason> {
         Some(match self {
             Exit::Interrupt => ExitReason::Irq,

@@ -295,8 +295,8 @@ fn call(
     ctx: &mut VcpuState,
 ) -> RunExit {
     let x = ctx.regs.x;
-    let mut env = ExitCtx::new(hv, vm, cpu, vcpu.index);
     if psci::is_psci_or_arch(x[0]) {
+        let mut env = ExitCtx::new(hv, vm, cpu, vcpu.index);
         let (x0, next) = env.psci([x[0], x[1], x[2], x[3]], || be.has_work(vm, vcpu, ctx));
         ctx.regs.x[0] = x0;
         return next;
@@ -306,7 +306,7 @@ fn call(
         function: x[0],
         args: [x[1], x[2], x[3], x[4], x[5]],
     };
-    let r = env.hypercall(Abi::Arm64, &args);
+    let r = ExitCtx::new(hv, vm, cpu, vcpu.index).hypercall(Abi::Arm64, &args);
     for (i, &v) in r.regs().iter().enumerate() {
         ctx.regs.x[i] = v;
     }
