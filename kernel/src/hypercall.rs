@@ -1,7 +1,8 @@
 //! Hypercall decode and dispatch, for both architectures.
 //!
 //! The arch copies the guest's registers into [`HypercallArgs`], calls
-//! [`dispatch`] with the calling VM as [`HypercallEnv`], writes
+//! [`dispatch`] with the calling vCPU as [`HypercallEnv`]
+//! ([`crate::exitctx::ExitCtx`]), writes
 //! [`HypercallRet::regs`] back (a0 only on LoongArch; x0-x3 at most on
 //! arm64) and advances the PC. All numbers are in `kestrel_abi` (and
 //! `docs/hypercalls.md`).

@@ -27,9 +27,12 @@
 //! sender is never kicked: it is in the hypervisor already and re-enters
 //! with the interrupt injected.
 //!
-//! Ordering the arch must provide: a vCPU publishes "running on p" before it
-//! samples its pending interrupts on entry, and `set_pending` publishes
-//! before `running_on` is read, so a target is either kicked or sees the bit.
+//! Ordering the implementation must provide: a vCPU publishes "running on
+//! p" before it samples its pending interrupts on entry, and `set_pending`
+//! publishes before `running_on` is read, so a target is either kicked or
+//! sees the bit. [`crate::exitctx::ExitCtx`] is the implementation for
+//! every backend: `running_on` is the scheduler's view, `kick` a physical
+//! IPI, and [`IpiOutcome::kicked`] counts exactly those IPIs.
 
 pub use kestrel_abi::IpiWindow;
 

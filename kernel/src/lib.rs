@@ -21,6 +21,7 @@ pub mod platform;
 pub mod runtime;
 
 // The portable mechanisms (issue: portable core).
+pub mod exitctx;
 pub mod fpu;
 pub mod frames;
 pub mod guest;

@@ -2,9 +2,10 @@
 //! and over SMC trapped by HCR_EL2.TSC).
 //!
 //! Decoding and policy live here, free of registers: the arch hands in the
-//! function id and arguments, [`handle`] answers through a [`PsciVm`] the VM
-//! implements, and returns the value for x0 plus what must happen to the
-//! calling vCPU or its VM.
+//! function id and arguments, [`handle`] answers through a [`PsciVm`]
+//! ([`crate::exitctx::ExitCtx`] for the calling vCPU), and returns the value
+//! for x0 plus what must happen to the calling vCPU or its VM
+//! ([`crate::exitctx::ExitCtx::psci`] turns that into the run loop's next step).
 //!
 //! Function ids and return codes: Arm DEN0022 (PSCI) and DEN0028 (SMCCC).
 

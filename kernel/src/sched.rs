@@ -363,6 +363,24 @@ impl Scheduler {
     /// and say which pCPU to kick so the interrupt is taken promptly.
     /// `from` is the calling pCPU (never kicked: it will notice by itself).
     pub fn wake(&self, key: VcpuKey, from: usize) -> Result<Kick, SchedError> {
+        self.wake_inner(key, from, true)
+    }
+
+    /// As [`wake`](Self::wake), but a running vCPU's pCPU is never
+    /// returned: the wake is remembered (a vCPU about to block stays
+    /// runnable) and the caller kicks that pCPU itself if it must (the PV
+    /// IPI router does, through `IpiTarget::running_on` and `kick`). A
+    /// blocked vCPU's idle pCPU is still returned: that kick is the wake.
+    pub fn wake_quiet(&self, key: VcpuKey, from: usize) -> Result<Kick, SchedError> {
+        self.wake_inner(key, from, false)
+    }
+
+    fn wake_inner(
+        &self,
+        key: VcpuKey,
+        from: usize,
+        kick_running: bool,
+    ) -> Result<Kick, SchedError> {
         let mut s = self.inner.lock();
         let i = s.find(key).ok_or(SchedError::NoSuchVcpu)?;
         let kick = match s.entries[i].state {
@@ -376,7 +394,7 @@ impl Scheduler {
             }
             RunState::Running(c) => {
                 s.entries[i].wake_pending = true;
-                if c != from {
+                if kick_running && c != from {
                     Kick::Cpu(c)
                 } else {
                     Kick::None
@@ -637,6 +655,28 @@ mod tests {
         assert_eq!(s.pick(0, 0), None);
         // The pCPU is idle; a wake from another CPU (1) must kick it.
         assert_eq!(s.wake(k, 1).unwrap(), Kick::Cpu(0));
+        assert_eq!(s.pick(0, 0), Some(k));
+    }
+
+    #[test]
+    fn quiet_wake_kicks_only_an_idle_pcpu_and_is_not_lost() {
+        let s = Scheduler::new(CpuMask::first(2));
+        s.add(key(0, 0), CpuMask::single(0), true).unwrap();
+        let k = s.pick(0, 0).unwrap();
+        // Running on cpu0: no kick, but the wake is remembered.
+        assert_eq!(s.wake_quiet(k, 1).unwrap(), Kick::None);
+        assert_eq!(
+            s.put(0, k, PutReason::Blocked, 0).unwrap(),
+            RunState::Runnable
+        );
+        assert_eq!(s.pick(0, 0), Some(k));
+        assert_eq!(
+            s.put(0, k, PutReason::Blocked, 0).unwrap(),
+            RunState::Blocked
+        );
+        // Blocked with cpu0 idle: the kick is the wake.
+        assert_eq!(s.pick(0, 0), None);
+        assert_eq!(s.wake_quiet(k, 1).unwrap(), Kick::Cpu(0));
         assert_eq!(s.pick(0, 0), Some(k));
     }
 

@@ -6,6 +6,8 @@
 //! `arch/loongarch64/vm` applies them to real registers and memory.
 
 pub mod csr;
+pub mod emulate;
+pub mod exit;
 pub mod insn;
 pub mod iocsr;
 pub mod layout;

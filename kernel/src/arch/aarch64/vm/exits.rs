@@ -7,14 +7,14 @@
 
 use alloc::format;
 
+use crate::exitctx::{ExitArch, ExitCtx};
 use crate::guest::arm64::debug::Answer as DebugAnswer;
 use crate::guest::arm64::esr::{self, sysreg, Abort, Exit, SysReg, SysRegAccess};
 use crate::guest::arm64::idregs;
 use crate::guest::arm64::ptimer::PhysTimer;
-use crate::hypercall::{self, Abi, HypercallArgs, HypercallEnv};
-use crate::ipi::{self, IpiError, IpiOutcome, IpiTarget, IpiWindow};
-use crate::psci::{self, Effect, PsciVm};
-use crate::sched::{RunState, VcpuKey};
+use crate::hypercall::{Abi, HypercallArgs};
+use crate::psci;
+use crate::sched::VcpuKey;
 use crate::stats::ExitReason;
 use crate::vdev::pl011::Effect as UartEffect;
 use core::sync::atomic::Ordering;
@@ -258,112 +258,36 @@ fn wfit_at_pc(vm: &Vm<B>, ctx: &VcpuState) -> Option<u8> {
     (insn & !0x1F == 0xD503_1020).then_some((insn & 0x1F) as u8)
 }
 
-/// The calling VM as PSCI sees it.
-struct PsciEnv<'a> {
-    hv: &'a Hypervisor<B>,
-    vm: &'a Vm<B>,
-    cpu: usize,
-}
-
-impl PsciVm for PsciEnv<'_> {
-    fn vcpu_by_mpidr(&self, mpidr: u64) -> Option<usize> {
-        psci::vcpu_index_of_mpidr(mpidr, self.vm.vcpus.len())
-    }
-
-    fn vcpu_is_on(&self, index: usize) -> bool {
-        self.hv.vcpu_is_on(self.vm, index)
-    }
-
-    fn is_guest_ram(&self, addr: u64) -> bool {
-        let st = &self.vm.arch;
-        addr >= st.ram_base && addr < st.ram_base + st.ram_size
-    }
-
-    fn start_vcpu(&mut self, index: usize, entry: u64, context: u64) -> bool {
-        let Some(sh) = self.vm.arch.shared.get(index) else {
-            return false;
-        };
-        *sh.boot.lock() = Some((entry, context));
-        if self.hv.power_on(self.vm, index, self.cpu).is_ok() {
-            true
-        } else {
-            *sh.boot.lock() = None;
-            false
-        }
-    }
-}
-
-/// The calling vCPU as the PV IPI router sees it.
-struct IpiEnv<'a> {
-    hv: &'a Hypervisor<B>,
-    vm: &'a Vm<B>,
-    cpu: usize,
-    sender: usize,
-}
-
-impl IpiTarget for IpiEnv<'_> {
-    fn vcpu_count(&self) -> usize {
-        self.vm.vcpus.len()
-    }
-
-    fn set_pending(&self, vcpu: usize) -> bool {
-        let r = self
-            .vm
-            .arch
-            .vgic
-            .lock()
-            .raise_sgi(self.sender, vcpu, PV_IPI_SGI);
-        match r {
-            Some((true, _)) => true,
-            Some((false, _)) => {
-                if vcpu != self.sender {
-                    // Wakes a blocked target and kicks a running one.
-                    self.hv.wake(
-                        VcpuKey {
-                            vm: self.vm.slot,
-                            vcpu: vcpu as u16,
-                        },
-                        self.cpu,
-                    );
-                }
-                false
-            }
+impl ExitArch for B {
+    /// SGI 15 from `sender` pending on `target` in the vGIC (the next
+    /// entry of `target` puts it in a list register).
+    fn raise_pv_ipi(&self, vm: &Vm<B>, sender: usize, target: usize) -> bool {
+        match vm.arch.vgic.lock().raise_sgi(sender, target, PV_IPI_SGI) {
+            Some((already, _)) => already,
+            // No such vCPU (the router validated the window): nothing new.
             None => true,
         }
     }
 
-    fn running_on(&self, vcpu: usize) -> Option<usize> {
-        match self.hv.sched.state(VcpuKey {
-            vm: self.vm.slot,
-            vcpu: vcpu as u16,
-        }) {
-            Some(RunState::Running(c)) if c != self.cpu => Some(c),
-            _ => None,
-        }
+    /// Applied at the vCPU's next load: EL1h, MMU off, PC = entry, x0 = context.
+    fn set_entry(&self, vm: &Vm<B>, index: usize, entry: Option<(u64, u64)>) -> bool {
+        let Some(sh) = vm.arch.shared.get(index) else {
+            return false;
+        };
+        *sh.boot.lock() = entry;
+        true
     }
 
-    fn kick(&self, _pcpu: usize) {
-        // `set_pending` already woke the target through the scheduler,
-        // which kicks a running target's pCPU.
-    }
-}
-
-impl HypercallEnv for IpiEnv<'_> {
-    fn send_ipi(&mut self, window: &IpiWindow) -> Result<IpiOutcome, IpiError> {
-        let out = ipi::send(&*self, self.sender, window)?;
-        self.vm.stats.record_ipi(&out);
-        Ok(out)
-    }
-
-    fn read_stat(&self, index: u64) -> Option<u64> {
-        self.vm.stats.read_index(index)
+    fn is_guest_ram(&self, vm: &Vm<B>, addr: u64) -> bool {
+        let st = &vm.arch;
+        addr >= st.ram_base && addr < st.ram_base + st.ram_size
     }
 }
 
 /// HVC or trapped SMC: PSCI/SMCCC architecture calls, else kestrel's
 /// vendor hypercalls (unknown ids answer -1).
 fn call(
-    _be: &B,
+    be: &B,
     hv: &Hypervisor<B>,
     cpu: usize,
     vm: &Vm<B>,
@@ -372,35 +296,17 @@ fn call(
 ) -> RunExit {
     let x = ctx.regs.x;
     if psci::is_psci_or_arch(x[0]) {
-        let mut env = PsciEnv { hv, vm, cpu };
-        let out = psci::handle(&mut env, [x[0], x[1], x[2], x[3]]);
-        ctx.regs.x[0] = out.x0 as u64;
-        return match out.effect {
-            Effect::None => RunExit::Continue,
-            Effect::Block => {
-                if hv.backend.has_work(vm, vcpu, ctx) {
-                    RunExit::Continue
-                } else {
-                    RunExit::Block
-                }
-            }
-            Effect::CpuOff => RunExit::CpuOff,
-            Effect::SystemOff => RunExit::VmEnd(VmEnd::PowerOff),
-            Effect::SystemReset => RunExit::VmEnd(VmEnd::Reset),
-        };
+        let mut env = ExitCtx::new(hv, vm, cpu, vcpu.index);
+        let (x0, next) = env.psci([x[0], x[1], x[2], x[3]], || be.has_work(vm, vcpu, ctx));
+        ctx.regs.x[0] = x0;
+        return next;
     }
     let args = HypercallArgs {
         code: 0,
         function: x[0],
         args: [x[1], x[2], x[3], x[4], x[5]],
     };
-    let mut env = IpiEnv {
-        hv,
-        vm,
-        cpu,
-        sender: vcpu.index,
-    };
-    let r = hypercall::dispatch(Abi::Arm64, &args, &mut env);
+    let r = ExitCtx::new(hv, vm, cpu, vcpu.index).hypercall(Abi::Arm64, &args);
     for (i, &v) in r.regs().iter().enumerate() {
         ctx.regs.x[i] = v;
     }

@@ -1,19 +1,23 @@
-//! What kestrel does with each guest exit: physical interrupts, TLB refills
-//! and page faults (shadow entries, MMIO, guest exceptions), privileged
-//! instructions (IPE: CSRs, IOCSRs, TLB, `ertn`, `idle`, `cacop`, page
-//! walks), `hvcl` (INE), FP traps, and everything else delivered to the
-//! guest's own handler as the architecture would.
+//! What kestrel does with each guest exit. The trap entry saved the exit
+//! in the vCPU's frame; [`exit::decode`] (portable, host-tested) turns it
+//! into an [`Exit`], and this file applies it: physical interrupts, TLB
+//! refills and page faults (shadow entries, MMIO, guest exceptions),
+//! privileged instructions (emulated by [`emulate::emulate`] on the
+//! software state; the shadow TLB, vCPU starts and wake-ups and `idle`
+//! applied here), `hvcl` hypercalls, FP traps, and everything else
+//! delivered to the guest's own handler as the architecture would.
 
 use alloc::format;
 
+use crate::exitctx::{ExitArch, ExitCtx};
 use crate::guest::loongarch::csr::{ecode, num as vnum};
+use crate::guest::loongarch::emulate::{self, Effect, GuestCpu};
+use crate::guest::loongarch::exit::{self, Exit, FpUnit, Trap};
 use crate::guest::loongarch::insn::{self, Insn, Size};
 use crate::guest::loongarch::iocsr as viocsr;
 use crate::guest::loongarch::layout::{self, WideAccess};
 use crate::guest::loongarch::tlb::{self as vtlb, Access, Fault, Inval, ELO_D, ELO_NR, ELO_NX};
-use crate::hypercall::{self, Abi, HypercallArgs, HypercallEnv};
-use crate::ipi::{IpiError, IpiOutcome, IpiTarget, IpiWindow};
-use crate::sched::VcpuKey;
+use crate::hypercall::{Abi, HypercallArgs};
 use crate::stats::ExitReason;
 use crate::vdev::ns16550::Effect as UartEffect;
 use crate::vdev::Width;
@@ -24,17 +28,12 @@ use super::{hwtlb, LaBackend, VcpuState, GUEST_POWEROFF, GUEST_UART};
 
 type B = LaBackend;
 
-fn count(vm: &Vm<B>, vcpu: &Vcpu<B>, r: ExitReason) {
-    vm.stats.exit(r);
-    vcpu.stats.exit(r);
-}
-
-/// Handles the exit just taken by `ctx`.
 /// Whether an exit's ESTAT says a hardware interrupt caused it (ECODE 0).
 pub fn is_interrupt(estat: u64) -> bool {
     ((estat >> 16) & 0x3f) as u8 == ecode::INT
 }
 
+/// Handles the exit just taken by `ctx`: decode, count, act.
 pub fn handle(
     b: &B,
     hv: &Hypervisor<B>,
@@ -43,78 +42,77 @@ pub fn handle(
     vcpu: &Vcpu<B>,
     ctx: &mut VcpuState,
 ) -> RunExit {
-    if ctx.frame.kind == 1 {
-        ctx.frame.pc &= !3;
-        count(vm, vcpu, ExitReason::Abort);
-        let va = ctx.frame.badv;
-        let acc = if va & !3 == ctx.frame.pc {
-            Access::Fetch
-        } else {
-            data_access(vm, ctx)
-        };
-        return mem_fault(b, cpu, vm, ctx, va, acc);
+    let f = &ctx.frame;
+    let trap = Trap {
+        refill: f.kind == 1,
+        estat: f.estat,
+        pc: f.pc,
+        badv: f.badv,
+        badi: f.badi as u32,
+        plv: ctx.csr.plv(),
+    };
+    let exit = exit::decode(&trap);
+    if let Some(r) = exit.reason() {
+        vm.stats.exit(r);
+        vcpu.stats.exit(r);
     }
-    let estat = ctx.frame.estat;
-    let code = ((estat >> 16) & 0x3f) as u8;
-    let sub = ((estat >> 22) & 0x1ff) as u16;
-    let badv = ctx.frame.badv;
-    let badi = ctx.frame.badi as u32;
-    match code {
-        ecode::INT => {
-            exceptions::host_interrupts(estat);
-            count(vm, vcpu, ExitReason::Irq);
+    match exit {
+        Exit::Interrupt => {
+            exceptions::host_interrupts(trap.estat);
             RunExit::Continue
         }
-        ecode::PIL | ecode::PNR | ecode::PPI => {
-            count(vm, vcpu, ExitReason::Abort);
-            mem_fault(b, cpu, vm, ctx, badv, Access::Load)
-        }
-        ecode::PIS | ecode::PME => {
-            count(vm, vcpu, ExitReason::Abort);
-            mem_fault(b, cpu, vm, ctx, badv, Access::Store)
-        }
-        ecode::PIF | ecode::PNX => {
-            count(vm, vcpu, ExitReason::Abort);
-            mem_fault(b, cpu, vm, ctx, badv, Access::Fetch)
-        }
-        ecode::ADE => {
-            count(vm, vcpu, ExitReason::Abort);
-            address_error(b, vm, ctx, badv, sub)
-        }
-        ecode::INE => match insn::decode(badi) {
-            Some(Insn::Hvcl { code }) => {
-                count(vm, vcpu, ExitReason::Hypercall);
-                hvcl(b, hv, cpu, vm, vcpu, ctx, code)
-            }
-            _ => deliver(ctx, ecode::INE, 0, None, badi),
-        },
-        ecode::IPE => privileged(b, hv, cpu, vm, vcpu, ctx, badi),
-        ecode::FPD | ecode::SXD | ecode::ASXD => {
-            count(vm, vcpu, ExitReason::FpTrap);
-            let bit = 1u64 << (code - ecode::FPD);
-            let owns = super::PCPU[cpu]
-                .fp
-                .lock()
-                .as_ref()
-                .is_some_and(|e| e.hw().enabled());
-            if ctx.csr.get(vnum::EUEN) & bit == 0 || owns {
-                // The guest disabled it itself (or the CPU lacks it): its exception.
-                deliver(ctx, code, 0, None, badi)
+        Exit::TlbRefill { va, fetch } => {
+            // TLBRERA: bit 0 is IsTLBR, not part of the PC.
+            ctx.frame.pc &= !3;
+            let acc = if fetch {
+                Access::Fetch
             } else {
-                if let Some(e) = super::PCPU[cpu].fp.lock().as_mut() {
-                    // Counts the trap and restore in this VM, and the save
-                    // of the previous owner's registers in that owner's VM.
-                    e.fp_trap();
-                }
-                RunExit::Continue
-            }
+                data_access(vm, ctx)
+            };
+            mem_fault(b, cpu, vm, ctx, va, acc)
         }
-        _ => {
-            count(vm, vcpu, ExitReason::Other);
-            let v = matches!(code, ecode::ALE | ecode::BCE | 19).then_some(badv);
-            deliver(ctx, code, sub, v, badi)
+        Exit::PageFault { va, access } => mem_fault(b, cpu, vm, ctx, va, access),
+        Exit::AddressError { va, sub } => address_error(b, vm, ctx, va, sub),
+        Exit::Hypercall { code } => hvcl(&mut ExitCtx::new(hv, vm, cpu, vcpu.index), ctx, code),
+        Exit::UserHypercall => {
+            // The services are the guest kernel's: its user code gets
+            // "unknown code" and nothing happens (no IPIs from guest user space).
+            ctx.frame.regs[4] = kestrel_abi::ret::INVALID_CODE as u64;
+            ctx.frame.pc = ctx.frame.pc.wrapping_add(4);
+            RunExit::Continue
         }
+        Exit::Privileged(i) => {
+            let env = ExitCtx::new(hv, vm, cpu, vcpu.index);
+            privileged(b, &env, vcpu, ctx, i, trap.badi)
+        }
+        Exit::FpDisabled(unit) => fp_disabled(cpu, ctx, unit, trap.badi),
+        Exit::GuestException {
+            code,
+            sub,
+            badv,
+            insn,
+        } => deliver(ctx, code, sub, badv, insn),
     }
+}
+
+/// An FP/LSX/LASX instruction with the unit off in the real EUEN: the
+/// guest's own exception, or kestrel's lazy switch of the FP registers.
+fn fp_disabled(cpu: usize, ctx: &mut VcpuState, unit: FpUnit, badi: u32) -> RunExit {
+    let live = super::PCPU[cpu]
+        .fp
+        .lock()
+        .as_ref()
+        .is_some_and(|e| e.hw().enabled());
+    if unit.trap_is_guests(ctx.csr.get(vnum::EUEN), live) {
+        // The guest disabled it itself (or the CPU lacks it): its exception.
+        return deliver(ctx, unit.ecode(), 0, None, badi);
+    }
+    if let Some(e) = super::PCPU[cpu].fp.lock().as_mut() {
+        // Counts the trap and restore in this VM, and the save of the
+        // previous owner's registers in that owner's VM.
+        e.fp_trap();
+    }
+    RunExit::Continue
 }
 
 /// Delivers exception `code` to the guest at its current PC.
@@ -381,164 +379,64 @@ fn apply_inval(ctx: &mut VcpuState, cpu: usize, inv: Inval) {
     }
 }
 
-/// IPE: a privileged instruction, emulated on the virtual state.
+/// A privileged instruction at virtual PLV0: emulated on the software
+/// state, then what only the backend can do.
 fn privileged(
     b: &B,
-    hv: &Hypervisor<B>,
-    cpu: usize,
-    vm: &Vm<B>,
+    env: &ExitCtx<'_, B>,
     vcpu: &Vcpu<B>,
     ctx: &mut VcpuState,
+    i: Insn,
     w: u32,
 ) -> RunExit {
-    // On a CPU with LVZ, `hvcl` in root mode at PLV3 is privileged rather
-    // than undefined: the same hypercall.
-    if let Some(Insn::Hvcl { code }) = insn::decode(w) {
-        count(vm, vcpu, ExitReason::Hypercall);
-        return hvcl(b, hv, cpu, vm, vcpu, ctx, code);
-    }
-    // A guest at virtual PLV3 gets its IPE, as hardware would give it.
-    let Some(i) = insn::decode(w).filter(|i| i.is_privileged()) else {
-        count(vm, vcpu, ExitReason::Other);
-        return deliver(ctx, ecode::IPE, 0, None, w);
-    };
-    if ctx.csr.plv() != 0 {
-        count(vm, vcpu, ExitReason::Other);
-        return deliver(ctx, ecode::IPE, 0, None, w);
-    }
+    let (vm, cpu) = (env.vm, env.cpu);
     let now = b.now();
-    let reason = match i {
-        Insn::IocsrRd { .. } | Insn::IocsrWr { .. } => ExitReason::Ipi,
-        Insn::Idle { .. } => ExitReason::Idle,
-        _ => ExitReason::Sysreg,
+    let mut guest = GuestCpu {
+        regs: &mut ctx.frame.regs,
+        pc: &mut ctx.frame.pc,
+        csr: &mut ctx.csr,
+        tlb: &mut ctx.tlb,
     };
-    count(vm, vcpu, reason);
-    let mut next = RunExit::Continue;
-    match i {
-        Insn::CsrRd { rd, csr } => {
-            let v = ctx.csr.read(csr, now);
-            ctx.frame.set_reg(rd, v);
-        }
-        Insn::CsrWr { rd, csr } => {
-            let old = ctx.csr.read(csr, now);
-            let fx = ctx.csr.write(csr, ctx.frame.reg(rd), now);
-            ctx.frame.set_reg(rd, old);
-            if fx.translation {
-                ctx.invalidate_shadows(cpu);
+    let fx = emulate::emulate(i, &mut guest, now, &vm.arch.ipi, vcpu.index, |pa| {
+        vm.arch.read_u64(pa)
+    });
+    match fx {
+        Effect::None | Effect::Iocsr(viocsr::Effect::SelfLine | viocsr::Effect::None) => {}
+        Effect::Retranslate => ctx.invalidate_shadows(cpu),
+        Effect::Inval(inv) => apply_inval(ctx, cpu, inv),
+        Effect::Iocsr(fx @ (viocsr::Effect::Ipi(t) | viocsr::Effect::Mail(t))) => {
+            if !try_start(env, t) && matches!(fx, viocsr::Effect::Ipi(_)) {
+                env.wake(t);
             }
         }
-        Insn::CsrXchg { rd, rj, csr } => {
-            let (old, fx) = ctx.csr.xchg(csr, ctx.frame.reg(rd), ctx.frame.reg(rj), now);
-            ctx.frame.set_reg(rd, old);
-            if fx.translation {
-                ctx.invalidate_shadows(cpu);
-            }
-        }
-        Insn::IocsrRd { rd, rj, size } => {
-            let v = viocsr::read(&vm.arch.ipi, vcpu.index, ctx.frame.reg(rj), size);
-            ctx.frame.set_reg(rd, v);
-        }
-        Insn::IocsrWr { rd, rj, size } => {
-            let fx = viocsr::write(
-                &vm.arch.ipi,
-                vcpu.index,
-                ctx.frame.reg(rj),
-                size,
-                ctx.frame.reg(rd),
-            );
-            match fx {
-                viocsr::Effect::Ipi(t) | viocsr::Effect::Mail(t) => {
-                    if !try_start(hv, cpu, vm, t) {
-                        if let viocsr::Effect::Ipi(t) = fx {
-                            hv.wake(key(vm, t), cpu);
-                        }
-                    }
-                }
-                viocsr::Effect::SelfLine | viocsr::Effect::None => {}
-            }
-        }
-        Insn::TlbSrch => ctx.tlb.srch(&mut ctx.csr),
-        Insn::TlbRd => {
-            // tlbrd loads ASID.ASID too: a new guest ASID is a new address space.
-            let asid = ctx.csr.guest_asid();
-            ctx.tlb.rd(&mut ctx.csr);
-            if ctx.csr.guest_asid() != asid {
-                ctx.invalidate_shadows(cpu);
-            }
-        }
-        Insn::TlbWr => {
-            let inv = ctx.tlb.wr(&ctx.csr);
-            apply_inval(ctx, cpu, inv);
-        }
-        Insn::TlbFill => {
-            let inv = ctx.tlb.fill(&ctx.csr);
-            apply_inval(ctx, cpu, inv);
-        }
-        Insn::TlbClr => {
-            let inv = ctx.tlb.clr(&ctx.csr);
-            apply_inval(ctx, cpu, inv);
-        }
-        Insn::TlbFlush => {
-            let inv = ctx.tlb.flush();
-            apply_inval(ctx, cpu, inv);
-        }
-        Insn::Invtlb { op, rj, rk } => {
-            match ctx.tlb.invtlb(op, ctx.frame.reg(rj), ctx.frame.reg(rk)) {
-                Some(inv) => apply_inval(ctx, cpu, inv),
-                None => return deliver(ctx, ecode::INE, 0, None, w),
-            }
-        }
-        Insn::Lddir { rd, rj, level } => {
-            let base = ctx.frame.reg(rj);
-            let v = vtlb::lddir(&ctx.csr, base, level, |pa| Some(vm.arch.read_u64(pa)));
-            ctx.frame.set_reg(rd, v.unwrap_or(0));
-        }
-        Insn::Ldpte { rj, seq } => {
-            let base = ctx.frame.reg(rj);
-            let _ = vtlb::ldpte(&mut ctx.csr, base, seq, |pa| Some(vm.arch.read_u64(pa)));
-        }
-        Insn::Ertn => {
-            ctx.frame.pc = ctx.csr.ertn();
-            return RunExit::Continue;
-        }
-        Insn::Idle { .. } => {
-            ctx.frame.pc = ctx.frame.pc.wrapping_add(4);
-            ctx.csr.update_timer(now);
-            ctx.csr.set_line(
-                crate::guest::loongarch::csr::IRQ_IPI,
-                vm.arch.ipi[vcpu.index].line(),
-            );
-            let sh = &vm.arch.shared[vcpu.index];
-            let swi = u64::from(sh.swi.load(core::sync::atomic::Ordering::Acquire) & 3);
-            let pending = ctx.csr.wake_pending().is_some() || swi & ctx.csr.get(vnum::ECFG) != 0;
-            if !pending && !b.halt_poll(hv, cpu, vm, vcpu, ctx) {
-                // Until an interrupt is pending (`LaBackend::run` checks
-                // before every entry, so a wake-up for nothing waits on).
-                ctx.csr.start_idle();
-                ctx.blocked_at = Some(super::super::csr::rdtime());
-                next = RunExit::Block;
-            }
-            return next;
-        }
-        Insn::Cacop { .. } => {}
-        _ => return deliver(ctx, ecode::IPE, 0, None, w),
+        Effect::Idle => return idle(b, env, vcpu, ctx),
+        Effect::Deliver(code) => return deliver(ctx, code, 0, None, w),
     }
-    ctx.frame.pc = ctx.frame.pc.wrapping_add(4);
-    next
+    RunExit::Continue
 }
 
-fn key(vm: &Vm<B>, vcpu: usize) -> VcpuKey {
-    VcpuKey {
-        vm: vm.slot,
-        vcpu: vcpu as u16,
+/// `idle` (the PC is past it): go on if an interrupt the guest enables is
+/// pending or becomes so while polling, else block until one is.
+fn idle(b: &B, env: &ExitCtx<'_, B>, vcpu: &Vcpu<B>, ctx: &mut VcpuState) -> RunExit {
+    let sh = &env.vm.arch.shared[vcpu.index];
+    let swi = u64::from(sh.swi.load(core::sync::atomic::Ordering::Acquire) & 3);
+    let pending = ctx.csr.wake_pending().is_some() || swi & ctx.csr.get(vnum::ECFG) != 0;
+    if pending || b.halt_poll(env.hv, env.cpu, env.vm, vcpu, ctx) {
+        return RunExit::Continue;
     }
+    // Until an interrupt is pending (`LaBackend::run` checks before every
+    // entry, so a wake-up for nothing waits on).
+    ctx.csr.start_idle();
+    ctx.blocked_at = Some(super::super::csr::rdtime());
+    RunExit::Block
 }
 
 /// The firmware's part of the mailbox start: a parked secondary with an
-/// IPI pending and a non-zero mailbox 0 starts there (DA mode, PLV0).
-/// Returns whether it started.
-fn try_start(hv: &Hypervisor<B>, cpu: usize, vm: &Vm<B>, t: usize) -> bool {
+/// IPI pending and a non-zero mailbox 0 starts there (DA mode, PLV0,
+/// a0 = 0). Returns whether it started.
+fn try_start(env: &ExitCtx<'_, B>, t: usize) -> bool {
     use core::sync::atomic::Ordering;
+    let vm = env.vm;
     let (Some(sh), Some(ipi)) = (vm.arch.shared.get(t), vm.arch.ipi.get(t)) else {
         return false;
     };
@@ -558,91 +456,47 @@ fn try_start(hv: &Hypervisor<B>, cpu: usize, vm: &Vm<B>, t: usize) -> bool {
     }
     // The boot code clears the IPI it woke on before jumping.
     ipi.status.store(0, Ordering::Release);
-    *sh.boot.lock() = Some(entry);
-    let _ = hv.power_on(vm, t, cpu);
+    // A parked vCPU is off: this cannot fail; it started either way.
+    let _ = env.start_vcpu(t, entry, 0);
     true
 }
 
-/// The calling VM as the PV IPI router sees it.
-struct Ipis<'a> {
-    hv: &'a Hypervisor<B>,
-    vm: &'a Vm<B>,
-    cpu: usize,
-}
-
-impl IpiTarget for Ipis<'_> {
-    fn vcpu_count(&self) -> usize {
-        self.vm.vcpus.len()
+impl ExitArch for B {
+    /// SWI0 in the target's shared state; its next entry merges it into
+    /// its virtual ESTAT.
+    fn raise_pv_ipi(&self, vm: &Vm<B>, _sender: usize, target: usize) -> bool {
+        let Some(sh) = vm.arch.shared.get(target) else {
+            return true;
+        };
+        sh.swi.fetch_or(1, core::sync::atomic::Ordering::AcqRel) & 1 != 0
     }
 
-    fn set_pending(&self, vcpu: usize) -> bool {
-        let old = self.vm.arch.shared[vcpu]
-            .swi
-            .fetch_or(1, core::sync::atomic::Ordering::AcqRel);
-        // Wakes it if blocked, kicks it if running elsewhere.
-        self.hv.wake(key(self.vm, vcpu), self.cpu);
-        old & 1 != 0
+    /// Applied at the vCPU's next load: the reset state (DA mode, PLV0),
+    /// PC = entry, a0 = context.
+    fn set_entry(&self, vm: &Vm<B>, index: usize, entry: Option<(u64, u64)>) -> bool {
+        let Some(sh) = vm.arch.shared.get(index) else {
+            return false;
+        };
+        *sh.boot.lock() = entry;
+        true
     }
 
-    fn running_on(&self, _vcpu: usize) -> Option<usize> {
-        // `set_pending` already kicked it through the scheduler.
-        None
-    }
-
-    fn kick(&self, pcpu: usize) {
-        use crate::vm::Backend;
-        self.hv.backend.kick(pcpu);
-    }
-}
-
-struct Env<'a> {
-    ipis: Ipis<'a>,
-    sender: usize,
-}
-
-impl HypercallEnv for Env<'_> {
-    fn send_ipi(&mut self, window: &IpiWindow) -> Result<IpiOutcome, IpiError> {
-        let r = crate::ipi::send(&self.ipis, self.sender, window);
-        if let Ok(o) = &r {
-            self.ipis.vm.stats.record_ipi(o);
-        }
-        r
-    }
-
-    fn read_stat(&self, index: u64) -> Option<u64> {
-        self.ipis.vm.stats.read_index(index)
+    fn is_guest_ram(&self, vm: &Vm<B>, addr: u64) -> bool {
+        vm.arch.ram_offset(addr).is_some()
     }
 }
 
 /// `hvcl code`: Linux KVM's LoongArch ABI (a0 function, a1-a5 arguments,
 /// a0 result, PC + 4).
-fn hvcl(
-    _b: &B,
-    hv: &Hypervisor<B>,
-    cpu: usize,
-    vm: &Vm<B>,
-    vcpu: &Vcpu<B>,
-    ctx: &mut VcpuState,
-    code: u16,
-) -> RunExit {
-    if ctx.csr.plv() != 0 {
-        // The services are the guest kernel's: its user code gets "unknown
-        // code" and nothing happens (no IPIs from guest user space).
-        ctx.frame.regs[4] = kestrel_abi::ret::INVALID_CODE as u64;
-        ctx.frame.pc = ctx.frame.pc.wrapping_add(4);
-        return RunExit::Continue;
-    }
+/// From the guest kernel only ([`Exit::UserHypercall`] answers its user code).
+fn hvcl(env: &mut ExitCtx<'_, B>, ctx: &mut VcpuState, code: u16) -> RunExit {
     let r = &ctx.frame.regs;
     let args = HypercallArgs {
         code: u32::from(code),
         function: r[4],
         args: [r[5], r[6], r[7], r[8], r[9]],
     };
-    let mut env = Env {
-        ipis: Ipis { hv, vm, cpu },
-        sender: vcpu.index,
-    };
-    let ret = hypercall::dispatch(Abi::LoongArch, &args, &mut env);
+    let ret = env.hypercall(Abi::LoongArch, &args);
     ctx.frame.regs[4] = ret.x0();
     ctx.frame.pc = ctx.frame.pc.wrapping_add(4);
     // A sender that targeted itself takes its SWI0 at the next entry.

@@ -66,8 +66,8 @@ pub struct VcpuShared {
     pub running_on: AtomicUsize,
     /// A secondary waiting "in firmware" for its mailbox.
     pub parked: AtomicBool,
-    /// Entry address taken from the mailbox, applied at the next load.
-    pub boot: Mutex<Option<u64>>,
+    /// Entry address taken from the mailbox and a0, applied at the next load.
+    pub boot: Mutex<Option<(u64, u64)>>,
 }
 
 /// Per-VM state.
@@ -300,8 +300,8 @@ impl Backend for LaBackend {
     fn load(&self, cpu: usize, vm: &Vm<Self>, vcpu: &Vcpu<Self>, ctx: &mut VcpuState) {
         let sh = &vm.arch.shared[vcpu.index];
         vcpu.deadlines.clear();
-        if let Some(entry) = sh.boot.lock().take() {
-            ctx.reset(vcpu.index, entry, [0, 0, 0]);
+        if let Some((entry, a0)) = sh.boot.lock().take() {
+            ctx.reset(vcpu.index, entry, [a0, 0, 0]);
         }
         if let Some(at) = ctx.blocked_at.take() {
             ctx.halt.blocked_for(csr::rdtime().saturating_sub(at));

@@ -1,0 +1,192 @@
+//! The exit context: the calling vCPU, its VM and the hypervisor, as the
+//! portable services of an exit see them.
+//!
+//! [`ExitCtx`] implements [`PsciVm`], [`IpiTarget`] and [`HypercallEnv`]
+//! once, for every backend, over the running [`Hypervisor`], [`Vm`] and
+//! vCPU. What really differs per architecture is the small [`ExitArch`]
+//! hook a backend implements beside [`Backend`]: how the PV IPI is marked
+//! pending on a target (arm64: SGI 15 in the vGIC; LoongArch: SWI0 in the
+//! target's shared state), where a started vCPU enters, and where the
+//! guest's RAM lies.
+//!
+//! # One meaning of the PV IPI steps
+//!
+//! The router ([`crate::ipi::send`]) calls, per target:
+//!
+//! - [`IpiTarget::set_pending`]: the arch marks the interrupt pending
+//!   ([`ExitArch::raise_pv_ipi`]); a newly pending target other than the
+//!   sender is then woken through the scheduler
+//!   ([`crate::sched::Scheduler::wake_quiet`]): a blocked one becomes
+//!   runnable (its idle pCPU is sent a physical IPI: that is the wake, not
+//!   a kick), a running one has the wake remembered so it cannot block
+//!   past it. No running pCPU is kicked here.
+//! - [`IpiTarget::running_on`]: the pCPU the scheduler has the target
+//!   running on (read under the scheduler's lock, after `set_pending`
+//!   published the bit), never the caller's own.
+//! - [`IpiTarget::kick`]: a physical IPI to that pCPU
+//!   ([`Backend::kick`]), counted in [`crate::ipi::IpiOutcome::kicked`].
+//!
+//! That is the ordering contract of [`crate::ipi`]: the scheduler marks a
+//! vCPU running on `p` (under its lock) before the backend samples pending
+//! interrupts for its entry, and `set_pending` publishes the bit before
+//! `running_on` takes that lock, so the target either sees the bit at its
+//! entry or is kicked. The sender is never woken or kicked: it is in the
+//! hypervisor and samples its interrupts before it re-enters.
+
+use crate::hypercall::{self, Abi, HypercallArgs, HypercallEnv, HypercallRet};
+use crate::ipi::{self, IpiError, IpiOutcome, IpiTarget, IpiWindow};
+use crate::psci::{self, Effect, PsciVm};
+use crate::sched::{Kick, RunState, VcpuKey};
+use crate::vm::{Backend, Hypervisor, RunExit, Vm, VmEnd};
+
+/// What an exit context needs from the architecture, beside [`Backend`].
+pub trait ExitArch: Backend {
+    /// Marks kestrel's PV IPI pending on vCPU `target` of `vm`, sent by
+    /// vCPU `sender` (arm64: SGI 15 from `sender` in the vGIC; LoongArch:
+    /// SWI0 in `target`'s shared state, merged at its next entry). Returns
+    /// whether it was already pending (nothing new). It must publish the
+    /// bit before returning (a release or stronger) and must not wake or
+    /// kick anyone: [`ExitCtx`] does that.
+    fn raise_pv_ipi(&self, vm: &Vm<Self>, sender: usize, target: usize) -> bool;
+    /// Records where vCPU `index` of `vm` starts at its next load: `entry`
+    /// with `context` as its first argument register (x0 / a0), in the
+    /// architecture's reset state; `None` forgets a recorded start.
+    /// Returns false if there is no such vCPU.
+    fn set_entry(&self, vm: &Vm<Self>, index: usize, entry: Option<(u64, u64)>) -> bool;
+    /// Whether guest physical `addr` lies in `vm`'s RAM.
+    fn is_guest_ram(&self, vm: &Vm<Self>, addr: u64) -> bool;
+}
+
+/// The vCPU that took an exit, on pCPU `cpu`.
+pub struct ExitCtx<'a, B: Backend> {
+    pub hv: &'a Hypervisor<B>,
+    pub vm: &'a Vm<B>,
+    /// The pCPU running the caller.
+    pub cpu: usize,
+    /// The calling vCPU's index in `vm`.
+    pub vcpu: usize,
+}
+
+impl<'a, B: Backend> ExitCtx<'a, B> {
+    #[inline]
+    pub fn new(hv: &'a Hypervisor<B>, vm: &'a Vm<B>, cpu: usize, vcpu: usize) -> Self {
+        ExitCtx { hv, vm, cpu, vcpu }
+    }
+
+    /// The scheduler's key of vCPU `index` of this VM.
+    pub fn key(&self, index: usize) -> VcpuKey {
+        VcpuKey {
+            vm: self.vm.slot,
+            vcpu: index as u16,
+        }
+    }
+
+    /// An interrupt other than the PV IPI became pending for vCPU `index`
+    /// (a vGIC SGI or line, an IOCSR IPI): wake it if it is blocked and
+    /// kick its pCPU if it is running a guest ([`Hypervisor::wake`]).
+    pub fn wake(&self, index: usize) {
+        self.hv.wake(self.key(index), self.cpu);
+    }
+}
+
+impl<B: ExitArch> ExitCtx<'_, B> {
+    /// Starts vCPU `index` at `entry` with `context` in its first argument
+    /// register: records the entry, then powers it on. Returns false (and
+    /// forgets the entry) if it is not off.
+    pub fn start_vcpu(&self, index: usize, entry: u64, context: u64) -> bool {
+        let be = &self.hv.backend;
+        if !be.set_entry(self.vm, index, Some((entry, context))) {
+            return false;
+        }
+        if self.hv.power_on(self.vm, index, self.cpu).is_ok() {
+            true
+        } else {
+            be.set_entry(self.vm, index, None);
+            false
+        }
+    }
+
+    /// One PSCI/SMCCC call (`args` = x0..x3): the value for x0 and what the
+    /// run loop does next. `has_work` says whether an interrupt is pending
+    /// for the caller (CPU_SUSPEND returns at once then).
+    pub fn psci(&mut self, args: [u64; 4], has_work: impl FnOnce() -> bool) -> (u64, RunExit) {
+        let out = psci::handle(self, args);
+        let next = match out.effect {
+            Effect::None => RunExit::Continue,
+            Effect::Block if has_work() => RunExit::Continue,
+            Effect::Block => RunExit::Block,
+            Effect::CpuOff => RunExit::CpuOff,
+            Effect::SystemOff => RunExit::VmEnd(VmEnd::PowerOff),
+            Effect::SystemReset => RunExit::VmEnd(VmEnd::Reset),
+        };
+        (out.x0 as u64, next)
+    }
+
+    /// One kestrel hypercall from the calling vCPU.
+    #[inline]
+    pub fn hypercall(&mut self, abi: Abi, args: &HypercallArgs) -> HypercallRet {
+        hypercall::dispatch(abi, args, self)
+    }
+}
+
+impl<B: ExitArch> PsciVm for ExitCtx<'_, B> {
+    fn vcpu_by_mpidr(&self, mpidr: u64) -> Option<usize> {
+        psci::vcpu_index_of_mpidr(mpidr, self.vm.vcpus.len())
+    }
+
+    fn vcpu_is_on(&self, index: usize) -> bool {
+        self.hv.vcpu_is_on(self.vm, index)
+    }
+
+    fn is_guest_ram(&self, addr: u64) -> bool {
+        self.hv.backend.is_guest_ram(self.vm, addr)
+    }
+
+    fn start_vcpu(&mut self, index: usize, entry: u64, context: u64) -> bool {
+        ExitCtx::start_vcpu(self, index, entry, context)
+    }
+}
+
+impl<B: ExitArch> IpiTarget for ExitCtx<'_, B> {
+    fn vcpu_count(&self) -> usize {
+        self.vm.vcpus.len()
+    }
+
+    fn set_pending(&self, vcpu: usize) -> bool {
+        if self.hv.backend.raise_pv_ipi(self.vm, self.vcpu, vcpu) {
+            return true;
+        }
+        if vcpu != self.vcpu {
+            if let Ok(Kick::Cpu(c)) = self.hv.sched.wake_quiet(self.key(vcpu), self.cpu) {
+                self.hv.backend.kick(c);
+            }
+        }
+        false
+    }
+
+    fn running_on(&self, vcpu: usize) -> Option<usize> {
+        match self.hv.sched.state(self.key(vcpu)) {
+            Some(RunState::Running(c)) if c != self.cpu => Some(c),
+            _ => None,
+        }
+    }
+
+    fn kick(&self, pcpu: usize) {
+        self.hv.backend.kick(pcpu);
+    }
+}
+
+impl<B: ExitArch> HypercallEnv for ExitCtx<'_, B> {
+    fn send_ipi(&mut self, window: &IpiWindow) -> Result<IpiOutcome, IpiError> {
+        let out = ipi::send(&*self, self.vcpu, window)?;
+        self.vm.stats.record_ipi(&out);
+        Ok(out)
+    }
+
+    fn read_stat(&self, index: u64) -> Option<u64> {
+        self.vm.stats.read_index(index)
+    }
+}
+
+#[cfg(test)]
+mod tests;
