@@ -44,7 +44,7 @@ impl Backend for Mock {
     fn kick(&self, cpu: usize) {
         self.kicks.lock().unwrap().push(cpu);
     }
-    fn idle(&self, _: usize) {}
+    fn idle(&self, _: &Hypervisor<Self>, _: usize) {}
     fn slice_expired(&self, _: usize) -> bool {
         false
     }

@@ -12,12 +12,12 @@ use crate::vgic::GicVersion;
 use crate::vmid::VmidAllocator;
 use crate::MAX_CPUS;
 
+use super::super::el2;
 use super::super::gic::Priority;
 use super::super::platform;
 use super::fp::Arm64FpHw;
 use super::regs::{self, mrs, msr};
 use super::vgic_hw::VgicHw;
-use super::super::el2;
 use super::{stage2, Arm64Backend, KICK_SGI, MAINTENANCE_PPI, PCPU, PTIMER_PPI, VTIMER_PPI};
 
 /// The arm64 backend for `board`, or why no VM can run on it.
