@@ -3,6 +3,8 @@
 #   - the Rust toolchain pinned in rust-toolchain.toml, with its targets and components
 #   - QEMU 10 (qemu-system-arm, qemu-system-misc) from Debian bookworm-backports
 #   - cargo-fuzz (from crates.io) for the fuzz targets in tools/fuzz
+#   - e2fsprogs and cpio (Debian) for the Linux guest's root filesystem image
+#     and initramfs (`cargo xtask guest-assets`)
 # Safe to run repeatedly; does nothing when everything is present.
 set -euo pipefail
 
@@ -91,10 +93,32 @@ install_fuzz() {
         die "could not install cargo-fuzz; run: cargo install cargo-fuzz --locked"
 }
 
+# A command in PATH or in /sbin, /usr/sbin (not in a user's PATH on Debian).
+have_cmd() {
+    command -v "$1" >/dev/null 2>&1 || [ -x "/sbin/$1" ] || [ -x "/usr/sbin/$1" ]
+}
+
+install_guest_tools() {
+    local missing=()
+    have_cmd mke2fs && have_cmd debugfs && have_cmd e2fsck || missing+=(e2fsprogs)
+    have_cmd cpio || missing+=(cpio)
+    [ ${#missing[@]} -eq 0 ] && return 0
+    # Only the Linux guest cases need them: without them those are skipped
+    # (`cargo xtask guest-assets` says why), so this warns instead of failing.
+    if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+        say "installing ${missing[*]} for the Linux guest images (apt-get install ${missing[*]})"
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null ||
+            say "warning: could not install ${missing[*]}: the Linux guest cases will be skipped"
+    else
+        say "warning: ${missing[*]} missing (install as root: apt-get install ${missing[*]}): the Linux guest cases will be skipped"
+    fi
+}
+
 case "${1:-all}" in
     rust) install_rust ;;
     qemu) install_qemu ;;
     fuzz) install_rust; install_fuzz ;;
-    all) install_rust; install_qemu; install_fuzz ;;
-    *) die "usage: $0 [all|rust|qemu|fuzz]" ;;
+    guest) install_guest_tools ;;
+    all) install_rust; install_qemu; install_fuzz; install_guest_tools ;;
+    *) die "usage: $0 [all|rust|qemu|fuzz|guest]" ;;
 esac

@@ -1,31 +1,146 @@
 #!/bin/sh
-# /init of kestrel's Linux guest initramfs (written by `cargo xtask guest-assets`,
-# docs/linux-guests.md). Kernel command line options:
-#   kestrel.test_cpus=N   the test expects N CPUs online
-#   kestrel.shell=1       interactive busybox shell instead of the test
-#   kestrel.name=NAME     host name / prompt
-echo "LINUX-INIT: started"
+# /init of kestrel's Linux guest initramfs and of its root filesystem image
+# (written by `cargo xtask guest-assets`, docs/linux-guests.md). Kernel
+# command line options:
+#   kestrel.test_cpus=N      the test expects N CPUs online
+#   kestrel.shell=1          interactive busybox shell instead of the test
+#   kestrel.name=NAME        host name / prompt
+#   kestrel.root=/dev/vdX    mount that ext4 disk and switch_root to it (this
+#                            script runs again there, KESTREL_ROOT set)
+#   kestrel.console=hvc0     the test or shell on /dev/hvc0 (virtio console)
+#   kestrel.ip=ADDR/LEN      eth0 up with that address (virtio net)
+if [ -n "$KESTREL_ROOT" ]; then
+    echo "LINUX-INIT: started on root $KESTREL_ROOT"
+else
+    echo "LINUX-INIT: started"
+fi
 export PATH=/bin:/sbin:/usr/bin:/usr/sbin HOME=/root
-/bin/busybox mkdir -p /proc /sys /dev /tmp /root /sbin /usr/bin /usr/sbin
-/bin/busybox --install -s
+# No 2>/dev/null before devtmpfs is mounted: on a root disk that would
+# create a file there, or fail on a read-only one; 2>&- discards instead.
+/bin/busybox mkdir -p /proc /sys /dev /tmp /root /sbin /usr/bin /usr/sbin 2>&-
+/bin/busybox --install -s 2>&-
+if [ ! -e /bin/mount ]; then
+    # A read-only root disk: scratch space and the applet links in a tmpfs.
+    /bin/busybox mount -t tmpfs tmpfs /tmp
+    /bin/busybox mkdir -p /tmp/bin
+    /bin/busybox --install -s /tmp/bin
+    PATH=$PATH:/tmp/bin
+fi
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
-mount -t devtmpfs devtmpfs /dev 2>/dev/null
+mount -t devtmpfs devtmpfs /dev 2>&-
 read up rest < /proc/uptime
-shell=0 cpus= name=linux
+shell=0 cpus= name=linux root= console= ip=
 for arg in $(cat /proc/cmdline); do
     case "$arg" in
         kestrel.shell=1) shell=1 ;;
         kestrel.test_cpus=*) cpus=${arg#*=} ;;
         kestrel.name=*) name=${arg#*=} ;;
+        kestrel.root=*) root=${arg#*=} ;;
+        kestrel.console=*) console=${arg#*=} ;;
+        kestrel.ip=*) ip=${arg#*=} ;;
     esac
 done
+
+# The virtio modules, in dependency order; a module already loaded (the
+# second run, on the root disk) is skipped. No virtio device is no error.
+order=/lib/modules/$(uname -r)/kestrel-load-order
+if [ -r "$order" ]; then
+    loaded= failed=
+    while read -r m; do
+        mod=${m##*/}
+        mod=${mod%.ko}
+        [ -d "/sys/module/$mod" ] && continue
+        if insmod "/lib/modules/$(uname -r)/kernel/$m" 2>/tmp/insmod.err; then
+            loaded="$loaded $mod"
+        else
+            failed="$failed $mod($(cat /tmp/insmod.err))"
+        fi
+    done < "$order"
+    [ -n "$loaded" ] && echo "LINUX-INIT: modules loaded:$loaded"
+    [ -n "$failed" ] && echo "LINUX-INIT: modules that failed to load:$failed"
+    devs=
+    for d in /sys/bus/virtio/devices/*; do
+        [ -r "$d/device" ] || continue
+        case $(cat "$d/device") in
+            0x0001) devs="$devs net" ;;
+            0x0002) devs="$devs block" ;;
+            0x0003) devs="$devs console" ;;
+            *) devs="$devs $(cat "$d/device")" ;;
+        esac
+    done
+    [ -z "$KESTREL_ROOT" ] && echo "LINUX-INIT: virtio devices:${devs:- none}"
+fi
+
+# wait_for PATH: up to 5 s for a device node (devtmpfs makes it).
+wait_for() {
+    n=0
+    while [ ! -e "$1" ] && [ $n -lt 50 ]; do
+        usleep 100000
+        n=$((n + 1))
+    done
+    [ -e "$1" ]
+}
+
+if [ -n "$root" ] && [ -z "$KESTREL_ROOT" ]; then
+    mkdir -p /newroot
+    if ! wait_for "$root"; then
+        echo "LINUX-INIT: root $root: no such device after 5 s: staying in the initramfs"
+    elif ! mount -t ext4 "$root" /newroot 2>/tmp/mount.err; then
+        echo "LINUX-INIT: root $root: mount failed: $(cat /tmp/mount.err): staying in the initramfs"
+    elif [ ! -x /newroot/init ]; then
+        echo "LINUX-INIT: root $root has no /init: staying in the initramfs"
+        umount /newroot
+    else
+        mode=read-write
+        grep -q "^$root /newroot ext4 ro" /proc/mounts && mode=read-only
+        echo "LINUX-INIT: root mounted from $root (ext4, $mode): switch_root"
+        umount /dev /sys /proc
+        export KESTREL_ROOT=$root
+        exec switch_root /newroot /init
+    fi
+fi
+
 hostname "$name"
 echo "LINUX-INIT: $name: kernel $(uname -r), up ${up} s, $(grep -c ^processor /proc/cpuinfo) CPUs"
+
+if [ -n "$ip" ]; then
+    if [ -e /sys/class/net/eth0 ]; then
+        ip link set lo up
+        if ip addr add "$ip" dev eth0 && ip link set eth0 up; then
+            echo "LINUX-INIT: eth0 up $ip"
+        else
+            echo "LINUX-INIT: eth0: cannot set $ip"
+        fi
+    else
+        echo "LINUX-INIT: kestrel.ip=$ip: no eth0 (no virtio-net device)"
+    fi
+fi
+
+tty=
+if [ -n "$console" ]; then
+    if wait_for "/dev/$console"; then
+        tty=/dev/$console
+        echo "LINUX-INIT: console on $console (the test or shell continues there)"
+        echo "LINUX-INIT: console on $console" > "$tty"
+    else
+        echo "LINUX-INIT: kestrel.console=$console: no /dev/$console: staying on this console"
+    fi
+fi
+
 if [ "$shell" = 1 ]; then
-    echo "LINUX-INIT: $name: busybox shell ('kestrel-linux-test N' runs the test, 'poweroff -f' powers off)"
+    msg="LINUX-INIT: $name: busybox shell ('kestrel-linux-test N' runs the test, 'poweroff -f' powers off)"
     export PS1="$name:\w# "
-    setsid cttyhack sh
+    if [ -n "$tty" ]; then
+        echo "$msg" > "$tty"
+        # A session leader opening the tty makes it its controlling terminal.
+        setsid sh -c "exec sh <$tty >$tty 2>&1"
+    else
+        echo "$msg"
+        setsid cttyhack sh
+    fi
+elif [ -n "$tty" ]; then
+    /bin/kestrel-linux-test "$cpus" <"$tty" >"$tty" 2>&1
 else
     /bin/kestrel-linux-test "$cpus"
 fi

@@ -7,7 +7,10 @@
 //! script, so that a failure of the same kernel under kestrel is kestrel's.
 //! They run in `make test` when the assets are cached or can be fetched in
 //! [`FETCH_LIMIT`]; otherwise they are skipped with the reason (never failed
-//! for a missing network).
+//! for a missing network). The virtio cases boot the same kernel with QEMU's
+//! virtio-mmio disk, console and network devices and the guest options
+//! `kestrel.root=`, `kestrel.console=` and `kestrel.ip=`: the guest side of
+//! kestrel's virtio devices, proven without kestrel.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -27,6 +30,8 @@ const BOOT_LIMIT: Duration = Duration::from_secs(120);
 pub const INIT_LINE: &str = "LINUX-INIT: started";
 /// The line a passing test prints (with `kestrel.test_cpus=4`).
 pub const PASS_4: &str = "LINUX-TEST: PASS cpus=4 fp=ok";
+/// The line a passing test prints with `kestrel.test_cpus=2` (virtio cases).
+pub const PASS_2: &str = "LINUX-TEST: PASS cpus=2 fp=ok";
 /// The config of the benchmark's kestrel side (and of the bare side's
 /// kernel, initrd and command line).
 pub const BENCH_CONFIG: &str = "configs/linux-1vm.toml";
@@ -51,6 +56,124 @@ const BARE_CASES: [BareCase; 3] = [
         machine: "virt,virtualization=on,gic-version=2",
     },
 ];
+
+/// A bare-QEMU Linux case with virtio-mmio devices (`-smp 2`).
+struct VirtioCase {
+    name: &'static str,
+    /// The root disk is `readonly=on` (else `snapshot=on`: writes dropped).
+    read_only: bool,
+    /// A virtio console (`virtconsole` on a file) and `kestrel.console=hvc0`.
+    console: bool,
+    /// A virtio-net device (QEMU user network) and `kestrel.ip=`.
+    net: bool,
+}
+
+const VIRTIO_CASES: [VirtioCase; 2] = [
+    VirtioCase {
+        name: "linux bare QEMU virtio: root on /dev/vda, console on hvc0, eth0 up (init test)",
+        read_only: false,
+        console: true,
+        net: true,
+    },
+    VirtioCase {
+        name: "linux bare QEMU virtio: read-only root on /dev/vda (init test)",
+        read_only: true,
+        console: false,
+        net: false,
+    },
+];
+
+/// The address the virtio case gives eth0.
+const VIRTIO_IP: &str = "10.0.0.2/24";
+
+/// The line `/init` prints after loading every virtio module.
+fn modules_line() -> String {
+    let names: Vec<&str> = assets::VIRTIO_MODULES
+        .iter()
+        .map(|m| assets::module_name(m))
+        .collect();
+    format!("LINUX-INIT: modules loaded: {}", names.join(" "))
+}
+
+/// The serial lines a virtio case must show, in this order.
+fn virtio_expected(case: &VirtioCase) -> Vec<String> {
+    let mut want = vec![INIT_LINE.to_string(), modules_line()];
+    let mode = if case.read_only {
+        "read-only"
+    } else {
+        "read-write"
+    };
+    want.push(format!(
+        "LINUX-INIT: root mounted from /dev/vda (ext4, {mode}): switch_root"
+    ));
+    want.push("LINUX-INIT: started on root /dev/vda".into());
+    if case.net {
+        want.push(format!("LINUX-INIT: eth0 up {VIRTIO_IP}"));
+    }
+    if case.console {
+        want.push("LINUX-INIT: console on hvc0".into());
+    }
+    want
+}
+
+/// Problems with one virtio boot: the serial log (`boot`) has the expected
+/// steps in order; the test passed on hvc0 (`hvc0`: what the virtio
+/// console received) and not on the serial port, or on the serial port
+/// when there is no virtio console.
+fn judge_virtio(case: &VirtioCase, boot: &Boot, hvc0: &str) -> Vec<String> {
+    let mut problems = Vec::new();
+    if boot.timed_out {
+        problems.push("no power-off within the time limit".to_string());
+    }
+    let mut from = 0;
+    for want in virtio_expected(case) {
+        match boot.lines[from..]
+            .iter()
+            .position(|l| l.text.contains(&want))
+        {
+            Some(i) => from += i + 1,
+            None if boot.has(&want) => problems.push(format!("{want:?} out of order")),
+            None => problems.push(format!("serial log lacks {want:?}")),
+        }
+    }
+    let passed_on = |text: &str| text.lines().any(|l| l.contains(PASS_2));
+    let fail_line = |text: &str| {
+        text.lines()
+            .find(|l| l.contains("LINUX-TEST: FAIL"))
+            .map(str::to_string)
+    };
+    if case.console {
+        if !hvc0
+            .lines()
+            .any(|l| l.contains("LINUX-INIT: console on hvc0"))
+        {
+            problems.push("hvc0 lacks \"LINUX-INIT: console on hvc0\"".into());
+        }
+        if !passed_on(hvc0) {
+            problems.push(match fail_line(hvc0) {
+                Some(l) => format!("the test failed on hvc0: {l}"),
+                None => format!("hvc0 lacks {PASS_2:?}"),
+            });
+        }
+        if boot.has("LINUX-TEST:") {
+            problems.push("the test printed on the serial port, not on hvc0".into());
+        }
+    } else if !passed_on(&boot.text()) {
+        problems.push(match fail_line(&boot.text()) {
+            Some(l) => format!("the test failed: {l}"),
+            None => format!("serial log lacks {PASS_2:?}"),
+        });
+    }
+    for bad in ["Kernel panic", "Internal error:", "Unable to handle kernel"] {
+        if boot.has(bad) {
+            problems.push(format!("serial log contains {bad:?}"));
+        }
+    }
+    if let Some(s) = boot.exit.filter(|s| !s.success()) {
+        problems.push(format!("QEMU exited with {s}"));
+    }
+    problems
+}
 
 /// Problems with one test boot (empty = pass).
 pub fn judge_linux(boot: &Boot, pass_line: &str) -> Vec<String> {
@@ -169,6 +292,7 @@ pub fn smoke_tests(sel: &Selection) -> Vec<Test<'static>> {
     let names = BARE_CASES
         .iter()
         .map(|c| c.name)
+        .chain(VIRTIO_CASES.iter().map(|c| c.name))
         .chain(KESTREL_CASES.iter().map(|c| c.name));
     if !names.clone().any(|n| sel.matches(n)) {
         return Vec::new();
@@ -242,15 +366,115 @@ fn kestrel_test(case: &KestrelCase) -> Verdict {
     }
 }
 
-/// The bare-QEMU Linux cases with `assets`.
+/// The bare-QEMU Linux cases with `assets` (the virtio ones last).
 fn bare_tests(assets: &Rc<assets::LinuxAssets>) -> Vec<Test<'static>> {
-    BARE_CASES
+    let mut tests: Vec<Test<'static>> = BARE_CASES
         .iter()
         .map(|case| {
             let assets = Rc::clone(assets);
             Test::new(case.name, move || bare_test(case, &assets))
         })
-        .collect()
+        .collect();
+    tests.extend(VIRTIO_CASES.iter().map(|case| {
+        let assets = Rc::clone(assets);
+        Test::new(case.name, move || virtio_test(case, &assets))
+    }));
+    tests
+}
+
+/// A path as a QEMU option value (a comma is doubled).
+fn qemu_opt(p: &Path) -> String {
+    p.display().to_string().replace(',', ",,")
+}
+
+/// Boots one virtio case: `-smp 2`, the rootfs image as a virtio-blk disk,
+/// and as the case says a virtio console written to a file and a
+/// virtio-net device on QEMU's user network.
+fn virtio_test(case: &VirtioCase, assets: &assets::LinuxAssets) -> Verdict {
+    if !assets.rootfs.is_file() {
+        return Verdict::error(format!(
+            "{} is missing (run `cargo xtask guest-assets`)",
+            assets.rootfs.display()
+        ));
+    }
+    let mut append =
+        "console=ttyAMA0 rdinit=/init kestrel.test_cpus=2 kestrel.name=virtio kestrel.root=/dev/vda"
+            .to_string();
+    if case.console {
+        append.push_str(" kestrel.console=hvc0");
+    }
+    if case.net {
+        append.push_str(&format!(" kestrel.ip={VIRTIO_IP}"));
+    }
+    let mut cmd = bare_command(
+        Arch::Aarch64,
+        "virt",
+        2,
+        1024,
+        &assets.image,
+        Some(&assets.initramfs),
+        &append,
+    );
+    let disk = format!(
+        "if=none,id=root,format=raw,file={},{}",
+        qemu_opt(&assets.rootfs),
+        if case.read_only {
+            "readonly=on"
+        } else {
+            "snapshot=on"
+        }
+    );
+    cmd.args(["-drive", &disk, "-device", "virtio-blk-device,drive=root"]);
+    let dir = crate::root().join("build/linux-virtio");
+    let hvc0 = dir.join(format!("hvc0.{}.log", std::process::id()));
+    if case.console {
+        if let Err(e) = std::fs::create_dir_all(&dir) {
+            return Verdict::error(format!("{}: {e}", dir.display()));
+        }
+        let _ = std::fs::remove_file(&hvc0);
+        cmd.args(["-device", "virtio-serial-device", "-chardev"])
+            .arg(format!("file,id=hvc0,path={}", qemu_opt(&hvc0)))
+            .args(["-device", "virtconsole,chardev=hvc0"]);
+    }
+    if case.net {
+        cmd.args([
+            "-netdev",
+            "user,id=net0",
+            "-device",
+            "virtio-net-device,netdev=net0",
+        ]);
+    }
+    let boot = Runner::new(cmd, BOOT_LIMIT).run();
+    let console = if case.console {
+        std::fs::read_to_string(&hvc0).unwrap_or_default()
+    } else {
+        String::new()
+    };
+    let _ = std::fs::remove_file(&hvc0);
+    match boot {
+        Ok(boot) => {
+            let mut log = boot.log();
+            if case.console {
+                log.push_str(&format!(
+                    "\n---- hvc0 (virtio console) ----\n{}",
+                    console.trim_end()
+                ));
+            }
+            Verdict {
+                problems: judge_virtio(case, &boot, &console),
+                detail: Some(format!(
+                    "root at {:.1} s, power-off at {:.1} s",
+                    boot.when("LINUX-INIT: started on root")
+                        .unwrap_or_default()
+                        .as_secs_f64(),
+                    boot.ended.unwrap_or_default().as_secs_f64()
+                )),
+                log,
+                ..Verdict::default()
+            }
+        }
+        Err(e) => Verdict::error(e),
+    }
 }
 
 /// Boots one bare-QEMU Linux case with `assets`.
@@ -621,4 +845,94 @@ fn private_copy(image: &Path, cmdline: &str) -> Result<PathBuf, String> {
         ));
     }
     Ok(copy)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::qemu::Line;
+
+    fn boot(lines: &[&str]) -> Boot {
+        Boot {
+            lines: lines
+                .iter()
+                .enumerate()
+                .map(|(i, t)| Line {
+                    at: Duration::from_millis(i as u64),
+                    text: t.to_string(),
+                })
+                .collect(),
+            exit: None,
+            ended: Some(Duration::from_secs(1)),
+            timed_out: false,
+            saved: None,
+        }
+    }
+
+    fn serial(case: &VirtioCase) -> Vec<String> {
+        let mut l = virtio_expected(case);
+        l.insert(
+            1,
+            "[    1.0] virtio_blk virtio2: [vda] 32768 512-byte logical blocks".into(),
+        );
+        l
+    }
+
+    #[test]
+    fn virtio_steps_are_the_init_lines() {
+        let w = virtio_expected(&VIRTIO_CASES[0]);
+        assert_eq!(w[0], INIT_LINE);
+        assert!(w[1]
+            .ends_with("virtio_mmio virtio_blk virtio_console failover net_failover virtio_net"));
+        assert!(w.contains(
+            &"LINUX-INIT: root mounted from /dev/vda (ext4, read-write): switch_root".to_string()
+        ));
+        assert!(w.contains(&format!("LINUX-INIT: eth0 up {VIRTIO_IP}")));
+        assert!(w.contains(&"LINUX-INIT: console on hvc0".to_string()));
+        let r = virtio_expected(&VIRTIO_CASES[1]);
+        assert!(r.iter().any(|l| l.contains("(ext4, read-only)")));
+        assert!(!r.iter().any(|l| l.contains("eth0") || l.contains("hvc0")));
+    }
+
+    #[test]
+    fn virtio_console_case_is_judged_on_both_logs() {
+        let case = &VIRTIO_CASES[0];
+        let lines = serial(case);
+        let refs: Vec<&str> = lines.iter().map(String::as_str).collect();
+        let hvc0 = format!("LINUX-INIT: console on hvc0\nLINUX-TEST: 2 CPUs online\n{PASS_2}\n");
+        assert_eq!(
+            judge_virtio(case, &boot(&refs), &hvc0),
+            Vec::<String>::new()
+        );
+        // The test's result missing on hvc0, or on the serial port instead.
+        assert_eq!(judge_virtio(case, &boot(&refs), "").len(), 2);
+        let mut on_serial = refs.clone();
+        on_serial.push(PASS_2);
+        let p = judge_virtio(case, &boot(&on_serial), "LINUX-INIT: console on hvc0\n");
+        assert!(p.iter().any(|p| p.contains("not on hvc0")), "{p:?}");
+        // A step missing, steps out of order.
+        let p = judge_virtio(case, &boot(&refs[..refs.len() - 1]), &hvc0);
+        assert_eq!(p, ["serial log lacks \"LINUX-INIT: console on hvc0\""]);
+        let mut swapped = refs.clone();
+        let n = swapped.len();
+        swapped.swap(n - 1, n - 2);
+        let p = judge_virtio(case, &boot(&swapped), &hvc0);
+        assert!(p.iter().any(|p| p.contains("out of order")), "{p:?}");
+    }
+
+    #[test]
+    fn read_only_case_passes_on_the_serial_port() {
+        let case = &VIRTIO_CASES[1];
+        let mut lines = serial(case);
+        let refs: Vec<&str> = lines.iter().map(String::as_str).collect();
+        assert_eq!(judge_virtio(case, &boot(&refs), "").len(), 1);
+        lines.push("LINUX-TEST: FAIL fp=1-wrong".into());
+        let refs: Vec<&str> = lines.iter().map(String::as_str).collect();
+        let p = judge_virtio(case, &boot(&refs), "");
+        assert_eq!(p, ["the test failed: LINUX-TEST: FAIL fp=1-wrong"]);
+        lines.pop();
+        lines.push(PASS_2.into());
+        let refs: Vec<&str> = lines.iter().map(String::as_str).collect();
+        assert!(judge_virtio(case, &boot(&refs), "").is_empty());
+    }
 }

@@ -10,6 +10,7 @@ use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use super::arm64::{BUSYBOX, KERNEL_META};
+use super::rootfs::{find_tool, E2FS_TOOLS};
 use super::{mkdir, say};
 
 /// Default Debian suite (override with `KESTREL_DEBIAN_SUITE`).
@@ -412,7 +413,8 @@ fn have(cmd: &str) -> bool {
 }
 
 /// apt, dpkg-deb, tar, gzip and sha256sum must be there (they are on
-/// Debian); `cpio` is installed from Debian if missing.
+/// Debian); `cpio` and e2fsprogs (`mke2fs`, `debugfs`, `e2fsck`, for the
+/// root filesystem image) are installed from Debian if missing.
 pub(super) fn need_tools() -> Result<(), String> {
     for t in [
         "apt-get",
@@ -429,14 +431,28 @@ pub(super) fn need_tools() -> Result<(), String> {
             ));
         }
     }
-    if have("cpio") {
+    install_if_missing("cpio", &["cpio"], || have("cpio"))?;
+    install_if_missing("e2fsprogs", &E2FS_TOOLS, || {
+        E2FS_TOOLS.iter().all(|t| find_tool(t).is_some())
+    })
+}
+
+/// Installs Debian package `pkg` when `present` says its `commands` are
+/// missing: on Debian as root, otherwise an error saying what to install.
+fn install_if_missing(
+    pkg: &str,
+    commands: &[&str],
+    present: impl Fn() -> bool,
+) -> Result<(), String> {
+    if present() {
         return Ok(());
     }
+    let what = commands.join("`, `");
     let debian = std::fs::read_to_string("/etc/os-release")
         .map(|t| t.lines().any(|l| l == "ID=debian"))
         .unwrap_or(false);
     if !debian {
-        return Err("`cpio` is missing: install GNU cpio and re-run".into());
+        return Err(format!("`{what}` missing: install {pkg} and re-run"));
     }
     let root = Command::new("id")
         .arg("-u")
@@ -444,14 +460,16 @@ pub(super) fn need_tools() -> Result<(), String> {
         .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
         .unwrap_or(false);
     if !root {
-        return Err(
-            "`cpio` is missing: run as root (or: sudo apt-get install cpio) and re-run".into(),
-        );
+        return Err(format!(
+            "`{what}` missing: run as root (or: sudo apt-get install {pkg}) and re-run"
+        ));
     }
-    say("installing Debian's cpio package (apt-get install cpio)");
+    say(&format!(
+        "installing Debian's {pkg} package (apt-get install {pkg})"
+    ));
     let install = || {
         Command::new("apt-get")
-            .args(["install", "-y", "-qq", "--no-install-recommends", "cpio"])
+            .args(["install", "-y", "-qq", "--no-install-recommends", pkg])
             .env("DEBIAN_FRONTEND", "noninteractive")
             .stdout(Stdio::null())
             .status()
@@ -463,13 +481,17 @@ pub(super) fn need_tools() -> Result<(), String> {
             .stdout(Stdio::null())
             .status();
         if !install() {
-            return Err("apt-get install cpio failed: install the cpio package and re-run".into());
+            return Err(format!(
+                "apt-get install {pkg} failed: install the {pkg} package and re-run"
+            ));
         }
     }
-    if have("cpio") {
+    if present() {
         Ok(())
     } else {
-        Err("cpio still missing after apt-get install cpio".into())
+        Err(format!(
+            "`{what}` still missing after apt-get install {pkg}"
+        ))
     }
 }
 
@@ -540,6 +562,34 @@ pub(super) fn extract_member(deb: &Path, member: &str, dest: &Path) -> Result<()
         ));
     }
     std::fs::rename(&tmp, dest).map_err(|e| format!("{}: {e}", dest.display()))
+}
+
+/// Extracts `members` of a `.deb` below `dest` with their paths (one pass
+/// over the archive); each must be there.
+pub(super) fn extract_members(deb: &Path, members: &[String], dest: &Path) -> Result<(), String> {
+    let mut dpkg = Command::new("dpkg-deb")
+        .arg("--fsys-tarfile")
+        .arg(deb)
+        .stdout(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot run dpkg-deb: {e}"))?;
+    let tar = Command::new("tar")
+        .args(["-x", "--no-same-owner", "-C"])
+        .arg(dest)
+        .args(members)
+        .stdin(dpkg.stdout.take().unwrap())
+        .output()
+        .map_err(|e| format!("cannot run tar: {e}"))?;
+    let dpkg_ok = dpkg.wait().is_ok_and(|s| s.success());
+    if !tar.status.success() || !dpkg_ok {
+        return Err(format!(
+            "cannot extract {} from {} (dpkg-deb --fsys-tarfile | tar): {}",
+            members.join(" "),
+            deb.display(),
+            String::from_utf8_lossy(&tar.stderr).trim()
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -1,6 +1,8 @@
-//! The Linux guest's initramfs: busybox, the `/init` script and the test
+//! The Linux guest's initramfs: busybox, the `/init` script, the test
 //! script (`tools/guests/linux/*.sh`, the test completed with its table of
-//! known FP answers), packed as a reproducible `newc` cpio, gzipped.
+//! known FP answers) and the virtio modules (`modules.rs`), packed as a
+//! reproducible `newc` cpio, gzipped. The same tree becomes the ext4 root
+//! filesystem (`rootfs.rs`).
 
 use std::io::Write;
 use std::path::Path;
@@ -66,15 +68,23 @@ fn write_exec(path: &Path, text: &str) -> Result<(), String> {
 }
 
 /// Builds `out` (gzip) and the uncompressed `.cpio` next to it, with the
-/// tree in `tree`. Everything is written under temporary names and renamed
-/// into place, so a test reading the files meanwhile never sees half of one.
-pub(super) fn build_initramfs(busybox: &Path, tree: &Path, out: &Path) -> Result<(), String> {
+/// tree in `tree`; `populate` adds to the tree (the modules) before it is
+/// packed. Everything is written under temporary names and renamed into
+/// place, so a test reading the files meanwhile never sees half of one.
+pub(super) fn build_initramfs(
+    busybox: &Path,
+    populate: impl FnOnce(&Path) -> Result<(), String>,
+    tree: &Path,
+    out: &Path,
+) -> Result<(), String> {
     let pid = std::process::id();
     let staging = &tree.with_file_name(format!(".initramfs.d.{pid}"));
     if staging.exists() {
         std::fs::remove_dir_all(staging).map_err(|e| format!("{}: {e}", staging.display()))?;
     }
-    for d in ["bin", "dev", "proc", "sys", "tmp", "root"] {
+    for d in [
+        "bin", "dev", "proc", "sys", "tmp", "root", "sbin", "usr/bin", "usr/sbin",
+    ] {
         mkdir(&staging.join(d))?;
     }
     let bb = staging.join("bin/busybox");
@@ -85,6 +95,7 @@ pub(super) fn build_initramfs(busybox: &Path, tree: &Path, out: &Path) -> Result
         .map_err(|e| format!("{}: {e}", staging.join("bin/sh").display()))?;
     write_exec(&staging.join("init"), INIT)?;
     write_exec(&staging.join("bin/kestrel-linux-test"), &test_script())?;
+    populate(staging)?;
     // newc archive, files owned by root, sorted for a stable order. The
     // kernel's built-in initramfs provides /dev/console.
     let find = Command::new("find")

@@ -1,20 +1,23 @@
-//! `cargo xtask guest-assets`: Debian's arm64 cloud kernel and a busybox
-//! initramfs whose `/init` is the Linux guest test (docs/linux-guests.md).
+//! `cargo xtask guest-assets`: Debian's arm64 cloud kernel, a busybox
+//! initramfs whose `/init` is the Linux guest test (with the kernel's
+//! virtio modules), and an ext4 root filesystem image of the same tree
+//! (docs/linux-guests.md).
 //!
 //! Nothing on the system changes: apt runs with its own package lists,
 //! sources list and archive cache under the asset cache
 //! (`~/.cache/kestrel/guest-assets/`, or `$KESTREL_GUEST_CACHE`), and only
 //! downloads (`apt-get download`); nothing is installed, except Debian's
-//! `cpio` package when the `cpio` command is missing (as `tools/setup.sh`
-//! does for QEMU: on Debian as root, otherwise it stops and says so).
+//! `cpio` and `e2fsprogs` packages when their commands are missing (as
+//! `tools/setup.sh` does: on Debian as root, otherwise it stops and says so).
 //!
 //! Steps: `apt-get update` (arm64 lists of Debian `bookworm`, `-updates` and
 //! `-security`), resolve `linux-image-cloud-arm64` to the versioned package
 //! it depends on, download it and `busybox-static`, check each `.deb`
 //! against the SHA256 and size in the signed apt metadata and with
 //! `dpkg-deb`, extract `boot/vmlinuz-*` (an arm64 `Image`: magic `ARM\x64` at
-//! 0x38) and `bin/busybox` (a static aarch64 ELF), and write
-//! `build/guests/linux/{Image,initramfs.cpio.gz,ASSETS.txt}`.
+//! 0x38), the virtio modules of that kernel (aarch64 relocatable ELFs with
+//! its `vermagic`) and `bin/busybox` (a static aarch64 ELF), and write
+//! `build/guests/linux/{Image,initramfs.cpio.gz,rootfs.ext4,ASSETS.txt}`.
 //!
 //! The cache is reused as long as its `.deb` files still match the recorded
 //! checksums; `--refresh` resolves the current versions again.
@@ -26,6 +29,8 @@ use std::time::{Duration, Instant};
 mod apt;
 mod arm64;
 mod initramfs;
+mod modules;
+mod rootfs;
 
 use apt::{
     check_cached, deb_member, extract_member, fetch, need_tools, parse_manifest, render_manifest,
@@ -34,6 +39,10 @@ use apt::{
 pub use arm64::check_arm64_image;
 use arm64::{check_static_aarch64_elf, BUSYBOX};
 use initramfs::build_initramfs;
+use modules::{extract_modules, kernel_release};
+pub use modules::{module_name, VIRTIO_MODULES};
+pub use rootfs::ROOTFS_MIB;
+use rootfs::{ensure_rootfs, ROOTFS_LABEL};
 
 /// The built guest files.
 #[derive(Clone, Debug)]
@@ -42,6 +51,9 @@ pub struct LinuxAssets {
     pub image: PathBuf,
     /// gzip-compressed `newc` cpio archive.
     pub initramfs: PathBuf,
+    /// ext4 image of the same tree (may be missing in a build made before
+    /// it existed; [`ensure`] makes it).
+    pub rootfs: PathBuf,
     /// Kernel package and version, e.g. `linux-image-6.1.0-57-cloud-arm64 6.1.192-3`.
     pub kernel: String,
 }
@@ -69,6 +81,7 @@ pub fn built() -> Option<LinuxAssets> {
     let a = LinuxAssets {
         image: dir.join("Image"),
         initramfs: dir.join("initramfs.cpio.gz"),
+        rootfs: dir.join("rootfs.ext4"),
         kernel: std::fs::read_to_string(dir.join("ASSETS.txt"))
             .ok()
             .and_then(|t| {
@@ -102,7 +115,7 @@ pub fn command(cmd: &str, args: &[String]) -> Result<(), String> {
                 println!(
                     "usage: cargo xtask guest-assets [--refresh] [--test]\n\
                      Fetches Debian's arm64 cloud kernel and busybox-static with apt (cache: {}),\n\
-                     checks them and builds {}/{{Image,initramfs.cpio.gz}}.\n\
+                     checks them and builds {}/{{Image,initramfs.cpio.gz,rootfs.ext4}}.\n\
                      --refresh  resolve and download the current versions even if the cache is valid\n\
                      --test     then boot them on bare QEMU (GICv3, GICv3 at EL1, GICv2) and run the init test\n\
                      Environment: KESTREL_GUEST_CACHE (cache dir), KESTREL_DEBIAN_SUITE (default {DEFAULT_SUITE}),\n\
@@ -122,6 +135,7 @@ pub fn command(cmd: &str, args: &[String]) -> Result<(), String> {
     let a = ensure(refresh)?;
     println!("{}", a.image.display());
     println!("{}", a.initramfs.display());
+    println!("{}", a.rootfs.display());
     if test {
         crate::vmtests_linux::run_bare(a)?;
     }
@@ -175,7 +189,7 @@ pub fn ensure(refresh: bool) -> Result<LinuxAssets, String> {
     let out = out_dir();
     mkdir(&out)?;
 
-    say("[3/4] extracting the kernel Image and busybox");
+    say("[3/4] extracting the kernel Image, its virtio modules and busybox");
     let kernel_deb = debs.join(&manifest["kernel_deb"]);
     let image = out.join("Image");
     // Reuse the Image extracted last time if it is still the same file.
@@ -198,23 +212,55 @@ pub fn ensure(refresh: bool) -> Result<LinuxAssets, String> {
         }
     };
     check_arm64_image(&image)?;
+    let release = kernel_release(&kernel_member)
+        .ok_or_else(|| format!("{kernel_member}: no kernel release in its name"))?
+        .to_string();
     let busybox_deb = debs.join(&manifest["busybox_deb"]);
     let busybox = out.join("busybox");
     extract_member(&busybox_deb, "./bin/busybox", &busybox)?;
     check_static_aarch64_elf(&busybox)?;
 
-    say("[4/4] building the initramfs (cpio -H newc, gzip)");
+    say(&format!(
+        "[4/4] building the initramfs (cpio -H newc, gzip; with {} virtio modules of {release}) and {ROOTFS_MIB} MiB rootfs.ext4",
+        VIRTIO_MODULES.len()
+    ));
     let initramfs = out.join("initramfs.cpio.gz");
-    build_initramfs(&busybox, &out.join("initramfs.d"), &initramfs)?;
+    let tree = out.join("initramfs.d");
+    build_initramfs(
+        &busybox,
+        |staging| extract_modules(&kernel_deb, &release, staging),
+        &tree,
+        &initramfs,
+    )?;
+    let rootfs = out.join("rootfs.ext4");
+    let (rootfs_inputs, rootfs_sha, built_now) = ensure_rootfs(
+        &tree,
+        &rootfs,
+        last.get("rootfs_inputs_sha256"),
+        last.get("rootfs_sha256"),
+    )?;
+    say(&format!(
+        "      {}: {}",
+        rootfs.display(),
+        if built_now {
+            format!("built (ext4 \"{ROOTFS_LABEL}\", /dev/console 5,1, owner root)")
+        } else {
+            "unchanged inputs: kept".to_string()
+        }
+    ));
     let mut info = manifest.clone();
     info.insert("kernel_member".into(), kernel_member.clone());
+    info.insert("kernel_release".into(), release.clone());
+    info.insert("modules".into(), VIRTIO_MODULES.map(module_name).join(","));
     info.insert("image_sha256".into(), sha256(&image)?);
     info.insert("initramfs_sha256".into(), sha256(&initramfs)?);
+    info.insert("rootfs_sha256".into(), rootfs_sha);
+    info.insert("rootfs_inputs_sha256".into(), rootfs_inputs);
     std::fs::write(out.join("ASSETS.txt"), render_manifest(&info))
         .map_err(|e| format!("{}: {e}", out.join("ASSETS.txt").display()))?;
     let size = |p: &Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
     say(&format!(
-        "done in {:.1} s: {} ({:.1} MiB, {} from {} {}), {} ({:.1} MiB)",
+        "done in {:.1} s: {} ({:.1} MiB, {} from {} {}), {} ({:.1} MiB), {}",
         t0.elapsed().as_secs_f64(),
         image.display(),
         size(&image) as f64 / 1048576.0,
@@ -222,11 +268,13 @@ pub fn ensure(refresh: bool) -> Result<LinuxAssets, String> {
         manifest["kernel_package"],
         manifest["kernel_version"],
         initramfs.display(),
-        size(&initramfs) as f64 / 1048576.0
+        size(&initramfs) as f64 / 1048576.0,
+        rootfs.display()
     ));
     Ok(LinuxAssets {
         image,
         initramfs,
+        rootfs,
         kernel: format!(
             "{} {}",
             manifest["kernel_package"], manifest["kernel_version"]

@@ -1,0 +1,247 @@
+//! The virtio driver modules the guest's `/init` loads: Debian's cloud
+//! kernel builds virtio, virtio-mmio and the block, console and net drivers
+//! as modules (`CONFIG_VIRTIO_MMIO=m` ...), so the initramfs carries them,
+//! taken from the same kernel `.deb` and checked against that kernel.
+
+use std::path::Path;
+
+use super::apt::extract_members;
+
+/// The modules in load order (each one's dependencies before it), as paths
+/// below `lib/modules/<release>/kernel/`.
+pub const VIRTIO_MODULES: [&str; 8] = [
+    "drivers/virtio/virtio_ring.ko",
+    "drivers/virtio/virtio.ko",
+    "drivers/virtio/virtio_mmio.ko",
+    "drivers/block/virtio_blk.ko",
+    "drivers/char/virtio_console.ko",
+    "net/core/failover.ko",
+    "drivers/net/net_failover.ko",
+    "drivers/net/virtio_net.ko",
+];
+
+/// The file `/init` reads the load order from, below `lib/modules/<release>/`
+/// (one path below `kernel/` per line).
+pub const LOAD_ORDER: &str = "kestrel-load-order";
+
+/// The kernel release of a `./boot/vmlinuz-<release>` member
+/// (`6.1.0-57-cloud-arm64`): the modules' directory and `vermagic`.
+pub fn kernel_release(vmlinuz_member: &str) -> Option<&str> {
+    vmlinuz_member
+        .rsplit('/')
+        .next()?
+        .strip_prefix("vmlinuz-")
+        .filter(|r| !r.is_empty() && !r.contains(char::is_whitespace))
+}
+
+/// The module name of a path (`drivers/net/virtio_net.ko` -> `virtio_net`).
+pub fn module_name(path: &str) -> &str {
+    let file = path.rsplit('/').next().unwrap_or(path);
+    file.strip_suffix(".ko").unwrap_or(file)
+}
+
+/// The text of [`LOAD_ORDER`].
+pub fn load_order() -> String {
+    VIRTIO_MODULES.iter().map(|m| format!("{m}\n")).collect()
+}
+
+fn u16_at(d: &[u8], off: usize) -> Option<u16> {
+    Some(u16::from_le_bytes(d.get(off..off + 2)?.try_into().ok()?))
+}
+
+fn u32_at(d: &[u8], off: usize) -> Option<u32> {
+    Some(u32::from_le_bytes(d.get(off..off + 4)?.try_into().ok()?))
+}
+
+fn u64_at(d: &[u8], off: usize) -> Option<u64> {
+    Some(u64::from_le_bytes(d.get(off..off + 8)?.try_into().ok()?))
+}
+
+/// The bytes of the section called `name` of a 64-bit little-endian ELF.
+fn section<'a>(d: &'a [u8], name: &str) -> Result<&'a [u8], String> {
+    let bad = || "section header table outside the file".to_string();
+    let shoff = usize::try_from(u64_at(d, 0x28).ok_or_else(bad)?).map_err(|_| bad())?;
+    let shentsize = u16_at(d, 0x3a).ok_or_else(bad)? as usize;
+    let shnum = u16_at(d, 0x3c).ok_or_else(bad)? as usize;
+    let shstrndx = u16_at(d, 0x3e).ok_or_else(bad)? as usize;
+    if shentsize < 0x40 {
+        return Err(format!("section header size {shentsize} < 64"));
+    }
+    let header = |i: usize| -> Result<(u32, &'a [u8]), String> {
+        let h = shoff
+            .checked_add(i.checked_mul(shentsize).ok_or_else(bad)?)
+            .ok_or_else(bad)?;
+        let name = u32_at(d, h).ok_or_else(bad)?;
+        let off = u64_at(d, h + 0x18).ok_or_else(bad)?;
+        let size = u64_at(d, h + 0x20).ok_or_else(bad)?;
+        let bytes = usize::try_from(off)
+            .ok()
+            .zip(usize::try_from(size).ok())
+            .and_then(|(o, s)| d.get(o..o.checked_add(s)?))
+            .ok_or_else(|| format!("section {i} outside the file"))?;
+        Ok((name, bytes))
+    };
+    if shstrndx >= shnum {
+        return Err(format!(
+            "no section name table (index {shstrndx} of {shnum})"
+        ));
+    }
+    let (_, names) = header(shstrndx)?;
+    for i in 0..shnum {
+        let (n, bytes) = header(i)?;
+        let n = names.get(n as usize..).unwrap_or_default();
+        if n.split(|&b| b == 0).next() == Some(name.as_bytes()) {
+            return Ok(bytes);
+        }
+    }
+    Err(format!("no {name} section"))
+}
+
+/// Checks one module: a 64-bit little-endian aarch64 relocatable ELF whose
+/// `.modinfo` says it was built for `release` (`vermagic=<release> ...`)
+/// and depends only on modules in `loaded` (those before it in the load
+/// order). Returns its `depends=` list.
+pub fn check_module(d: &[u8], release: &str, loaded: &[&str]) -> Result<Vec<String>, String> {
+    if d.get(..4) != Some(b"\x7fELF") || d.get(4) != Some(&2) || d.get(5) != Some(&1) {
+        return Err("not a 64-bit little-endian ELF file".into());
+    }
+    if u16_at(d, 0x10) != Some(1) {
+        return Err("not a relocatable object (ET_REL)".into());
+    }
+    let machine = u16_at(d, 0x12).unwrap_or_default();
+    if machine != kestrel_abi::image::EM_AARCH64 {
+        return Err(format!("e_machine {machine} is not aarch64"));
+    }
+    let info = section(d, ".modinfo")?;
+    let field = |key: &str| {
+        info.split(|&b| b == 0)
+            .filter_map(|s| std::str::from_utf8(s).ok())
+            .find_map(|s| s.strip_prefix(key)?.strip_prefix('='))
+    };
+    let vermagic = field("vermagic").ok_or("no vermagic in .modinfo")?;
+    if vermagic.split_whitespace().next() != Some(release) {
+        return Err(format!("built for {vermagic:?}, the kernel is {release}"));
+    }
+    let depends: Vec<String> = field("depends")
+        .unwrap_or("")
+        .split(',')
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect();
+    if let Some(missing) = depends.iter().find(|d| !loaded.contains(&d.as_str())) {
+        return Err(format!(
+            "depends on {missing}, which is not loaded before it"
+        ));
+    }
+    Ok(depends)
+}
+
+/// Extracts [`VIRTIO_MODULES`] of kernel `release` from `kernel_deb` into
+/// `dest/lib/modules/<release>/kernel/...`, checks each, and writes the
+/// [`LOAD_ORDER`] file next to them.
+pub(super) fn extract_modules(kernel_deb: &Path, release: &str, dest: &Path) -> Result<(), String> {
+    let member = |m: &str| format!("./lib/modules/{release}/kernel/{m}");
+    let members: Vec<String> = VIRTIO_MODULES.iter().map(|m| member(m)).collect();
+    extract_members(kernel_deb, &members, dest)?;
+    let dir = dest.join("lib/modules").join(release);
+    let mut loaded: Vec<&str> = Vec::new();
+    for m in VIRTIO_MODULES {
+        let path = dir.join("kernel").join(m);
+        let data = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        check_module(&data, release, &loaded)
+            .map_err(|e| format!("{} of {}: {e}", member(m), kernel_deb.display()))?;
+        loaded.push(module_name(m));
+    }
+    std::fs::write(dir.join(LOAD_ORDER), load_order())
+        .map_err(|e| format!("{}: {e}", dir.join(LOAD_ORDER).display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A minimal aarch64 ET_REL with a section name table and a `.modinfo`.
+    fn module(kind: u16, machine: u16, modinfo: &str) -> Vec<u8> {
+        let names = b"\0.shstrtab\0.modinfo\0";
+        let mut d = vec![0u8; 0x40];
+        d[..6].copy_from_slice(b"\x7fELF\x02\x01");
+        d[0x10..0x12].copy_from_slice(&kind.to_le_bytes());
+        d[0x12..0x14].copy_from_slice(&machine.to_le_bytes());
+        let names_off = d.len();
+        d.extend_from_slice(names);
+        let info_off = d.len();
+        d.extend_from_slice(modinfo.as_bytes());
+        let shoff = d.len();
+        d[0x28..0x30].copy_from_slice(&(shoff as u64).to_le_bytes());
+        d[0x3a..0x3c].copy_from_slice(&0x40u16.to_le_bytes());
+        d[0x3c..0x3e].copy_from_slice(&3u16.to_le_bytes());
+        d[0x3e..0x40].copy_from_slice(&1u16.to_le_bytes());
+        for (name, off, size) in [
+            (0u32, 0usize, 0usize),
+            (1, names_off, names.len()),
+            (11, info_off, modinfo.len()),
+        ] {
+            let mut h = [0u8; 0x40];
+            h[..4].copy_from_slice(&name.to_le_bytes());
+            h[0x18..0x20].copy_from_slice(&(off as u64).to_le_bytes());
+            h[0x20..0x28].copy_from_slice(&(size as u64).to_le_bytes());
+            d.extend_from_slice(&h);
+        }
+        d
+    }
+
+    const REL: &str = "6.1.0-57-cloud-arm64";
+
+    #[test]
+    fn release_of_the_kernel_member() {
+        assert_eq!(
+            kernel_release("./boot/vmlinuz-6.1.0-57-cloud-arm64"),
+            Some(REL)
+        );
+        assert_eq!(kernel_release("./boot/vmlinuz-"), None);
+        assert_eq!(kernel_release("./boot/System.map-6.1"), None);
+    }
+
+    #[test]
+    fn a_good_module_passes_and_names_its_dependencies() {
+        let info = format!("name=virtio_mmio\0depends=virtio,virtio_ring\0vermagic={REL} SMP mod_unload modversions aarch64\0");
+        let d = module(1, 183, &info);
+        assert_eq!(
+            check_module(&d, REL, &["virtio_ring", "virtio"]),
+            Ok(vec!["virtio".to_string(), "virtio_ring".to_string()])
+        );
+        let none = module(1, 183, &format!("depends=\0vermagic={REL} SMP\0"));
+        assert_eq!(check_module(&none, REL, &[]), Ok(vec![]));
+    }
+
+    #[test]
+    fn wrong_modules_are_refused() {
+        let info = format!("depends=virtio\0vermagic={REL} SMP\0");
+        // Dependency not loaded before it.
+        let e = check_module(&module(1, 183, &info), REL, &[]).unwrap_err();
+        assert!(e.contains("depends on virtio"), "{e}");
+        // Another kernel.
+        let e =
+            check_module(&module(1, 183, &info), "6.1.0-58-cloud-arm64", &["virtio"]).unwrap_err();
+        assert!(e.contains("built for"), "{e}");
+        // Not relocatable, not aarch64, no modinfo, not ELF, truncated.
+        assert!(check_module(&module(2, 183, &info), REL, &["virtio"]).is_err());
+        assert!(check_module(&module(1, 62, &info), REL, &["virtio"]).is_err());
+        assert!(check_module(&module(1, 183, "depends=\0"), REL, &[]).is_err());
+        assert!(check_module(b"not an elf", REL, &[]).is_err());
+        let d = module(1, 183, &info);
+        assert!(check_module(&d[..d.len() - 0x30], REL, &["virtio"]).is_err());
+    }
+
+    #[test]
+    fn load_order_lists_every_module_once() {
+        let order = load_order();
+        assert_eq!(order.lines().count(), VIRTIO_MODULES.len());
+        let names: Vec<&str> = order.lines().map(module_name).collect();
+        assert_eq!(names[0], "virtio_ring");
+        assert_eq!(names[names.len() - 1], "virtio_net");
+        for (i, n) in names.iter().enumerate() {
+            assert!(!names[..i].contains(n), "{n} twice");
+        }
+    }
+}
