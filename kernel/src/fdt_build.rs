@@ -292,6 +292,8 @@ pub struct GuestDtbSpec<'a> {
     pub bootargs: &'a str,
     /// Guest physical start and end (exclusive) of the initrd.
     pub initrd: Option<(u64, u64)>,
+    /// virtio-mmio transports: (base, size, SPI number).
+    pub virtio: Vec<(u64, u64, u32)>,
 }
 
 /// MPIDR affinity (Aff1.Aff0) of vCPU `i`: 16 per cluster, as KVM does.
@@ -435,6 +437,14 @@ pub fn guest_dtb_arm64(spec: &GuestDtbSpec) -> Vec<u8> {
                 .prop_u32("reg-io-width", 1)
                 .end_node();
         }
+    }
+    for &(base, size, spi) in &spec.virtio {
+        w.begin_node(&format!("virtio_mmio@{base:x}"))
+            .prop_str("compatible", "virtio,mmio")
+            .prop_reg("reg", &[(base, size)])
+            .prop_cells("interrupts", &[GIC_SPI, spi, IRQ_TYPE_LEVEL_HIGH])
+            .prop_empty("dma-coherent")
+            .end_node();
     }
     w.end_node();
     w.boot_cpuid(0);

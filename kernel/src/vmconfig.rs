@@ -38,6 +38,27 @@ pub const GUEST_GICC: (u64, u64) = (0x0801_0000, 0x1_0000);
 pub const GUEST_GICR: (u64, u64) = (0x080A_0000, 0xF6_0000);
 /// arm64 guest console UART and its SPI.
 pub const GUEST_UART: (u64, u64, u32) = (0x0900_0000, 0x1000, 1);
+/// arm64 guest virtio-mmio transports: the first one's base, the stride
+/// between them, and the first one's SPI (slot i: base + i * stride, SPI
+/// first + i), as QEMU `virt` places them.
+pub const GUEST_VIRTIO: (u64, u64, u32) = (0x0a00_0000, 0x200, 16);
+
+/// What sits in a virtio-mmio slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VirtioSlotKind {
+    Console,
+    /// The i-th device of the VM's device table.
+    Device(usize),
+}
+
+/// One virtio-mmio transport of a VM.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VirtioSlot {
+    pub base: u64,
+    pub size: u64,
+    pub spi: u32,
+    pub kind: VirtioSlotKind,
+}
 
 static PACKAGE: spin::Once<&'static [u8]> = spin::Once::new();
 
@@ -156,7 +177,31 @@ impl<'a> VmSpec<'a> {
             },
             bootargs: self.cmdline,
             initrd: self.initrd_range(),
+            virtio: self
+                .virtio_slots()
+                .iter()
+                .map(|v| (v.base, v.size, v.spi))
+                .collect(),
         }
+    }
+
+    /// The VM's virtio-mmio transports on arm64, in slot order: the virtio
+    /// console (when asked for) first, then the device table's entries.
+    /// The DTB writer and the VM builder both take them from here.
+    pub fn virtio_slots(&self) -> Vec<VirtioSlot> {
+        let console = self.virtio_console.then_some(VirtioSlotKind::Console);
+        let devices = (0..self.devices.len()).map(VirtioSlotKind::Device);
+        console
+            .into_iter()
+            .chain(devices)
+            .enumerate()
+            .map(|(i, kind)| VirtioSlot {
+                base: GUEST_VIRTIO.0 + i as u64 * GUEST_VIRTIO.1,
+                size: GUEST_VIRTIO.1,
+                spi: GUEST_VIRTIO.2 + i as u32,
+                kind,
+            })
+            .collect()
     }
 
     /// The DTB to give an arm64 guest: the config's, or a generated one.

@@ -21,6 +21,7 @@ fn spec_v3() -> GuestDtbSpec<'static> {
         },
         bootargs: "console=ttyAMA0 earlycon",
         initrd: Some((0x5000_0000, 0x5012_3456)),
+        virtio: Vec::new(),
     }
 }
 
@@ -453,4 +454,27 @@ fn loongarch_ram_beyond_the_device_window_and_high_initrd() {
     let fdt = fdt::Fdt::new(&blob).unwrap();
     let chosen = fdt.find_node("/chosen").unwrap();
     assert!(chosen.property("linux,initrd-start").is_none());
+}
+
+#[test]
+fn virtio_transports_are_described() {
+    let spec = GuestDtbSpec {
+        virtio: vec![(0x0a00_0000, 0x200, 16), (0x0a00_0200, 0x200, 17)],
+        ..spec_v3()
+    };
+    let blob = guest_dtb_arm64(&spec);
+    let fdt = fdt::Fdt::new(&blob).expect("valid FDT");
+    let nodes: Vec<_> = fdt.find_all_nodes("/virtio_mmio").collect();
+    assert_eq!(nodes.len(), 2);
+    for (n, (base, spi)) in nodes
+        .iter()
+        .zip([(0x0a00_0000u64, 16u32), (0x0a00_0200, 17)])
+    {
+        assert_eq!(n.compatible().unwrap().first(), "virtio,mmio");
+        let r = n.reg().unwrap().next().unwrap();
+        assert_eq!((r.starting_address as u64, r.size), (base, Some(0x200)));
+        let irq = be32(n.property("interrupts").unwrap().value);
+        assert_eq!(irq, [0, spi, 4]);
+        assert!(n.property("dma-coherent").is_some());
+    }
 }

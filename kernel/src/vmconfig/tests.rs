@@ -288,3 +288,46 @@ fn ram_beyond_the_guest_physical_space_is_refused() {
         assert!(got[0].as_ref().unwrap_err().to_string().contains("48-bit"));
     }
 }
+
+#[test]
+fn virtio_slots_put_the_console_first_then_the_devices() {
+    use kestrel_abi::package::Device;
+    let k = vec![0xAAu8; 3 * MB as usize];
+    let disk = vec![0u8; 1024];
+    let devices = [
+        Device::Disk {
+            image: &disk,
+            read_only: false,
+        },
+        Device::Net {
+            network: "lan",
+            mac: None,
+        },
+    ];
+    let mut w = Writer::new(HypervisorSettings::default());
+    w.vms.push(VmInput {
+        virtio_console: true,
+        devices: &devices,
+        ..input("v", &k)
+    });
+    w.vms.push(input("plain", &k));
+    let pkg = w.finish();
+    let specs = plan(&pkg, host(4, 1 << 30)).unwrap();
+    let s = specs[0].unwrap();
+    let slots = s.virtio_slots();
+    assert_eq!(
+        slots
+            .iter()
+            .map(|v| (v.base, v.spi, v.kind))
+            .collect::<Vec<_>>(),
+        [
+            (0x0a00_0000, 16, VirtioSlotKind::Console),
+            (0x0a00_0200, 17, VirtioSlotKind::Device(0)),
+            (0x0a00_0400, 18, VirtioSlotKind::Device(1)),
+        ]
+    );
+    assert_eq!(s.dtb_spec_arm64(true).virtio.len(), 3);
+    assert!(specs[1].unwrap().virtio_slots().is_empty());
+    // Every slot's SPI stays below the 32 SPIs a VM's vGIC has.
+    assert!(GUEST_VIRTIO.2 as usize + 1 + kestrel_abi::package::MAX_DEVICES <= 32);
+}
