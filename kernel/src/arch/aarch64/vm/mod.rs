@@ -5,6 +5,7 @@
 //! scheduling, blocking and VM lifetime are the portable run loop's
 //! (`crate::vm`). Design notes: docs/arm64-vm.md.
 
+pub mod devices;
 pub mod exits;
 pub mod fp;
 pub mod mem;
@@ -32,7 +33,10 @@ use crate::haltpoll::{HaltPoll, PollEnd};
 use crate::platform::ExitStatus;
 use crate::sched::{CpuMask, VcpuKey};
 use crate::stats::{Counter, Stats};
+use crate::vdev::env::VmDeviceEnv;
 use crate::vdev::pl011::Pl011 as VPl011;
+use crate::vdev::uart::Uart;
+use crate::vgic::mmio::SharedVgic;
 use crate::vgic::{GicVersion, LrEntry, Vgic, VgicConfig, MAX_LRS};
 use crate::vm::{Backend, Hypervisor, Observer, RunExit, Vcpu, Vm, VmEnd, VmParts};
 use crate::vmconfig::{VmSpec, GUEST_GICC};
@@ -62,8 +66,6 @@ pub const VTIMER_PPI: u32 = 27;
 pub const PTIMER_PPI: u32 = 30;
 /// SPIs every VM's virtual GIC has (INTIDs 32-63; the UART is SPI 1 = 33).
 const NR_SPIS: usize = 32;
-/// The guest UART's INTID (SPI 1).
-const UART_INTID: u32 = 32 + crate::vmconfig::GUEST_UART.2;
 
 // HCR_EL2 for guests, as KVM sets it.
 const HCR_VM: u64 = 1 << 0;
@@ -155,13 +157,11 @@ pub struct VmState {
     pub ram_size: u64,
     /// Host frames backing guest RAM, 2 MiB each, in IPA order.
     pub frames: Vec<u64>,
-    pub vgic: Mutex<Vgic>,
-    /// The vGIC's distributor and redistributor region sizes (fixed).
-    pub dist_size: u64,
-    pub redist_size: u64,
-    pub uart: Mutex<VPl011>,
-    /// The UART interrupt line as last given to the vGIC.
-    pub uart_level: AtomicBool,
+    /// The virtual GIC, also behind the distributor and redistributor
+    /// frames on the VM's bus (`devices`).
+    pub vgic: SharedVgic,
+    /// The PL011 on the VM's bus, for console input.
+    pub uart: Arc<Uart<VPl011>>,
     pub cntvoff: u64,
     pub ids: IdConfig,
     pub shared: Vec<VcpuShared>,
@@ -512,11 +512,13 @@ impl Arm64Backend {
         let Some(hv) = HV.get() else { return };
         crate::console::pump_input(
             console(),
-            |i| vms().get(i).map(|vm| &vm.arch.uart),
+            |i| vms().get(i).map(|vm| vm.arch.uart.regs()),
             platform::console_read,
             |i, u| {
                 if let Some(vm) = vms().get(i) {
-                    exits::uart_line(hv, vm, u.irq_level(), usize::MAX, cpu);
+                    vm.arch
+                        .uart
+                        .update_line(u, &mut VmDeviceEnv::host(hv, vm, cpu));
                 }
             },
         );
@@ -974,17 +976,15 @@ impl Arm64Backend {
             gic_v3: v3,
             ipa_bits: s2.ipa_bits(),
         };
+        let devices = devices::build(vgic)?;
         let st = VmState {
             console,
             stage2: s2,
             ram_base: spec.ram_base,
             ram_size: spec.ram_size,
             frames,
-            dist_size: vgic.dist_size(),
-            redist_size: if v3 { vgic.redist_size() } else { 0 },
-            vgic: Mutex::new(vgic),
-            uart: Mutex::new(VPl011::new()),
-            uart_level: AtomicBool::new(false),
+            vgic: devices.vgic,
+            uart: devices.uart,
             cntvoff: timer::counter(),
             ids,
             shared: (0..vcpus)
@@ -1021,6 +1021,7 @@ impl Arm64Backend {
         Ok(VmParts {
             name: String::from(spec.name),
             arch: st,
+            bus: devices.bus,
             stats,
             vcpus: states,
             affinity,

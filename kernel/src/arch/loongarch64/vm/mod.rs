@@ -7,6 +7,7 @@
 //! portable run loop's. An LVZ backend would be a second `Backend` beside
 //! this one. Design notes and the guest-visible machine: docs/loongarch-vm.md.
 
+pub mod devices;
 pub mod dtb;
 pub mod exits;
 pub mod fpu;
@@ -35,6 +36,7 @@ use crate::platform::ExitStatus;
 use crate::sched::{CpuMask, VcpuKey};
 use crate::stats::{Counter, Stats};
 use crate::vdev::ns16550::Ns16550 as VNs16550;
+use crate::vdev::uart::Uart;
 use crate::vm::{Backend, Hypervisor, Observer, RunExit, Vcpu, Vm, VmEnd, VmParts};
 use crate::vmconfig::VmSpec;
 use crate::vmid::VmidAllocator;
@@ -82,7 +84,8 @@ pub struct VmState {
     pub ram_size: u64,
     /// Host frames backing guest RAM (2 MiB each, guest-physical order).
     pub frames: Vec<u64>,
-    pub uart: Mutex<VNs16550>,
+    /// The 16550 on the VM's bus (`devices`), for console input.
+    pub uart: Arc<Uart<VNs16550>>,
     /// The IOCSR IPI block of each vCPU.
     pub ipi: Vec<VIpi>,
     pub shared: Vec<VcpuShared>,
@@ -418,7 +421,7 @@ impl LaBackend {
         // The 16550 has no receive interrupt here: guests poll it.
         crate::console::pump_input(
             console(),
-            |i| vms().get(i).map(|vm| &vm.arch.uart),
+            |i| vms().get(i).map(|vm| vm.arch.uart.regs()),
             || super::platform::PLATFORM.console_read(),
             |_, _| {},
         );
@@ -664,11 +667,12 @@ impl LaBackend {
                 mem::free_bytes() >> 20
             )
         })?;
+        let devices = devices::build()?;
         let st = VmState {
             console,
             ram_size: spec.ram_size,
             frames,
-            uart: Mutex::new(VNs16550::new()),
+            uart: devices.uart,
             ipi: (0..vcpus).map(|_| VIpi::new()).collect(),
             shared: (0..vcpus)
                 .map(|i| VcpuShared {
@@ -723,6 +727,7 @@ impl LaBackend {
         Ok(VmParts {
             name: String::from(spec.name),
             arch: st,
+            bus: devices.bus,
             stats,
             vcpus: states,
             affinity,
