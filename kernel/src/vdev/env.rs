@@ -30,7 +30,9 @@ pub struct VmDeviceEnv<'a, B: DeviceHost> {
     vm: &'a Vm<B>,
     vcpu: usize,
     cpu: usize,
-    end: Option<VmEnd>,
+    /// A power-off (`Some(true)`) or reset (`Some(false)`) request, the
+    /// first one wins (a plain flag: nothing to drop on the fast path).
+    end: Option<bool>,
 }
 
 impl<'a, B: DeviceHost> VmDeviceEnv<'a, B> {
@@ -52,8 +54,9 @@ impl<'a, B: DeviceHost> VmDeviceEnv<'a, B> {
     }
 
     /// How the VM must end, if a device asked (power-off, reset).
-    pub fn end(self) -> Option<VmEnd> {
+    pub fn end(&self) -> Option<VmEnd> {
         self.end
+            .map(|off| if off { VmEnd::PowerOff } else { VmEnd::Reset })
     }
 }
 
@@ -86,11 +89,11 @@ impl<B: DeviceHost> DeviceEnv for VmDeviceEnv<'_, B> {
     }
 
     fn power_off(&mut self) {
-        self.end.get_or_insert(VmEnd::PowerOff);
+        self.end.get_or_insert(true);
     }
 
     fn reset(&mut self) {
-        self.end.get_or_insert(VmEnd::Reset);
+        self.end.get_or_insert(false);
     }
 
     fn memory(&self) -> &dyn GuestMemory {

@@ -29,7 +29,8 @@ impl MmioDevice for DistFrame {
     }
 
     fn read(&self, env: &mut dyn DeviceEnv, offset: u64, width: Width) -> Result<u64, MmioError> {
-        self.0.lock().dist_read(env.vcpu(), offset, width)
+        let vcpu = env.vcpu();
+        self.0.lock().dist_read(vcpu, offset, width)
     }
 
     fn write(
@@ -39,7 +40,8 @@ impl MmioDevice for DistFrame {
         width: Width,
         value: u64,
     ) -> Result<(), MmioError> {
-        let set = self.0.lock().dist_write(env.vcpu(), offset, width, value)?;
+        let vcpu = env.vcpu();
+        let set = self.0.lock().dist_write(vcpu, offset, width, value)?;
         wake(env, set);
         Ok(())
     }
