@@ -21,6 +21,7 @@ use spin::{Mutex, Once};
 use crate::platform::ExitStatus;
 use crate::sched::{CpuMask, Kick, PutReason, RunState, SchedError, Scheduler, VcpuKey};
 use crate::stats::{ExitReason, Stats};
+use crate::vdev::bus::Bus;
 use crate::vmid::VmVmid;
 
 /// Why a VM ended.
@@ -183,6 +184,8 @@ pub struct Vm<B: Backend> {
     /// its own register moves here: [`crate::fpu::VcpuFp::counted`]).
     pub stats: Arc<Stats>,
     pub arch: B::VmState,
+    /// The VM's emulated MMIO regions (fixed at creation, read without a lock).
+    pub bus: Bus,
     pub vcpus: Vec<Vcpu<B>>,
     ended: AtomicBool,
     end: Mutex<Option<VmEnd>>,
@@ -204,6 +207,8 @@ impl<B: Backend> Vm<B> {
 pub struct VmParts<B: Backend> {
     pub name: String,
     pub arch: B::VmState,
+    /// Its emulated devices on their MMIO regions.
+    pub bus: Bus,
     /// The VM's statistics block (the arch may hand clones to per-vCPU
     /// state that counts into it, e.g. the FP engine's accounting).
     pub stats: Arc<Stats>,
@@ -287,6 +292,7 @@ impl<B: Backend> Hypervisor<B> {
             vmid: VmVmid::new(),
             stats: parts.stats,
             arch: parts.arch,
+            bus: parts.bus,
             vcpus,
             ended: AtomicBool::new(false),
             end: Mutex::new(None),

@@ -34,6 +34,8 @@ pub struct Built<B: Backend> {
     /// (for the log).
     pub entry: u64,
     pub dtb: u64,
+    /// The VM's MMIO bus with its devices.
+    pub bus: crate::vdev::bus::Bus,
 }
 
 /// What creating and running VMs needs from a backend beyond [`Backend`].
@@ -127,6 +129,7 @@ pub fn create_vms<B: Machine>(
                     affinity,
                     pinned: spec.affinity.pinned,
                     started: 1,
+                    bus: b.bus,
                 })
                 .map_err(|e| format!("scheduler: {e:?}"))?;
             Ok((vm, affinity, entry, dtb))

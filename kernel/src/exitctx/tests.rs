@@ -86,6 +86,7 @@ fn setup(cpus: usize, vcpus: usize, started: usize) -> (Hypervisor<Mock>, Arc<Vm
             affinity: CpuMask::first(cpus),
             pinned: true,
             started,
+            bus: crate::vdev::bus::Bus::new(),
         })
         .unwrap();
     (hv, vm)

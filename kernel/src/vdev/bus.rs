@@ -9,7 +9,8 @@
 //! data abort / address error. What a device wants done outside itself
 //! (raise an interrupt line, print a console byte, wake vCPUs, end the VM)
 //! it asks through the [`DeviceEnv`] the backend passes in, so a device
-//! never names an architecture.
+//! never names an architecture. The core implements that environment once
+//! over the running hypervisor, VM and vCPU ([`super::env::VmDeviceEnv`]).
 //!
 //! The bus is built once and not changed while the VM runs: lookups take no
 //! lock. Devices keep their own state behind their own locks.
@@ -24,8 +25,14 @@ use super::{MmioError, Width};
 /// Implemented by the core over the running hypervisor, VM and vCPU; host
 /// tests implement it with a recorder.
 pub trait DeviceEnv {
-    /// Index of the vCPU that made the access.
+    /// Index of the vCPU that made the access (`usize::MAX` when the host
+    /// changed the device, e.g. typed console input).
     fn vcpu(&self) -> usize;
+    /// An interrupt became pending for vCPU `vcpu` of this VM: wake it if
+    /// it waits, kick it if it runs elsewhere. The accessing vCPU itself
+    /// needs nothing (it looks at its interrupts before its next entry),
+    /// and an index the VM does not have is ignored.
+    fn wake(&mut self, vcpu: usize);
     /// Drives device interrupt line `line` (the number the guest's device
     /// description gives the device: an SPI number on arm64) to `level`.
     fn set_irq(&mut self, line: u32, level: bool);
@@ -101,6 +108,23 @@ pub struct Hit<'a> {
     pub offset: u64,
 }
 
+impl Hit<'_> {
+    /// Performs the access: a load when `store` is `None` (its value
+    /// returned), else a store of that value (`Ok(None)`).
+    #[inline]
+    pub fn access(
+        &self,
+        env: &mut dyn DeviceEnv,
+        width: Width,
+        store: Option<u64>,
+    ) -> Result<Option<u64>, MmioError> {
+        match store {
+            None => self.dev.read(env, self.offset, width).map(Some),
+            Some(v) => self.dev.write(env, self.offset, width, v).map(|()| None),
+        }
+    }
+}
+
 impl Bus {
     pub fn new() -> Bus {
         Bus::default()
@@ -130,7 +154,9 @@ impl Bus {
 
     /// The device at `gpa` and the offset into it, if any. An access that
     /// starts in a region but runs past its end still goes to that device
-    /// (which refuses offsets it does not implement).
+    /// (which refuses offsets it does not implement). A binary search over
+    /// a few regions: no lock, no allocation.
+    #[inline]
     pub fn find(&self, gpa: u64) -> Option<Hit<'_>> {
         let at = self.regions.partition_point(|r| r.base <= gpa);
         let r = self.regions.get(at.checked_sub(1)?)?;
@@ -240,6 +266,7 @@ mod tests {
         fn vcpu(&self) -> usize {
             0
         }
+        fn wake(&mut self, _: usize) {}
         fn set_irq(&mut self, line: u32, level: bool) {
             self.irqs.push((line, level));
         }

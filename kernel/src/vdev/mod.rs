@@ -1,9 +1,17 @@
 //! Emulated devices a VM sees, as plain register models, and the per-VM
 //! MMIO [`bus`] that routes a trapped access (address, width, value) to them.
+//! [`uart`] and [`poweroff`] put the models on the bus; the vGIC's frames are
+//! in `crate::vgic::mmio`; [`env`] is the environment devices act through,
+//! written once over the hypervisor, VM and vCPU.
 
 pub mod bus;
+pub mod env;
 pub mod ns16550;
 pub mod pl011;
+pub mod poweroff;
+#[cfg(test)]
+pub(crate) mod testenv;
+pub mod uart;
 
 /// A trapped access the device refuses: the backend answers it with the
 /// guest's architectural abort for that access.

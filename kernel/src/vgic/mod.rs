@@ -64,6 +64,7 @@
 
 mod dist;
 mod lr;
+pub mod mmio;
 mod redist;
 mod sgi;
 mod state;

@@ -218,6 +218,7 @@ fn add(
         arch: VmArch {
             pending: (0..n).map(|_| AtomicUsize::new(0)).collect(),
         },
+        bus: crate::vdev::bus::Bus::new(),
         stats: Arc::new(Stats::new()),
         vcpus: scripts.into_iter().map(Ctx::new).collect(),
         affinity,

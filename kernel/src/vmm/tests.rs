@@ -61,6 +61,7 @@ impl Machine for Fake {
             vcpus: (0..spec.vcpus as usize).collect(),
             entry: spec.entry_gpa,
             dtb: spec.dtb_gpa,
+            bus: crate::vdev::bus::Bus::new(),
         })
     }
     fn init_cpu(&self, _: &Hypervisor<Self>, _: usize) {}

@@ -70,6 +70,7 @@ impl DeviceEnv for Env {
     fn vcpu(&self) -> usize {
         0
     }
+    fn wake(&mut self, _: usize) {}
     fn set_irq(&mut self, line: u32, level: bool) {
         self.irqs.push((line, level));
     }

@@ -6,7 +6,6 @@ use alloc::format;
 use alloc::string::String;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
-use core::sync::atomic::AtomicBool;
 use spin::Mutex;
 
 use kestrel_abi::package::ConsoleKind;
@@ -15,7 +14,6 @@ use crate::board::{BoardInfo, IrqChip};
 use crate::frames::FramePool;
 use crate::guest::arm64::idregs::IdConfig;
 use crate::stats::Stats;
-use crate::vdev::pl011::Pl011 as VPl011;
 use crate::vgic::{GicVersion, Vgic, VgicConfig};
 use crate::vm::Hypervisor;
 use crate::vmconfig::{VmSpec, GUEST_GICC};
@@ -95,16 +93,14 @@ impl Machine for Arm64Backend {
         // SAFETY: invalidates the instruction cache so the copied kernel is
         // fetched from memory.
         unsafe { core::arch::asm!("dsb ish", "ic ialluis", "dsb ish", "isb", options(nostack)) };
+        let devices = super::devices::build(vgic)?;
         let st = VmState {
             stage2: s2,
             ram_base: spec.ram_base,
             ram_size: spec.ram_size,
             frames: ram.frames,
-            dist_size: vgic.dist_size(),
-            redist_size: if v3 { vgic.redist_size() } else { 0 },
-            vgic: Mutex::new(vgic),
-            uart: Mutex::new(VPl011::new()),
-            uart_level: AtomicBool::new(false),
+            vgic: devices.vgic,
+            uart: devices.uart,
             cntvoff: timer::counter(),
             ids,
             shared: (0..vcpus)
@@ -121,6 +117,7 @@ impl Machine for Arm64Backend {
             arch: st,
             vcpus: states,
             entry: spec.entry_gpa,
+            bus: devices.bus,
             dtb: spec.dtb_gpa,
         })
     }

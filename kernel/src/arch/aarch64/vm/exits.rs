@@ -1,9 +1,9 @@
 //! Synchronous guest exits: every trapped instruction and access gets a
 //! defined answer. HVC/SMC go to PSCI/SMCCC or kestrel's hypercalls; system
 //! register traps to the vGIC (SGIs), the ID-register view, RAZ/WI (debug,
-//! PMU, ACTLR, LORegions, physical timer) or UNDEF; data aborts to MMIO
-//! emulation (vGIC distributor and redistributors, PL011) or, outside every
-//! region, a synchronous external abort injected into the guest.
+//! PMU, ACTLR, LORegions, physical timer) or UNDEF; data aborts to the VM's
+//! MMIO bus (vGIC distributor and redistributors, PL011: `devices`) or,
+//! outside every region, a synchronous external abort injected into the guest.
 
 use alloc::format;
 
@@ -16,15 +16,14 @@ use crate::hypercall::{Abi, HypercallArgs};
 use crate::psci;
 use crate::sched::VcpuKey;
 use crate::stats::ExitReason;
-use crate::vdev::pl011::Effect as UartEffect;
-use core::sync::atomic::Ordering;
+use crate::vdev::env::VmDeviceEnv;
+use crate::vdev::{MmioError, Width};
 
-use crate::vgic::{SgiRegister, VcpuSet, Width as GicWidth};
+use crate::vgic::{SgiRegister, VcpuSet};
 use crate::vm::{Hypervisor, RunExit, Vcpu, Vm, VmEnd};
-use crate::vmconfig::{GUEST_GICD, GUEST_GICR, GUEST_UART};
 
 use super::regs::{mrs, msr, PSTATE_EL1H_MASKED};
-use super::{Arm64Backend, VcpuState, UART_INTID};
+use super::{Arm64Backend, VcpuState};
 
 type B = Arm64Backend;
 
@@ -437,30 +436,10 @@ fn sysreg_trap(
     RunExit::Continue
 }
 
-/// The emulated MMIO regions.
-enum Region {
-    Gicd(u64),
-    Gicr(u64),
-    Uart(u64),
-}
-
-fn region(vm: &Vm<B>, ipa: u64) -> Option<Region> {
-    let st = &vm.arch;
-    if ipa >= GUEST_GICD.0 && ipa < GUEST_GICD.0 + st.dist_size {
-        return Some(Region::Gicd(ipa - GUEST_GICD.0));
-    }
-    // redist_size is 0 on GICv2.
-    if ipa >= GUEST_GICR.0 && ipa < GUEST_GICR.0 + st.redist_size {
-        return Some(Region::Gicr(ipa - GUEST_GICR.0));
-    }
-    if ipa >= GUEST_UART.0 && ipa < GUEST_UART.0 + GUEST_UART.1 {
-        return Some(Region::Uart(ipa - GUEST_UART.0));
-    }
-    None
-}
-
+/// A data abort: an access to a device on the VM's bus (emulated, PC
+/// stepped over it) or anything else (an external abort to the guest).
 fn data_abort(
-    be: &B,
+    _be: &B,
     hv: &Hypervisor<B>,
     cpu: usize,
     vm: &Vm<B>,
@@ -468,7 +447,7 @@ fn data_abort(
     ctx: &mut VcpuState,
     a: &Abort,
 ) -> RunExit {
-    let (Some(acc), Some(reg_region)) = (a.access, region(vm, a.ipa)) else {
+    let (Some(acc), Some(hit)) = (a.access, vm.bus.find(a.ipa)) else {
         // Outside every emulated region (or an access the syndrome does not
         // describe, e.g. a load pair): the guest gets an external abort.
         vm.stats.exit(ExitReason::Abort);
@@ -476,41 +455,13 @@ fn data_abort(
         return RunExit::Continue;
     };
     vm.stats.exit(ExitReason::Mmio);
-    let width = GicWidth::from_sas(acc.width.trailing_zeros() as u64);
     let value = reg(ctx, acc.rt);
-    let result: Result<Option<u64>, ()> = match reg_region {
-        Region::Gicd(off) => {
-            let mut g = vm.arch.vgic.lock();
-            if a.write {
-                g.dist_write(vcpu.index, off, width, value)
-                    .map(|k| {
-                        drop(g);
-                        wake_set(hv, vm, k, vcpu.index, cpu);
-                        None
-                    })
-                    .map_err(|_| ())
-            } else {
-                g.dist_read(vcpu.index, off, width)
-                    .map(Some)
-                    .map_err(|_| ())
-            }
-        }
-        Region::Gicr(off) => {
-            let mut g = vm.arch.vgic.lock();
-            if a.write {
-                g.redist_write(off, width, value)
-                    .map(|k| {
-                        drop(g);
-                        wake_set(hv, vm, k, vcpu.index, cpu);
-                        None
-                    })
-                    .map_err(|_| ())
-            } else {
-                g.redist_read(off, width).map(Some).map_err(|_| ())
-            }
-        }
-        Region::Uart(off) => uart(be, hv, cpu, vm, vcpu, off, acc.width, a.write, value),
+    let mut env = VmDeviceEnv::new(hv, vm, vcpu.index, cpu);
+    let result = match Width::new(acc.width) {
+        Some(w) => hit.access(&mut env, w, a.write.then_some(value)),
+        None => Err(MmioError::BadAccess),
     };
+    let end = env.end();
     match result {
         Ok(read) => {
             if let Some(v) = read {
@@ -526,51 +477,15 @@ fn data_abort(
             }
             skip(ctx);
         }
-        Err(()) => {
+        Err(_) => {
+            // A width or offset the device's registers do not take.
             vm.stats.exit(ExitReason::Abort);
             inject_abort(ctx, a, true);
         }
     }
-    RunExit::Continue
-}
-
-#[allow(clippy::too_many_arguments)]
-fn uart(
-    be: &B,
-    hv: &Hypervisor<B>,
-    cpu: usize,
-    vm: &Vm<B>,
-    vcpu: &Vcpu<B>,
-    off: u64,
-    width: u8,
-    write: bool,
-    value: u64,
-) -> Result<Option<u64>, ()> {
-    let Some(w) = crate::vdev::Width::new(width) else {
-        return Err(());
-    };
-    let mut u = vm.arch.uart.lock();
-    let res = if write {
-        u.write(off, w, value).map(|e| {
-            if let UartEffect::Transmit(b) = e {
-                be.console_out(vm, b);
-            }
-            None
-        })
-    } else {
-        u.read(off, w).map(Some)
-    };
-    // Under the UART lock, so line changes reach the vGIC in order.
-    uart_line(hv, vm, u.irq_level(), vcpu.index, cpu);
-    res.map_err(|_| ())
-}
-
-/// Drives the UART's interrupt line in the vGIC when its level changed.
-/// Call with the VM's UART lock held (lock order: UART, then vGIC).
-pub fn uart_line(hv: &Hypervisor<B>, vm: &Vm<B>, level: bool, me: usize, cpu: usize) {
-    if vm.arch.uart_level.swap(level, Ordering::AcqRel) == level {
-        return;
+    match end {
+        // A device asked for it (no arm64 device does yet).
+        Some(end) => RunExit::VmEnd(end),
+        None => RunExit::Continue,
     }
-    let kicks = vm.arch.vgic.lock().set_level(0, UART_INTID, level);
-    wake_set(hv, vm, kicks, me, cpu);
 }

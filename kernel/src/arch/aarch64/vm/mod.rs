@@ -6,6 +6,7 @@
 //! (`crate::vm`). Design notes: docs/arm64-vm.md.
 
 pub mod build;
+pub mod devices;
 pub mod entry;
 pub mod exits;
 pub mod fp;
@@ -20,17 +21,20 @@ pub mod vgic_hw;
 use alloc::format;
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicBool, Ordering};
-use spin::Mutex;
 
 use crate::fpu::{self, pcpu::PcpuFp, FpPolicy};
 use crate::guest::arm64::idregs::IdConfig;
 use crate::stats::Counter;
+use crate::vdev::env::VmDeviceEnv;
 use crate::vdev::pl011::Pl011 as VPl011;
-use crate::vgic::{GicVersion, Vgic};
+use crate::vdev::uart::Uart;
+use crate::vgic::mmio::SharedVgic;
+use crate::vgic::GicVersion;
 use crate::vm::{Backend, Hypervisor, RunExit, Vcpu, Vm, VmEnd};
 use crate::vmid::VmidAllocator;
 use crate::vmm;
 use crate::MAX_CPUS;
+use alloc::sync::Arc;
 
 use super::el2::{CnthctlEl2, HcrEl2};
 use super::gic::Gic;
@@ -58,8 +62,6 @@ pub const VTIMER_PPI: u32 = 27;
 pub const PTIMER_PPI: u32 = 30;
 /// SPIs every VM's virtual GIC has (INTIDs 32-63; the UART is SPI 1 = 33).
 const NR_SPIS: usize = 32;
-/// The guest UART's INTID (SPI 1).
-const UART_INTID: u32 = 32 + crate::vmconfig::GUEST_UART.2;
 
 /// A vCPU's deadlines (`crate::vm::Deadlines`) while it is not loaded: its
 /// virtual timer, its emulated physical timer, a WFIT timeout.
@@ -74,13 +76,11 @@ pub struct VmState {
     pub ram_size: u64,
     /// Host frames backing guest RAM, 2 MiB each, in IPA order.
     pub frames: Vec<u64>,
-    pub vgic: Mutex<Vgic>,
-    /// The vGIC's distributor and redistributor region sizes (fixed).
-    pub dist_size: u64,
-    pub redist_size: u64,
-    pub uart: Mutex<VPl011>,
-    /// The UART interrupt line as last given to the vGIC.
-    pub uart_level: AtomicBool,
+    /// The virtual GIC, also behind the distributor and redistributor
+    /// frames on the VM's bus (`devices`).
+    pub vgic: SharedVgic,
+    /// The PL011 on the VM's bus, for console input.
+    pub uart: Arc<Uart<VPl011>>,
     pub cntvoff: u64,
     pub ids: IdConfig,
     pub shared: Vec<VcpuShared>,
@@ -177,9 +177,13 @@ impl Arm64Backend {
         vmm::poll_console(
             hv,
             cpu,
-            |vm| &vm.arch.uart,
+            |vm| vm.arch.uart.regs(),
             platform::console_read,
-            |vm, u| exits::uart_line(hv, vm, u.irq_level(), usize::MAX, cpu),
+            |vm, u| {
+                vm.arch
+                    .uart
+                    .update_line(u, &mut VmDeviceEnv::host(hv, vm, cpu))
+            },
         );
     }
 

@@ -17,7 +17,6 @@ use crate::frames::FramePool;
 use crate::guest::loongarch::iocsr::VIpi;
 use crate::guest::loongarch::layout;
 use crate::stats::Stats;
-use crate::vdev::ns16550::Ns16550 as VNs16550;
 use crate::vm::Hypervisor;
 use crate::vmconfig::VmSpec;
 use crate::vmm::{Built, Machine};
@@ -45,10 +44,11 @@ impl Machine for LaBackend {
         let vcpus = spec.vcpus as usize;
         let ram = pool.alloc_ram(spec.ram_size)?;
         mem::clear(&ram);
+        let devices = super::devices::build()?;
         let st = VmState {
             ram_size: spec.ram_size,
             ram,
-            uart: Mutex::new(VNs16550::new()),
+            uart: devices.uart,
             ipi: (0..vcpus).map(|_| VIpi::new()).collect(),
             shared: (0..vcpus)
                 .map(|i| VcpuShared {
@@ -100,6 +100,7 @@ impl Machine for LaBackend {
             vcpus: states,
             entry,
             dtb: layout::gpa_of(spec.dtb_gpa),
+            bus: devices.bus,
         })
     }
 

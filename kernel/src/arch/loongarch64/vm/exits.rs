@@ -13,18 +13,18 @@ use crate::exitctx::{ExitArch, ExitCtx};
 use crate::guest::loongarch::csr::{ecode, num as vnum};
 use crate::guest::loongarch::emulate::{self, Effect, GuestCpu};
 use crate::guest::loongarch::exit::{self, Exit, FpUnit, Trap};
-use crate::guest::loongarch::insn::{self, Insn, Size};
+use crate::guest::loongarch::insn::{self, Insn};
 use crate::guest::loongarch::iocsr as viocsr;
 use crate::guest::loongarch::layout::{self, WideAccess};
 use crate::guest::loongarch::tlb::{self as vtlb, Access, Fault, Inval, ELO_D, ELO_NR, ELO_NX};
 use crate::hypercall::{Abi, HypercallArgs};
 use crate::stats::ExitReason;
-use crate::vdev::ns16550::Effect as UartEffect;
+use crate::vdev::env::VmDeviceEnv;
 use crate::vdev::Width;
 use crate::vm::{Hypervisor, RunExit, Vcpu, Vm, VmEnd};
 
 use super::super::{dmw, exceptions};
-use super::{hwtlb, LaBackend, VcpuState, GUEST_POWEROFF, GUEST_UART};
+use super::{hwtlb, LaBackend, VcpuState};
 
 type B = LaBackend;
 
@@ -69,10 +69,10 @@ pub fn handle(
             } else {
                 data_access(vm, ctx)
             };
-            mem_fault(b, cpu, vm, ctx, va, acc)
+            mem_fault(hv, cpu, vm, ctx, va, acc)
         }
-        Exit::PageFault { va, access } => mem_fault(b, cpu, vm, ctx, va, access),
-        Exit::AddressError { va, sub } => address_error(b, vm, ctx, va, sub),
+        Exit::PageFault { va, access } => mem_fault(hv, cpu, vm, ctx, va, access),
+        Exit::AddressError { va, sub } => address_error(hv, cpu, vm, ctx, va, sub),
         Exit::Hypercall { code } => hvcl(&mut ExitCtx::new(hv, vm, cpu, vcpu.index), ctx, code),
         Exit::UserHypercall => {
             // The services are the guest kernel's: its user code gets
@@ -142,15 +142,21 @@ fn data_access(vm: &Vm<B>, ctx: &VcpuState) -> Access {
 
 /// A real TLB refill or page fault at `va`: install a shadow entry, emulate
 /// MMIO, or give the guest the exception its own MMU would raise.
-fn mem_fault(b: &B, cpu: usize, vm: &Vm<B>, ctx: &mut VcpuState, va: u64, acc: Access) -> RunExit {
-    let _ = cpu;
+fn mem_fault(
+    hv: &Hypervisor<B>,
+    cpu: usize,
+    vm: &Vm<B>,
+    ctx: &mut VcpuState,
+    va: u64,
+    acc: Access,
+) -> RunExit {
     match vtlb::translate(&ctx.csr, &ctx.tlb, va, acc) {
         Ok(m) => {
             if vm.arch.hpa(m.pa).is_some() {
                 install_shadow(vm, ctx, va, acc);
                 RunExit::Continue
             } else {
-                mmio(b, vm, ctx, va, m.pa, acc)
+                mmio(hv, cpu, vm, ctx, va, m.pa, acc)
             }
         }
         Err(Fault::Refill) => {
@@ -208,8 +214,17 @@ fn install_shadow(vm: &Vm<B>, ctx: &VcpuState, va: u64, acc: Access) {
 }
 
 /// A guest load or store at `va` (guest physical `gpa`) that is not RAM:
-/// the console UART, the power-off register, or nothing (ADE to the guest).
-fn mmio(b: &B, vm: &Vm<B>, ctx: &mut VcpuState, va: u64, gpa: u64, acc: Access) -> RunExit {
+/// a device on the VM's bus (the console UART, the power-off register:
+/// `devices`), or nothing (ADE to the guest).
+fn mmio(
+    hv: &Hypervisor<B>,
+    cpu: usize,
+    vm: &Vm<B>,
+    ctx: &mut VcpuState,
+    va: u64,
+    gpa: u64,
+    acc: Access,
+) -> RunExit {
     let w = if acc == Access::Fetch {
         None
     } else {
@@ -231,66 +246,45 @@ fn mmio(b: &B, vm: &Vm<B>, ctx: &mut VcpuState, va: u64, gpa: u64, acc: Access) 
         Some(Insn::Store { rd, size, .. }) => (rd, size, true, false),
         _ => return outside(ctx),
     };
+    let (Some(hit), Some(width)) = (vm.bus.find(gpa), Width::new(size.bytes() as u8)) else {
+        return outside(ctx);
+    };
     let value = ctx.frame.reg(rd) & size.mask();
-    match device(b, vm, gpa, size, store.then_some(value)) {
-        Some(Dev::Read(v)) => {
-            let v = if signed {
-                size.sign_extend(v)
-            } else {
-                v & size.mask()
-            };
-            ctx.frame.set_reg(rd, v);
-        }
-        Some(Dev::Done) => {}
-        Some(Dev::PowerOff) => {
-            ctx.frame.pc = ctx.frame.pc.wrapping_add(4);
-            return RunExit::VmEnd(VmEnd::PowerOff);
-        }
-        None => return outside(ctx),
+    let mut env = VmDeviceEnv::new(hv, vm, usize::from(ctx.key.vcpu), cpu);
+    // A width or offset the device's registers do not take reads as 0 and
+    // is not written (the guest gets no exception for it).
+    let read = hit
+        .access(&mut env, width, store.then_some(value))
+        .unwrap_or(Some(0));
+    if let Some(end) = env.end() {
+        ctx.frame.pc = ctx.frame.pc.wrapping_add(4);
+        return RunExit::VmEnd(end);
+    }
+    if let (Some(v), false) = (read, store) {
+        let v = if signed {
+            size.sign_extend(v)
+        } else {
+            v & size.mask()
+        };
+        ctx.frame.set_reg(rd, v);
     }
     vm.stats.exit(ExitReason::Mmio);
     ctx.frame.pc = ctx.frame.pc.wrapping_add(4);
     RunExit::Continue
 }
 
-enum Dev {
-    Read(u64),
-    Done,
-    PowerOff,
-}
-
-/// The devices of the guest physical map; `None` for an address with nothing there.
-fn device(b: &B, vm: &Vm<B>, gpa: u64, size: Size, store: Option<u64>) -> Option<Dev> {
-    if (GUEST_UART..GUEST_UART + 8).contains(&gpa) {
-        let width = Width::new(size.bytes() as u8)?;
-        let off = gpa - GUEST_UART;
-        let mut u = vm.arch.uart.lock();
-        return Some(match store {
-            Some(v) => {
-                if let Ok(UartEffect::Transmit(byte)) = u.write(off, width, v) {
-                    drop(u);
-                    b.console_out(vm, byte);
-                }
-                Dev::Done
-            }
-            None => Dev::Read(u.read(off, width).unwrap_or(0)),
-        });
-    }
-    if gpa == GUEST_POWEROFF {
-        return Some(match store {
-            Some(0x34) => Dev::PowerOff,
-            Some(_) => Dev::Done,
-            None => Dev::Read(0),
-        });
-    }
-    None
-}
-
 /// ADE: a guest address outside the real 48-bit virtual space. Through a
 /// guest DMW window it is guest memory: loads and stores are emulated;
 /// fetches from RAM cannot be (the VM stops), fetches from nothing get the
 /// guest's ADEF. Otherwise the guest's own ADE.
-fn address_error(b: &B, vm: &Vm<B>, ctx: &mut VcpuState, badv: u64, sub: u16) -> RunExit {
+fn address_error(
+    hv: &Hypervisor<B>,
+    cpu: usize,
+    vm: &Vm<B>,
+    ctx: &mut VcpuState,
+    badv: u64,
+    sub: u16,
+) -> RunExit {
     let fetch = sub == ecode::ADEF;
     let acc = if fetch { Access::Fetch } else { Access::Load };
     let m = match vtlb::translate(&ctx.csr, &ctx.tlb, badv, acc) {
@@ -320,7 +314,7 @@ fn address_error(b: &B, vm: &Vm<B>, ctx: &mut VcpuState, badv: u64, sub: u16) ->
         return deliver(ctx, ecode::ADE, sub, Some(badv), 0);
     };
     let Some(h) = vm.arch.hpa(m.pa) else {
-        return mmio(b, vm, ctx, badv, m.pa, acc);
+        return mmio(hv, cpu, vm, ctx, badv, m.pa, acc);
     };
     let (rd, size, store, signed) = match insn::decode(w) {
         Some(Insn::Load {

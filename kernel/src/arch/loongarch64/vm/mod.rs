@@ -8,6 +8,7 @@
 //! this one. Design notes and the guest-visible machine: docs/loongarch-vm.md.
 
 pub mod build;
+pub mod devices;
 pub mod exits;
 pub mod fpu;
 pub mod hwtlb;
@@ -16,6 +17,7 @@ pub mod switch;
 pub mod vcpu;
 
 use alloc::string::String;
+use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use spin::Mutex;
@@ -28,7 +30,9 @@ use crate::guest::loongarch::layout;
 use crate::haltpoll::PollEnd;
 use crate::sched::VcpuKey;
 use crate::stats::Counter;
+use crate::vdev::env::VmDeviceEnv;
 use crate::vdev::ns16550::Ns16550 as VNs16550;
+use crate::vdev::uart::Uart;
 use crate::vm::{Backend, Hypervisor, RunExit, Vcpu, Vm};
 use crate::vmid::VmidAllocator;
 use crate::MAX_CPUS;
@@ -75,7 +79,8 @@ pub struct VmState {
     pub ram_size: u64,
     /// Host frames backing guest RAM (2 MiB each, guest-physical order).
     pub ram: GuestRam,
-    pub uart: Mutex<VNs16550>,
+    /// The 16550 on the VM's bus (`devices`), for console input.
+    pub uart: Arc<Uart<VNs16550>>,
     /// The IOCSR IPI block of each vCPU.
     pub ipi: Vec<VIpi>,
     pub shared: Vec<VcpuShared>,
@@ -215,9 +220,15 @@ impl LaBackend {
         vmm::poll_console(
             hv,
             cpu,
-            |vm| &vm.arch.uart,
+            |vm| vm.arch.uart.regs(),
             || platform::PLATFORM.console_read(),
-            |_, _| {},
+            // No receive interrupt is wired (guests poll the 16550): the
+            // line update drives nothing, kept for the device's bookkeeping.
+            |vm, u| {
+                vm.arch
+                    .uart
+                    .update_line(u, &mut VmDeviceEnv::host(hv, vm, cpu))
+            },
         );
     }
 

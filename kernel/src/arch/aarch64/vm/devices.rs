@@ -1,0 +1,129 @@
+//! The arm64 VM's devices: its MMIO bus (the vGIC distributor and, on
+//! GICv3, redistributors over the VM's one [`Vgic`]; the PL011), and what
+//! the core's device environment needs from this backend: a device line is
+//! an SPI of the vGIC, console bytes go to the console multiplexer, guest
+//! RAM is the VM's 2 MiB frames.
+
+use alloc::format;
+use alloc::string::String;
+use alloc::sync::Arc;
+use spin::Mutex;
+
+use crate::vdev::bus::{Bus, GuestMemory, MemError};
+use crate::vdev::env::DeviceHost;
+use crate::vdev::pl011::{self, Pl011};
+use crate::vdev::uart::Uart;
+use crate::vgic::mmio::{DistFrame, RedistFrame, SharedVgic};
+use crate::vgic::{GicVersion, VcpuSet, Vgic};
+use crate::vm::Vm;
+use crate::vmconfig::{GUEST_GICD, GUEST_GICR, GUEST_UART};
+
+use super::super::mmu;
+use super::{stage2, Arm64Backend, VmState};
+
+/// A new VM's devices: the bus, and typed handles for the backend (the
+/// vGIC for list registers, timers and SGIs; the UART for console input).
+pub struct Devices {
+    pub bus: Bus,
+    pub vgic: SharedVgic,
+    pub uart: Arc<Uart<Pl011>>,
+}
+
+/// Maps the VM's devices at the addresses its device tree gives them.
+pub fn build(vgic: Vgic) -> Result<Devices, String> {
+    let v3 = vgic.version() == GicVersion::V3;
+    let (dist_size, redist_size) = (vgic.dist_size(), vgic.redist_size());
+    let vgic = Arc::new(Mutex::new(vgic));
+    // The UART drives SPI GUEST_UART.2.
+    let uart = Arc::new(Uart::new(Pl011::new(), Some(GUEST_UART.2)));
+    let mut bus = Bus::new();
+    let err = |e| format!("device map: {e:?}");
+    bus.add(GUEST_GICD.0, dist_size, Arc::new(DistFrame(vgic.clone())))
+        .map_err(err)?;
+    if v3 {
+        // Only the VM's own redistributors: the rest of the GICR region
+        // is nothing (an external abort).
+        bus.add(
+            GUEST_GICR.0,
+            redist_size,
+            Arc::new(RedistFrame(vgic.clone())),
+        )
+        .map_err(err)?;
+    }
+    debug_assert_eq!(GUEST_UART.1, pl011::FRAME_SIZE);
+    bus.add(GUEST_UART.0, GUEST_UART.1, uart.clone())
+        .map_err(err)?;
+    Ok(Devices { bus, vgic, uart })
+}
+
+impl DeviceHost for Arm64Backend {
+    fn device_irq(&self, vm: &Vm<Self>, line: u32, level: bool) -> VcpuSet {
+        // Device lines are SPIs: INTID 32 + line (SPIs are shared: the
+        // vCPU argument is not used for them).
+        vm.arch.vgic.lock().set_level(0, 32 + line, level)
+    }
+
+    fn device_console(&self, vm: &Vm<Self>, byte: u8) {
+        self.console_out(vm, byte);
+    }
+
+    fn guest_memory(vm: &Vm<Self>) -> &dyn GuestMemory {
+        &vm.arch
+    }
+}
+
+impl VmState {
+    /// Calls `f(host address, offset in the range, length)` for each piece
+    /// of `[gpa, gpa + len)` within one RAM frame, after checking that the
+    /// whole range is this VM's RAM (so nothing is copied for a range that
+    /// is not: the frames cover all of it).
+    fn each_piece(
+        &self,
+        gpa: u64,
+        len: usize,
+        mut f: impl FnMut(usize, usize, usize),
+    ) -> Result<(), MemError> {
+        let err = MemError {
+            gpa,
+            len: len as u64,
+        };
+        let end = gpa.checked_add(len as u64).ok_or(err)?;
+        if gpa < self.ram_base || end > self.ram_base + self.ram_size {
+            return Err(err);
+        }
+        let mut done = 0usize;
+        while done < len {
+            let off = gpa - self.ram_base + done as u64;
+            let frame = *self.frames.get((off / stage2::BLOCK) as usize).ok_or(err)?;
+            let within = off % stage2::BLOCK;
+            let n = ((stage2::BLOCK - within) as usize).min(len - done);
+            f((frame + within) as usize, done, n);
+            done += n;
+        }
+        Ok(())
+    }
+}
+
+impl GuestMemory for VmState {
+    fn read(&self, gpa: u64, buf: &mut [u8]) -> Result<(), MemError> {
+        self.each_piece(gpa, buf.len(), |src, at, n| {
+            // SAFETY: `src..src + n` lies inside one 2 MiB frame owned by
+            // this VM (allocated by mem::alloc_frames, identity mapped at
+            // EL2 as Normal memory), and `buf[at..at + n]` is in bounds.
+            unsafe {
+                core::ptr::copy_nonoverlapping(src as *const u8, buf.as_mut_ptr().add(at), n)
+            };
+        })
+    }
+
+    fn write(&self, gpa: u64, data: &[u8]) -> Result<(), MemError> {
+        self.each_piece(gpa, data.len(), |dst, at, n| {
+            // SAFETY: `dst..dst + n` lies inside one 2 MiB frame owned by
+            // this VM (as above), and `data[at..at + n]` is a valid source.
+            unsafe { core::ptr::copy_nonoverlapping(data.as_ptr().add(at), dst as *mut u8, n) };
+            // Cleaned to the point of coherency, as guest RAM is written
+            // at load: a guest with its caches off sees the data.
+            mmu::clean_dcache_range(dst, dst + n);
+        })
+    }
+}

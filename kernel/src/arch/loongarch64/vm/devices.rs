@@ -1,0 +1,129 @@
+//! The LoongArch VM's devices: its MMIO bus (the NS16550 console and the
+//! power-off register, where QEMU virt has them), and what the core's
+//! device environment needs from this backend: console bytes go to the
+//! console multiplexer, guest RAM is the VM's frames; there is no device
+//! interrupt controller yet.
+
+use alloc::format;
+use alloc::string::String;
+use alloc::sync::Arc;
+
+use crate::guest::loongarch::layout;
+use crate::vdev::bus::{Bus, GuestMemory, MemError};
+use crate::vdev::env::DeviceHost;
+use crate::vdev::ns16550::Ns16550;
+use crate::vdev::poweroff::PowerOff;
+use crate::vdev::uart::Uart;
+use crate::vgic::VcpuSet;
+use crate::vm::Vm;
+
+use super::super::dmw;
+use super::{LaBackend, VmState, GUEST_POWEROFF, GUEST_UART};
+
+/// The 16550's registers on the bus: 8 bytes (`reg-shift` 0). The device
+/// tree's 0x100-byte window beyond them is nothing (an address error).
+const UART_REGS: u64 = 8;
+
+/// A new VM's devices: the bus, and the UART's typed handle (console input).
+pub struct Devices {
+    pub bus: Bus,
+    pub uart: Arc<Uart<Ns16550>>,
+}
+
+/// Maps the VM's devices at the addresses its device tree gives them.
+pub fn build() -> Result<Devices, String> {
+    // Its interrupt line is not wired: guests poll the 16550.
+    let uart = Arc::new(Uart::new(Ns16550::new(), None));
+    let mut bus = Bus::new();
+    let err = |e| format!("device map: {e:?}");
+    bus.add(GUEST_UART, UART_REGS, uart.clone()).map_err(err)?;
+    let poweroff = PowerOff {
+        value: layout::POWEROFF_VALUE,
+    };
+    bus.add(GUEST_POWEROFF, 1, Arc::new(poweroff))
+        .map_err(err)?;
+    Ok(Devices { bus, uart })
+}
+
+impl DeviceHost for LaBackend {
+    fn device_irq(&self, _vm: &Vm<Self>, _line: u32, _level: bool) -> VcpuSet {
+        // No device interrupt controller is emulated yet (the guest sees
+        // none in its device tree) and no device here has a wired line:
+        // nothing is made pending, nobody is woken.
+        VcpuSet::EMPTY
+    }
+
+    fn device_console(&self, vm: &Vm<Self>, byte: u8) {
+        self.console_out(vm, byte);
+    }
+
+    fn guest_memory(vm: &Vm<Self>) -> &dyn GuestMemory {
+        &vm.arch
+    }
+}
+
+/// Guest RAM is contiguous in host memory within one 4 KiB page at least.
+const PAGE: u64 = 0x1000;
+
+impl VmState {
+    /// Calls `f(host address, offset in the range, length)` for each piece
+    /// of `[gpa, gpa + len)` within one guest page, after checking that
+    /// every page of it is this VM's RAM (so nothing is copied for a range
+    /// that is not).
+    fn each_piece(
+        &self,
+        gpa: u64,
+        len: usize,
+        mut f: impl FnMut(u64, usize, usize),
+    ) -> Result<(), MemError> {
+        let err = MemError {
+            gpa,
+            len: len as u64,
+        };
+        let end = gpa.checked_add(len as u64).ok_or(err)?;
+        let pieces = || {
+            let mut at = gpa;
+            core::iter::from_fn(move || {
+                (at < end).then(|| {
+                    let n = (PAGE - at % PAGE).min(end - at);
+                    let piece = (at, (at - gpa) as usize, n as usize);
+                    at += n;
+                    piece
+                })
+            })
+        };
+        if pieces().any(|(g, _, _)| self.hpa(g).is_none()) {
+            return Err(err);
+        }
+        for (g, done, n) in pieces() {
+            f(self.hpa(g).ok_or(err)?, done, n);
+        }
+        Ok(())
+    }
+}
+
+impl GuestMemory for VmState {
+    fn read(&self, gpa: u64, buf: &mut [u8]) -> Result<(), MemError> {
+        self.each_piece(gpa, buf.len(), |h, at, n| {
+            // SAFETY: `h..h + n` lies inside one page of this VM's RAM
+            // frames (checked by `each_piece`), reached through kestrel's
+            // cached window; `buf[at..at + n]` is in bounds.
+            unsafe {
+                core::ptr::copy_nonoverlapping(
+                    dmw::cached(h) as *const u8,
+                    buf.as_mut_ptr().add(at),
+                    n,
+                )
+            };
+        })
+    }
+
+    fn write(&self, gpa: u64, data: &[u8]) -> Result<(), MemError> {
+        self.each_piece(gpa, data.len(), |h, at, n| {
+            // SAFETY: as in `read`; `data[at..at + n]` is a valid source.
+            unsafe {
+                core::ptr::copy_nonoverlapping(data.as_ptr().add(at), dmw::cached(h) as *mut u8, n)
+            };
+        })
+    }
+}

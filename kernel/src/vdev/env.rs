@@ -1,0 +1,105 @@
+//! The environment devices act through, written once for every backend:
+//! [`VmDeviceEnv`] implements [`DeviceEnv`] over the running hypervisor,
+//! VM and vCPU. What differs per architecture is the small [`DeviceHost`]
+//! hook a backend implements: how a device interrupt line reaches the
+//! VM's interrupt controller, where console bytes go, and guest RAM.
+
+use crate::sched::VcpuKey;
+use crate::vgic::VcpuSet;
+use crate::vm::{Backend, Hypervisor, Vm, VmEnd};
+
+use super::bus::{DeviceEnv, GuestMemory};
+
+/// What a backend supplies to its VMs' devices.
+pub trait DeviceHost: Backend {
+    /// Drives device interrupt line `line` of `vm` (the number the guest's
+    /// device tree gives it) to `level`; returns the vCPUs the change made
+    /// an interrupt pending for.
+    fn device_irq(&self, vm: &Vm<Self>, line: u32, level: bool) -> VcpuSet;
+    /// One byte of `vm`'s console output.
+    fn device_console(&self, vm: &Vm<Self>, byte: u8);
+    /// `vm`'s RAM as devices reach it.
+    fn guest_memory(vm: &Vm<Self>) -> &dyn GuestMemory;
+}
+
+/// A [`DeviceEnv`] for one access (or one host-side change) to a device of
+/// `vm`. A power-off or reset request is recorded; the backend ends the VM
+/// after the access ([`VmDeviceEnv::end`]).
+pub struct VmDeviceEnv<'a, B: DeviceHost> {
+    hv: &'a Hypervisor<B>,
+    vm: &'a Vm<B>,
+    vcpu: usize,
+    cpu: usize,
+    /// A power-off (`Some(true)`) or reset (`Some(false)`) request, the
+    /// first one wins (a plain flag: nothing to drop on the fast path).
+    end: Option<bool>,
+}
+
+impl<'a, B: DeviceHost> VmDeviceEnv<'a, B> {
+    /// An access by vCPU `vcpu` of `vm`, running on pCPU `cpu`.
+    pub fn new(hv: &'a Hypervisor<B>, vm: &'a Vm<B>, vcpu: usize, cpu: usize) -> Self {
+        VmDeviceEnv {
+            hv,
+            vm,
+            vcpu,
+            cpu,
+            end: None,
+        }
+    }
+
+    /// A change the host made on pCPU `cpu` (typed console input): no vCPU
+    /// is the accessor, so every vCPU an interrupt reaches is woken.
+    pub fn host(hv: &'a Hypervisor<B>, vm: &'a Vm<B>, cpu: usize) -> Self {
+        Self::new(hv, vm, usize::MAX, cpu)
+    }
+
+    /// How the VM must end, if a device asked (power-off, reset).
+    pub fn end(&self) -> Option<VmEnd> {
+        self.end
+            .map(|off| if off { VmEnd::PowerOff } else { VmEnd::Reset })
+    }
+}
+
+impl<B: DeviceHost> DeviceEnv for VmDeviceEnv<'_, B> {
+    fn vcpu(&self) -> usize {
+        self.vcpu
+    }
+
+    fn wake(&mut self, vcpu: usize) {
+        if vcpu != self.vcpu && vcpu < self.vm.vcpus.len() {
+            self.hv.wake(
+                VcpuKey {
+                    vm: self.vm.slot,
+                    vcpu: vcpu as u16,
+                },
+                self.cpu,
+            );
+        }
+    }
+
+    fn set_irq(&mut self, line: u32, level: bool) {
+        let woken = self.hv.backend.device_irq(self.vm, line, level);
+        for v in woken.iter() {
+            self.wake(v);
+        }
+    }
+
+    fn console_out(&mut self, byte: u8) {
+        self.hv.backend.device_console(self.vm, byte);
+    }
+
+    fn power_off(&mut self) {
+        self.end.get_or_insert(true);
+    }
+
+    fn reset(&mut self) {
+        self.end.get_or_insert(false);
+    }
+
+    fn memory(&self) -> &dyn GuestMemory {
+        B::guest_memory(self.vm)
+    }
+}
+
+#[cfg(test)]
+mod tests;
