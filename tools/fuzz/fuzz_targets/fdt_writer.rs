@@ -1,7 +1,8 @@
 //! The generated arm64 guest device tree, read back by the `fdt` crate
 //! (what a guest's parser sees) and by kestrel's own reader: the RAM
 //! range, one CPU per vCPU with its MPIDR, the GIC frames, the console
-//! UART, /chosen bootargs and initrd, for any spec.
+//! UART, the virtio-mmio transports, /chosen bootargs and initrd, for any
+//! spec.
 #![no_main]
 
 use arbitrary::{Arbitrary, Unstructured};
@@ -22,6 +23,7 @@ struct Spec {
     uart_spi: u16,
     bootargs: String,
     initrd: Option<(u64, u64)>,
+    virtio: Vec<(u64, u64, u16)>,
 }
 
 fn run(s: &Spec) {
@@ -50,6 +52,12 @@ fn run(s: &Spec) {
         },
         bootargs: &bootargs,
         initrd: s.initrd,
+        virtio: s
+            .virtio
+            .iter()
+            .take(16)
+            .map(|&(b, l, spi)| (b, l, u32::from(spi % 988)))
+            .collect(),
     };
     let blob = guest_dtb_arm64(&spec);
     let f = fdt::Fdt::new(&blob).expect("the fdt crate reads the generated tree");
@@ -59,6 +67,8 @@ fn run(s: &Spec) {
     let cpus: Vec<u64> = f.cpus().map(|c| c.ids().first() as u64).collect();
     let want: Vec<u64> = (0..spec.vcpus).map(vcpu_mpidr).collect();
     assert_eq!(cpus, want);
+    let virtio = f.find_all_nodes("/virtio_mmio").count();
+    assert_eq!(virtio, spec.virtio.len());
     let chosen = f.chosen();
     assert_eq!(chosen.bootargs().unwrap_or(""), bootargs);
     let prop = |n: &str| {
