@@ -281,12 +281,17 @@ impl ConsoleMux {
     }
 }
 
-/// A guest UART's receive side, as the console feeds it.
+/// A guest console's receive side (a UART's FIFO, a virtio console's
+/// input buffer), as the console feeds it.
 pub trait RxPort {
     /// Whether the receive FIFO has room for another byte.
     fn can_receive(&self) -> bool;
     /// Adds a byte; false if there was no room.
     fn receive(&mut self, byte: u8) -> bool;
+    /// The level of the interrupt line it drives (false: none).
+    fn irq_level(&self) -> bool {
+        false
+    }
 }
 
 impl RxPort for crate::vdev::pl011::Pl011 {
@@ -295,6 +300,9 @@ impl RxPort for crate::vdev::pl011::Pl011 {
     }
     fn receive(&mut self, byte: u8) -> bool {
         crate::vdev::pl011::Pl011::receive(self, byte)
+    }
+    fn irq_level(&self) -> bool {
+        crate::vdev::pl011::Pl011::irq_level(self)
     }
 }
 
@@ -305,6 +313,9 @@ impl RxPort for crate::vdev::ns16550::Ns16550 {
     fn receive(&mut self, byte: u8) -> bool {
         crate::vdev::ns16550::Ns16550::receive(self, byte)
     }
+    fn irq_level(&self) -> bool {
+        crate::vdev::ns16550::Ns16550::irq_level(self)
+    }
 }
 
 /// Moves typed input into the VMs' UARTs: first the bytes held for a UART
@@ -313,7 +324,7 @@ impl RxPort for crate::vdev::ns16550::Ns16550 {
 /// is the UART of console `i`; `received(i, uart)` runs, under that UART's
 /// lock, after bytes went in (the backend updates the interrupt line).
 /// Lock order: a UART, then the multiplexer.
-pub fn pump_input<'a, U: RxPort + 'a>(
+pub fn pump_input<'a, U: RxPort + ?Sized + 'a>(
     mux: &spin::Mutex<ConsoleMux>,
     uart_of: impl Fn(usize) -> Option<&'a spin::Mutex<U>>,
     mut read: impl FnMut() -> Option<u8>,

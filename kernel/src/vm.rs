@@ -186,6 +186,9 @@ pub struct Vm<B: Backend> {
     pub arch: B::VmState,
     /// The VM's emulated MMIO regions (fixed at creation, read without a lock).
     pub bus: Bus,
+    /// Its virtio devices (also on the bus), for the host side: console
+    /// input, network ports.
+    pub virtio: crate::virtio::vm::VmVirtio,
     pub vcpus: Vec<Vcpu<B>>,
     ended: AtomicBool,
     end: Mutex<Option<VmEnd>>,
@@ -209,6 +212,8 @@ pub struct VmParts<B: Backend> {
     pub arch: B::VmState,
     /// Its emulated devices on their MMIO regions.
     pub bus: Bus,
+    /// Its virtio devices (their transports are on `bus` too).
+    pub virtio: crate::virtio::vm::VmVirtio,
     /// The VM's statistics block (the arch may hand clones to per-vCPU
     /// state that counts into it, e.g. the FP engine's accounting).
     pub stats: Arc<Stats>,
@@ -293,6 +298,7 @@ impl<B: Backend> Hypervisor<B> {
             stats: parts.stats,
             arch: parts.arch,
             bus: parts.bus,
+            virtio: parts.virtio,
             vcpus,
             ended: AtomicBool::new(false),
             end: Mutex::new(None),

@@ -21,6 +21,7 @@ use crate::frames::FramePool;
 use crate::platform::ExitStatus;
 use crate::sched::CpuMask;
 use crate::stats::Stats;
+use crate::vdev::env::DeviceHost;
 use crate::vm::{Backend, Hypervisor, Observer, Vm, VmEnd, VmParts};
 use crate::vmconfig::VmSpec;
 use crate::MAX_CPUS;
@@ -36,6 +37,8 @@ pub struct Built<B: Backend> {
     pub dtb: u64,
     /// The VM's MMIO bus with its devices.
     pub bus: crate::vdev::bus::Bus,
+    /// Its virtio devices (on `bus` too).
+    pub virtio: crate::virtio::vm::VmVirtio,
 }
 
 /// What creating and running VMs needs from a backend beyond [`Backend`].
@@ -130,6 +133,7 @@ pub fn create_vms<B: Machine>(
                     pinned: spec.affinity.pinned,
                     started: 1,
                     bus: b.bus,
+                    virtio: b.virtio,
                 })
                 .map_err(|e| format!("scheduler: {e:?}"))?;
             Ok((vm, affinity, entry, dtb))
@@ -174,29 +178,50 @@ pub fn console_out(slot: u16, byte: u8) {
 }
 
 /// Console input (boot CPU only): bytes `read` from the physical UART go
-/// to the VM with the focus (into its UART, `uart_of`); `received` is told
-/// which VM's UART took bytes (to update its interrupt line).
-pub fn poll_console<'a, B: Backend, U: RxPort + 'a>(
+/// to the VM with the focus: into its virtio console once the guest's
+/// driver has it up, else into its UART (`uart_of`); `received(vm, level)`
+/// is told when a VM's UART took bytes and its interrupt line's level
+/// (to update the line).
+pub fn poll_console<'a, B: DeviceHost, U: RxPort + 'a>(
     hv: &'a Hypervisor<B>,
     cpu: usize,
     uart_of: impl Fn(&'a Vm<B>) -> &'a Mutex<U>,
     read: impl FnMut() -> Option<u8>,
-    mut received: impl FnMut(&'a Vm<B>, &U),
+    mut received: impl FnMut(&'a Vm<B>, bool),
 ) {
     if cpu != 0 {
         return;
     }
     let vms = hv.created();
+    // Which VM's input the pump last looked up went to its UART (the pump
+    // calls `received` for the port it just looked up).
+    let to_uart = core::cell::Cell::new(None::<usize>);
+    let port_of = |i: usize, vm: &'a Vm<B>| -> &'a Mutex<dyn RxPort> {
+        match vm.virtio.live_console_input() {
+            Some(input) => {
+                to_uart.set(None);
+                &**input
+            }
+            None => {
+                to_uart.set(Some(i));
+                uart_of(vm)
+            }
+        }
+    };
     crate::console::pump_input(
         console(),
-        |i| vms.get(i).map(|vm| uart_of(vm)),
+        |i| vms.get(i).map(|vm| port_of(i, vm)),
         read,
         |i, u| {
-            if let Some(vm) = vms.get(i) {
-                received(vm, u)
+            // Only a UART has a line to update.
+            if let (Some(vm), Some(_)) = (vms.get(i), to_uart.get().filter(|&u| u == i)) {
+                received(vm, u.irq_level())
             }
         },
     );
+    for vm in vms {
+        crate::virtio::vm::deliver_console_input(hv, vm, cpu);
+    }
 }
 
 /// Logs each VM's end (its last console line, then its counters) and the
@@ -215,6 +240,9 @@ impl<B: Machine> Observer for LogObserver<'_, B> {
             }
             drop(mux);
             log::info!("VM \"{vm}\" {why}; stats: {}", v.stats);
+            if let Some(s) = v.virtio.summary() {
+                log::info!("VM \"{vm}\" virtio: {s}");
+            }
         } else {
             log::info!("VM \"{vm}\" {why}");
         }
@@ -231,7 +259,7 @@ pub type Slot<B> = Once<Hypervisor<B>>;
 
 /// Makes the hypervisor of `backend` in `slot` and creates the VMs of
 /// `specs` in it (boot CPU, after the banner). Returns how many were created.
-pub fn start<B: Machine>(
+pub fn start<B: Machine + DeviceHost>(
     slot: &'static Slot<B>,
     backend: B,
     board: &BoardInfo,
@@ -241,7 +269,11 @@ pub fn start<B: Machine>(
     let mut ram = backend.guest_memory(board);
     log::info!("guest memory: {} MiB free", ram.free_bytes() >> 20);
     let hv = slot.call_once(|| Hypervisor::new(backend, online));
-    create_vms(hv, board, specs, online, &mut ram, console())
+    let n = create_vms(hv, board, specs, online, &mut ram, console());
+    for vm in hv.created() {
+        crate::virtio::vm::connect(hv, vm);
+    }
+    n
 }
 
 /// Runs vCPUs on `cpu` until every VM has ended (every online CPU, once

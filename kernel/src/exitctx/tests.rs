@@ -87,6 +87,7 @@ fn setup(cpus: usize, vcpus: usize, started: usize) -> (Hypervisor<Mock>, Arc<Vm
             pinned: true,
             started,
             bus: crate::vdev::bus::Bus::new(),
+            virtio: Default::default(),
         })
         .unwrap();
     (hv, vm)

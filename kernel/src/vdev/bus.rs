@@ -28,6 +28,11 @@ pub trait DeviceEnv {
     /// Index of the vCPU that made the access (`usize::MAX` when the host
     /// changed the device, e.g. typed console input).
     fn vcpu(&self) -> usize;
+    /// The pCPU the access runs on (`usize::MAX`: not known), so that a
+    /// device waking another VM's vCPUs kicks no one needlessly.
+    fn pcpu(&self) -> usize {
+        usize::MAX
+    }
     /// An interrupt became pending for vCPU `vcpu` of this VM: wake it if
     /// it waits, kick it if it runs elsewhere. The accessing vCPU itself
     /// needs nothing (it looks at its interrupts before its next entry),

@@ -65,6 +65,10 @@ impl<B: DeviceHost> DeviceEnv for VmDeviceEnv<'_, B> {
         self.vcpu
     }
 
+    fn pcpu(&self) -> usize {
+        self.cpu
+    }
+
     fn wake(&mut self, vcpu: usize) {
         if vcpu != self.vcpu && vcpu < self.vm.vcpus.len() {
             self.hv.wake(

@@ -102,8 +102,12 @@ impl<R: UartRegs> Uart<R> {
     /// the registers' lock held (`regs` is its guard), so line changes
     /// reach the interrupt controller in the order they happened.
     pub fn update_line(&self, regs: &R, env: &mut dyn DeviceEnv) {
+        self.update_level(regs.irq_level(), env);
+    }
+
+    /// As [`Uart::update_line`], given the registers' line level.
+    pub fn update_level(&self, level: bool, env: &mut dyn DeviceEnv) {
         let Some(line) = self.irq else { return };
-        let level = regs.irq_level();
         if self.level.swap(level, Ordering::AcqRel) != level {
             env.set_irq(line, level);
         }

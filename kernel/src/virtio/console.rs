@@ -6,6 +6,8 @@
 //! console mux holds further input, as it does for a full UART FIFO.
 
 use alloc::collections::VecDeque;
+use alloc::sync::Arc;
+use spin::Mutex;
 
 use super::queue::{Queue, QueueError};
 use super::{id, VirtioDevice, Work};
@@ -17,10 +19,42 @@ pub const TX: usize = 1;
 /// Input bytes held for the guest at most.
 pub const INPUT_MAX: usize = 4096;
 
+/// Host input waiting for the guest's receive buffers (bounded). Shared
+/// between the console multiplexer, which fills it, and the device, which
+/// empties it into the ring. Lock order: the transport, then this.
+#[derive(Default)]
+pub struct Input {
+    bytes: VecDeque<u8>,
+}
+
+impl Input {
+    pub fn len(&self) -> usize {
+        self.bytes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+}
+
+impl crate::console::RxPort for Input {
+    fn can_receive(&self) -> bool {
+        self.bytes.len() < INPUT_MAX
+    }
+
+    fn receive(&mut self, byte: u8) -> bool {
+        if !self.can_receive() {
+            return false;
+        }
+        self.bytes.push_back(byte);
+        true
+    }
+}
+
 /// The console device state.
 #[derive(Default)]
 pub struct Console {
-    input: VecDeque<u8>,
+    input: Arc<Mutex<Input>>,
     /// Bytes the guest wrote, for statistics.
     pub tx_bytes: u64,
 }
@@ -30,19 +64,9 @@ impl Console {
         Console::default()
     }
 
-    /// Whether another input byte fits.
-    pub fn can_receive(&self) -> bool {
-        self.input.len() < INPUT_MAX
-    }
-
-    /// Queues `byte` of host input (dropped if the buffer is full: callers
-    /// check [`Console::can_receive`]). Call [`Console::deliver`] after.
-    pub fn push_input(&mut self, byte: u8) -> bool {
-        if !self.can_receive() {
-            return false;
-        }
-        self.input.push_back(byte);
-        true
+    /// The input buffer, for the console multiplexer.
+    pub fn input(&self) -> Arc<Mutex<Input>> {
+        self.input.clone()
     }
 
     /// Moves held input into the receive buffers the driver offered.
@@ -54,18 +78,19 @@ impl Console {
         let mut work = Work::default();
         let q = &mut queues[RX];
         let mem = env.memory();
+        let mut input = self.input.lock();
         for _ in 0..q.size {
-            if self.input.is_empty() {
+            if input.bytes.is_empty() {
                 break;
             }
             let Some(c) = q.pop(mem)? else { break };
             let mut w = c.writer();
-            let (a, b) = self.input.as_slices();
+            let (a, b) = input.bytes.as_slices();
             let mut n = w.write(mem, a)?;
             if n == a.len() {
                 n += w.write(mem, b)?;
             }
-            self.input.drain(..n);
+            input.bytes.drain(..n);
             work.interrupt |= q.push_used(mem, c.head, n as u32)?;
         }
         Ok(work)
@@ -170,12 +195,12 @@ mod tests {
     fn input_waits_for_buffers_and_is_bounded() {
         let t = Transport::new("console", 1, Console::new());
         let mut env = Env::new();
+        use crate::console::RxPort;
         // Typed before the driver is up: held.
-        t.with_device(|c| {
-            for &b in b"ls\n" {
-                assert!(c.push_input(b));
-            }
-        });
+        let input = t.with_device(|c| c.input());
+        for &b in b"ls\n" {
+            assert!(input.lock().receive(b));
+        }
         bring_up(&t, &mut env, F_VERSION_1, &[0, 1], 8);
         let mut d = driver(0, 8);
         d.chain(&env.ram, 0, &[(DATA, 2, true)]);
@@ -193,19 +218,17 @@ mod tests {
         wr(&t, &mut env, reg::QUEUE_NOTIFY, 0);
         assert_eq!(d.used(&env.ram).0, 2);
         // Input from the host side fills it.
-        let r = t.with_live(&mut env, |c, q, env| {
-            c.push_input(b'x');
-            c.deliver(q, env).map(|w| ((), w))
-        });
+        input.lock().receive(b'x');
+        let r = t.with_live(&mut env, |c, q, env| c.deliver(q, env).map(|w| ((), w)));
         assert_eq!(r, Some(()));
         assert_eq!(d.used(&env.ram).0, 3);
         // Bounded input.
-        t.with_device(|c| {
-            for _ in 0..INPUT_MAX {
-                c.push_input(b'y');
-            }
-            assert!(!c.can_receive());
-            assert!(!c.push_input(b'z'));
-        });
+        let mut i = input.lock();
+        for _ in 0..INPUT_MAX {
+            i.receive(b'y');
+        }
+        assert!(!i.can_receive());
+        assert!(!i.receive(b'z'));
+        assert_eq!(i.len(), INPUT_MAX);
     }
 }

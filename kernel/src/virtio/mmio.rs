@@ -143,6 +143,11 @@ impl<D: VirtioDevice> Transport<D> {
         f(&mut self.state.lock().dev)
     }
 
+    /// Whether the driver has the device up (DRIVER_OK, not broken).
+    pub fn live(&self) -> bool {
+        self.state.lock().live()
+    }
+
     /// Why the device is in DEVICE_NEEDS_RESET, if it is.
     pub fn broken(&self) -> Option<QueueError> {
         self.state.lock().broken

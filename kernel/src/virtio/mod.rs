@@ -12,6 +12,7 @@ pub mod console;
 pub mod mmio;
 pub mod net;
 pub mod queue;
+pub mod vm;
 
 use crate::vdev::bus::DeviceEnv;
 use queue::{Queue, QueueError};

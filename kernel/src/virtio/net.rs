@@ -247,8 +247,9 @@ impl MacTable {
 
 /// How the switch reaches a port's VM: copies a frame into it and raises
 /// its interrupt (implemented over the VM by the core; by tests directly).
+/// `cpu` is the pCPU forwarding it (`usize::MAX` if not known).
 pub trait PortSink: Send + Sync {
-    fn receive(&self, frame: &[u8]);
+    fn receive(&self, frame: &[u8], cpu: usize);
 }
 
 /// One network: the switch and its ports.
@@ -283,13 +284,13 @@ impl Network {
         }
     }
 
-    /// Forwards `frame` sent by `port`.
-    pub fn send(&self, port: usize, frame: &[u8]) {
+    /// Forwards `frame` sent by `port` on pCPU `cpu`.
+    pub fn send(&self, port: usize, frame: &[u8], cpu: usize) {
         let route = self.table.lock().route(port, frame);
         let ports = self.ports.read();
         let deliver = |i: usize| {
             if let Some(Some(s)) = ports.get(i) {
-                s.receive(frame);
+                s.receive(frame, cpu);
             }
         };
         match route {
@@ -310,10 +311,10 @@ pub struct NetPort {
 }
 
 impl NetPort {
-    fn forward(&self) {
+    fn forward(&self, cpu: usize) {
         let out = self.transport.with_device(Net::take_outbox);
         for frame in &out {
-            self.network.send(self.port, frame);
+            self.network.send(self.port, frame, cpu);
         }
     }
 }
@@ -335,7 +336,7 @@ impl MmioDevice for NetPort {
         value: u64,
     ) -> Result<(), MmioError> {
         let r = self.transport.write(env, off, width, value);
-        self.forward();
+        self.forward(env.pcpu());
         r
     }
 }

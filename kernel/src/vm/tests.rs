@@ -219,6 +219,7 @@ fn add(
             pending: (0..n).map(|_| AtomicUsize::new(0)).collect(),
         },
         bus: crate::vdev::bus::Bus::new(),
+        virtio: Default::default(),
         stats: Arc::new(Stats::new()),
         vcpus: scripts.into_iter().map(Ctx::new).collect(),
         affinity,

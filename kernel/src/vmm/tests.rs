@@ -62,6 +62,7 @@ impl Machine for Fake {
             entry: spec.entry_gpa,
             dtb: spec.dtb_gpa,
             bus: crate::vdev::bus::Bus::new(),
+            virtio: Default::default(),
         })
     }
     fn init_cpu(&self, _: &Hypervisor<Self>, _: usize) {}

@@ -9,6 +9,8 @@
 #                            script runs again there, KESTREL_ROOT set)
 #   kestrel.console=hvc0     the test or shell on /dev/hvc0 (virtio console)
 #   kestrel.ip=ADDR/LEN      eth0 up with that address (virtio net)
+#   kestrel.net=ROLE:MIB:PEER  after the test, the VM-to-VM network test
+#                            (/bin/kestrel-net-test: serve or fetch MIB MiB)
 if [ -n "$KESTREL_ROOT" ]; then
     echo "LINUX-INIT: started on root $KESTREL_ROOT"
 else
@@ -30,7 +32,7 @@ mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev 2>&-
 read up rest < /proc/uptime
-shell=0 cpus= name=linux root= console= ip=
+shell=0 cpus= name=linux root= console= ip= net=
 for arg in $(cat /proc/cmdline); do
     case "$arg" in
         kestrel.shell=1) shell=1 ;;
@@ -39,6 +41,7 @@ for arg in $(cat /proc/cmdline); do
         kestrel.root=*) root=${arg#*=} ;;
         kestrel.console=*) console=${arg#*=} ;;
         kestrel.ip=*) ip=${arg#*=} ;;
+        kestrel.net=*) net=${arg#*=} ;;
     esac
 done
 
@@ -141,8 +144,10 @@ if [ "$shell" = 1 ]; then
     fi
 elif [ -n "$tty" ]; then
     /bin/kestrel-linux-test "$cpus" <"$tty" >"$tty" 2>&1
+    [ -n "$net" ] && /bin/kestrel-net-test $(echo "$net" | tr : ' ') <"$tty" >"$tty" 2>&1
 else
     /bin/kestrel-linux-test "$cpus"
+    [ -n "$net" ] && /bin/kestrel-net-test $(echo "$net" | tr : ' ')
 fi
 poweroff -f
 sleep 5

@@ -217,26 +217,44 @@ struct KestrelCase {
     gic: u32,
     /// The VMs' names: each must print its own PASS line, tagged by kestrel.
     vms: &'static [&'static str],
+    /// The PASS line each VM must print.
+    pass: &'static str,
+    /// The virtio case: root on /dev/vda, test on hvc0, network test.
+    virtio: bool,
 }
 
-const KESTREL_CASES: [KestrelCase; 3] = [
+const KESTREL_CASES: [KestrelCase; 4] = [
     KestrelCase {
         name: "linux on kestrel: 1 VM x 4 vCPUs, GICv3",
         config: "configs/linux-1vm.toml",
         gic: 3,
         vms: &["linux0"],
+        pass: PASS_4,
+        virtio: false,
     },
     KestrelCase {
         name: "linux on kestrel: 2 VMs x 4 vCPUs sharing 4 pCPUs, GICv3",
         config: "configs/linux-2vm.toml",
         gic: 3,
         vms: &["linux0", "linux1"],
+        pass: PASS_4,
+        virtio: false,
     },
     KestrelCase {
         name: "linux on kestrel: 1 VM x 4 vCPUs, GICv2",
         config: "configs/linux-1vm.toml",
         gic: 2,
         vms: &["linux0"],
+        pass: PASS_4,
+        virtio: false,
+    },
+    KestrelCase {
+        name: "linux on kestrel virtio: 2 VMs, root on virtio-blk, test on hvc0, ping + 4 MiB over TCP",
+        config: "configs/linux-virtio.toml",
+        gic: 3,
+        vms: &["vm0", "vm1"],
+        pass: PASS_2,
+        virtio: true,
     },
 ];
 
@@ -244,15 +262,19 @@ const KESTREL_CASES: [KestrelCase; 3] = [
 const KESTREL_BOOT_LIMIT: Duration = Duration::from_secs(300);
 
 /// Problems with one kestrel Linux boot: every VM's tagged PASS line, every
-/// VM ended, kestrel's own clean power-off.
-fn judge_kestrel(boot: &Boot, vms: &[&str]) -> Vec<String> {
+/// VM ended, kestrel's own clean power-off; for the virtio case also what
+/// [`judge_virtio_vms`] checks.
+fn judge_kestrel(boot: &Boot, case: &KestrelCase) -> Vec<String> {
     let mut problems = Vec::new();
     if boot.timed_out {
         problems.push("no power-off within the time limit".to_string());
     }
+    if case.virtio {
+        problems.extend(judge_virtio_vms(boot, case.vms));
+    }
     let has = |s: &str| boot.has(s);
-    for vm in vms {
-        let pass = format!("[{vm}] {PASS_4}");
+    for vm in case.vms {
+        let pass = format!("[{vm}] {}", case.pass);
         if !has(&pass) {
             let fail = format!("[{vm}] LINUX-TEST: FAIL");
             match boot.lines.iter().find(|l| l.text.contains(&fail)) {
@@ -281,6 +303,83 @@ fn judge_kestrel(boot: &Boot, vms: &[&str]) -> Vec<String> {
     }
     if let Some(s) = boot.exit.filter(|s| !s.success()) {
         problems.push(format!("QEMU exited with {s}"));
+    }
+    problems
+}
+
+/// The virtio case's own checks, from what each VM printed (tagged by
+/// kestrel) and kestrel's per-VM device counters: the root mounted from the
+/// virtio disk, the test output on hvc0 (the console device carried bytes),
+/// eth0 up, both pings answered, and the 4 MiB fetched with the MD5 the
+/// server printed.
+fn judge_virtio_vms(boot: &Boot, vms: &[&str]) -> Vec<String> {
+    let mut problems = Vec::new();
+    let line_of = |prefix: &str| boot.lines.iter().find(|l| l.text.contains(prefix));
+    for vm in vms {
+        for step in [
+            "LINUX-INIT: root mounted from /dev/vda (ext4, read-write): switch_root",
+            "LINUX-INIT: console on hvc0",
+            "LINUX-INIT: eth0 up 10.0.0.",
+            "LINUX-NET: ping 10.0.0.",
+        ] {
+            let want = format!("[{vm}] {step}");
+            if line_of(&want).is_none() {
+                problems.push(format!("serial log lacks {want:?}"));
+            }
+        }
+        let ping = format!("[{vm}] LINUX-NET: ping ");
+        if let Some(l) = line_of(&ping) {
+            if !l.text.contains(" 3 packets received") {
+                problems.push(format!("{vm}: ping lost packets: {}", l.text));
+            }
+        }
+        // kestrel's end-of-VM counters: the console device carried the
+        // test's output, the disk was read, frames went both ways.
+        let counters = format!("VM \"{vm}\" virtio: console: ");
+        match line_of(&counters) {
+            Some(l) => {
+                let bytes: u64 = l.text[l.text.find("console: ").unwrap_or(0) + 9..]
+                    .split(' ')
+                    .next()
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(0);
+                if bytes < 100 {
+                    problems.push(format!(
+                        "{vm}: the virtio console carried {bytes} bytes: {}",
+                        l.text
+                    ));
+                }
+                if l.text.contains("disk0: 0 reads") || l.text.contains("net0: 0 frames out") {
+                    problems.push(format!("{vm}: a virtio device was not used: {}", l.text));
+                }
+                if l.text.contains("needs reset") {
+                    problems.push(format!("{vm}: {}", l.text));
+                }
+            }
+            None => problems.push(format!("kestrel printed no virtio counters for {vm}")),
+        }
+    }
+    let md5 = |prefix: &str| {
+        line_of(prefix).and_then(|l| {
+            let t = &l.text[l.text.find(" md5 ")? + 5..];
+            Some(t.split(' ').next()?.to_string())
+        })
+    };
+    let served = md5("LINUX-NET: serving 4 MiB md5 ");
+    let fetched = md5("LINUX-NET: fetched 4 MiB md5 ");
+    match (served, fetched) {
+        (Some(a), Some(b)) if a == b && a.len() == 32 => {}
+        (Some(a), Some(b)) => {
+            problems.push(format!("MD5 of the data differs: served {a}, fetched {b}"))
+        }
+        _ => problems.push("no served/fetched MD5 lines (LINUX-NET)".to_string()),
+    }
+    if let Some(l) = boot
+        .lines
+        .iter()
+        .find(|l| l.text.contains("LINUX-NET: FAIL"))
+    {
+        problems.push(format!("network test failed: {}", l.text));
     }
     problems
 }
@@ -354,7 +453,7 @@ fn kestrel_test(case: &KestrelCase) -> Verdict {
         });
     match boot {
         Ok(boot) => Verdict {
-            problems: judge_kestrel(&boot, case.vms),
+            problems: judge_kestrel(&boot, case),
             detail: Some(format!(
                 "power-off at {:.1} s",
                 boot.ended.unwrap_or_default().as_secs_f64()
@@ -934,5 +1033,77 @@ mod tests {
         lines.push(PASS_2.into());
         let refs: Vec<&str> = lines.iter().map(String::as_str).collect();
         assert!(judge_virtio(case, &boot(&refs), "").is_empty());
+    }
+
+    fn kestrel_virtio_log() -> Vec<String> {
+        let mut l = Vec::new();
+        for (vm, ip) in [("vm0", "10.0.0.1"), ("vm1", "10.0.0.2")] {
+            for t in [
+                "LINUX-INIT: root mounted from /dev/vda (ext4, read-write): switch_root",
+                "LINUX-INIT: console on hvc0",
+                &format!("LINUX-INIT: eth0 up {ip}/24"),
+                PASS_2,
+                "LINUX-NET: ping 10.0.0.9: 3 packets transmitted, 3 packets received, 0% packet loss",
+            ] {
+                l.push(format!("[{vm}] {t}"));
+            }
+        }
+        l.push("[vm0] LINUX-NET: serving 4 MiB md5 0123456789abcdef0123456789abcdef".into());
+        l.push("[vm1] LINUX-NET: fetched 4 MiB md5 0123456789abcdef0123456789abcdef in 2.80 s (1.43 MiB/s)".into());
+        for vm in ["vm0", "vm1"] {
+            l.push(format!(
+                "[cpu0] INFO  VM \"{vm}\" virtio: console: 1433 bytes out; disk0: 62 reads (2113 KiB), 3 writes (12 KiB), 0 errors; net0: 1500 frames out, 3000 in, 0 dropped"
+            ));
+        }
+        l.push("[cpu0] INFO  kestrel: all VMs have ended (status 0)".into());
+        l.push("[cpu0] INFO  kestrel: work done, powering off (status 0)".into());
+        l
+    }
+
+    fn judged(lines: &[String]) -> Vec<String> {
+        let refs: Vec<&str> = lines.iter().map(String::as_str).collect();
+        judge_kestrel(&boot(&refs), &KESTREL_CASES[3])
+    }
+
+    #[test]
+    fn kestrel_virtio_case_passes_on_a_good_log() {
+        assert!(KESTREL_CASES[3].virtio);
+        assert_eq!(judged(&kestrel_virtio_log()), Vec::<String>::new());
+    }
+
+    #[test]
+    fn kestrel_virtio_case_fails_on_each_missing_piece() {
+        let good = kestrel_virtio_log();
+        let edits: [(&str, &str, &str); 6] = [
+            ("fetched 4 MiB md5 0123", "fetched 4 MiB md5 9123", "MD5"),
+            (
+                "[vm1] LINUX-NET: ping 10.0.0.9: 3 packets transmitted, 3 packets received",
+                "[vm1] LINUX-NET: ping 10.0.0.9: 3 packets transmitted, 1 packets received",
+                "lost packets",
+            ),
+            (
+                "VM \"vm0\" virtio: console: 1433 bytes",
+                "VM \"vm0\" virtio: console: 3 bytes",
+                "carried 3 bytes",
+            ),
+            (
+                "[vm1] LINUX-INIT: root mounted",
+                "[vm1] LINUX-INIT: no root",
+                "root mounted",
+            ),
+            (
+                "[vm0] LINUX-INIT: console on hvc0",
+                "[vm0] LINUX-INIT: console stays",
+                "console on hvc0",
+            ),
+            ("disk0: 62 reads", "disk0: 0 reads", "not used"),
+        ];
+        for (from, to, needle) in edits {
+            let mut log = good.clone();
+            let i = log.iter().position(|l| l.contains(from)).expect(from);
+            log[i] = log[i].replacen(from, to, 1);
+            let p = judged(&log);
+            assert!(p.iter().any(|p| p.contains(needle)), "{needle}: {p:?}");
+        }
     }
 }

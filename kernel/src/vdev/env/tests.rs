@@ -74,6 +74,7 @@ fn running_vm() -> (Hypervisor<Fake>, Arc<Vm<Fake>>) {
                 bytes: Mutex::new(alloc::vec![0; 0x1000]),
             },
             bus: Bus::new(),
+            virtio: Default::default(),
             stats: Arc::new(Stats::new()),
             vcpus: alloc::vec![(), ()],
             affinity: CpuMask::first(2),

@@ -55,7 +55,7 @@ fn mac_table_is_bounded() {
 #[derive(Default)]
 struct Rec(Mutex<Vec<Vec<u8>>>);
 impl PortSink for Rec {
-    fn receive(&self, f: &[u8]) {
+    fn receive(&self, f: &[u8], _: usize) {
         self.0.lock().push(f.to_vec());
     }
 }
@@ -68,12 +68,12 @@ fn network_floods_and_forwards() {
         let p = n.add_port();
         n.attach(p, s.clone());
     }
-    n.send(0, &frame(B, A, b"1"));
-    n.send(1, &frame(A, B, b"2"));
+    n.send(0, &frame(B, A, b"1"), 0);
+    n.send(1, &frame(A, B, b"2"), 0);
     let got: Vec<usize> = sinks.iter().map(|s| s.0.lock().len()).collect();
     assert_eq!(got, [1, 1, 1], "flood to 1 and 2, then 2 -> 0 only");
     n.detach(0);
-    n.send(1, &frame(A, B, b"3"));
+    n.send(1, &frame(A, B, b"3"), 0);
     assert_eq!(sinks[0].0.lock().len(), 1);
 }
 

@@ -44,6 +44,8 @@ const INIT: &str = include_str!("../../../guests/linux/init.sh");
 /// `/bin/kestrel-linux-test [N]`: CPUs online (= N if given), then FP work
 /// with known answers on every online CPU in parallel.
 const TEST: &str = include_str!("../../../guests/linux/kestrel-linux-test.sh");
+/// `/bin/kestrel-net-test ROLE MIB PEER`: the VM-to-VM network test.
+const NET_TEST: &str = include_str!("../../../guests/linux/kestrel-net-test.sh");
 
 /// The test script with its table of known answers.
 pub fn test_script() -> String {
@@ -95,6 +97,7 @@ pub(super) fn build_initramfs(
         .map_err(|e| format!("{}: {e}", staging.join("bin/sh").display()))?;
     write_exec(&staging.join("init"), INIT)?;
     write_exec(&staging.join("bin/kestrel-linux-test"), &test_script())?;
+    write_exec(&staging.join("bin/kestrel-net-test"), NET_TEST)?;
     populate(staging)?;
     // newc archive, files owned by root, sorted for a stable order. The
     // kernel's built-in initramfs provides /dev/console.

@@ -93,7 +93,8 @@ impl Machine for Arm64Backend {
         // SAFETY: invalidates the instruction cache so the copied kernel is
         // fetched from memory.
         unsafe { core::arch::asm!("dsb ish", "ic ialluis", "dsb ish", "isb", options(nostack)) };
-        let devices = super::devices::build(vgic)?;
+        let devices =
+            super::devices::build(vgic, spec, &mut |bytes| mem::disk_memory(pool, bytes))?;
         let st = VmState {
             stage2: s2,
             ram_base: spec.ram_base,
@@ -118,6 +119,7 @@ impl Machine for Arm64Backend {
             vcpus: states,
             entry: spec.entry_gpa,
             bus: devices.bus,
+            virtio: devices.virtio,
             dtb: spec.dtb_gpa,
         })
     }

@@ -7,6 +7,7 @@
 use alloc::format;
 use alloc::string::String;
 use alloc::sync::Arc;
+use alloc::vec::Vec;
 use spin::Mutex;
 
 use crate::vdev::bus::{Bus, GuestMemory, MemError};
@@ -15,8 +16,9 @@ use crate::vdev::pl011::{self, Pl011};
 use crate::vdev::uart::Uart;
 use crate::vgic::mmio::{DistFrame, RedistFrame, SharedVgic};
 use crate::vgic::{GicVersion, VcpuSet, Vgic};
+use crate::virtio::vm::VmVirtio;
 use crate::vm::Vm;
-use crate::vmconfig::{GUEST_GICD, GUEST_GICR, GUEST_UART};
+use crate::vmconfig::{VmSpec, GUEST_GICD, GUEST_GICR, GUEST_UART};
 
 use super::super::mmu;
 use super::{stage2, Arm64Backend, VmState};
@@ -25,12 +27,19 @@ use super::{stage2, Arm64Backend, VmState};
 /// vGIC for list registers, timers and SGIs; the UART for console input).
 pub struct Devices {
     pub bus: Bus,
+    /// The virtio devices (their transports are on `bus` too).
+    pub virtio: VmVirtio,
     pub vgic: SharedVgic,
     pub uart: Arc<Uart<Pl011>>,
 }
 
-/// Maps the VM's devices at the addresses its device tree gives them.
-pub fn build(vgic: Vgic) -> Result<Devices, String> {
+/// Maps the VM's devices at the addresses its device tree gives them;
+/// `disk_memory` provides writable virtio disks' memory.
+pub fn build(
+    vgic: Vgic,
+    spec: &VmSpec<'static>,
+    disk_memory: &mut dyn FnMut(u64) -> Result<Vec<&'static mut [u8]>, String>,
+) -> Result<Devices, String> {
     let v3 = vgic.version() == GicVersion::V3;
     let (dist_size, redist_size) = (vgic.dist_size(), vgic.redist_size());
     let vgic = Arc::new(Mutex::new(vgic));
@@ -53,7 +62,13 @@ pub fn build(vgic: Vgic) -> Result<Devices, String> {
     debug_assert_eq!(GUEST_UART.1, pl011::FRAME_SIZE);
     bus.add(GUEST_UART.0, GUEST_UART.1, uart.clone())
         .map_err(err)?;
-    Ok(Devices { bus, vgic, uart })
+    let virtio = VmVirtio::build(spec, &mut bus, disk_memory)?;
+    Ok(Devices {
+        bus,
+        virtio,
+        vgic,
+        uart,
+    })
 }
 
 impl DeviceHost for Arm64Backend {

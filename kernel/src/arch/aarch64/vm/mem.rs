@@ -5,6 +5,7 @@
 
 use alloc::format;
 use alloc::string::String;
+use alloc::vec::Vec;
 
 use crate::board::MemRegion;
 use crate::frames::{FramePool, GuestRam, FRAME};
@@ -51,4 +52,24 @@ pub fn copy_to_guest(ram: &GuestRam, ram_base: u64, gpa: u64, data: &[u8]) -> Re
         mmu::clean_dcache_range(dst, dst + n);
     }
     Ok(())
+}
+
+/// Private memory for a writable virtio disk of `bytes`: whole frames from
+/// `pool`, handed out as slices (the last one cut to the disk's end).
+pub fn disk_memory(pool: &mut FramePool, bytes: u64) -> Result<Vec<&'static mut [u8]>, String> {
+    let ram = pool.alloc_ram(bytes.next_multiple_of(FRAME))?;
+    let mut left = bytes;
+    Ok(ram
+        .frames
+        .iter()
+        .map(|&f| {
+            let n = left.min(FRAME);
+            left -= n;
+            // SAFETY: the frame is RAM from the pool (not used by kestrel),
+            // identity mapped at EL2 as Normal memory, and belongs to this
+            // disk alone from now on: it is never handed out again (frames
+            // are not returned to the pool), so this is the only reference.
+            unsafe { core::slice::from_raw_parts_mut(f as *mut u8, n as usize) }
+        })
+        .collect())
 }

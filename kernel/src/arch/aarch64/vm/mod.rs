@@ -179,10 +179,10 @@ impl Arm64Backend {
             cpu,
             |vm| vm.arch.uart.regs(),
             platform::console_read,
-            |vm, u| {
+            |vm, level| {
                 vm.arch
                     .uart
-                    .update_line(u, &mut VmDeviceEnv::host(hv, vm, cpu))
+                    .update_level(level, &mut VmDeviceEnv::host(hv, vm, cpu))
             },
         );
     }

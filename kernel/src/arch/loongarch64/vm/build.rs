@@ -41,6 +41,13 @@ impl Machine for LaBackend {
                 "console: only the NS16550 is emulated on LoongArch (console = \"ns16550\")",
             ));
         }
+        if spec.virtio_console || !spec.devices.is_empty() {
+            // The config tool refuses these for LoongArch; a package that
+            // has them anyway is refused here.
+            return Err(String::from(
+                "virtio devices: not available on LoongArch yet (no device interrupt controller)",
+            ));
+        }
         let vcpus = spec.vcpus as usize;
         let ram = pool.alloc_ram(spec.ram_size)?;
         mem::clear(&ram);
@@ -101,6 +108,7 @@ impl Machine for LaBackend {
             entry,
             dtb: layout::gpa_of(spec.dtb_gpa),
             bus: devices.bus,
+            virtio: Default::default(),
         })
     }
 

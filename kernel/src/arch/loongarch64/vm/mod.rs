@@ -224,10 +224,10 @@ impl LaBackend {
             || platform::PLATFORM.console_read(),
             // No receive interrupt is wired (guests poll the 16550): the
             // line update drives nothing, kept for the device's bookkeeping.
-            |vm, u| {
+            |vm, level| {
                 vm.arch
                     .uart
-                    .update_line(u, &mut VmDeviceEnv::host(hv, vm, cpu))
+                    .update_level(level, &mut VmDeviceEnv::host(hv, vm, cpu))
             },
         );
     }
