@@ -96,6 +96,8 @@ bench: setup
 	$(CARGO) xtask bench-vm
 	$(CARGO) xtask bench-exits
 	$(CARGO) xtask bench-linux
+	$(CARGO) xtask bench-linux --config configs/bench/linux-hvc0.toml
+	$(CARGO) xtask bench-net
 
 lint: setup-rust
 	$(CARGO) fmt --all --check

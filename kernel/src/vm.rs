@@ -191,6 +191,9 @@ pub struct Vm<B: Backend> {
     pub virtio: crate::virtio::vm::VmVirtio,
     pub vcpus: Vec<Vcpu<B>>,
     ended: AtomicBool,
+    /// Its end has been reported to the observer (the machine's work is
+    /// over only when every VM's end is: its last lines are printed).
+    reported: AtomicBool,
     end: Mutex<Option<VmEnd>>,
 }
 
@@ -301,6 +304,7 @@ impl<B: Backend> Hypervisor<B> {
             virtio: parts.virtio,
             vcpus,
             ended: AtomicBool::new(false),
+            reported: AtomicBool::new(false),
             end: Mutex::new(None),
         });
         vms.push(Arc::clone(&vm));
@@ -405,6 +409,7 @@ impl<B: Backend> Hypervisor<B> {
             self.backend.kick(c);
         }
         observer.vm_ended(&vm.name, &why);
+        vm.reported.store(true, Ordering::Release);
         if self.all_ended() {
             // Idle pCPUs must notice that the work is over.
             for c in self.online.iter().filter(|&c| c != from) {
@@ -413,10 +418,10 @@ impl<B: Backend> Hypervisor<B> {
         }
     }
 
-    /// Whether every VM has ended.
+    /// Whether every VM has ended and its end has been reported.
     pub fn all_ended(&self) -> bool {
         let vms = self.vms.lock();
-        !vms.is_empty() && vms.iter().all(|vm| vm.has_ended())
+        !vms.is_empty() && vms.iter().all(|vm| vm.reported.load(Ordering::Acquire))
     }
 
     /// How the run ended: `Success` when every VM powered itself off.

@@ -402,3 +402,32 @@ fn passed_deadlines_wake_blocked_vcpus_once() {
     hv.check_timers(0, 300);
     assert_eq!(b.vcpus[0].deadlines.get(0), 10);
 }
+
+/// The work is over only once the last VM's end has been reported: an
+/// observer still printing a VM's last lines sees `all_ended` false, so no
+/// pCPU leaves its run loop (and powers the machine off) under it.
+#[test]
+fn all_ended_waits_for_the_last_report() {
+    struct Peek<'a> {
+        hv: &'a Hypervisor<Fake>,
+        seen: std::sync::Mutex<Vec<bool>>,
+    }
+    impl Observer for Peek<'_> {
+        fn vm_ended(&self, _: &str, _: &VmEnd) {
+            self.seen.lock().unwrap().push(self.hv.all_ended());
+        }
+        fn all_ended(&self) {}
+    }
+    let hv = hv(1);
+    let a = add(&hv, "a", vec![vec![]], CpuMask::first(1), false);
+    let b = add(&hv, "b", vec![vec![]], CpuMask::first(1), false);
+    let peek = Peek {
+        hv: &hv,
+        seen: std::sync::Mutex::new(Vec::new()),
+    };
+    hv.end_vm(&a, VmEnd::PowerOff, 0, &peek);
+    hv.end_vm(&b, VmEnd::PowerOff, 0, &peek);
+    assert_eq!(*peek.seen.lock().unwrap(), [false, false]);
+    assert!(hv.all_ended());
+    assert!(a.has_ended() && b.has_ended());
+}

@@ -291,6 +291,7 @@ fn run() -> Result<(), String> {
         "guest-assets" | "bench-linux" => assets::command(cmd, rest),
         "bench-vm" => bench_vm::run(rest),
         "bench-exits" => bench_exits::run(rest),
+        "bench-net" => vmtests_linux::bench_net(rest),
         "check-fp" => {
             let o = parse_opts(rest)?;
             let mut arches = vec![o.arch];

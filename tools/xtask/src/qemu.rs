@@ -133,6 +133,35 @@ pub fn bare_command(
     c
 }
 
+/// [`bare_command`] with a virtio console (QEMU's `virtconsole` on a
+/// `virtio-serial-device`) sharing stdio with the serial port, so a guest
+/// with `kestrel.console=hvc0` prints through both as it would under
+/// kestrel with `virtio_console = true`.
+pub fn bare_command_hvc0(
+    machine: &str,
+    smp: u32,
+    mem_mib: u32,
+    kernel: &Path,
+    initrd: Option<&Path>,
+    append: &str,
+) -> Command {
+    let mut c = Command::new("qemu-system-aarch64");
+    c.args(["-M", machine, "-cpu", "max"])
+        .args(["-smp", &smp.to_string(), "-m", &mem_mib.to_string()])
+        .args(["-nic", "none", "-display", "none", "-monitor", "none"])
+        .args(["-chardev", "stdio,id=con,mux=on", "-serial", "chardev:con"])
+        .args(["-device", "virtio-serial-device"])
+        .args(["-device", "virtconsole,chardev=con"])
+        .arg("-no-reboot")
+        .arg("-kernel")
+        .arg(kernel);
+    if let Some(i) = initrd {
+        c.arg("-initrd").arg(i);
+    }
+    c.args(["-append", append]);
+    c
+}
+
 /// One serial line and when its newline arrived (since QEMU was started).
 #[derive(Clone, Debug)]
 pub struct Line {

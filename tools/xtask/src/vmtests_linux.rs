@@ -435,8 +435,46 @@ pub fn run_bare(assets: assets::LinuxAssets) -> Result<(), String> {
     crate::suite::run(&SUITE, &all, tests)
 }
 
-/// Boots Debian's kernel as VMs under kestrel (issue: Linux guests).
-fn kestrel_test(case: &KestrelCase) -> Verdict {
+/// `cargo xtask bench-net`: the virtio case's two VMs under kestrel once;
+/// prints the TCP transfer rate the fetching VM measured (4 MiB from the
+/// other VM through kestrel's switch), the ping line and kestrel's per-VM
+/// device counters.
+pub fn bench_net(args: &[String]) -> Result<(), String> {
+    if let Some(a) = args.first() {
+        return Err(format!("bench-net: unknown option '{a}'"));
+    }
+    if assets::built().is_none() {
+        println!("bench-net: skipped: no Linux guest assets (run `cargo xtask guest-assets`)");
+        return Ok(());
+    }
+    let case = &KESTREL_CASES[3];
+    println!("== VM-to-VM network: {} ({}) ==", case.name, case.config);
+    let boot = kestrel_boot(case)?;
+    let problems = judge_kestrel(&boot, case);
+    for l in boot.lines.iter().filter(|l| {
+        ["LINUX-NET: fetched", "LINUX-NET: ping", "virtio: console"]
+            .iter()
+            .any(|p| l.text.contains(p))
+    }) {
+        println!("    {}", l.text.trim());
+    }
+    let rate = boot.lines.iter().find_map(|l| {
+        let t = &l.text[l.text.find("LINUX-NET: fetched")?..];
+        let open = t.find('(')?;
+        t[open + 1..].split(' ').next().map(str::to_string)
+    });
+    match (rate, problems.is_empty()) {
+        (Some(r), true) => println!("VM-to-VM TCP throughput: {r} MiB/s (under QEMU TCG)"),
+        _ => println!(
+            "VM-to-VM TCP throughput: no number: {}",
+            problems.join("; ")
+        ),
+    }
+    Ok(())
+}
+
+/// Boots `case` under kestrel and returns what it printed.
+fn kestrel_boot(case: &KestrelCase) -> Result<Boot, String> {
     let config = crate::root().join(case.config);
     let opts = Opts {
         arch: Arch::Aarch64,
@@ -447,10 +485,13 @@ fn kestrel_test(case: &KestrelCase) -> Verdict {
         config: Some(config.clone()),
         ..Opts::default()
     };
-    let boot =
-        crate::build_image_with(opts.arch, &opts.features, Some(&config)).and_then(|image| {
-            Runner::new(qemu::command(&opts, &image, true), KESTREL_BOOT_LIMIT).run()
-        });
+    crate::build_image_with(opts.arch, &opts.features, Some(&config))
+        .and_then(|image| Runner::new(qemu::command(&opts, &image, true), KESTREL_BOOT_LIMIT).run())
+}
+
+/// Boots Debian's kernel as VMs under kestrel (issue: Linux guests).
+fn kestrel_test(case: &KestrelCase) -> Verdict {
+    let boot = kestrel_boot(case);
     match boot {
         Ok(boot) => Verdict {
             problems: judge_kestrel(&boot, case),
@@ -613,6 +654,8 @@ struct VmUnderTest {
     initrd: Option<PathBuf>,
     cmdline: String,
     vcpus: u32,
+    /// `virtio_console = true`: the bare side gets QEMU's virtio console.
+    virtio_console: bool,
 }
 
 fn first_vm(config: &Path) -> Result<VmUnderTest, String> {
@@ -640,6 +683,10 @@ fn first_vm(config: &Path) -> Result<VmUnderTest, String> {
             .unwrap_or(1)
             .try_into()
             .map_err(|_| format!("{}: vm[0].vcpus out of range", config.display()))?,
+        virtio_console: vm
+            .get("virtio_console")
+            .and_then(|c| c.as_bool())
+            .unwrap_or(false),
     })
 }
 
@@ -756,15 +803,26 @@ pub fn bench(args: &[String]) -> Result<(), String> {
     let (mut bare, mut ks) = (Vec::new(), Vec::new());
     let mut exit_lines = Vec::new();
     for r in 1..=runs {
-        let cmd = bare_command(
-            Arch::Aarch64,
-            &machine,
-            opts.smp,
-            opts.mem_mib,
-            &vm.kernel,
-            vm.initrd.as_deref(),
-            &vm.cmdline,
-        );
+        let cmd = if vm.virtio_console {
+            crate::qemu::bare_command_hvc0(
+                &machine,
+                opts.smp,
+                opts.mem_mib,
+                &vm.kernel,
+                vm.initrd.as_deref(),
+                &vm.cmdline,
+            )
+        } else {
+            bare_command(
+                Arch::Aarch64,
+                &machine,
+                opts.smp,
+                opts.mem_mib,
+                &vm.kernel,
+                vm.initrd.as_deref(),
+                &vm.cmdline,
+            )
+        };
         let boot = Runner::new(cmd, BOOT_LIMIT).quiet().run()?;
         let t = times_of(&boot);
         print_row(
