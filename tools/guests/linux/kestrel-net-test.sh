@@ -12,6 +12,16 @@ www=/tmp/www
 mkdir -p $www
 httpd -p 8080 -h $www
 now() { read t rest < /proc/uptime; echo "$t"; }
+# retry N CMD...: CMD once a second until it succeeds, at most N times.
+retry() {
+    n=$1
+    shift
+    until "$@"; do
+        n=$((n - 1))
+        [ "$n" -le 0 ] && return 1
+        sleep 1
+    done
+}
 if ping -c 3 -W 5 "$peer" > /tmp/ping 2>&1; then
     echo "LINUX-NET: ping $peer: $(grep 'packets transmitted' /tmp/ping)"
 else
@@ -22,33 +32,25 @@ serve)
     dd if=/dev/urandom of=$www/.data bs=1048576 count="$mib" 2>/dev/null
     mv $www/.data $www/data
     echo "LINUX-NET: serving $mib MiB md5 $(md5sum < $www/data | cut -d ' ' -f 1)"
-    n=0
-    until wget -q -O /tmp/done "http://$peer:8080/done" 2>/dev/null; do
-        n=$((n + 1))
-        if [ $n -ge 300 ]; then
-            echo "LINUX-NET: FAIL the peer did not fetch the data within 300 s"
-            exit 1
-        fi
-        sleep 1
-    done
+    if ! retry 300 wget -q -O /tmp/done "http://$peer:8080/done" 2>/dev/null; then
+        echo "LINUX-NET: FAIL the peer did not fetch the data within 300 s"
+        exit 1
+    fi
     echo "LINUX-NET: peer done ($(cat /tmp/done))"
     ;;
 fetch)
     want=$((mib * 1048576))
-    n=0
-    while :; do
+    # One attempt: the whole file (the server renames it into place when
+    # complete); t0 is when the last attempt started.
+    fetch() {
         t0=$(now)
-        if wget -q -O /tmp/got "http://$peer:8080/data" 2>/dev/null \
-            && [ "$(wc -c < /tmp/got)" -eq "$want" ]; then
-            break
-        fi
-        n=$((n + 1))
-        if [ $n -ge 120 ]; then
-            echo "LINUX-NET: FAIL no data from $peer within 120 tries"
-            exit 1
-        fi
-        sleep 1
-    done
+        wget -q -O /tmp/got "http://$peer:8080/data" 2>/dev/null \
+            && [ "$(wc -c < /tmp/got)" -eq "$want" ]
+    }
+    if ! retry 120 fetch; then
+        echo "LINUX-NET: FAIL no data from $peer within 120 tries"
+        exit 1
+    fi
     t1=$(now)
     rate=$(awk "BEGIN { d = $t1 - $t0; if (d <= 0) d = 0.01; printf \"%.2f\", $mib / d }")
     echo "LINUX-NET: fetched $mib MiB md5 $(md5sum < /tmp/got | cut -d ' ' -f 1) in $(awk "BEGIN { printf \"%.2f\", $t1 - $t0 }") s ($rate MiB/s)"

@@ -14,7 +14,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::qemu::{bare_command, Runner};
+use crate::qemu::{bare_command, BareConsole, Runner};
 use crate::vmtests_arm64::build_guest_arm64;
 use crate::vmtests_la64::build_guest_la64;
 use crate::{qemu, root, Arch, Opts};
@@ -131,6 +131,7 @@ fn collect(exits: &str, switch: &str, bare: &str) -> Result<(Lines, Lines), Stri
 fn boot_bare(gic: u32) -> Result<String, String> {
     let guest = build_guest_arm64()?;
     let cmd = bare_command(
+        BareConsole::Serial,
         Arch::Aarch64,
         &format!("virt,gic-version={gic}"),
         1,
@@ -163,6 +164,7 @@ const GOAL_LA_IPI: u64 = 4_000;
 /// The LoongArch guest alone on bare QEMU: it runs at real PLV0.
 fn boot_bare_la(guest: &std::path::Path) -> Result<String, String> {
     let cmd = bare_command(
+        BareConsole::Serial,
         Arch::LoongArch64,
         "virt",
         1,

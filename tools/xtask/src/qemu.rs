@@ -103,10 +103,24 @@ pub fn render(cmd: &Command) -> String {
     s
 }
 
+/// Where a bare-QEMU guest's console goes (stdio either way).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BareConsole {
+    /// The serial port.
+    Serial,
+    /// The serial port and a virtio console (QEMU's `virtconsole` on a
+    /// `virtio-serial-device`) sharing stdio, so a guest with
+    /// `kestrel.console=hvc0` prints through both as it would under kestrel
+    /// with `virtio_console = true`.
+    SerialAndHvc0,
+}
+
 /// QEMU booting `kernel` directly (no kestrel), with the machine flags
 /// kestrel runs under ([`command`]): `-M machine -cpu max|la464 -smp -m
-/// -nic none`, the serial port on stdout.
+/// -nic none`, the console (`console`) on stdout.
+#[allow(clippy::too_many_arguments)]
 pub fn bare_command(
+    console: BareConsole,
     arch: Arch,
     machine: &str,
     smp: u32,
@@ -122,39 +136,15 @@ pub fn bare_command(
     let mut c = Command::new(program);
     c.args(["-M", machine, "-cpu", cpu])
         .args(["-smp", &smp.to_string(), "-m", &mem_mib.to_string()])
-        .args(["-nic", "none", "-display", "none", "-monitor", "none"])
-        .args(["-serial", "stdio", "-no-reboot"])
-        .arg("-kernel")
-        .arg(kernel);
-    if let Some(i) = initrd {
-        c.arg("-initrd").arg(i);
-    }
-    c.args(["-append", append]);
-    c
-}
-
-/// [`bare_command`] with a virtio console (QEMU's `virtconsole` on a
-/// `virtio-serial-device`) sharing stdio with the serial port, so a guest
-/// with `kestrel.console=hvc0` prints through both as it would under
-/// kestrel with `virtio_console = true`.
-pub fn bare_command_hvc0(
-    machine: &str,
-    smp: u32,
-    mem_mib: u32,
-    kernel: &Path,
-    initrd: Option<&Path>,
-    append: &str,
-) -> Command {
-    let mut c = Command::new("qemu-system-aarch64");
-    c.args(["-M", machine, "-cpu", "max"])
-        .args(["-smp", &smp.to_string(), "-m", &mem_mib.to_string()])
-        .args(["-nic", "none", "-display", "none", "-monitor", "none"])
-        .args(["-chardev", "stdio,id=con,mux=on", "-serial", "chardev:con"])
-        .args(["-device", "virtio-serial-device"])
-        .args(["-device", "virtconsole,chardev=con"])
-        .arg("-no-reboot")
-        .arg("-kernel")
-        .arg(kernel);
+        .args(["-nic", "none", "-display", "none", "-monitor", "none"]);
+    match console {
+        BareConsole::Serial => c.args(["-serial", "stdio"]),
+        BareConsole::SerialAndHvc0 => c
+            .args(["-chardev", "stdio,id=con,mux=on", "-serial", "chardev:con"])
+            .args(["-device", "virtio-serial-device"])
+            .args(["-device", "virtconsole,chardev=con"]),
+    };
+    c.arg("-no-reboot").arg("-kernel").arg(kernel);
     if let Some(i) = initrd {
         c.arg("-initrd").arg(i);
     }
@@ -473,6 +463,7 @@ mod tests {
     #[test]
     fn bare_commands() {
         let c = bare_command(
+            BareConsole::Serial,
             Arch::LoongArch64,
             "virt",
             1,

@@ -18,7 +18,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use crate::assets;
-use crate::qemu::{bare_command, Boot, Runner};
+use crate::qemu::{bare_command, BareConsole, Boot, Runner};
 use crate::suite::{Selection, Suite, Test, Verdict};
 use crate::{qemu, Arch, Opts};
 
@@ -547,6 +547,7 @@ fn virtio_test(case: &VirtioCase, assets: &assets::LinuxAssets) -> Verdict {
         append.push_str(&format!(" kestrel.ip={VIRTIO_IP}"));
     }
     let mut cmd = bare_command(
+        BareConsole::Serial,
         Arch::Aarch64,
         "virt",
         2,
@@ -620,6 +621,7 @@ fn virtio_test(case: &VirtioCase, assets: &assets::LinuxAssets) -> Verdict {
 /// Boots one bare-QEMU Linux case with `assets`.
 fn bare_test(case: &BareCase, assets: &assets::LinuxAssets) -> Verdict {
     let cmd = bare_command(
+        BareConsole::Serial,
         Arch::Aarch64,
         case.machine,
         4,
@@ -803,26 +805,21 @@ pub fn bench(args: &[String]) -> Result<(), String> {
     let (mut bare, mut ks) = (Vec::new(), Vec::new());
     let mut exit_lines = Vec::new();
     for r in 1..=runs {
-        let cmd = if vm.virtio_console {
-            crate::qemu::bare_command_hvc0(
-                &machine,
-                opts.smp,
-                opts.mem_mib,
-                &vm.kernel,
-                vm.initrd.as_deref(),
-                &vm.cmdline,
-            )
+        let console = if vm.virtio_console {
+            BareConsole::SerialAndHvc0
         } else {
-            bare_command(
-                Arch::Aarch64,
-                &machine,
-                opts.smp,
-                opts.mem_mib,
-                &vm.kernel,
-                vm.initrd.as_deref(),
-                &vm.cmdline,
-            )
+            BareConsole::Serial
         };
+        let cmd = bare_command(
+            console,
+            Arch::Aarch64,
+            &machine,
+            opts.smp,
+            opts.mem_mib,
+            &vm.kernel,
+            vm.initrd.as_deref(),
+            &vm.cmdline,
+        );
         let boot = Runner::new(cmd, BOOT_LIMIT).quiet().run()?;
         let t = times_of(&boot);
         print_row(
