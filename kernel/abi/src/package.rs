@@ -243,16 +243,37 @@ pub fn crc32(data: &[u8]) -> u32 {
 }
 
 /// Continues a CRC-32: `crc32_update(crc32(a), b) == crc32(a ++ b)`.
+///
+/// Slicing by 8 (eight bytes per step through eight tables): the
+/// hypervisor checks every VM's images at boot, tens of MiB, so this is on
+/// the path from power-on to the first guest instruction.
 pub fn crc32_update(crc: u32, data: &[u8]) -> u32 {
+    let t = &CRC_TABLES;
     let mut c = !crc;
-    for &b in data {
-        c = CRC_TABLE[((c ^ b as u32) & 0xFF) as usize] ^ (c >> 8);
+    let mut chunks = data.chunks_exact(8);
+    for ch in &mut chunks {
+        let lo = u32::from_le_bytes([ch[0], ch[1], ch[2], ch[3]]) ^ c;
+        let hi = u32::from_le_bytes([ch[4], ch[5], ch[6], ch[7]]);
+        c = t[7][(lo & 0xFF) as usize]
+            ^ t[6][((lo >> 8) & 0xFF) as usize]
+            ^ t[5][((lo >> 16) & 0xFF) as usize]
+            ^ t[4][(lo >> 24) as usize]
+            ^ t[3][(hi & 0xFF) as usize]
+            ^ t[2][((hi >> 8) & 0xFF) as usize]
+            ^ t[1][((hi >> 16) & 0xFF) as usize]
+            ^ t[0][(hi >> 24) as usize];
+    }
+    for &b in chunks.remainder() {
+        c = t[0][((c ^ b as u32) & 0xFF) as usize] ^ (c >> 8);
     }
     !c
 }
 
-static CRC_TABLE: [u32; 256] = {
-    let mut t = [0u32; 256];
+/// `CRC_TABLES[0]` is the byte-at-a-time table of the reflected polynomial
+/// 0xEDB88320; `CRC_TABLES[k][i]` is the CRC of byte `i` followed by `k`
+/// zero bytes.
+static CRC_TABLES: [[u32; 256]; 8] = {
+    let mut t = [[0u32; 256]; 8];
     let mut i = 0;
     while i < 256 {
         let mut c = i as u32;
@@ -265,8 +286,18 @@ static CRC_TABLE: [u32; 256] = {
             };
             k += 1;
         }
-        t[i] = c;
+        t[0][i] = c;
         i += 1;
+    }
+    let mut k = 1;
+    while k < 8 {
+        let mut i = 0;
+        while i < 256 {
+            let p = t[k - 1][i];
+            t[k][i] = (p >> 8) ^ t[0][(p & 0xFF) as usize];
+            i += 1;
+        }
+        k += 1;
     }
     t
 };

@@ -646,3 +646,34 @@ fn device_table_size_limits() {
         assert!(matches!(e.field, Field::Devices | Field::Data), "{e}");
     }
 }
+
+/// The sliced CRC equals the plain byte-at-a-time definition for every
+/// length and alignment, and continues across pieces.
+#[test]
+fn sliced_crc_matches_the_bytewise_definition() {
+    fn bytewise(crc: u32, data: &[u8]) -> u32 {
+        let mut c = !crc;
+        for &b in data {
+            c ^= u32::from(b);
+            for _ in 0..8 {
+                c = if c & 1 != 0 {
+                    0xEDB8_8320 ^ (c >> 1)
+                } else {
+                    c >> 1
+                };
+            }
+        }
+        !c
+    }
+    let data: Vec<u8> = (0..1000u32)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    for start in 0..9 {
+        for len in (0..200).chain([511, 512, 991]) {
+            let d = &data[start..(start + len).min(data.len())];
+            assert_eq!(crc32(d), bytewise(0, d), "start {start} len {len}");
+        }
+    }
+    let (a, b) = data.split_at(333);
+    assert_eq!(crc32_update(crc32(a), b), crc32(&data));
+}

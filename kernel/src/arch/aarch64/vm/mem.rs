@@ -20,13 +20,32 @@ pub fn pool(memory: &[MemRegion], reserved: &[(u64, u64)], limit: u64) -> FrameP
     FramePool::from_board(memory, reserved, limit)
 }
 
-/// Zeroes `ram`'s frames and cleans them to the point of coherency.
+/// Zeroes `ram`'s frames and cleans them to the point of coherency. With
+/// `DC ZVA` permitted (DCZID_EL0.DZP clear) a block at a time, which is
+/// several times faster than stores (under QEMU TCG most of all): zeroing
+/// the RAM of a VM is most of the time from power-on to its first
+/// instruction.
 pub fn clear(ram: &GuestRam) {
+    let dczid = super::regs::mrs!("dczid_el0");
+    // Block size: 4 << BS bytes (BS in words).
+    let block = 4u64 << (dczid & 0xf);
+    let zva = dczid & (1 << 4) == 0 && block <= FRAME;
     for &f in &ram.frames {
-        // SAFETY: the frame is RAM from the DTB, not used by kestrel (the
-        // pool excludes the image, heap, stacks and DTB), identity mapped
-        // as Normal memory, and owned by this VM alone.
-        unsafe { core::ptr::write_bytes(f as *mut u8, 0, FRAME as usize) };
+        if zva {
+            let mut a = f;
+            while a < f + FRAME {
+                // SAFETY: `a` is a block-aligned address (frames are 2 MiB
+                // aligned, the block a power of two below that) inside a
+                // frame that is RAM from the DTB, not used by kestrel,
+                // identity mapped as Normal memory and owned by this VM
+                // alone: zeroing it changes nothing else.
+                unsafe { core::arch::asm!("dc zva, {}", in(reg) a, options(nostack, preserves_flags)) };
+                a += block;
+            }
+        } else {
+            // SAFETY: as above, for the whole frame.
+            unsafe { core::ptr::write_bytes(f as *mut u8, 0, FRAME as usize) };
+        }
         mmu::clean_dcache_range(f as usize, (f + FRAME) as usize);
     }
 }
