@@ -355,9 +355,10 @@ impl<D: VirtioDevice> MmioDevice for Transport<D> {
                 if let Some(q) = Self::queue(st) {
                     if v == 0 {
                         q.reset();
-                    } else if q.valid() && v == 1 {
-                        // A configuration that cannot work stays not ready;
-                        // the driver reads QueueReady back.
+                    } else if v == 1 && q.valid() && q.in_memory(env.memory()) {
+                        // A configuration that cannot work (rings outside
+                        // RAM included) stays not ready; the driver reads
+                        // QueueReady back.
                         q.ready = true;
                     }
                 }
