@@ -289,6 +289,18 @@ fn queue_setup_rules() {
 }
 
 #[test]
+fn the_driver_cannot_set_needs_reset() {
+    let t = echo();
+    let mut env = Env::new();
+    bring_up(&t, &mut env, F_VERSION_1, &[0], 4);
+    let s = rd(&t, &mut env, reg::STATUS);
+    wr(&t, &mut env, reg::STATUS, s | status::DEVICE_NEEDS_RESET);
+    assert_eq!(rd(&t, &mut env, reg::STATUS), s);
+    assert!(t.live());
+    assert_eq!(t.broken(), None);
+}
+
+#[test]
 fn non_word_register_accesses_are_refused() {
     let t = echo();
     let mut env = Env::new();
