@@ -260,8 +260,7 @@ impl Drv {
     /// DEVICE_NEEDS_RESET in Status and the configuration bit in
     /// InterruptStatus: what the spec says a broken ring must show.
     fn shows_broken(&self) -> bool {
-        self.rd(reg::STATUS) & NEEDS_RESET != 0
-            && self.rd(reg::INTERRUPT_STATUS) & INT_CONFIG != 0
+        self.rd(reg::STATUS) & NEEDS_RESET != 0 && self.rd(reg::INTERRUPT_STATUS) & INT_CONFIG != 0
     }
 
     /// A block request on descriptors 0..: header, `len` data bytes at
@@ -451,13 +450,15 @@ pub fn phase(p: &Platform) {
         );
         return;
     }
-    let mut drvs = drvs.map(|d| d.unwrap_or(Drv {
-        base: 0,
-        id: 0,
-        q: 0,
-        avail_idx: 0,
-        used_seen: 0,
-    }));
+    let mut drvs = drvs.map(|d| {
+        d.unwrap_or(Drv {
+            base: 0,
+            id: 0,
+            q: 0,
+            avail_idx: 0,
+            used_seen: 0,
+        })
+    });
     setup(&mut drvs);
     rings(&mut drvs);
     block(&mut drvs[0]);
@@ -693,7 +694,14 @@ const BLOCK_BROKEN: &[Case] = &[
         put(HDR, T_IN);
         put(HDR + 8, 0u64);
         desc(DESC, 0, gpa(HDR), 16, F_NEXT, 1);
-        desc(DESC, 1, outside() - 0x10_0000 - 256, 512, F_WRITE | F_NEXT, 2);
+        desc(
+            DESC,
+            1,
+            outside() - 0x10_0000 - 256,
+            512,
+            F_WRITE | F_NEXT,
+            2,
+        );
         desc(DESC, 2, gpa(STATUS_BYTE), 1, F_WRITE, 0);
         d.offer(0)
     }),
@@ -719,10 +727,7 @@ fn rings(drvs: &mut [Drv; 3]) {
             n += 1;
             let r = d.up().and_then(|_| {
                 f(d);
-                ok_if(
-                    d.shows_broken(),
-                    "no DEVICE_NEEDS_RESET + config interrupt",
-                )
+                ok_if(d.shows_broken(), "no DEVICE_NEEDS_RESET + config interrupt")
             });
             let r = r.and_then(|_| {
                 // Broken: a further notification does no work.
@@ -834,7 +839,11 @@ fn registers(drvs: &mut [Drv; 3]) {
             "attack-virtio-registers: unexpected answer ESR {esr:#x} (EC {:#x})",
             super::ec(esr)
         );
-        o.add("virtio", "garbage", Err("an exception other than a data abort"));
+        o.add(
+            "virtio",
+            "garbage",
+            Err("an exception other than a data abort"),
+        );
     }
     o.report(
         "attack-virtio-registers",
@@ -853,10 +862,18 @@ fn read(a: u64, width: u64) -> u64 {
     unsafe {
         let v: u64;
         match width {
-            1 => core::arch::asm!("ldrb {v:w}, [{a}]", a = in(reg) a, v = out(reg) v, options(nostack)),
-            2 => core::arch::asm!("ldrh {v:w}, [{a}]", a = in(reg) a, v = out(reg) v, options(nostack)),
-            4 => core::arch::asm!("ldr {v:w}, [{a}]", a = in(reg) a, v = out(reg) v, options(nostack)),
-            _ => core::arch::asm!("ldr {v}, [{a}]", a = in(reg) a, v = out(reg) v, options(nostack)),
+            1 => {
+                core::arch::asm!("ldrb {v:w}, [{a}]", a = in(reg) a, v = out(reg) v, options(nostack))
+            }
+            2 => {
+                core::arch::asm!("ldrh {v:w}, [{a}]", a = in(reg) a, v = out(reg) v, options(nostack))
+            }
+            4 => {
+                core::arch::asm!("ldr {v:w}, [{a}]", a = in(reg) a, v = out(reg) v, options(nostack))
+            }
+            _ => {
+                core::arch::asm!("ldr {v}, [{a}]", a = in(reg) a, v = out(reg) v, options(nostack))
+            }
         }
         v
     }
@@ -866,9 +883,15 @@ fn write(a: u64, width: u64, v: u64) {
     // SAFETY: as in `read`.
     unsafe {
         match width {
-            1 => core::arch::asm!("strb {v:w}, [{a}]", a = in(reg) a, v = in(reg) v, options(nostack)),
-            2 => core::arch::asm!("strh {v:w}, [{a}]", a = in(reg) a, v = in(reg) v, options(nostack)),
-            4 => core::arch::asm!("str {v:w}, [{a}]", a = in(reg) a, v = in(reg) v, options(nostack)),
+            1 => {
+                core::arch::asm!("strb {v:w}, [{a}]", a = in(reg) a, v = in(reg) v, options(nostack))
+            }
+            2 => {
+                core::arch::asm!("strh {v:w}, [{a}]", a = in(reg) a, v = in(reg) v, options(nostack))
+            }
+            4 => {
+                core::arch::asm!("str {v:w}, [{a}]", a = in(reg) a, v = in(reg) v, options(nostack))
+            }
             _ => core::arch::asm!("str {v}, [{a}]", a = in(reg) a, v = in(reg) v, options(nostack)),
         }
     }
