@@ -207,7 +207,9 @@ impl<D: VirtioDevice> Transport<D> {
             self.reset(st, env);
             return;
         }
-        let mut v = v & 0xff;
+        // DEVICE_NEEDS_RESET is the device's to set: a driver write of it
+        // is ignored.
+        let mut v = v & 0xff & !status::DEVICE_NEEDS_RESET;
         // FEATURES_OK only for a subset of what was offered that includes
         // VERSION_1 (no legacy interface); the driver reads it back.
         if v & status::FEATURES_OK != 0 && st.status & status::FEATURES_OK == 0 {
@@ -355,9 +357,10 @@ impl<D: VirtioDevice> MmioDevice for Transport<D> {
                 if let Some(q) = Self::queue(st) {
                     if v == 0 {
                         q.reset();
-                    } else if q.valid() && v == 1 {
-                        // A configuration that cannot work stays not ready;
-                        // the driver reads QueueReady back.
+                    } else if v == 1 && q.valid() && q.in_memory(env.memory()) {
+                        // A configuration that cannot work (rings outside
+                        // RAM included) stays not ready; the driver reads
+                        // QueueReady back.
                         q.ready = true;
                     }
                 }

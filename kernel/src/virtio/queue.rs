@@ -201,6 +201,29 @@ impl Queue {
             && self.used.checked_add(6 + 8 * n).is_some()
     }
 
+    /// Whether every byte of the three rings is RAM of the VM: checked when
+    /// the driver makes the queue live (with [`Queue::valid`]), so that a
+    /// queue whose rings lie outside RAM reads back QueueReady 0 instead of
+    /// breaking at its first use.
+    pub fn in_memory(&self, mem: &dyn GuestMemory) -> bool {
+        let n = u64::from(self.size);
+        let mut buf = [0u8; 64];
+        [
+            (self.desc, n * DESC_SIZE),
+            (self.avail, 6 + 2 * n),
+            (self.used, 6 + 8 * n),
+        ]
+        .into_iter()
+        .all(|(start, len)| {
+            (0..len).step_by(buf.len()).all(|off| {
+                let k = (len - off).min(buf.len() as u64) as usize;
+                start
+                    .checked_add(off)
+                    .is_some_and(|a| mem.read(a, &mut buf[..k]).is_ok())
+            })
+        })
+    }
+
     /// Back to the reset state (QueueReady 0, nothing configured).
     pub fn reset(&mut self) {
         *self = Queue::default();

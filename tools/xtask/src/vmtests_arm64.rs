@@ -249,6 +249,11 @@ const HOSTILE_PASS: &[(&str, &str)] = &[
     ("attacker", "attack-hypercalls"),
     ("attacker", "attack-mmio"),
     ("attacker", "attack-isolation"),
+    ("attacker", "attack-virtio-setup"),
+    ("attacker", "attack-virtio-rings"),
+    ("attacker", "attack-virtio-block"),
+    ("attacker", "attack-virtio-registers"),
+    ("attacker", "attack-virtio-left-broken"),
     ("attacker", "attack-hold"),
     ("victim", "victim-memory"),
     ("victim", "victim-registers"),
@@ -288,11 +293,62 @@ fn parse_victim(log: &str) -> Option<VictimLine> {
     })
 }
 
-/// The hostile suite: every phase passed, and the victim, sharing one
-/// pCPU with the attacker (fair share 50%), got at least 20% of the time,
-/// an eighth of its timer interrupts, and never waited a second for one.
-fn check_hostile(log: &str) -> Vec<String> {
+/// What kestrel must say about the attacker's virtio devices when it ends:
+/// the attacker leaves each broken by a different ring.
+const VIRTIO_LEFT_BROKEN: [&str; 3] = [
+    "virtio-console needs reset (ChainTooLong)",
+    "virtio-blk needs reset (BadIndex(200))",
+    "virtio-net needs reset (AvailOverrun",
+];
+
+/// The virtio phase's console side: the lines the attacker wrote through
+/// its virtio console after each reset are all on the console, as many as
+/// it says it wrote; kestrel's end-of-VM virtio line names every device
+/// the attacker left broken, and the victim has no virtio line.
+fn check_hostile_virtio(log: &str) -> Vec<String> {
     let mut problems = Vec::new();
+    let written = log
+        .lines()
+        .find_map(|l| {
+            let i = l.find("[attacker] PASS attack-virtio-left-broken ")?;
+            let (_, rest) = l[i..].split_once("; ")?;
+            rest.split_whitespace().next()?.parse::<usize>().ok()
+        })
+        .unwrap_or(0);
+    let seen = log
+        .lines()
+        .filter(|l| l.contains("[attacker] VIRTIO-CONSOLE ok after "))
+        .count();
+    if written == 0 || seen != written {
+        problems.push(format!(
+            "attacker: {seen} VIRTIO-CONSOLE lines on the console, {written} written through the virtio console"
+        ));
+    }
+    match log
+        .lines()
+        .find_map(|l| l.split_once("VM \"attacker\" virtio: ").map(|(_, r)| r))
+    {
+        None => problems.push("kestrel printed no virtio line for the attacker".into()),
+        Some(line) => {
+            for want in VIRTIO_LEFT_BROKEN {
+                if !line.contains(want) {
+                    problems.push(format!("attacker's virtio line lacks \"{want}\": {line}"));
+                }
+            }
+        }
+    }
+    if log.contains("VM \"victim\" virtio: ") {
+        problems.push("kestrel printed a virtio line for the victim, which has no devices".into());
+    }
+    problems
+}
+
+/// The hostile suite: every phase passed, the virtio phase's answers are
+/// on the console, and the victim, sharing one pCPU with the attacker
+/// (fair share 50%), got at least 20% of the time, an eighth of its timer
+/// interrupts, and never waited a second for one.
+fn check_hostile(log: &str) -> Vec<String> {
+    let mut problems = check_hostile_virtio(log);
     for (vm, name) in HOSTILE_PASS {
         let want = format!("[{vm}] PASS {name} ");
         if !log.contains(&want) {
@@ -474,8 +530,21 @@ mod tests {
         );
         let mut log = String::from(line);
         for (vm, name) in HOSTILE_PASS {
-            log.push_str(&format!("[{vm}] PASS {name} (x)\n"));
+            let detail = if *name == "attack-virtio-left-broken" {
+                "(each device left broken; 2 VIRTIO-CONSOLE lines written) at 9 ms"
+            } else {
+                "(x)"
+            };
+            log.push_str(&format!("[{vm}] PASS {name} {detail}\n"));
         }
+        log.push_str("[attacker] VIRTIO-CONSOLE ok after setup (0)\n");
+        log.push_str("[attacker] VIRTIO-CONSOLE ok after NEXT to itself (4)\n");
+        log.push_str(
+            "[cpu0] INFO  kestrel: VM \"attacker\" virtio: console: 80 bytes out; \
+             disk0: 9 reads (4 KiB), 1 writes (0 KiB), 7 errors; net0: 3 frames out, 0 in, 0 dropped; \
+             virtio-console needs reset (ChainTooLong); virtio-blk needs reset (BadIndex(200)); \
+             virtio-net needs reset (AvailOverrun { avail: 100, last: 0 })\n",
+        );
         assert!(check_hostile(&log).is_empty(), "{:?}", check_hostile(&log));
         let starved = log
             .replace("share 48%", "share 3%")
@@ -483,6 +552,12 @@ mod tests {
         assert_eq!(check_hostile(&starved).len(), 2);
         let missing = log.replace("PASS attack-mmio", "FAIL attack-mmio");
         assert_eq!(check_hostile(&missing).len(), 1);
+        let lost_line = log.replace("ok after setup", "ok aft");
+        assert_eq!(check_hostile(&lost_line).len(), 1);
+        let not_broken = log.replace("virtio-blk needs reset (BadIndex(200)); ", "");
+        assert_eq!(check_hostile(&not_broken).len(), 1);
+        let victim = log.clone() + "[cpu0] INFO  kestrel: VM \"victim\" virtio: net0: 0 frames\n";
+        assert_eq!(check_hostile(&victim).len(), 1);
     }
 
     #[test]

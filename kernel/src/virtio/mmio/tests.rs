@@ -259,11 +259,45 @@ fn queue_setup_rules() {
     wr(&t, &mut env, reg::QUEUE_DESC_LOW, 0);
     assert_eq!(rd(&t, &mut env, reg::QUEUE_NUM), 4);
     assert_eq!(rd(&t, &mut env, reg::QUEUE_DESC_LOW), DESC as u32);
+    // Rings outside RAM, wholly or in part, cannot go live either.
+    wr(&t, &mut env, reg::QUEUE_SEL, 1);
+    wr(&t, &mut env, reg::QUEUE_NUM, 4);
+    let end = RAM + env.ram.bytes.borrow().len() as u64;
+    for (desc, avail, used) in [
+        (end, AVAIL, USED),
+        (DESC, end, USED),
+        (DESC, AVAIL, end - 16),
+        (DESC, AVAIL, 0x1000),
+        (DESC | 1 << 40, AVAIL, USED),
+    ] {
+        wr(&t, &mut env, reg::QUEUE_DESC_LOW, desc as u32);
+        wr(&t, &mut env, reg::QUEUE_DESC_HIGH, (desc >> 32) as u32);
+        wr(&t, &mut env, reg::QUEUE_DRIVER_LOW, avail as u32);
+        wr(&t, &mut env, reg::QUEUE_DEVICE_LOW, used as u32);
+        wr(&t, &mut env, reg::QUEUE_READY, 1);
+        assert_eq!(
+            rd(&t, &mut env, reg::QUEUE_READY),
+            0,
+            "rings {desc:#x} {avail:#x} {used:#x}"
+        );
+    }
     // Queues that do not exist read as absent and ignore writes.
     wr(&t, &mut env, reg::QUEUE_SEL, 9);
     assert_eq!(rd(&t, &mut env, reg::QUEUE_NUM_MAX), 0);
     wr(&t, &mut env, reg::QUEUE_READY, 1);
     assert_eq!(rd(&t, &mut env, reg::QUEUE_READY), 0);
+}
+
+#[test]
+fn the_driver_cannot_set_needs_reset() {
+    let t = echo();
+    let mut env = Env::new();
+    bring_up(&t, &mut env, F_VERSION_1, &[0], 4);
+    let s = rd(&t, &mut env, reg::STATUS);
+    wr(&t, &mut env, reg::STATUS, s | status::DEVICE_NEEDS_RESET);
+    assert_eq!(rd(&t, &mut env, reg::STATUS), s);
+    assert!(t.live());
+    assert_eq!(t.broken(), None);
 }
 
 #[test]

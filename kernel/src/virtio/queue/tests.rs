@@ -384,6 +384,60 @@ fn rings_outside_ram_are_errors_not_panics() {
 }
 
 #[test]
+fn rings_must_lie_in_ram() {
+    let ram = TestRam::new(RAM, 0x4000);
+    let end = RAM + 0x4000;
+    let q = Driver::new(256).queue();
+    assert!(q.in_memory(&ram));
+    for (name, q) in [
+        (
+            "descriptor table past the end",
+            Queue {
+                desc: end - 0x800,
+                ..q.clone()
+            },
+        ),
+        (
+            "driver ring past the end",
+            Queue {
+                avail: end - 0x100,
+                ..q.clone()
+            },
+        ),
+        (
+            "device ring past the end",
+            Queue {
+                used: end - 0x10,
+                ..q.clone()
+            },
+        ),
+        (
+            "device ring below RAM",
+            Queue {
+                used: RAM - 0x1000,
+                ..q.clone()
+            },
+        ),
+        (
+            "descriptor table at 2^64 - 16",
+            Queue {
+                desc: u64::MAX - 15,
+                ..q.clone()
+            },
+        ),
+    ] {
+        assert!(!q.in_memory(&ram), "{name}");
+    }
+    // Exactly at the end still fits.
+    let last = Queue {
+        size: 1,
+        used: end - 14,
+        ..q
+    };
+    assert!(last.in_memory(&ram));
+}
+
+#[test]
 fn configurations_that_cannot_go_live() {
     let base = Driver::new(8).queue();
     for (name, q) in [

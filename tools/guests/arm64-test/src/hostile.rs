@@ -28,6 +28,8 @@ use crate::smccc::{self, call};
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use kestrel_abi::arm64;
 
+mod virtio;
+
 /// The victim's memory pattern: this in the upper half, the address in
 /// the lower. An attacker read that returns it has seen the victim's RAM.
 const VICTIM_TAG: u64 = 0x5EC0_DE55;
@@ -244,6 +246,7 @@ pub fn attack(p: &Platform) -> ! {
     hypercalls();
     mmio(p);
     isolation(p);
+    virtio::phase(p);
     // Keep the pCPU: interrupts masked, the vGIC still frozen, a trapped
     // access now and then, the patterns rewritten.
     let end = start + cpu::us_to_ticks(hold_ms * 1000);

@@ -35,7 +35,14 @@ pub struct Platform {
     /// after its start the attacker keeps its pCPU busy.
     pub window_ms: Option<u64>,
     pub hold_ms: Option<u64>,
+    /// Bases of the virtio-mmio transports the DTB describes (`virtio,mmio`
+    /// nodes), in address order; the first `nvirtio` are valid.
+    pub virtio: [usize; MAX_VIRTIO],
+    pub nvirtio: usize,
 }
+
+/// virtio-mmio transports the guest keeps track of.
+pub const MAX_VIRTIO: usize = 8;
 
 /// What the guest runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -72,6 +79,8 @@ impl Platform {
             mode: Mode::Checks,
             window_ms: None,
             hold_ms: None,
+            virtio: [0; MAX_VIRTIO],
+            nvirtio: 0,
         }
     }
 
@@ -136,6 +145,19 @@ impl Platform {
                 p.ncpus = n;
             }
         }
+        for node in fdt.all_nodes() {
+            let is_virtio = node
+                .compatible()
+                .is_some_and(|c| c.all().any(|c| c == "virtio,mmio"));
+            if !is_virtio || p.nvirtio == MAX_VIRTIO {
+                continue;
+            }
+            if let Some((base, _)) = first_reg(node) {
+                p.virtio[p.nvirtio] = base;
+                p.nvirtio += 1;
+            }
+        }
+        p.virtio[..p.nvirtio].sort_unstable();
         if let Some(mem) = fdt.find_node("/memory").and_then(first_reg) {
             p.ram_base = mem.0 as u64;
             p.ram_size = mem.1 as u64;
