@@ -18,6 +18,11 @@ pub const RX: usize = 0;
 pub const TX: usize = 1;
 /// Input bytes held for the guest at most.
 pub const INPUT_MAX: usize = 4096;
+/// Output bytes printed from one transmit chain at most; the rest of a
+/// longer chain is dropped (and counted). A driver writes a page at most
+/// at a time (Linux's hvc does); the cap bounds the work of one exit, whose
+/// chains could otherwise name the VM's whole RAM many times over.
+pub const TX_CHAIN_MAX: usize = 4096;
 
 /// Host input waiting for the guest's receive buffers (bounded). Shared
 /// between the console multiplexer, which fills it, and the device, which
@@ -57,6 +62,8 @@ pub struct Console {
     input: Arc<Mutex<Input>>,
     /// Bytes the guest wrote, for statistics.
     pub tx_bytes: u64,
+    /// Bytes beyond [`TX_CHAIN_MAX`] in a chain, not printed.
+    pub tx_dropped: u64,
 }
 
 impl Console {
@@ -109,8 +116,10 @@ impl Console {
             };
             let mut r = c.reader();
             let mut buf = [0u8; 128];
-            loop {
-                let n = r.read(env.memory(), &mut buf)?;
+            let mut left = TX_CHAIN_MAX;
+            while left > 0 {
+                let want = left.min(buf.len());
+                let n = r.read(env.memory(), &mut buf[..want])?;
                 if n == 0 {
                     break;
                 }
@@ -118,7 +127,11 @@ impl Console {
                     env.console_out(b);
                 }
                 self.tx_bytes += n as u64;
+                left -= n;
             }
+            // Not read: the chain's buffers were checked when it was taken
+            // (bounds, overflow); whether the rest is RAM does not matter.
+            self.tx_dropped += c.len(false).saturating_sub(TX_CHAIN_MAX as u64);
             work.interrupt |= queues[TX].push_used(env.memory(), c.head, 0)?;
         }
         Ok(work)
@@ -171,6 +184,26 @@ mod tests {
     /// Queue `q`'s driver, at the ring addresses `bring_up` gave it.
     fn driver(q: u64, size: u16) -> Driver {
         Driver::at(size, q * 0x4000)
+    }
+
+    #[test]
+    fn a_transmit_chain_prints_at_most_its_cap() {
+        let t = Transport::new("console", 1, Console::new());
+        let mut env = Env::new();
+        bring_up(&t, &mut env, F_VERSION_1, &[0, 1], 8);
+        let mut d = driver(1, 8);
+        env.ram.put(DATA, &[b'x'; 0x2000]);
+        // Two buffers of 6 KiB over the same bytes: 12 KiB in one chain.
+        d.chain(&env.ram, 0, &[(DATA, 0x1800, false), (DATA, 0x1800, false)]);
+        d.offer(&env.ram, 0);
+        wr(&t, &mut env, reg::QUEUE_NOTIFY, 1);
+        assert_eq!(env.out.len(), TX_CHAIN_MAX);
+        let (sent, dropped) = t.with_device(|c| (c.tx_bytes, c.tx_dropped));
+        assert_eq!(
+            (sent, dropped),
+            (TX_CHAIN_MAX as u64, 0x3000 - TX_CHAIN_MAX as u64)
+        );
+        assert_eq!(d.used(&env.ram), (1, vec![(0, 0)]));
     }
 
     #[test]

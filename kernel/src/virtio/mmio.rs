@@ -75,6 +75,9 @@ struct State<D> {
     line_level: bool,
     /// Why the device stopped (DEVICE_NEEDS_RESET), for diagnostics.
     broken: Option<QueueError>,
+    /// Malformed rings so far (across resets): the log says the 1st, 2nd,
+    /// 4th, 8th, ... so a guest cannot flood it.
+    breaks: u64,
 }
 
 /// One virtio-mmio transport. See the module documentation.
@@ -103,6 +106,7 @@ impl<D: VirtioDevice> Transport<D> {
                 config_generation: 0,
                 line_level: false,
                 broken: None,
+                breaks: 0,
             }),
         }
     }
@@ -165,10 +169,14 @@ impl<D: VirtioDevice> Transport<D> {
                 }
             }
             Err(e) => {
-                log::warn!(
-                    "{}: malformed virtqueue ({e:?}): device needs reset",
-                    self.name
-                );
+                st.breaks += 1;
+                if st.breaks.is_power_of_two() {
+                    log::warn!(
+                        "{}: malformed virtqueue ({e:?}): device needs reset (malformed ring {})",
+                        self.name,
+                        st.breaks
+                    );
+                }
                 st.broken = Some(e);
                 st.status |= status::DEVICE_NEEDS_RESET;
                 st.interrupt |= INT_CONFIG;

@@ -39,7 +39,9 @@ pub fn clear(ram: &GuestRam) {
                 // frame that is RAM from the DTB, not used by kestrel,
                 // identity mapped as Normal memory and owned by this VM
                 // alone: zeroing it changes nothing else.
-                unsafe { core::arch::asm!("dc zva, {}", in(reg) a, options(nostack, preserves_flags)) };
+                unsafe {
+                    core::arch::asm!("dc zva, {}", in(reg) a, options(nostack, preserves_flags))
+                };
                 a += block;
             }
         } else {
