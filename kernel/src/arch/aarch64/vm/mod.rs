@@ -25,7 +25,6 @@ use core::sync::atomic::{AtomicBool, Ordering};
 use crate::fpu::{self, pcpu::PcpuFp, FpPolicy};
 use crate::guest::arm64::idregs::IdConfig;
 use crate::stats::Counter;
-use crate::vdev::env::VmDeviceEnv;
 use crate::vdev::pl011::Pl011 as VPl011;
 use crate::vdev::uart::Uart;
 use crate::vgic::mmio::SharedVgic;
@@ -38,7 +37,7 @@ use alloc::sync::Arc;
 
 use super::el2::{CnthctlEl2, HcrEl2};
 use super::gic::Gic;
-use super::{exceptions, percpu, platform, timer};
+use super::{exceptions, percpu, timer};
 use entry::set_vtimer_phys;
 use fp::Arm64FpHw;
 use regs::{mrs, msr};
@@ -170,27 +169,6 @@ impl Arm64Backend {
     fn service_fp(&self, cpu: usize) {
         PCPU[cpu].fp.service();
     }
-
-    /// Console input (boot CPU): the physical UART's bytes go to the VM
-    /// with the focus.
-    fn poll_console(&self, hv: &Hypervisor<Self>, cpu: usize) {
-        vmm::poll_console(
-            hv,
-            cpu,
-            |vm| vm.arch.uart.regs(),
-            platform::console_read,
-            |vm, level| {
-                vm.arch
-                    .uart
-                    .update_level(level, &mut VmDeviceEnv::host(hv, vm, cpu))
-            },
-        );
-    }
-
-    /// A guest byte for the console: tagged lines on the physical UART.
-    pub fn console_out(&self, vm: &Vm<Self>, byte: u8) {
-        vmm::console_out(vm.slot, byte);
-    }
 }
 
 impl Backend for Arm64Backend {
@@ -288,7 +266,7 @@ impl Backend for Arm64Backend {
                     irq.end(host_irq(intid));
                     if intid == timer::PPI {
                         hv.check_timers(cpu, timer::counter());
-                        self.poll_console(hv, cpu);
+                        vmm::poll_console(hv, cpu);
                     }
                 }
                 RunExit::Continue
@@ -362,7 +340,7 @@ impl Backend for Arm64Backend {
     fn idle(&self, hv: &Hypervisor<Self>, cpu: usize) {
         self.service_fp(cpu);
         hv.check_timers(cpu, timer::counter());
-        self.poll_console(hv, cpu);
+        vmm::poll_console(hv, cpu);
         let deadline = hv.next_deadline();
         if deadline != u64::MAX {
             timer::arm_before(deadline);

@@ -30,7 +30,6 @@ use crate::guest::loongarch::layout;
 use crate::haltpoll::PollEnd;
 use crate::sched::VcpuKey;
 use crate::stats::Counter;
-use crate::vdev::env::VmDeviceEnv;
 use crate::vdev::ns16550::Ns16550 as VNs16550;
 use crate::vdev::uart::Uart;
 use crate::vm::{Backend, Hypervisor, RunExit, Vcpu, Vm};
@@ -213,30 +212,6 @@ impl LaBackend {
         PCPU[cpu].fp.service();
     }
 
-    /// Console input (boot CPU only): bytes typed on the physical UART go
-    /// to the VM with the focus (its 16550's receive FIFO; guests poll it,
-    /// the 16550 has no receive interrupt here).
-    fn poll_console(&self, hv: &Hypervisor<Self>, cpu: usize) {
-        vmm::poll_console(
-            hv,
-            cpu,
-            |vm| vm.arch.uart.regs(),
-            || platform::PLATFORM.console_read(),
-            // No receive interrupt is wired (guests poll the 16550): the
-            // line update drives nothing, kept for the device's bookkeeping.
-            |vm, level| {
-                vm.arch
-                    .uart
-                    .update_level(level, &mut VmDeviceEnv::host(hv, vm, cpu))
-            },
-        );
-    }
-
-    /// A guest byte for the console: tagged lines on the physical UART.
-    pub fn console_out(&self, vm: &Vm<Self>, byte: u8) {
-        vmm::console_out(vm.slot, byte);
-    }
-
     /// Before an entry: pending interrupts into the virtual ESTAT and, if
     /// the guest takes one, its delivery; the real ASID and EUEN.
     fn prepare_entry(&self, cpu: usize, vm: &Vm<Self>, vcpu: &Vcpu<Self>, ctx: &mut VcpuState) {
@@ -383,7 +358,7 @@ impl Backend for LaBackend {
         // trapped instruction.
         if ctx.frame.kind != 1 && exits::is_interrupt(ctx.frame.estat) {
             hv.check_timers(cpu, csr::rdtime());
-            self.poll_console(hv, cpu);
+            vmm::poll_console(hv, cpu);
         }
         exit
     }
@@ -421,7 +396,7 @@ impl Backend for LaBackend {
         csr::irq_enable();
         csr::irq_disable();
         hv.check_timers(cpu, csr::rdtime());
-        self.poll_console(hv, cpu);
+        vmm::poll_console(hv, cpu);
     }
 
     /// The slice ends at kestrel's next tick.
