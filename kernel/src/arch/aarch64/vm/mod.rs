@@ -22,6 +22,7 @@ use alloc::format;
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicBool, Ordering};
 
+use crate::exitctx::ExitCtx;
 use crate::fpu::{self, pcpu::PcpuFp, FpPolicy};
 use crate::guest::arm64::idregs::IdConfig;
 use crate::stats::Counter;
@@ -251,14 +252,16 @@ impl Backend for Arm64Backend {
     ) -> RunExit {
         self.prepare_entry(cpu, vm, vcpu, ctx);
         let kind = switch::enter(&mut ctx.regs);
-        let esr = mrs!("esr_el2");
-        let far = mrs!("far_el2");
-        let hpfar = mrs!("hpfar_el2");
+        let syn = exits::Syndrome {
+            esr: mrs!("esr_el2"),
+            far: mrs!("far_el2"),
+            hpfar: mrs!("hpfar_el2"),
+        };
         self.sync_after_exit(vm, vcpu, ctx);
         let exit = match kind {
             // Lower EL in AArch64 (8-11) or AArch32 (12-15, an EL0 the
             // guest kernel entered although AArch32 is hidden).
-            8 | 12 => exits::sync(self, hv, cpu, vm, vcpu, ctx, esr, far, hpfar),
+            8 | 12 => exits::sync(&mut ExitCtx::new(hv, vm, cpu, vcpu), ctx, syn),
             9 | 10 | 13 | 14 => {
                 vm.stats.exit(crate::stats::ExitReason::Irq);
                 if let Some(irq) = exceptions::ack() {
@@ -272,8 +275,8 @@ impl Backend for Arm64Backend {
                 RunExit::Continue
             }
             _ => RunExit::VmEnd(VmEnd::Fatal(format!(
-                "SError from the guest (ESR_EL2 {esr:#x}) on vCPU {}",
-                vcpu.index
+                "SError from the guest (ESR_EL2 {:#x}) on vCPU {}",
+                syn.esr, vcpu.index
             ))),
         };
         self.service_fp(cpu);

@@ -23,6 +23,7 @@ use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering
 use spin::Mutex;
 
 use crate::board::BoardInfo;
+use crate::exitctx::ExitCtx;
 use crate::fpu::FpPolicy;
 use crate::guest::loongarch::csr::{self as vcsr};
 use crate::guest::loongarch::iocsr::VIpi;
@@ -178,23 +179,17 @@ impl LaBackend {
     /// An `idle` found nothing to wake on: poll for up to the vCPU's
     /// halt-poll window whether an interrupt it enables becomes pending
     /// (its timer, an IPI, SWI), while nobody else wants this pCPU and no
-    /// host interrupt waits. Returns whether one is pending now (no block).
-    pub fn halt_poll(
-        &self,
-        hv: &Hypervisor<Self>,
-        cpu: usize,
-        vm: &Vm<Self>,
-        vcpu: &Vcpu<Self>,
-        ctx: &mut VcpuState,
-    ) -> bool {
-        let sh = &vm.arch.shared[vcpu.index];
+    /// host interrupt waits. Returns whether one is pending now (no block)
+    /// for `env`'s vCPU (registers `ctx`).
+    pub fn halt_poll(&self, env: &ExitCtx<'_, Self>, ctx: &mut VcpuState) -> bool {
+        let (vm, index) = (env.vm, env.index());
+        let sh = &vm.arch.shared[index];
         let halt = ctx.halt;
         let end = halt.poll(
             csr::rdtime,
             || {
                 ctx.csr.update_timer(csr::rdtime());
-                ctx.csr
-                    .set_line(vcsr::IRQ_IPI, vm.arch.ipi[vcpu.index].line());
+                ctx.csr.set_line(vcsr::IRQ_IPI, vm.arch.ipi[index].line());
                 let swi = u64::from(sh.swi.load(Ordering::Acquire) & 3);
                 ctx.csr.wake_pending().is_some() || swi & ctx.csr.get(vcsr::num::ECFG) != 0
             },
@@ -202,7 +197,7 @@ impl LaBackend {
             // the one-shot timer armed for this vCPU's own deadline, which
             // `update_timer` above has then seen too): block.
             || csr::estat() & 0x1ffc != 0,
-            || hv.sched.should_preempt(cpu),
+            || env.should_preempt(),
         );
         end == PollEnd::Work
     }
@@ -351,7 +346,7 @@ impl Backend for LaBackend {
         // shadows under its ASIDs (load flushed others' of this VM); EUEN
         // exposes the FP unit only if this vCPU owns it.
         unsafe { switch::enter(&mut ctx.frame) };
-        let exit = exits::handle(self, hv, cpu, vm, vcpu, ctx);
+        let exit = exits::handle(&mut ExitCtx::new(hv, vm, cpu, vcpu), ctx);
         // Deadlines pass only with time, and the one-shot timer armed above
         // fires at the earliest of them (and at the tick): timers and the
         // console are looked at after an interrupt exit, not after every
