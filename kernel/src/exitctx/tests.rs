@@ -30,14 +30,7 @@ impl Backend for Mock {
     type VcpuState = ();
 
     fn load(&self, _: usize, _: &Vm<Self>, _: &Vcpu<Self>, _: &mut ()) {}
-    fn run(
-        &self,
-        _: &Hypervisor<Self>,
-        _: usize,
-        _: &Vm<Self>,
-        _: &Vcpu<Self>,
-        _: &mut (),
-    ) -> RunExit {
+    fn run(&self, _: &mut ExitCtx<'_, Self>, _: &mut ()) -> RunExit {
         RunExit::Continue
     }
     fn put(&self, _: usize, _: &Vm<Self>, _: &Vcpu<Self>, _: &mut ()) {}

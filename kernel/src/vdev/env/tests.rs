@@ -4,6 +4,7 @@
 
 use super::*;
 use crate::console::ConsoleMux;
+use crate::exitctx::ExitCtx;
 use crate::sched::{CpuMask, PutReason, RunState};
 use crate::stats::Stats;
 use crate::vdev::bus::Bus;
@@ -37,14 +38,7 @@ impl Backend for Fake {
     type VmState = FakeVm;
     type VcpuState = ();
     fn load(&self, _: usize, _: &Vm<Self>, _: &Vcpu<Self>, _: &mut ()) {}
-    fn run(
-        &self,
-        _: &Hypervisor<Self>,
-        _: usize,
-        _: &Vm<Self>,
-        _: &Vcpu<Self>,
-        _: &mut (),
-    ) -> RunExit {
+    fn run(&self, _: &mut ExitCtx<'_, Self>, _: &mut ()) -> RunExit {
         RunExit::Continue
     }
     fn put(&self, _: usize, _: &Vm<Self>, _: &Vcpu<Self>, _: &mut ()) {}

@@ -242,14 +242,8 @@ impl Backend for Arm64Backend {
         unsafe { core::arch::asm!("isb", options(nostack, preserves_flags)) };
     }
 
-    fn run(
-        &self,
-        hv: &Hypervisor<Self>,
-        cpu: usize,
-        vm: &Vm<Self>,
-        vcpu: &Vcpu<Self>,
-        ctx: &mut VcpuState,
-    ) -> RunExit {
+    fn run(&self, env: &mut ExitCtx<'_, Self>, ctx: &mut VcpuState) -> RunExit {
+        let (hv, cpu, vm, vcpu) = (env.hv, env.cpu, env.vm, env.vcpu);
         self.prepare_entry(cpu, vm, vcpu, ctx);
         let kind = switch::enter(&mut ctx.regs);
         let syn = exits::Syndrome {
@@ -261,7 +255,7 @@ impl Backend for Arm64Backend {
         let exit = match kind {
             // Lower EL in AArch64 (8-11) or AArch32 (12-15, an EL0 the
             // guest kernel entered although AArch32 is hidden).
-            8 | 12 => exits::sync(&mut ExitCtx::new(hv, vm, cpu, vcpu), ctx, syn),
+            8 | 12 => exits::sync(env, ctx, syn),
             9 | 10 | 13 | 14 => {
                 vm.stats.exit(crate::stats::ExitReason::Irq);
                 if let Some(irq) = exceptions::ack() {

@@ -325,14 +325,8 @@ impl Backend for LaBackend {
         sh.running_on.store(cpu, Ordering::SeqCst);
     }
 
-    fn run(
-        &self,
-        hv: &Hypervisor<Self>,
-        cpu: usize,
-        vm: &Vm<Self>,
-        vcpu: &Vcpu<Self>,
-        ctx: &mut VcpuState,
-    ) -> RunExit {
+    fn run(&self, env: &mut ExitCtx<'_, Self>, ctx: &mut VcpuState) -> RunExit {
+        let (hv, cpu, vm, vcpu) = (env.hv, env.cpu, env.vm, env.vcpu);
         self.service_fp(cpu);
         self.prepare_entry(cpu, vm, vcpu, ctx);
         if !ctx.csr.idle_over() {
@@ -346,7 +340,7 @@ impl Backend for LaBackend {
         // shadows under its ASIDs (load flushed others' of this VM); EUEN
         // exposes the FP unit only if this vCPU owns it.
         unsafe { switch::enter(&mut ctx.frame) };
-        let exit = exits::handle(&mut ExitCtx::new(hv, vm, cpu, vcpu), ctx);
+        let exit = exits::handle(env, ctx);
         // Deadlines pass only with time, and the one-shot timer armed above
         // fires at the earliest of them (and at the tick): timers and the
         // console are looked at after an interrupt exit, not after every
