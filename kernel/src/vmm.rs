@@ -196,7 +196,7 @@ pub(crate) fn pump_console<'a, B: DeviceHost>(
 ) {
     let vms = hv.created();
     // Which VM's input the pump last looked up went to its UART (the pump
-    // calls `received` for the port it just looked up).
+    // calls its `received` callback for the port it just looked up).
     let to_uart = core::cell::Cell::new(None::<usize>);
     let port_of = |i: usize, vm: &'a Vm<B>| -> &'a Mutex<dyn RxPort> {
         match vm.virtio.live_console_input() {
