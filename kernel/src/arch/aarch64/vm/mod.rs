@@ -166,7 +166,9 @@ impl Arm64Backend {
         stage2::flush_all_vmids();
     }
 
-    /// Services other pCPUs' requests to write back FP state live here.
+    /// Services other pCPUs' requests to write back FP state live here
+    /// (after every exit: kept inline).
+    #[inline]
     fn service_fp(&self, cpu: usize) {
         PCPU[cpu].fp.service();
     }

@@ -202,7 +202,9 @@ impl LaBackend {
         end == PollEnd::Work
     }
 
-    /// Writes back the FP registers other pCPUs asked for.
+    /// Writes back the FP registers other pCPUs asked for (before every
+    /// entry: kept inline).
+    #[inline]
     fn service_fp(&self, cpu: usize) {
         PCPU[cpu].fp.service();
     }
