@@ -37,7 +37,8 @@ use crate::hypercall::{self, Abi, HypercallArgs, HypercallEnv, HypercallRet};
 use crate::ipi::{self, IpiError, IpiOutcome, IpiTarget, IpiWindow};
 use crate::psci::{self, Effect, PsciVm};
 use crate::sched::{Kick, RunState, VcpuKey};
-use crate::vm::{Backend, Hypervisor, RunExit, Vm, VmEnd};
+use crate::vgic::VcpuSet;
+use crate::vm::{Backend, Hypervisor, RunExit, Vcpu, Vm, VmEnd};
 
 /// What an exit context needs from the architecture, beside [`Backend`].
 pub trait ExitArch: Backend {
@@ -57,20 +58,42 @@ pub trait ExitArch: Backend {
     fn is_guest_ram(&self, vm: &Vm<Self>, addr: u64) -> bool;
 }
 
-/// The vCPU that took an exit, on pCPU `cpu`.
+/// The vCPU that took an exit, on pCPU `cpu`: what every exit path of a
+/// backend takes, beside the vCPU's register state (`B::VcpuState`, which
+/// the run loop holds locked for the exit).
 pub struct ExitCtx<'a, B: Backend> {
     pub hv: &'a Hypervisor<B>,
     pub vm: &'a Vm<B>,
     /// The pCPU running the caller.
     pub cpu: usize,
-    /// The calling vCPU's index in `vm`.
-    pub vcpu: usize,
+    /// The calling vCPU (one of `vm.vcpus`).
+    pub vcpu: &'a Vcpu<B>,
 }
 
 impl<'a, B: Backend> ExitCtx<'a, B> {
+    /// The exit `vcpu` of `vm` took on pCPU `cpu`.
     #[inline]
-    pub fn new(hv: &'a Hypervisor<B>, vm: &'a Vm<B>, cpu: usize, vcpu: usize) -> Self {
+    pub fn new(hv: &'a Hypervisor<B>, vm: &'a Vm<B>, cpu: usize, vcpu: &'a Vcpu<B>) -> Self {
         ExitCtx { hv, vm, cpu, vcpu }
+    }
+
+    /// The backend.
+    #[inline]
+    pub fn backend(&self) -> &'a B {
+        &self.hv.backend
+    }
+
+    /// The calling vCPU's index in `vm`.
+    #[inline]
+    pub fn index(&self) -> usize {
+        self.vcpu.index
+    }
+
+    /// Whether another vCPU waits for this pCPU (a yielding or polling
+    /// caller gives it up).
+    #[inline]
+    pub fn should_preempt(&self) -> bool {
+        self.hv.sched.should_preempt(self.cpu)
     }
 
     /// The scheduler's key of vCPU `index` of this VM.
@@ -86,6 +109,15 @@ impl<'a, B: Backend> ExitCtx<'a, B> {
     /// kick its pCPU if it is running a guest ([`Hypervisor::wake`]).
     pub fn wake(&self, index: usize) {
         self.hv.wake(self.key(index), self.cpu);
+    }
+
+    /// [`ExitCtx::wake`] for each vCPU of `set` that exists, except the
+    /// caller (which samples its interrupts before it re-enters anyway).
+    pub fn wake_set(&self, set: VcpuSet) {
+        let me = self.index();
+        for v in set.iter().filter(|&v| v != me && v < self.vm.vcpus.len()) {
+            self.wake(v);
+        }
     }
 }
 
@@ -153,10 +185,10 @@ impl<B: ExitArch> IpiTarget for ExitCtx<'_, B> {
     }
 
     fn set_pending(&self, vcpu: usize) -> bool {
-        if self.hv.backend.raise_pv_ipi(self.vm, self.vcpu, vcpu) {
+        if self.hv.backend.raise_pv_ipi(self.vm, self.index(), vcpu) {
             return true;
         }
-        if vcpu != self.vcpu {
+        if vcpu != self.index() {
             if let Ok(Kick::Cpu(c)) = self.hv.sched.wake_quiet(self.key(vcpu), self.cpu) {
                 self.hv.backend.kick(c);
             }
@@ -178,7 +210,7 @@ impl<B: ExitArch> IpiTarget for ExitCtx<'_, B> {
 
 impl<B: ExitArch> HypercallEnv for ExitCtx<'_, B> {
     fn send_ipi(&mut self, window: &IpiWindow) -> Result<IpiOutcome, IpiError> {
-        let out = ipi::send(&*self, self.vcpu, window)?;
+        let out = ipi::send(&*self, self.index(), window)?;
         self.vm.stats.record_ipi(&out);
         Ok(out)
     }

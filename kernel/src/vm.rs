@@ -18,6 +18,7 @@ use alloc::vec::Vec;
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use spin::{Mutex, Once};
 
+use crate::exitctx::ExitCtx;
 use crate::platform::ExitStatus;
 use crate::sched::{CpuMask, Kick, PutReason, RunState, SchedError, Scheduler, VcpuKey};
 use crate::stats::{ExitReason, Stats};
@@ -71,15 +72,9 @@ pub trait Backend: Sync + Sized {
     /// Makes `vcpu` current on this pCPU (VMID, FP ownership, timers, ...).
     fn load(&self, cpu: usize, vm: &Vm<Self>, vcpu: &Vcpu<Self>, ctx: &mut Self::VcpuState);
     /// Runs the guest until an exit needs the scheduler (or the slice may be over).
-    /// `hv` is the hypervisor this backend belongs to (for power-on, wakes, VM end).
-    fn run(
-        &self,
-        hv: &Hypervisor<Self>,
-        cpu: usize,
-        vm: &Vm<Self>,
-        vcpu: &Vcpu<Self>,
-        ctx: &mut Self::VcpuState,
-    ) -> RunExit;
+    /// `env` is the loaded vCPU's exit context (this backend's hypervisor,
+    /// for power-on, wakes, VM end; the VM; the pCPU), `ctx` its registers.
+    fn run(&self, env: &mut ExitCtx<'_, Self>, ctx: &mut Self::VcpuState) -> RunExit;
     /// Takes `vcpu` off this pCPU.
     fn put(&self, cpu: usize, vm: &Vm<Self>, vcpu: &Vcpu<Self>, ctx: &mut Self::VcpuState);
     /// Sends a physical IPI so `cpu` leaves its guest or its idle wait.
@@ -460,7 +455,10 @@ impl<B: Backend> Hypervisor<B> {
                 if vm.has_ended() {
                     break PutReason::Preempted;
                 }
-                match self.backend.run(self, cpu, &vm, vcpu, &mut ctx) {
+                match self
+                    .backend
+                    .run(&mut ExitCtx::new(self, &vm, cpu, vcpu), &mut ctx)
+                {
                     RunExit::Continue => {
                         if self.backend.slice_expired(cpu) {
                             if self.sched.slice_end(cpu, self.backend.now()) {

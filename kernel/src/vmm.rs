@@ -21,7 +21,7 @@ use crate::frames::FramePool;
 use crate::platform::ExitStatus;
 use crate::sched::CpuMask;
 use crate::stats::Stats;
-use crate::vdev::env::DeviceHost;
+use crate::vdev::env::{DeviceHost, VmDeviceEnv};
 use crate::vm::{Backend, Hypervisor, Observer, Vm, VmEnd, VmParts};
 use crate::vmconfig::VmSpec;
 use crate::MAX_CPUS;
@@ -177,24 +177,26 @@ pub fn console_out(slot: u16, byte: u8) {
     }
 }
 
-/// Console input (boot CPU only): bytes `read` from the physical UART go
-/// to the VM with the focus: into its virtio console once the guest's
-/// driver has it up, else into its UART (`uart_of`); `received(vm, level)`
-/// is told when a VM's UART took bytes and its interrupt line's level
-/// (to update the line).
-pub fn poll_console<'a, B: DeviceHost, U: RxPort + 'a>(
+/// Console input (boot CPU only, a no-op elsewhere): bytes typed on the
+/// physical console ([`DeviceHost::console_read`]) go to the VM with the
+/// focus: into its virtio console once the guest's driver has it up, else
+/// into its console UART ([`DeviceHost::console_uart`]), whose interrupt
+/// line then follows the UART's level.
+pub fn poll_console<B: DeviceHost>(hv: &Hypervisor<B>, cpu: usize) {
+    if cpu == 0 {
+        pump_console(hv, cpu, console());
+    }
+}
+
+/// [`poll_console`] through the multiplexer `mux`.
+pub(crate) fn pump_console<'a, B: DeviceHost>(
     hv: &'a Hypervisor<B>,
     cpu: usize,
-    uart_of: impl Fn(&'a Vm<B>) -> &'a Mutex<U>,
-    read: impl FnMut() -> Option<u8>,
-    mut received: impl FnMut(&'a Vm<B>, bool),
+    mux: &Mutex<ConsoleMux>,
 ) {
-    if cpu != 0 {
-        return;
-    }
     let vms = hv.created();
     // Which VM's input the pump last looked up went to its UART (the pump
-    // calls `received` for the port it just looked up).
+    // calls its `received` callback for the port it just looked up).
     let to_uart = core::cell::Cell::new(None::<usize>);
     let port_of = |i: usize, vm: &'a Vm<B>| -> &'a Mutex<dyn RxPort> {
         match vm.virtio.live_console_input() {
@@ -204,18 +206,20 @@ pub fn poll_console<'a, B: DeviceHost, U: RxPort + 'a>(
             }
             None => {
                 to_uart.set(Some(i));
-                uart_of(vm)
+                B::console_uart(vm).regs()
             }
         }
     };
     crate::console::pump_input(
-        console(),
+        mux,
         |i| vms.get(i).map(|vm| port_of(i, vm)),
-        read,
+        || hv.backend.console_read(),
         |i, u| {
-            // Only a UART has a line to update.
+            // Only a UART has a line to update (a 16550 without a wired
+            // receive interrupt drives nothing: kept for its bookkeeping).
             if let (Some(vm), Some(_)) = (vms.get(i), to_uart.get().filter(|&u| u == i)) {
-                received(vm, u.irq_level())
+                let mut env = VmDeviceEnv::host(hv, vm, cpu);
+                B::console_uart(vm).update_level(u.irq_level(), &mut env);
             }
         },
     );

@@ -30,14 +30,7 @@ impl Backend for Mock {
     type VcpuState = ();
 
     fn load(&self, _: usize, _: &Vm<Self>, _: &Vcpu<Self>, _: &mut ()) {}
-    fn run(
-        &self,
-        _: &Hypervisor<Self>,
-        _: usize,
-        _: &Vm<Self>,
-        _: &Vcpu<Self>,
-        _: &mut (),
-    ) -> RunExit {
+    fn run(&self, _: &mut ExitCtx<'_, Self>, _: &mut ()) -> RunExit {
         RunExit::Continue
     }
     fn put(&self, _: usize, _: &Vm<Self>, _: &Vcpu<Self>, _: &mut ()) {}
@@ -155,7 +148,7 @@ fn running_targets_are_kicked_once_and_counted() {
             0,
         )
         .unwrap();
-    let mut ctx = ExitCtx::new(&hv, &vm, 0, 0);
+    let mut ctx = ExitCtx::new(&hv, &vm, 0, &vm.vcpus[0]);
     let out = ipi::send(&ctx, 0, &window(&[0, 1, 2, 3, 4])).unwrap();
     assert_eq!(
         out,
@@ -193,7 +186,7 @@ fn a_running_target_that_blocks_after_the_send_stays_runnable() {
     let (hv, vm) = setup(2, 2, 2);
     run(&hv, 0);
     run(&hv, 1);
-    let ctx = ExitCtx::new(&hv, &vm, 0, 0);
+    let ctx = ExitCtx::new(&hv, &vm, 0, &vm.vcpus[0]);
     let out = ipi::send(&ctx, 0, &window(&[1])).unwrap();
     assert_eq!(out.kicked, 1);
     assert_eq!(kicks(&hv), [1]);
@@ -213,7 +206,7 @@ fn a_running_target_that_blocks_after_the_send_stays_runnable() {
 fn self_ipi_marks_pending_and_touches_nobody() {
     let (hv, vm) = setup(2, 2, 2);
     run(&hv, 0);
-    let ctx = ExitCtx::new(&hv, &vm, 0, 0);
+    let ctx = ExitCtx::new(&hv, &vm, 0, &vm.vcpus[0]);
     let out = ipi::send(&ctx, 0, &window(&[0])).unwrap();
     assert_eq!((out.delivered, out.kicked), (1, 0));
     assert!(vm.arch.pending[0].load(Ordering::Relaxed));
@@ -233,7 +226,7 @@ fn self_ipi_marks_pending_and_touches_nobody() {
 fn running_on_never_names_the_callers_pcpu_or_a_stopped_vcpu() {
     let (hv, vm) = setup(2, 3, 1);
     run(&hv, 0);
-    let ctx = ExitCtx::new(&hv, &vm, 0, 0);
+    let ctx = ExitCtx::new(&hv, &vm, 0, &vm.vcpus[0]);
     assert_eq!(ctx.running_on(0), None, "the caller's own pCPU");
     assert_eq!(ctx.running_on(1), None, "off");
     assert_eq!(ctx.running_on(2), None, "off");
@@ -249,7 +242,7 @@ fn hostile_windows_touch_nothing() {
     let (hv, vm) = setup(2, 3, 3);
     run(&hv, 0);
     run(&hv, 1);
-    let mut ctx = ExitCtx::new(&hv, &vm, 0, 0);
+    let mut ctx = ExitCtx::new(&hv, &vm, 0, &vm.vcpus[0]);
     for (low, high, min) in [
         (0, 0, 0),
         (1, 0, 3),
@@ -276,7 +269,7 @@ fn psci_cpu_on_records_the_entry_and_powers_on() {
     run(&hv, 0);
     // pCPU 1 idles (nothing runnable there).
     assert_eq!(hv.sched.pick(1, 0), None);
-    let mut ctx = ExitCtx::new(&hv, &vm, 0, 0);
+    let mut ctx = ExitCtx::new(&hv, &vm, 0, &vm.vcpus[0]);
     let on = |target: u64, entry: u64| [u64::from(psci::fid::CPU_ON) | 1 << 30, target, entry, 7];
     assert_eq!(
         ctx.psci(on(1, 0x4008_0000), || false),
@@ -306,7 +299,7 @@ fn psci_cpu_on_records_the_entry_and_powers_on() {
 fn psci_effects_become_run_exits() {
     let (hv, vm) = setup(1, 1, 1);
     run(&hv, 0);
-    let mut ctx = ExitCtx::new(&hv, &vm, 0, 0);
+    let mut ctx = ExitCtx::new(&hv, &vm, 0, &vm.vcpus[0]);
     let f = |id: u32| [u64::from(id), 0, 0, 0];
     assert_eq!(
         ctx.psci(f(psci::fid::CPU_SUSPEND), || false).1,
@@ -329,5 +322,35 @@ fn psci_effects_become_run_exits() {
     assert_eq!(
         (x0 as i64, next),
         (psci::ret::NOT_SUPPORTED, RunExit::Continue)
+    );
+}
+
+#[test]
+fn the_context_names_its_vcpu_and_wakes_a_set_but_never_the_caller() {
+    // vCPU i pinned to pCPU i % 3: 0, 1, 2 run; 2 blocks (pCPU 2 idles);
+    // 3 waits on pCPU 0 behind 0.
+    let (hv, vm) = setup(3, 4, 4);
+    for i in 0..3 {
+        run(&hv, i);
+    }
+    block(&hv, &vm, 2);
+    let ctx = ExitCtx::new(&hv, &vm, 1, &vm.vcpus[1]);
+    assert_eq!(ctx.index(), 1);
+    assert!(core::ptr::eq(ctx.backend(), &hv.backend));
+    assert!(!ctx.should_preempt(), "nobody else may run on pCPU 1");
+    assert!(ExitCtx::new(&hv, &vm, 0, &vm.vcpus[0]).should_preempt());
+    // 0 runs elsewhere: kicked; 1 is the caller: untouched; 2 is blocked:
+    // woken (its idle pCPU gets an IPI); 9 does not exist.
+    ctx.wake_set(VcpuSet((1 << 0) | (1 << 1) | (1 << 2) | (1 << 9)));
+    assert_eq!(kicks(&hv), [0, 2]);
+    assert_eq!(state(&hv, &vm, 2), Some(RunState::Runnable));
+    let key = VcpuKey {
+        vm: vm.slot,
+        vcpu: 1,
+    };
+    assert_eq!(
+        hv.sched.put(1, key, PutReason::Blocked, 0).unwrap(),
+        RunState::Blocked,
+        "no wake was recorded for the caller"
     );
 }

@@ -2,24 +2,37 @@
 //! [`VmDeviceEnv`] implements [`DeviceEnv`] over the running hypervisor,
 //! VM and vCPU. What differs per architecture is the small [`DeviceHost`]
 //! hook a backend implements: how a device interrupt line reaches the
-//! VM's interrupt controller, where console bytes go, and guest RAM.
+//! VM's interrupt controller, the VM's console UART and the physical
+//! console, and guest RAM.
 
+use crate::console::RxPort;
 use crate::sched::VcpuKey;
 use crate::vgic::VcpuSet;
 use crate::vm::{Backend, Hypervisor, Vm, VmEnd};
 
 use super::bus::{DeviceEnv, GuestMemory};
+use super::uart::{Uart, UartRegs};
 
 /// What a backend supplies to its VMs' devices.
 pub trait DeviceHost: Backend {
+    /// The register model of a VM's console UART (PL011, 16550).
+    type ConsoleUart: UartRegs + RxPort;
     /// Drives device interrupt line `line` of `vm` (the number the guest's
     /// device tree gives it) to `level`; returns the vCPUs the change made
     /// an interrupt pending for.
     fn device_irq(&self, vm: &Vm<Self>, line: u32, level: bool) -> VcpuSet;
-    /// One byte of `vm`'s console output.
-    fn device_console(&self, vm: &Vm<Self>, byte: u8);
+    /// One byte of `vm`'s console output: by default a tagged line on the
+    /// physical console ([`crate::vmm::console_out`]).
+    fn device_console(&self, vm: &Vm<Self>, byte: u8) {
+        crate::vmm::console_out(vm.slot, byte);
+    }
     /// `vm`'s RAM as devices reach it.
     fn guest_memory(vm: &Vm<Self>) -> &dyn GuestMemory;
+    /// `vm`'s console UART (also on its bus), for typed input
+    /// ([`crate::vmm::poll_console`]).
+    fn console_uart(vm: &Vm<Self>) -> &Uart<Self::ConsoleUart>;
+    /// A byte typed on the physical console, if one waits.
+    fn console_read(&self) -> Option<u8>;
 }
 
 /// A [`DeviceEnv`] for one access (or one host-side change) to a device of

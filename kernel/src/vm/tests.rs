@@ -86,14 +86,8 @@ impl Backend for Fake {
         ctx.ran_on.push(cpu);
     }
 
-    fn run(
-        &self,
-        hv: &Hypervisor<Self>,
-        cpu: usize,
-        vm: &Vm<Self>,
-        vcpu: &Vcpu<Self>,
-        ctx: &mut Ctx,
-    ) -> RunExit {
+    fn run(&self, env: &mut ExitCtx<'_, Self>, ctx: &mut Ctx) -> RunExit {
+        let (hv, cpu, vm, vcpu) = (env.hv, env.cpu, env.vm, env.vcpu);
         self.check_deadline();
         self.slice_runs[cpu].fetch_add(1, Ordering::Relaxed);
         self.clock.fetch_add(1, Ordering::Relaxed);

@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::board::{Arch, Backend as BoardBackend, CpuDesc, IrqChip, MemRegion};
+use crate::exitctx::ExitCtx;
 use crate::frames::FRAME;
 use crate::vm::{RunExit, Vcpu};
 use crate::vmconfig::DtbSource;
@@ -18,14 +19,7 @@ impl Backend for Fake {
     type VmState = Vec<u64>;
     type VcpuState = usize;
     fn load(&self, _: usize, _: &Vm<Self>, _: &Vcpu<Self>, _: &mut usize) {}
-    fn run(
-        &self,
-        _: &Hypervisor<Self>,
-        _: usize,
-        _: &Vm<Self>,
-        _: &Vcpu<Self>,
-        _: &mut usize,
-    ) -> RunExit {
+    fn run(&self, _: &mut ExitCtx<'_, Self>, _: &mut usize) -> RunExit {
         RunExit::VmEnd(VmEnd::PowerOff)
     }
     fn put(&self, _: usize, _: &Vm<Self>, _: &Vcpu<Self>, _: &mut usize) {}

@@ -1,14 +1,18 @@
 //! The core's device environment over a fake backend: who is woken and
 //! kicked, where console bytes and line changes go, how a power-off ends
-//! the VM.
+//! the VM, where typed console input goes.
 
 use super::*;
+use crate::console::ConsoleMux;
+use crate::exitctx::ExitCtx;
 use crate::sched::{CpuMask, PutReason, RunState};
 use crate::stats::Stats;
 use crate::vdev::bus::Bus;
+use crate::vdev::pl011::{self, Pl011};
 use crate::vdev::testenv::Ram;
 use crate::vdev::Width;
 use crate::vm::{RunExit, Vcpu, VmParts};
+use alloc::collections::VecDeque;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 use spin::Mutex;
@@ -20,20 +24,21 @@ struct Fake {
     console: Mutex<Vec<u8>>,
     /// What `device_irq` reports as made pending.
     reaches: Mutex<VcpuSet>,
+    /// Bytes typed on the physical console, not read yet.
+    typed: Mutex<VecDeque<u8>>,
+}
+
+/// A VM of the fake backend: its RAM and its console UART (on line 1).
+struct FakeVm {
+    ram: Ram,
+    uart: Uart<Pl011>,
 }
 
 impl Backend for Fake {
-    type VmState = Ram;
+    type VmState = FakeVm;
     type VcpuState = ();
     fn load(&self, _: usize, _: &Vm<Self>, _: &Vcpu<Self>, _: &mut ()) {}
-    fn run(
-        &self,
-        _: &Hypervisor<Self>,
-        _: usize,
-        _: &Vm<Self>,
-        _: &Vcpu<Self>,
-        _: &mut (),
-    ) -> RunExit {
+    fn run(&self, _: &mut ExitCtx<'_, Self>, _: &mut ()) -> RunExit {
         RunExit::Continue
     }
     fn put(&self, _: usize, _: &Vm<Self>, _: &Vcpu<Self>, _: &mut ()) {}
@@ -51,6 +56,7 @@ impl Backend for Fake {
 }
 
 impl DeviceHost for Fake {
+    type ConsoleUart = Pl011;
     fn device_irq(&self, _: &Vm<Self>, line: u32, level: bool) -> VcpuSet {
         self.lines.lock().push((line, level));
         *self.reaches.lock()
@@ -59,7 +65,13 @@ impl DeviceHost for Fake {
         self.console.lock().push(byte);
     }
     fn guest_memory(vm: &Vm<Self>) -> &dyn GuestMemory {
-        &vm.arch
+        &vm.arch.ram
+    }
+    fn console_uart(vm: &Vm<Self>) -> &Uart<Pl011> {
+        &vm.arch.uart
+    }
+    fn console_read(&self) -> Option<u8> {
+        self.typed.lock().pop_front()
     }
 }
 
@@ -69,9 +81,12 @@ fn running_vm() -> (Hypervisor<Fake>, Arc<Vm<Fake>>) {
     let vm = hv
         .add_vm(VmParts {
             name: "dev".into(),
-            arch: Ram {
-                base: 0x4000_0000,
-                bytes: Mutex::new(alloc::vec![0; 0x1000]),
+            arch: FakeVm {
+                ram: Ram {
+                    base: 0x4000_0000,
+                    bytes: Mutex::new(alloc::vec![0; 0x1000]),
+                },
+                uart: Uart::new(Pl011::new(), Some(1)),
             },
             bus: Bus::new(),
             virtio: Default::default(),
@@ -165,4 +180,46 @@ fn the_power_off_register_on_a_vm_bus_ends_the_vm() {
     bus.write(&mut env, 0x100e_001c, Width::Byte, 0x12).unwrap();
     bus.write(&mut env, 0x100e_001c, Width::Byte, 0x34).unwrap();
     assert_eq!(env.end(), Some(VmEnd::PowerOff));
+}
+
+/// The PL011's data and interrupt mask registers.
+const PL011_DR: u64 = 0x000;
+const PL011_IMSC: u64 = 0x038;
+
+#[test]
+fn typed_input_goes_to_the_focused_vms_uart_and_its_line_follows() {
+    let (hv, vm) = running_vm();
+    hv.publish();
+    let mux = Mutex::new(ConsoleMux::new());
+    mux.lock().add_vm("dev");
+    *hv.backend.reaches.lock() = VcpuSet(0b11);
+    // The guest enabled the receive interrupt.
+    let imsc = u64::from(pl011::int::RX);
+    vm.arch
+        .uart
+        .regs()
+        .lock()
+        .write(PL011_IMSC, Width::Word, imsc)
+        .unwrap();
+    hv.backend.typed.lock().extend(b"hi");
+    crate::vmm::pump_console(&hv, 0, &mux);
+    assert!(hv.backend.typed.lock().is_empty(), "all of it was read");
+    // No virtio console: the bytes are in the UART, whose line rose once,
+    // waking every vCPU it reached (vCPU 1 runs on pCPU 1: kicked; pCPU 0
+    // pumps the input and notices by itself).
+    assert_eq!(*hv.backend.lines.lock(), [(1, true)]);
+    assert_eq!(*hv.backend.kicks.lock(), [1]);
+    {
+        let mut u = vm.arch.uart.regs().lock();
+        for &b in b"hi" {
+            assert_eq!(u.read(PL011_DR, Width::Word).unwrap() & 0xff, u64::from(b));
+        }
+    }
+    // Nothing more typed: nothing changes.
+    crate::vmm::pump_console(&hv, 0, &mux);
+    assert_eq!(hv.backend.lines.lock().len(), 1);
+    // Only the boot CPU reads the physical console.
+    hv.backend.typed.lock().push_back(b'!');
+    crate::vmm::poll_console(&hv, 1);
+    assert_eq!(hv.backend.typed.lock().len(), 1);
 }

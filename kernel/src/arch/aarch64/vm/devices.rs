@@ -1,8 +1,9 @@
 //! The arm64 VM's devices: its MMIO bus (the vGIC distributor and, on
 //! GICv3, redistributors over the VM's one [`Vgic`]; the PL011), and what
 //! the core's device environment needs from this backend: a device line is
-//! an SPI of the vGIC, console bytes go to the console multiplexer, guest
-//! RAM is the VM's 2 MiB frames.
+//! an SPI of the vGIC, console input comes from the physical UART to the
+//! PL011, console bytes go to the console multiplexer, guest RAM is the
+//! VM's 2 MiB frames.
 
 use alloc::format;
 use alloc::string::String;
@@ -20,7 +21,7 @@ use crate::virtio::vm::VmVirtio;
 use crate::vm::Vm;
 use crate::vmconfig::{VmSpec, GUEST_GICD, GUEST_GICR, GUEST_UART};
 
-use super::super::mmu;
+use super::super::{mmu, platform};
 use super::{stage2, Arm64Backend, VmState};
 
 /// A new VM's devices: the bus, and typed handles for the backend (the
@@ -72,18 +73,24 @@ pub fn build(
 }
 
 impl DeviceHost for Arm64Backend {
+    type ConsoleUart = Pl011;
+
     fn device_irq(&self, vm: &Vm<Self>, line: u32, level: bool) -> VcpuSet {
         // Device lines are SPIs: INTID 32 + line (SPIs are shared: the
         // vCPU argument is not used for them).
         vm.arch.vgic.lock().set_level(0, 32 + line, level)
     }
 
-    fn device_console(&self, vm: &Vm<Self>, byte: u8) {
-        self.console_out(vm, byte);
-    }
-
     fn guest_memory(vm: &Vm<Self>) -> &dyn GuestMemory {
         &vm.arch
+    }
+
+    fn console_uart(vm: &Vm<Self>) -> &Uart<Pl011> {
+        &vm.arch.uart
+    }
+
+    fn console_read(&self) -> Option<u8> {
+        platform::console_read()
     }
 }
 

@@ -4,10 +4,11 @@
 
 use core::sync::atomic::Ordering;
 
+use crate::exitctx::ExitCtx;
 use crate::guest::arm64::ptimer::PhysTimer;
 use crate::haltpoll::PollEnd;
 use crate::vgic::{LrEntry, MAX_LRS};
-use crate::vm::{Hypervisor, Vcpu, Vm};
+use crate::vm::{Vcpu, Vm};
 
 use super::super::gic::{Gic, Priority};
 use super::super::timer;
@@ -126,22 +127,16 @@ impl Arm64Backend {
     /// window whether something arrives, while nobody else wants this pCPU
     /// and no physical interrupt waits (a kick, the tick: the guest goes
     /// back in and takes the exit for it, which a WFI may). Returns whether
-    /// the vCPU has work now (no block then).
-    pub fn halt_poll(
-        &self,
-        hv: &Hypervisor<Self>,
-        cpu: usize,
-        vm: &Vm<Self>,
-        vcpu: &Vcpu<Self>,
-        ctx: &mut VcpuState,
-    ) -> bool {
+    /// the vCPU (`env`'s, registers `ctx`) has work now (no block then).
+    pub fn halt_poll(&self, env: &ExitCtx<'_, Self>, ctx: &mut VcpuState) -> bool {
+        let (vm, vcpu) = (env.vm, env.vcpu);
         let halt = ctx.halt;
         let end = halt.poll(
             timer::counter,
             || self.has_work(vm, vcpu, ctx),
             // ISR_EL1 at EL2: a physical IRQ is pending.
             || mrs!("isr_el1") & (1 << 7) != 0,
-            || hv.sched.should_preempt(cpu),
+            || env.should_preempt(),
         );
         end != PollEnd::Expired
     }

@@ -14,13 +14,12 @@ use crate::guest::arm64::idregs;
 use crate::guest::arm64::ptimer::PhysTimer;
 use crate::hypercall::{Abi, HypercallArgs};
 use crate::psci;
-use crate::sched::VcpuKey;
 use crate::stats::ExitReason;
 use crate::vdev::env::VmDeviceEnv;
 use crate::vdev::{MmioError, Width};
 
-use crate::vgic::{SgiRegister, VcpuSet};
-use crate::vm::{Hypervisor, RunExit, Vcpu, Vm, VmEnd};
+use crate::vgic::SgiRegister;
+use crate::vm::{RunExit, Vm, VmEnd};
 
 use super::regs::{mrs, msr, PSTATE_EL1H_MASKED};
 use super::{Arm64Backend, VcpuState};
@@ -29,20 +28,6 @@ type B = Arm64Backend;
 
 /// kestrel's PV IPI arrives as this SGI (kestrel_abi::arm64::PV_IPI_SGI).
 pub const PV_IPI_SGI: u8 = kestrel_abi::arm64::PV_IPI_SGI as u8;
-
-/// Wakes (and kicks as needed) the vCPUs of `set`, except `me` (the caller,
-/// which refills its list registers before its next entry anyway).
-pub fn wake_set(hv: &Hypervisor<B>, vm: &Vm<B>, set: VcpuSet, me: usize, cpu: usize) {
-    for v in set.iter().filter(|&v| v != me && v < vm.vcpus.len()) {
-        hv.wake(
-            VcpuKey {
-                vm: vm.slot,
-                vcpu: v as u16,
-            },
-            cpu,
-        );
-    }
-}
 
 /// Steps over the trapped instruction (4 bytes, or 2 for a 16-bit T32
 /// instruction of an AArch32 EL0: ESR_EL2.IL, recorded in `ctx.ilen`).
@@ -125,21 +110,22 @@ pub fn inject_abort(ctx: &mut VcpuState, a: &Abort, data: bool) {
     inject_sync(ctx, (ec << 26) | ESR_IL | iss, Some(a.far));
 }
 
-/// Handles a synchronous exit (vector 8).
-#[allow(clippy::too_many_arguments)]
-pub fn sync(
-    be: &B,
-    hv: &Hypervisor<B>,
-    cpu: usize,
-    vm: &Vm<B>,
-    vcpu: &Vcpu<B>,
-    ctx: &mut VcpuState,
-    esr: u64,
-    far: u64,
-    hpfar: u64,
-) -> RunExit {
+/// What the hardware reported of a synchronous exit: ESR_EL2, FAR_EL2 and
+/// HPFAR_EL2, read right after the guest left.
+#[derive(Clone, Copy)]
+pub struct Syndrome {
+    pub esr: u64,
+    pub far: u64,
+    pub hpfar: u64,
+}
+
+/// Handles a synchronous exit (vector 8) of `env`'s vCPU, whose registers
+/// are `ctx`.
+pub fn sync(env: &mut ExitCtx<'_, B>, ctx: &mut VcpuState, syn: Syndrome) -> RunExit {
+    let (be, vm, vcpu) = (env.backend(), env.vm, env.vcpu);
+    let esr = syn.esr;
     ctx.ilen = if esr & ESR_IL != 0 { 4 } else { 2 };
-    let mut exit = esr::decode(esr, far, hpfar);
+    let mut exit = esr::decode(esr, syn.far, syn.hpfar);
     if exit == Exit::Wfi && be.wfxt {
         // QEMU reports a trapped WFIT with the WFI syndrome (TI = 0, no
         // RV): the instruction itself tells them apart.
@@ -151,7 +137,7 @@ pub fn sync(
         Exit::Wfi => {
             vm.stats.exit(ExitReason::Idle);
             skip(ctx);
-            if be.has_work(vm, vcpu, ctx) || be.halt_poll(hv, cpu, vm, vcpu, ctx) {
+            if be.has_work(vm, vcpu, ctx) || be.halt_poll(env, ctx) {
                 RunExit::Continue
             } else {
                 ctx.blocked_at = Some(super::timer::counter());
@@ -176,7 +162,7 @@ pub fn sync(
         Exit::Wfe | Exit::Wfet { .. } => {
             vm.stats.exit(ExitReason::Idle);
             skip(ctx);
-            if hv.sched.should_preempt(cpu) {
+            if env.should_preempt() {
                 RunExit::Yield
             } else {
                 RunExit::Continue
@@ -184,7 +170,7 @@ pub fn sync(
         }
         Exit::FpAccess => {
             vm.stats.exit(ExitReason::FpTrap);
-            let mut e = super::PCPU[cpu].fp.lock();
+            let mut e = super::PCPU[env.cpu].fp.lock();
             if let Some(engine) = e.as_mut() {
                 // Counts the trap and restore in this VM, and the save of
                 // the previous owner's registers in that owner's VM.
@@ -199,16 +185,16 @@ pub fn sync(
         }
         Exit::Hvc { .. } => {
             vm.stats.exit(ExitReason::Hypercall);
-            call(be, hv, cpu, vm, vcpu, ctx)
+            call(env, ctx)
         }
         Exit::Smc { .. } => {
             vm.stats.exit(ExitReason::Hypercall);
             // A trapped SMC's ELR points at the SMC itself.
             skip(ctx);
-            call(be, hv, cpu, vm, vcpu, ctx)
+            call(env, ctx)
         }
-        Exit::SysReg(acc) => sysreg_trap(hv, cpu, vm, vcpu, ctx, acc),
-        Exit::DataAbort(a) => data_abort(be, hv, cpu, vm, vcpu, ctx, &a),
+        Exit::SysReg(acc) => sysreg_trap(env, ctx, acc),
+        Exit::DataAbort(a) => data_abort(env, ctx, &a),
         Exit::InstAbort(a) => {
             vm.stats.exit(ExitReason::Abort);
             inject_abort(ctx, &a, false);
@@ -285,17 +271,10 @@ impl ExitArch for B {
 
 /// HVC or trapped SMC: PSCI/SMCCC architecture calls, else kestrel's
 /// vendor hypercalls (unknown ids answer -1).
-fn call(
-    be: &B,
-    hv: &Hypervisor<B>,
-    cpu: usize,
-    vm: &Vm<B>,
-    vcpu: &Vcpu<B>,
-    ctx: &mut VcpuState,
-) -> RunExit {
+fn call(env: &mut ExitCtx<'_, B>, ctx: &mut VcpuState) -> RunExit {
     let x = ctx.regs.x;
     if psci::is_psci_or_arch(x[0]) {
-        let mut env = ExitCtx::new(hv, vm, cpu, vcpu.index);
+        let (be, vm, vcpu) = (env.backend(), env.vm, env.vcpu);
         let (x0, next) = env.psci([x[0], x[1], x[2], x[3]], || be.has_work(vm, vcpu, ctx));
         ctx.regs.x[0] = x0;
         return next;
@@ -305,7 +284,7 @@ fn call(
         function: x[0],
         args: [x[1], x[2], x[3], x[4], x[5]],
     };
-    let r = ExitCtx::new(hv, vm, cpu, vcpu.index).hypercall(Abi::Arm64, &args);
+    let r = env.hypercall(Abi::Arm64, &args);
     for (i, &v) in r.regs().iter().enumerate() {
         ctx.regs.x[i] = v;
     }
@@ -346,14 +325,8 @@ fn set_way(r: SysReg) -> bool {
     r.op0 == 1 && r.op1 == 0 && r.crn == 7 && matches!(r.crm, 6 | 10 | 14) && r.op2 == 2
 }
 
-fn sysreg_trap(
-    hv: &Hypervisor<B>,
-    cpu: usize,
-    vm: &Vm<B>,
-    vcpu: &Vcpu<B>,
-    ctx: &mut VcpuState,
-    acc: SysRegAccess,
-) -> RunExit {
+fn sysreg_trap(env: &ExitCtx<'_, B>, ctx: &mut VcpuState, acc: SysRegAccess) -> RunExit {
+    let vm = env.vm;
     let r = acc.reg;
     let sgi = match r {
         sysreg::ICC_SGI1R_EL1 => Some(SgiRegister::Sgi1r),
@@ -369,8 +342,9 @@ fn sysreg_trap(
         }
         vm.stats.exit(ExitReason::Ipi);
         let value = reg(ctx, acc.rt);
-        let kicks = vm.arch.vgic.lock().write_icc_sgi(vcpu.index, which, value);
-        wake_set(hv, vm, kicks, vcpu.index, cpu);
+        let kicks = vm.arch.vgic.lock().write_icc_sgi(env.index(), which, value);
+        // The caller refills its list registers before its next entry anyway.
+        env.wake_set(kicks);
         skip(ctx);
         return RunExit::Continue;
     }
@@ -438,15 +412,8 @@ fn sysreg_trap(
 
 /// A data abort: an access to a device on the VM's bus (emulated, PC
 /// stepped over it) or anything else (an external abort to the guest).
-fn data_abort(
-    _be: &B,
-    hv: &Hypervisor<B>,
-    cpu: usize,
-    vm: &Vm<B>,
-    vcpu: &Vcpu<B>,
-    ctx: &mut VcpuState,
-    a: &Abort,
-) -> RunExit {
+fn data_abort(env: &ExitCtx<'_, B>, ctx: &mut VcpuState, a: &Abort) -> RunExit {
+    let vm = env.vm;
     let (Some(acc), Some(hit)) = (a.access, vm.bus.find(a.ipa)) else {
         // Outside every emulated region (or an access the syndrome does not
         // describe, e.g. a load pair): the guest gets an external abort.
@@ -456,12 +423,12 @@ fn data_abort(
     };
     vm.stats.exit(ExitReason::Mmio);
     let value = reg(ctx, acc.rt);
-    let mut env = VmDeviceEnv::new(hv, vm, vcpu.index, cpu);
+    let mut dev = VmDeviceEnv::new(env.hv, vm, env.index(), env.cpu);
     let result = match Width::new(acc.width) {
-        Some(w) => hit.access(&mut env, w, a.write.then_some(value)),
+        Some(w) => hit.access(&mut dev, w, a.write.then_some(value)),
         None => Err(MmioError::BadAccess),
     };
-    let end = env.end();
+    let end = dev.end();
     match result {
         Ok(read) => {
             if let Some(v) = read {

@@ -22,10 +22,10 @@ use alloc::format;
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicBool, Ordering};
 
+use crate::exitctx::ExitCtx;
 use crate::fpu::{self, pcpu::PcpuFp, FpPolicy};
 use crate::guest::arm64::idregs::IdConfig;
 use crate::stats::Counter;
-use crate::vdev::env::VmDeviceEnv;
 use crate::vdev::pl011::Pl011 as VPl011;
 use crate::vdev::uart::Uart;
 use crate::vgic::mmio::SharedVgic;
@@ -38,7 +38,7 @@ use alloc::sync::Arc;
 
 use super::el2::{CnthctlEl2, HcrEl2};
 use super::gic::Gic;
-use super::{exceptions, percpu, platform, timer};
+use super::{exceptions, percpu, timer};
 use entry::set_vtimer_phys;
 use fp::Arm64FpHw;
 use regs::{mrs, msr};
@@ -166,30 +166,11 @@ impl Arm64Backend {
         stage2::flush_all_vmids();
     }
 
-    /// Services other pCPUs' requests to write back FP state live here.
+    /// Services other pCPUs' requests to write back FP state live here
+    /// (after every exit: kept inline).
+    #[inline]
     fn service_fp(&self, cpu: usize) {
         PCPU[cpu].fp.service();
-    }
-
-    /// Console input (boot CPU): the physical UART's bytes go to the VM
-    /// with the focus.
-    fn poll_console(&self, hv: &Hypervisor<Self>, cpu: usize) {
-        vmm::poll_console(
-            hv,
-            cpu,
-            |vm| vm.arch.uart.regs(),
-            platform::console_read,
-            |vm, level| {
-                vm.arch
-                    .uart
-                    .update_level(level, &mut VmDeviceEnv::host(hv, vm, cpu))
-            },
-        );
-    }
-
-    /// A guest byte for the console: tagged lines on the physical UART.
-    pub fn console_out(&self, vm: &Vm<Self>, byte: u8) {
-        vmm::console_out(vm.slot, byte);
     }
 }
 
@@ -263,24 +244,20 @@ impl Backend for Arm64Backend {
         unsafe { core::arch::asm!("isb", options(nostack, preserves_flags)) };
     }
 
-    fn run(
-        &self,
-        hv: &Hypervisor<Self>,
-        cpu: usize,
-        vm: &Vm<Self>,
-        vcpu: &Vcpu<Self>,
-        ctx: &mut VcpuState,
-    ) -> RunExit {
+    fn run(&self, env: &mut ExitCtx<'_, Self>, ctx: &mut VcpuState) -> RunExit {
+        let (hv, cpu, vm, vcpu) = (env.hv, env.cpu, env.vm, env.vcpu);
         self.prepare_entry(cpu, vm, vcpu, ctx);
         let kind = switch::enter(&mut ctx.regs);
-        let esr = mrs!("esr_el2");
-        let far = mrs!("far_el2");
-        let hpfar = mrs!("hpfar_el2");
+        let syn = exits::Syndrome {
+            esr: mrs!("esr_el2"),
+            far: mrs!("far_el2"),
+            hpfar: mrs!("hpfar_el2"),
+        };
         self.sync_after_exit(vm, vcpu, ctx);
         let exit = match kind {
             // Lower EL in AArch64 (8-11) or AArch32 (12-15, an EL0 the
             // guest kernel entered although AArch32 is hidden).
-            8 | 12 => exits::sync(self, hv, cpu, vm, vcpu, ctx, esr, far, hpfar),
+            8 | 12 => exits::sync(env, ctx, syn),
             9 | 10 | 13 | 14 => {
                 vm.stats.exit(crate::stats::ExitReason::Irq);
                 if let Some(irq) = exceptions::ack() {
@@ -288,14 +265,14 @@ impl Backend for Arm64Backend {
                     irq.end(host_irq(intid));
                     if intid == timer::PPI {
                         hv.check_timers(cpu, timer::counter());
-                        self.poll_console(hv, cpu);
+                        vmm::poll_console(hv, cpu);
                     }
                 }
                 RunExit::Continue
             }
             _ => RunExit::VmEnd(VmEnd::Fatal(format!(
-                "SError from the guest (ESR_EL2 {esr:#x}) on vCPU {}",
-                vcpu.index
+                "SError from the guest (ESR_EL2 {:#x}) on vCPU {}",
+                syn.esr, vcpu.index
             ))),
         };
         self.service_fp(cpu);
@@ -362,7 +339,7 @@ impl Backend for Arm64Backend {
     fn idle(&self, hv: &Hypervisor<Self>, cpu: usize) {
         self.service_fp(cpu);
         hv.check_timers(cpu, timer::counter());
-        self.poll_console(hv, cpu);
+        vmm::poll_console(hv, cpu);
         let deadline = hv.next_deadline();
         if deadline != u64::MAX {
             timer::arm_before(deadline);

@@ -1,8 +1,9 @@
 //! The LoongArch VM's devices: its MMIO bus (the NS16550 console and the
 //! power-off register, where QEMU virt has them), and what the core's
-//! device environment needs from this backend: console bytes go to the
-//! console multiplexer, guest RAM is the VM's frames; there is no device
-//! interrupt controller yet.
+//! device environment needs from this backend: console input comes from
+//! the physical UART to the 16550, console bytes go to the console
+//! multiplexer, guest RAM is the VM's frames; there is no device interrupt
+//! controller yet.
 
 use alloc::format;
 use alloc::string::String;
@@ -17,7 +18,7 @@ use crate::vdev::uart::Uart;
 use crate::vgic::VcpuSet;
 use crate::vm::Vm;
 
-use super::super::dmw;
+use super::super::{dmw, platform};
 use super::{LaBackend, VmState, GUEST_POWEROFF, GUEST_UART};
 
 /// The 16550's registers on the bus: 8 bytes (`reg-shift` 0). The device
@@ -46,6 +47,8 @@ pub fn build() -> Result<Devices, String> {
 }
 
 impl DeviceHost for LaBackend {
+    type ConsoleUart = Ns16550;
+
     fn device_irq(&self, _vm: &Vm<Self>, _line: u32, _level: bool) -> VcpuSet {
         // No device interrupt controller is emulated yet (the guest sees
         // none in its device tree) and no device here has a wired line:
@@ -53,12 +56,17 @@ impl DeviceHost for LaBackend {
         VcpuSet::EMPTY
     }
 
-    fn device_console(&self, vm: &Vm<Self>, byte: u8) {
-        self.console_out(vm, byte);
-    }
-
     fn guest_memory(vm: &Vm<Self>) -> &dyn GuestMemory {
         &vm.arch
+    }
+
+    /// No receive interrupt is wired (guests poll the 16550).
+    fn console_uart(vm: &Vm<Self>) -> &Uart<Ns16550> {
+        &vm.arch.uart
+    }
+
+    fn console_read(&self) -> Option<u8> {
+        platform::PLATFORM.console_read()
     }
 }
 

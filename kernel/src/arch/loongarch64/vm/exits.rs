@@ -21,7 +21,7 @@ use crate::hypercall::{Abi, HypercallArgs};
 use crate::stats::ExitReason;
 use crate::vdev::env::VmDeviceEnv;
 use crate::vdev::Width;
-use crate::vm::{Hypervisor, RunExit, Vcpu, Vm, VmEnd};
+use crate::vm::{RunExit, Vm, VmEnd};
 
 use super::super::{dmw, exceptions};
 use super::{hwtlb, LaBackend, VcpuState};
@@ -33,15 +33,10 @@ pub fn is_interrupt(estat: u64) -> bool {
     ((estat >> 16) & 0x3f) as u8 == ecode::INT
 }
 
-/// Handles the exit just taken by `ctx`: decode, count, act.
-pub fn handle(
-    b: &B,
-    hv: &Hypervisor<B>,
-    cpu: usize,
-    vm: &Vm<B>,
-    vcpu: &Vcpu<B>,
-    ctx: &mut VcpuState,
-) -> RunExit {
+/// Handles the exit `env`'s vCPU just took (its registers: `ctx`):
+/// decode, count, act.
+pub fn handle(env: &mut ExitCtx<'_, B>, ctx: &mut VcpuState) -> RunExit {
+    let vm = env.vm;
     let f = &ctx.frame;
     let trap = Trap {
         refill: f.kind == 1,
@@ -54,7 +49,7 @@ pub fn handle(
     let exit = exit::decode(&trap);
     if let Some(r) = exit.reason() {
         vm.stats.exit(r);
-        vcpu.stats.exit(r);
+        env.vcpu.stats.exit(r);
     }
     match exit {
         Exit::Interrupt => {
@@ -69,11 +64,11 @@ pub fn handle(
             } else {
                 data_access(vm, ctx)
             };
-            mem_fault(hv, cpu, vm, ctx, va, acc)
+            mem_fault(env, ctx, va, acc)
         }
-        Exit::PageFault { va, access } => mem_fault(hv, cpu, vm, ctx, va, access),
-        Exit::AddressError { va, sub } => address_error(hv, cpu, vm, ctx, va, sub),
-        Exit::Hypercall { code } => hvcl(&mut ExitCtx::new(hv, vm, cpu, vcpu.index), ctx, code),
+        Exit::PageFault { va, access } => mem_fault(env, ctx, va, access),
+        Exit::AddressError { va, sub } => address_error(env, ctx, va, sub),
+        Exit::Hypercall { code } => hvcl(env, ctx, code),
         Exit::UserHypercall => {
             // The services are the guest kernel's: its user code gets
             // "unknown code" and nothing happens (no IPIs from guest user space).
@@ -81,11 +76,8 @@ pub fn handle(
             ctx.frame.pc = ctx.frame.pc.wrapping_add(4);
             RunExit::Continue
         }
-        Exit::Privileged(i) => {
-            let env = ExitCtx::new(hv, vm, cpu, vcpu.index);
-            privileged(b, &env, vcpu, ctx, i, trap.badi)
-        }
-        Exit::FpDisabled(unit) => fp_disabled(cpu, ctx, unit, trap.badi),
+        Exit::Privileged(i) => privileged(env, ctx, i, trap.badi),
+        Exit::FpDisabled(unit) => fp_disabled(env.cpu, ctx, unit, trap.badi),
         Exit::GuestException {
             code,
             sub,
@@ -142,21 +134,15 @@ fn data_access(vm: &Vm<B>, ctx: &VcpuState) -> Access {
 
 /// A real TLB refill or page fault at `va`: install a shadow entry, emulate
 /// MMIO, or give the guest the exception its own MMU would raise.
-fn mem_fault(
-    hv: &Hypervisor<B>,
-    cpu: usize,
-    vm: &Vm<B>,
-    ctx: &mut VcpuState,
-    va: u64,
-    acc: Access,
-) -> RunExit {
+fn mem_fault(env: &ExitCtx<'_, B>, ctx: &mut VcpuState, va: u64, acc: Access) -> RunExit {
+    let vm = env.vm;
     match vtlb::translate(&ctx.csr, &ctx.tlb, va, acc) {
         Ok(m) => {
             if vm.arch.hpa(m.pa).is_some() {
                 install_shadow(vm, ctx, va, acc);
                 RunExit::Continue
             } else {
-                mmio(hv, cpu, vm, ctx, va, m.pa, acc)
+                mmio(env, ctx, GuestAccess { va, gpa: m.pa, acc })
             }
         }
         Err(Fault::Refill) => {
@@ -213,18 +199,19 @@ fn install_shadow(vm: &Vm<B>, ctx: &VcpuState, va: u64, acc: Access) {
     hwtlb::install(base, elo);
 }
 
-/// A guest load or store at `va` (guest physical `gpa`) that is not RAM:
-/// a device on the VM's bus (the console UART, the power-off register:
-/// `devices`), or nothing (ADE to the guest).
-fn mmio(
-    hv: &Hypervisor<B>,
-    cpu: usize,
-    vm: &Vm<B>,
-    ctx: &mut VcpuState,
+/// A guest access at virtual `va`, guest physical `gpa`.
+#[derive(Clone, Copy)]
+struct GuestAccess {
     va: u64,
     gpa: u64,
     acc: Access,
-) -> RunExit {
+}
+
+/// A guest load or store (`at`) that is not RAM: a device on the VM's bus
+/// (the console UART, the power-off register: `devices`), or nothing (ADE
+/// to the guest).
+fn mmio(env: &ExitCtx<'_, B>, ctx: &mut VcpuState, at: GuestAccess) -> RunExit {
+    let (vm, GuestAccess { va, gpa, acc }) = (env.vm, at);
     let w = if acc == Access::Fetch {
         None
     } else {
@@ -250,13 +237,13 @@ fn mmio(
         return outside(ctx);
     };
     let value = ctx.frame.reg(rd) & size.mask();
-    let mut env = VmDeviceEnv::new(hv, vm, usize::from(ctx.key.vcpu), cpu);
+    let mut dev = VmDeviceEnv::new(env.hv, vm, usize::from(ctx.key.vcpu), env.cpu);
     // A width or offset the device's registers do not take reads as 0 and
     // is not written (the guest gets no exception for it).
     let read = hit
-        .access(&mut env, width, store.then_some(value))
+        .access(&mut dev, width, store.then_some(value))
         .unwrap_or(Some(0));
-    if let Some(end) = env.end() {
+    if let Some(end) = dev.end() {
         ctx.frame.pc = ctx.frame.pc.wrapping_add(4);
         return RunExit::VmEnd(end);
     }
@@ -277,14 +264,8 @@ fn mmio(
 /// guest DMW window it is guest memory: loads and stores are emulated;
 /// fetches from RAM cannot be (the VM stops), fetches from nothing get the
 /// guest's ADEF. Otherwise the guest's own ADE.
-fn address_error(
-    hv: &Hypervisor<B>,
-    cpu: usize,
-    vm: &Vm<B>,
-    ctx: &mut VcpuState,
-    badv: u64,
-    sub: u16,
-) -> RunExit {
+fn address_error(env: &ExitCtx<'_, B>, ctx: &mut VcpuState, badv: u64, sub: u16) -> RunExit {
+    let vm = env.vm;
     let fetch = sub == ecode::ADEF;
     let acc = if fetch { Access::Fetch } else { Access::Load };
     let m = match vtlb::translate(&ctx.csr, &ctx.tlb, badv, acc) {
@@ -314,7 +295,12 @@ fn address_error(
         return deliver(ctx, ecode::ADE, sub, Some(badv), 0);
     };
     let Some(h) = vm.arch.hpa(m.pa) else {
-        return mmio(hv, cpu, vm, ctx, badv, m.pa, acc);
+        let at = GuestAccess {
+            va: badv,
+            gpa: m.pa,
+            acc,
+        };
+        return mmio(env, ctx, at);
     };
     let (rd, size, store, signed) = match insn::decode(w) {
         Some(Insn::Load {
@@ -375,23 +361,16 @@ fn apply_inval(ctx: &mut VcpuState, cpu: usize, inv: Inval) {
 
 /// A privileged instruction at virtual PLV0: emulated on the software
 /// state, then what only the backend can do.
-fn privileged(
-    b: &B,
-    env: &ExitCtx<'_, B>,
-    vcpu: &Vcpu<B>,
-    ctx: &mut VcpuState,
-    i: Insn,
-    w: u32,
-) -> RunExit {
+fn privileged(env: &ExitCtx<'_, B>, ctx: &mut VcpuState, i: Insn, w: u32) -> RunExit {
     let (vm, cpu) = (env.vm, env.cpu);
-    let now = b.now();
+    let now = env.backend().now();
     let mut guest = GuestCpu {
         regs: &mut ctx.frame.regs,
         pc: &mut ctx.frame.pc,
         csr: &mut ctx.csr,
         tlb: &mut ctx.tlb,
     };
-    let fx = emulate::emulate(i, &mut guest, now, &vm.arch.ipi, vcpu.index, |pa| {
+    let fx = emulate::emulate(i, &mut guest, now, &vm.arch.ipi, env.index(), |pa| {
         vm.arch.read_u64(pa)
     });
     match fx {
@@ -403,7 +382,7 @@ fn privileged(
                 env.wake(t);
             }
         }
-        Effect::Idle => return idle(b, env, vcpu, ctx),
+        Effect::Idle => return idle(env, ctx),
         Effect::Deliver(code) => return deliver(ctx, code, 0, None, w),
     }
     RunExit::Continue
@@ -411,11 +390,11 @@ fn privileged(
 
 /// `idle` (the PC is past it): go on if an interrupt the guest enables is
 /// pending or becomes so while polling, else block until one is.
-fn idle(b: &B, env: &ExitCtx<'_, B>, vcpu: &Vcpu<B>, ctx: &mut VcpuState) -> RunExit {
-    let sh = &env.vm.arch.shared[vcpu.index];
+fn idle(env: &ExitCtx<'_, B>, ctx: &mut VcpuState) -> RunExit {
+    let sh = &env.vm.arch.shared[env.index()];
     let swi = u64::from(sh.swi.load(core::sync::atomic::Ordering::Acquire) & 3);
     let pending = ctx.csr.wake_pending().is_some() || swi & ctx.csr.get(vnum::ECFG) != 0;
-    if pending || b.halt_poll(env.hv, env.cpu, env.vm, vcpu, ctx) {
+    if pending || env.backend().halt_poll(env, ctx) {
         return RunExit::Continue;
     }
     // Until an interrupt is pending (`LaBackend::run` checks before every

@@ -23,6 +23,7 @@ use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering
 use spin::Mutex;
 
 use crate::board::BoardInfo;
+use crate::exitctx::ExitCtx;
 use crate::fpu::FpPolicy;
 use crate::guest::loongarch::csr::{self as vcsr};
 use crate::guest::loongarch::iocsr::VIpi;
@@ -30,7 +31,6 @@ use crate::guest::loongarch::layout;
 use crate::haltpoll::PollEnd;
 use crate::sched::VcpuKey;
 use crate::stats::Counter;
-use crate::vdev::env::VmDeviceEnv;
 use crate::vdev::ns16550::Ns16550 as VNs16550;
 use crate::vdev::uart::Uart;
 use crate::vm::{Backend, Hypervisor, RunExit, Vcpu, Vm};
@@ -179,23 +179,17 @@ impl LaBackend {
     /// An `idle` found nothing to wake on: poll for up to the vCPU's
     /// halt-poll window whether an interrupt it enables becomes pending
     /// (its timer, an IPI, SWI), while nobody else wants this pCPU and no
-    /// host interrupt waits. Returns whether one is pending now (no block).
-    pub fn halt_poll(
-        &self,
-        hv: &Hypervisor<Self>,
-        cpu: usize,
-        vm: &Vm<Self>,
-        vcpu: &Vcpu<Self>,
-        ctx: &mut VcpuState,
-    ) -> bool {
-        let sh = &vm.arch.shared[vcpu.index];
+    /// host interrupt waits. Returns whether one is pending now (no block)
+    /// for `env`'s vCPU (registers `ctx`).
+    pub fn halt_poll(&self, env: &ExitCtx<'_, Self>, ctx: &mut VcpuState) -> bool {
+        let (vm, index) = (env.vm, env.index());
+        let sh = &vm.arch.shared[index];
         let halt = ctx.halt;
         let end = halt.poll(
             csr::rdtime,
             || {
                 ctx.csr.update_timer(csr::rdtime());
-                ctx.csr
-                    .set_line(vcsr::IRQ_IPI, vm.arch.ipi[vcpu.index].line());
+                ctx.csr.set_line(vcsr::IRQ_IPI, vm.arch.ipi[index].line());
                 let swi = u64::from(sh.swi.load(Ordering::Acquire) & 3);
                 ctx.csr.wake_pending().is_some() || swi & ctx.csr.get(vcsr::num::ECFG) != 0
             },
@@ -203,38 +197,16 @@ impl LaBackend {
             // the one-shot timer armed for this vCPU's own deadline, which
             // `update_timer` above has then seen too): block.
             || csr::estat() & 0x1ffc != 0,
-            || hv.sched.should_preempt(cpu),
+            || env.should_preempt(),
         );
         end == PollEnd::Work
     }
 
-    /// Writes back the FP registers other pCPUs asked for.
+    /// Writes back the FP registers other pCPUs asked for (before every
+    /// entry: kept inline).
+    #[inline]
     fn service_fp(&self, cpu: usize) {
         PCPU[cpu].fp.service();
-    }
-
-    /// Console input (boot CPU only): bytes typed on the physical UART go
-    /// to the VM with the focus (its 16550's receive FIFO; guests poll it,
-    /// the 16550 has no receive interrupt here).
-    fn poll_console(&self, hv: &Hypervisor<Self>, cpu: usize) {
-        vmm::poll_console(
-            hv,
-            cpu,
-            |vm| vm.arch.uart.regs(),
-            || platform::PLATFORM.console_read(),
-            // No receive interrupt is wired (guests poll the 16550): the
-            // line update drives nothing, kept for the device's bookkeeping.
-            |vm, level| {
-                vm.arch
-                    .uart
-                    .update_level(level, &mut VmDeviceEnv::host(hv, vm, cpu))
-            },
-        );
-    }
-
-    /// A guest byte for the console: tagged lines on the physical UART.
-    pub fn console_out(&self, vm: &Vm<Self>, byte: u8) {
-        vmm::console_out(vm.slot, byte);
     }
 
     /// Before an entry: pending interrupts into the virtual ESTAT and, if
@@ -355,14 +327,8 @@ impl Backend for LaBackend {
         sh.running_on.store(cpu, Ordering::SeqCst);
     }
 
-    fn run(
-        &self,
-        hv: &Hypervisor<Self>,
-        cpu: usize,
-        vm: &Vm<Self>,
-        vcpu: &Vcpu<Self>,
-        ctx: &mut VcpuState,
-    ) -> RunExit {
+    fn run(&self, env: &mut ExitCtx<'_, Self>, ctx: &mut VcpuState) -> RunExit {
+        let (hv, cpu, vm, vcpu) = (env.hv, env.cpu, env.vm, env.vcpu);
         self.service_fp(cpu);
         self.prepare_entry(cpu, vm, vcpu, ctx);
         if !ctx.csr.idle_over() {
@@ -376,14 +342,14 @@ impl Backend for LaBackend {
         // shadows under its ASIDs (load flushed others' of this VM); EUEN
         // exposes the FP unit only if this vCPU owns it.
         unsafe { switch::enter(&mut ctx.frame) };
-        let exit = exits::handle(self, hv, cpu, vm, vcpu, ctx);
+        let exit = exits::handle(env, ctx);
         // Deadlines pass only with time, and the one-shot timer armed above
         // fires at the earliest of them (and at the tick): timers and the
         // console are looked at after an interrupt exit, not after every
         // trapped instruction.
         if ctx.frame.kind != 1 && exits::is_interrupt(ctx.frame.estat) {
             hv.check_timers(cpu, csr::rdtime());
-            self.poll_console(hv, cpu);
+            vmm::poll_console(hv, cpu);
         }
         exit
     }
@@ -421,7 +387,7 @@ impl Backend for LaBackend {
         csr::irq_enable();
         csr::irq_disable();
         hv.check_timers(cpu, csr::rdtime());
-        self.poll_console(hv, cpu);
+        vmm::poll_console(hv, cpu);
     }
 
     /// The slice ends at kestrel's next tick.
