@@ -5,7 +5,6 @@
 //! VM's interrupt controller, the VM's console UART and the physical
 //! console, and guest RAM.
 
-use crate::console::RxPort;
 use crate::sched::VcpuKey;
 use crate::vgic::VcpuSet;
 use crate::vm::{Backend, Hypervisor, Vm, VmEnd};
@@ -16,7 +15,7 @@ use super::uart::{Uart, UartRegs};
 /// What a backend supplies to its VMs' devices.
 pub trait DeviceHost: Backend {
     /// The register model of a VM's console UART (PL011, 16550).
-    type ConsoleUart: UartRegs + RxPort;
+    type ConsoleUart: UartRegs;
     /// Drives device interrupt line `line` of `vm` (the number the guest's
     /// device tree gives it) to `level`; returns the vCPUs the change made
     /// an interrupt pending for.

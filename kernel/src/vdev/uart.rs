@@ -11,9 +11,12 @@ use spin::Mutex;
 
 use super::bus::{DeviceEnv, MmioDevice};
 use super::{ns16550, pl011, MmioError, Width};
+use crate::console::RxPort;
 
-/// A UART's registers as the bus adapter drives them.
-pub trait UartRegs: Send {
+/// A UART's registers as the bus adapter drives them. Its receive side and
+/// interrupt level are the console's [`RxPort`] (one definition of the
+/// level for both the guest's accesses and typed input).
+pub trait UartRegs: RxPort + Send {
     /// The device's name in logs and bus listings.
     const NAME: &'static str;
     /// A guest read of `offset`.
@@ -25,8 +28,6 @@ pub trait UartRegs: Send {
         width: Width,
         value: u64,
     ) -> Result<Option<u8>, MmioError>;
-    /// The level of the UART's interrupt output.
-    fn irq_level(&self) -> bool;
 }
 
 impl UartRegs for pl011::Pl011 {
@@ -45,9 +46,6 @@ impl UartRegs for pl011::Pl011 {
             pl011::Effect::None => None,
         })
     }
-    fn irq_level(&self) -> bool {
-        pl011::Pl011::irq_level(self)
-    }
 }
 
 impl UartRegs for ns16550::Ns16550 {
@@ -65,9 +63,6 @@ impl UartRegs for ns16550::Ns16550 {
             ns16550::Effect::Transmit(b) => Some(b),
             ns16550::Effect::None => None,
         })
-    }
-    fn irq_level(&self) -> bool {
-        ns16550::Ns16550::irq_level(self)
     }
 }
 

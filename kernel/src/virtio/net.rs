@@ -336,7 +336,10 @@ impl MmioDevice for NetPort {
         value: u64,
     ) -> Result<(), MmioError> {
         let r = self.transport.write(env, off, width, value);
-        self.forward(env.pcpu());
+        // Only a notification sends frames (the transmit queue's work).
+        if off == super::mmio::reg::QUEUE_NOTIFY {
+            self.forward(env.pcpu());
+        }
         r
     }
 }
