@@ -112,8 +112,22 @@ pub struct VmSpec<'a> {
     pub cmdline: &'a str,
     /// A virtio console (`hvc0`) beside the UART.
     pub virtio_console: bool,
+    /// What a guest reset does: restart the VM from its images, or end it.
+    pub on_reboot: OnReboot,
     /// Disks and network ports, in config order.
     pub devices: Devices<'a>,
+}
+
+/// What a VM's reset request (PSCI SYSTEM_RESET, the LoongArch GED reset)
+/// does (config `on_reboot`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum OnReboot {
+    /// The VM starts again from its packed images with fresh RAM and
+    /// devices.
+    #[default]
+    Restart,
+    /// The VM ends.
+    Stop,
 }
 
 impl<'a> VmSpec<'a> {
@@ -142,6 +156,11 @@ impl<'a> VmSpec<'a> {
             dtb_gpa: ram_base + l.dtb,
             cmdline: rec.cmdline,
             virtio_console: rec.virtio_console,
+            on_reboot: if rec.reboot_stop {
+                OnReboot::Stop
+            } else {
+                OnReboot::Restart
+            },
             devices: rec.devices,
         }
     }

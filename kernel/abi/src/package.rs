@@ -45,7 +45,7 @@
 //! | 48 | u16 | vCPU count, 1..=[`MAX_VCPUS`] |
 //! | 50 | u8 | guest kind ([`GuestKind`]) |
 //! | 51 | u8 | console device ([`ConsoleKind`]) |
-//! | 52 | u32 | flags: bit 0 = [`FLAG_PINNED`] (vCPU i owns the i-th CPU of the mask) |
+//! | 52 | u32 | flags: bit 0 = [`FLAG_PINNED`] (vCPU i owns the i-th CPU of the mask), bit 1 = [`FLAG_VIRTIO_CONSOLE`], bit 2 = [`FLAG_REBOOT_STOP`] |
 //! | 56 | 2 x u64 | kernel blob (offset, length); length > 0 |
 //! | 72 | 2 x u64 | initrd blob (offset, length); (0, 0) = none |
 //! | 88 | 2 x u64 | DTB blob (offset, length); (0, 0) = kestrel generates one |
@@ -119,8 +119,11 @@ pub const DTB_SLOT: u64 = 2 << 20;
 pub const FLAG_PINNED: u32 = 1 << 0;
 /// Record flag: the VM also gets a virtio console (`hvc0`) beside its UART.
 pub const FLAG_VIRTIO_CONSOLE: u32 = 1 << 1;
+/// Record flag: a reset request from the guest ends the VM instead of
+/// restarting it (config `on_reboot = "stop"`).
+pub const FLAG_REBOOT_STOP: u32 = 1 << 2;
 /// Every record flag this version defines.
-pub const FLAGS_KNOWN: u32 = FLAG_PINNED | FLAG_VIRTIO_CONSOLE;
+pub const FLAGS_KNOWN: u32 = FLAG_PINNED | FLAG_VIRTIO_CONSOLE | FLAG_REBOOT_STOP;
 /// Size of one device table entry.
 pub const DEVICE_SIZE: usize = 64;
 /// Most devices (disks and network ports) one VM may have.
@@ -628,6 +631,8 @@ pub struct VmRecord<'a> {
     pub layout: GuestLayout,
     /// A virtio console beside the UART.
     pub virtio_console: bool,
+    /// A guest reset ends the VM (else it restarts).
+    pub reboot_stop: bool,
     /// Disks and network ports, in config order.
     pub devices: Devices<'a>,
 }
@@ -1066,6 +1071,7 @@ impl<'a> Package<'a> {
             kernel_footprint,
             layout,
             virtio_console: flags & FLAG_VIRTIO_CONSOLE != 0,
+            reboot_stop: flags & FLAG_REBOOT_STOP != 0,
             devices,
         })
     }
@@ -1236,6 +1242,8 @@ mod writer {
         pub kernel_footprint: u64,
         /// A virtio console beside the UART.
         pub virtio_console: bool,
+        /// A guest reset ends the VM (config `on_reboot = "stop"`).
+        pub reboot_stop: bool,
         /// Disks and network ports (at most [`MAX_DEVICES`]).
         pub devices: &'a [Device<'a>],
     }
@@ -1288,6 +1296,9 @@ mod writer {
                 let mut flags = if vm.affinity.pinned { FLAG_PINNED } else { 0 };
                 if vm.virtio_console {
                     flags |= FLAG_VIRTIO_CONSOLE;
+                }
+                if vm.reboot_stop {
+                    flags |= FLAG_REBOOT_STOP;
                 }
                 put(&mut rec, R_FLAGS, &flags.to_le_bytes());
                 let mut crc = 0;

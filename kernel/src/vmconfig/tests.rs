@@ -24,6 +24,7 @@ fn input<'a>(name: &'a str, kernel: &'a [u8]) -> VmInput<'a> {
         entry_offset: 0,
         kernel_footprint: 0,
         virtio_console: false,
+        reboot_stop: false,
         devices: &[],
     }
 }
@@ -54,6 +55,7 @@ fn record_becomes_spec_with_guest_addresses() {
     let plan = plan(&pkg, host(4, 1 << 30)).unwrap();
     let s = plan[0].unwrap();
     assert_eq!(s.name, "linux0");
+    assert_eq!(s.on_reboot, OnReboot::Restart);
     assert_eq!(
         (s.vcpus, s.ram_base, s.ram_size),
         (2, ARM64_GUEST_RAM_BASE, 64 * MB)
@@ -330,4 +332,17 @@ fn virtio_slots_put_the_console_first_then_the_devices() {
     assert!(specs[1].unwrap().virtio_slots().is_empty());
     // Every slot's SPI stays below the 32 SPIs a VM's vGIC has.
     assert!(GUEST_VIRTIO.2 as usize + 1 + kestrel_abi::package::MAX_DEVICES <= 32);
+}
+
+#[test]
+fn on_reboot_stop_comes_from_the_record_flag() {
+    let k = vec![0xAAu8; 3 * MB as usize];
+    let mut w = Writer::new(HypervisorSettings::default());
+    w.vms.push(VmInput {
+        reboot_stop: true,
+        ..input("stops", &k)
+    });
+    let pkg = w.finish();
+    let plan = plan(&pkg, host(4, 1 << 30)).unwrap();
+    assert_eq!(plan[0].unwrap().on_reboot, OnReboot::Stop);
 }

@@ -104,6 +104,7 @@ fn spec(name: &'static str, vcpus: u16, mask: u64, pinned: bool) -> VmSpec<'stat
         dtb_gpa: 0x4010_0000,
         cmdline: "",
         virtio_console: false,
+        on_reboot: crate::vmconfig::OnReboot::Restart,
         devices: kestrel_abi::package::Devices::NONE,
     }
 }

@@ -104,6 +104,7 @@ fn round_trip(u: &mut Unstructured) -> arbitrary::Result<()> {
             entry_offset: v.entry_offset % (u64::from(v.kernel_len) + 2),
             kernel_footprint: u64::from(v.footprint % (8 << 20)),
             virtio_console: false,
+            reboot_stop: false,
             devices: &[],
         })
         .collect();
@@ -194,6 +195,7 @@ fuzz_target!(|data: &[u8]| {
                     entry_offset: 0,
                     kernel_footprint: 0,
                     virtio_console: false,
+                    reboot_stop: false,
                     devices: &[],
                 });
             }

@@ -117,6 +117,7 @@ fuzz_target!(|data: &[u8]| {
             entry_offset: 0,
             kernel_footprint: 0,
             virtio_console: false,
+            reboot_stop: false,
             devices: &[],
         });
     }

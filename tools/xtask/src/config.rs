@@ -87,6 +87,7 @@ struct RawVm {
     kind: Option<String>,
     #[serde(default)]
     virtio_console: bool,
+    on_reboot: Option<String>,
     #[serde(default)]
     disk: Vec<RawDisk>,
     #[serde(default)]
@@ -176,6 +177,8 @@ pub struct VmConfig {
     pub kernel_footprint: u64,
     /// A virtio console (`hvc0`) beside the UART.
     pub virtio_console: bool,
+    /// `on_reboot = "stop"`: a guest reset ends the VM (default: restart).
+    pub reboot_stop: bool,
     /// Disks, then network ports, in config order.
     pub devices: Vec<DeviceConfig>,
 }
@@ -449,6 +452,16 @@ pub fn parse(text: &str, file: &Path, arch: Arch) -> Result<Config, ConfigError>
                 ))
             }
         };
+        let reboot_stop = match v.on_reboot.as_deref() {
+            None | Some("restart") => false,
+            Some("stop") => true,
+            Some(o) => {
+                return Err(err(
+                    &f("on_reboot"),
+                    format!("unknown on_reboot \"{o}\": use restart or stop"),
+                ))
+            }
+        };
         let linux = match v.kind.as_deref() {
             None | Some("linux") => true,
             Some("test-guest") => false,
@@ -533,6 +546,7 @@ pub fn parse(text: &str, file: &Path, arch: Arch) -> Result<Config, ConfigError>
             entry_offset: 0,
             kernel_footprint: footprint,
             virtio_console: v.virtio_console,
+            reboot_stop,
             devices,
         });
     }
@@ -609,6 +623,7 @@ pub fn pack(cfg: &Config) -> Vec<u8> {
             entry_offset: v.entry_offset,
             kernel_footprint: v.kernel_footprint,
             virtio_console: v.virtio_console,
+            reboot_stop: v.reboot_stop,
             devices,
         });
     }

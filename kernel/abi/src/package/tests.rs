@@ -34,6 +34,7 @@ fn vm<'a>(name: &'a str, k: &'a [u8]) -> VmInput<'a> {
         entry_offset: 0,
         kernel_footprint: 0,
         virtio_console: false,
+        reboot_stop: false,
         devices: &[],
     }
 }
@@ -676,4 +677,27 @@ fn sliced_crc_matches_the_bytewise_definition() {
     }
     let (a, b) = data.split_at(333);
     assert_eq!(crc32_update(crc32(a), b), crc32(&data));
+}
+
+#[test]
+fn the_reboot_flag_round_trips() {
+    let k = kernel(4096, 6);
+    let mut w = Writer::new(HypervisorSettings::default());
+    w.vms.push(VmInput {
+        reboot_stop: true,
+        ..vm("stops", &k)
+    });
+    w.vms.push(vm("restarts", &k));
+    let b = w.finish();
+    let pkg = Package::parse(&b).unwrap();
+    assert!(pkg.vm(0).unwrap().reboot_stop);
+    assert!(!pkg.vm(1).unwrap().reboot_stop);
+    let rec = HEADER_SIZE;
+    let flags = u32::from_le_bytes(
+        b[rec + offsets::FLAGS..rec + offsets::FLAGS + 4]
+            .try_into()
+            .unwrap(),
+    );
+    assert_eq!(flags, FLAG_REBOOT_STOP);
+    assert_eq!(FLAGS_KNOWN & FLAG_REBOOT_STOP, FLAG_REBOOT_STOP);
 }

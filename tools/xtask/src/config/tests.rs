@@ -380,6 +380,36 @@ fn console_kind_and_cmdline_checks() {
 }
 
 #[test]
+fn on_reboot_is_restart_or_stop() {
+    let cfg = check(GOOD).unwrap();
+    assert!(cfg.vms.iter().all(|v| !v.reboot_stop), "default: restart");
+    let text = bad(
+        "cmdline = \"console=ttyAMA0 earlycon\"",
+        "cmdline = \"console=ttyAMA0 earlycon\"\non_reboot = \"stop\"",
+    );
+    let cfg = check(&text).unwrap();
+    assert!(cfg.vms[0].reboot_stop);
+    assert!(!cfg.vms[1].reboot_stop);
+    let pkg = pack(&cfg);
+    let p = Package::parse(&pkg).unwrap();
+    assert!(p.vm(0).unwrap().reboot_stop);
+    assert!(!p.vm(1).unwrap().reboot_stop);
+    let text = bad(
+        "cmdline = \"console=ttyAMA0 earlycon\"",
+        "on_reboot = \"restart\"",
+    );
+    assert!(!check(&text).unwrap().vms[0].reboot_stop);
+    expect(
+        &bad(
+            "cmdline = \"console=ttyAMA0 earlycon\"",
+            "on_reboot = \"halt\"",
+        ),
+        "vm[0].on_reboot",
+        "unknown on_reboot \"halt\"",
+    );
+}
+
+#[test]
 fn loongarch_linux_needs_a_loongarch_elf() {
     let dir = fixture();
     let file = dir.join("la.toml");
