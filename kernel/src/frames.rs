@@ -87,6 +87,42 @@ impl FramePool {
         Some(frames)
     }
 
+    /// Gives `frames` back (a VM's RAM at its restart or end). Each goes
+    /// into the free ranges in address order, joined with its neighbours,
+    /// so freeing what [`FramePool::alloc`] took restores the pool it took
+    /// it from. A frame that is misaligned or already free is left out (it
+    /// was never handed out: taking it twice would give one frame to two
+    /// owners). Returns how many frames came back.
+    pub fn free(&mut self, frames: &[u64]) -> usize {
+        let mut n = 0;
+        for &f in frames {
+            if f % FRAME != 0 {
+                continue;
+            }
+            let Some(end) = f.checked_add(FRAME) else {
+                continue;
+            };
+            // The first range that starts after `f`.
+            let i = self.free.partition_point(|&(s, _)| s <= f);
+            if i > 0 && self.free[i - 1].1 > f {
+                continue; // inside a free range already
+            }
+            let joins_prev = i > 0 && self.free[i - 1].1 == f;
+            let joins_next = i < self.free.len() && self.free[i].0 == end;
+            match (joins_prev, joins_next) {
+                (true, true) => {
+                    self.free[i - 1].1 = self.free[i].1;
+                    self.free.remove(i);
+                }
+                (true, false) => self.free[i - 1].1 = end,
+                (false, true) => self.free[i].0 = f,
+                (false, false) => self.free.insert(i, (f, end)),
+            }
+            n += 1;
+        }
+        n
+    }
+
     /// [`FramePool::alloc`] for a VM of `bytes`, with the message a refused
     /// VM is reported with.
     pub fn alloc_ram(&mut self, bytes: u64) -> Result<GuestRam, String> {
@@ -204,6 +240,41 @@ mod tests {
         assert_eq!(p.free_bytes(), 0);
         assert!(p.alloc(1).is_none());
         assert_eq!(p.alloc(0), Some(Vec::new()));
+    }
+
+    #[test]
+    fn freed_frames_go_back_joined_and_are_handed_out_again() {
+        let mem = [region(0, 8 * MB), region(0x100_0000, 8 * MB)];
+        let mut p = FramePool::from_board(&mem, &[], u64::MAX);
+        let start = p.free.clone();
+        let a = p.alloc(6 * MB).unwrap();
+        let b = p.alloc(4 * MB).unwrap();
+        let c = p.alloc(4 * MB).unwrap();
+        assert_eq!(p.free_bytes(), 2 * MB);
+        // Freed out of order: the ranges are joined back.
+        assert_eq!(p.free(&b), 2);
+        assert_eq!(p.free(&a), 3);
+        assert_eq!(p.free(&c), 2);
+        assert_eq!(p.free, start);
+        // A double free, a misaligned or overflowing frame: nothing taken.
+        assert_eq!(p.free(&[0, 0x20_0000, 0x1234, u64::MAX & !(FRAME - 1)]), 0);
+        assert_eq!(p.free, start);
+        // The same size again, 100 times: the pool ends where it started.
+        for _ in 0..100 {
+            let r = p.alloc_ram(6 * MB).unwrap();
+            let s = p.alloc_ram(2 * MB).unwrap();
+            assert_eq!(p.free(&r.frames), 3);
+            assert_eq!(p.free(&s.frames), 1);
+        }
+        assert_eq!(p.free, start);
+        // Frames from a split range: the hole is filled back.
+        let mut q = FramePool::from_board(&[region(0, 8 * MB)], &[], u64::MAX);
+        let x = q.alloc(2 * MB).unwrap();
+        let y = q.alloc(2 * MB).unwrap();
+        assert_eq!(q.free(&x), 1);
+        assert_eq!(q.free, [(0, 2 * MB), (4 * MB, 8 * MB)]);
+        assert_eq!(q.free(&y), 1);
+        assert_eq!(q.free, [(0, 8 * MB)]);
     }
 
     #[test]
