@@ -158,6 +158,10 @@ struct Entry {
     vruntime: u64,
     /// While it runs: the counter value its runtime was last charged up to.
     charged_to: u64,
+    /// The pCPU that picked it and has not put it yet (kept when
+    /// [`Scheduler::stop_vm`] marks it stopped, so a restart can wait for
+    /// every pCPU to let go of it).
+    on_cpu: Option<usize>,
 }
 
 struct Inner {
@@ -243,6 +247,7 @@ impl Scheduler {
             wake_pending: false,
             vruntime: 0,
             charged_to: 0,
+            on_cpu: None,
         });
         if start {
             s.make_runnable(idx);
@@ -294,6 +299,7 @@ impl Scheduler {
         s.idle.0 &= !(1 << cpu);
         let e = &mut s.entries[i];
         e.state = RunState::Running(cpu);
+        e.on_cpu = Some(cpu);
         e.home = cpu;
         e.wake_pending = false;
         e.charged_to = now;
@@ -335,6 +341,9 @@ impl Scheduler {
     ) -> Result<RunState, SchedError> {
         let mut s = self.inner.lock();
         let i = s.find(key).ok_or(SchedError::NoSuchVcpu)?;
+        if s.entries[i].on_cpu == Some(cpu) {
+            s.entries[i].on_cpu = None;
+        }
         match s.entries[i].state {
             RunState::Running(c) if c == cpu => {}
             // stop_vm got there first: it stays stopped.
@@ -448,6 +457,58 @@ impl Scheduler {
             q.retain(|i| !victims.contains(i));
         }
         running
+    }
+
+    /// The pCPUs still holding a vCPU of `vm` (picked, not yet put), even
+    /// if [`Scheduler::stop_vm`] stopped it: a restart waits for none.
+    pub fn vm_on_cpus(&self, vm: u16) -> CpuMask {
+        let s = self.inner.lock();
+        let mut m = CpuMask::default();
+        for c in s.entries.iter().filter(|e| e.key.vm == vm) {
+            if let Some(cpu) = c.on_cpu {
+                m.0 |= 1 << cpu;
+            }
+        }
+        m
+    }
+
+    /// Starts the stopped VM `vm` again, as [`Scheduler::add`] did: its
+    /// first `started` vCPUs runnable (at the floor of the pCPU they are
+    /// queued on, as any vCPU that did not run), the others offline until
+    /// powered on. Refused unless every vCPU of `vm` is stopped and on no
+    /// pCPU. Returns the pCPU to kick if one was queued on an idle pCPU.
+    pub fn restart_vm(&self, vm: u16, started: usize, from: usize) -> Result<Kick, SchedError> {
+        let mut s = self.inner.lock();
+        let mine: Vec<usize> = (0..s.entries.len())
+            .filter(|&i| s.entries[i].key.vm == vm)
+            .collect();
+        if mine.is_empty() {
+            return Err(SchedError::NoSuchVcpu);
+        }
+        for &i in &mine {
+            let e = &s.entries[i];
+            if e.state != RunState::Stopped || e.on_cpu.is_some() {
+                return Err(SchedError::WrongState(e.state));
+            }
+        }
+        let mut kick = Kick::None;
+        for &i in &mine {
+            let e = &mut s.entries[i];
+            e.state = RunState::Offline;
+            e.wake_pending = false;
+            if usize::from(e.key.vcpu) < started {
+                let cpu = s.make_runnable(i);
+                if s.idle.contains(cpu) && cpu != from {
+                    kick = Kick::Cpu(cpu);
+                }
+            }
+        }
+        for y in s.yielder.iter_mut() {
+            if y.is_some_and(|y| mine.contains(&y)) {
+                *y = None;
+            }
+        }
+        Ok(kick)
     }
 
     /// Whether any vCPU of `vm` can still run (not all stopped or offline).
@@ -641,6 +702,50 @@ mod tests {
             Err(SchedError::WrongState(RunState::Running(1)))
         );
         assert_eq!(s.power_on(key(9, 9), 0), Err(SchedError::NoSuchVcpu));
+    }
+
+    #[test]
+    fn a_stopped_vm_restarts_once_no_pcpu_holds_its_vcpus() {
+        let s = Scheduler::new(CpuMask::first(2));
+        for v in 0..3 {
+            s.add(key(0, v), CpuMask::first(2), v == 0).unwrap();
+        }
+        // Another VM's vCPU, untouched by VM 0's restart.
+        s.add(key(1, 0), CpuMask::first(2), false).unwrap();
+        let a = s.pick(0, 0).unwrap();
+        assert_eq!(a, key(0, 0));
+        s.power_on(key(0, 1), 0).unwrap();
+        let b = s.pick(1, 0).unwrap();
+        assert_eq!(b, key(0, 1));
+        s.power_on(key(0, 2), 0).unwrap();
+        // Not stopped yet: no restart.
+        assert!(matches!(
+            s.restart_vm(0, 1, 0),
+            Err(SchedError::WrongState(_))
+        ));
+        assert_eq!(s.stop_vm(0), CpuMask(0b11));
+        // Both pCPUs still hold a vCPU of VM 0 until they put it.
+        assert_eq!(s.vm_on_cpus(0), CpuMask(0b11));
+        assert_eq!(
+            s.restart_vm(0, 1, 0),
+            Err(SchedError::WrongState(RunState::Stopped))
+        );
+        assert_eq!(s.put(0, a, PutReason::Preempted, 1).unwrap(), RunState::Stopped);
+        assert_eq!(s.vm_on_cpus(0), CpuMask(0b10));
+        assert!(s.restart_vm(0, 1, 0).is_err());
+        assert_eq!(s.put(1, b, PutReason::Offline, 1).unwrap(), RunState::Stopped);
+        assert_eq!(s.vm_on_cpus(0), CpuMask::default());
+        s.restart_vm(0, 1, 0).unwrap();
+        // As at creation: vCPU 0 runnable, the others off.
+        assert_eq!(s.state(key(0, 0)), Some(RunState::Runnable));
+        assert_eq!(s.state(key(0, 1)), Some(RunState::Offline));
+        assert_eq!(s.state(key(0, 2)), Some(RunState::Offline));
+        assert_eq!(s.state(key(1, 0)), Some(RunState::Offline));
+        assert!(s.vm_alive(0));
+        let got = [s.pick(0, 2), s.pick(1, 2)];
+        assert!(got.contains(&Some(key(0, 0))) && got.contains(&None));
+        s.power_on(key(0, 1), 0).unwrap();
+        assert_eq!(s.restart_vm(7, 1, 0), Err(SchedError::NoSuchVcpu));
     }
 
     #[test]
