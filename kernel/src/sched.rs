@@ -730,10 +730,16 @@ mod tests {
             s.restart_vm(0, 1, 0),
             Err(SchedError::WrongState(RunState::Stopped))
         );
-        assert_eq!(s.put(0, a, PutReason::Preempted, 1).unwrap(), RunState::Stopped);
+        assert_eq!(
+            s.put(0, a, PutReason::Preempted, 1).unwrap(),
+            RunState::Stopped
+        );
         assert_eq!(s.vm_on_cpus(0), CpuMask(0b10));
         assert!(s.restart_vm(0, 1, 0).is_err());
-        assert_eq!(s.put(1, b, PutReason::Offline, 1).unwrap(), RunState::Stopped);
+        assert_eq!(
+            s.put(1, b, PutReason::Offline, 1).unwrap(),
+            RunState::Stopped
+        );
         assert_eq!(s.vm_on_cpus(0), CpuMask::default());
         s.restart_vm(0, 1, 0).unwrap();
         // As at creation: vCPU 0 runnable, the others off.

@@ -12,6 +12,7 @@
 //! so the lock is never contended on the hot path. State other pCPUs touch
 //! (pending virtual interrupts) belongs to the backend's own per-VM state.
 
+use alloc::format;
 use alloc::string::String;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
@@ -23,6 +24,7 @@ use crate::platform::ExitStatus;
 use crate::sched::{CpuMask, Kick, PutReason, RunState, SchedError, Scheduler, VcpuKey};
 use crate::stats::{ExitReason, Stats};
 use crate::vdev::bus::Bus;
+use crate::vmconfig::OnReboot;
 use crate::vmid::VmVmid;
 
 /// Why a VM ended.
@@ -30,7 +32,9 @@ use crate::vmid::VmVmid;
 pub enum VmEnd {
     /// The guest powered itself off (PSCI SYSTEM_OFF, or the power-off register).
     PowerOff,
-    /// The guest asked for a reset; kestrel does not restart VMs yet.
+    /// The guest asked for a reset and its config says `on_reboot =
+    /// "stop"`, or the backend cannot restart VMs (otherwise the VM
+    /// restarts instead of ending).
     Reset,
     /// kestrel stopped it: a guest error it cannot answer architecturally.
     Fatal(String),
@@ -40,7 +44,7 @@ impl core::fmt::Display for VmEnd {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
             VmEnd::PowerOff => f.write_str("powered off"),
-            VmEnd::Reset => f.write_str("asked for a reset (not supported: stopped)"),
+            VmEnd::Reset => f.write_str("asked for a reset (stopped: no restart)"),
             VmEnd::Fatal(why) => write!(f, "stopped by kestrel: {why}"),
         }
     }
@@ -96,6 +100,32 @@ pub trait Backend: Sync + Sized {
     fn deadline_passed(&self, vm: &Vm<Self>, vcpu: usize, which: usize) -> bool {
         let _ = (vm, vcpu, which);
         true
+    }
+    /// Whether [`Backend::restart_vm`] is implemented: without it a reset
+    /// request ends the VM whatever its `on_reboot` says.
+    fn can_restart(&self) -> bool {
+        false
+    }
+    /// Rebuilds `vm`'s architectural state for a restart
+    /// ([`Hypervisor::run_cpu`] sequences it): fresh RAM with its images,
+    /// fresh devices, `vcpus` as at creation (vCPU 0 at the entry), stale
+    /// translations of its VMID dropped. None of its vCPUs is loaded on any
+    /// pCPU and none runs until this returns. An error ends the VM. The
+    /// default: restarts are not supported.
+    fn restart_vm(
+        &self,
+        vm: &Vm<Self>,
+        vcpus: &mut [spin::MutexGuard<'_, Self::VcpuState>],
+    ) -> Result<(), String> {
+        let _ = (vm, vcpus);
+        Err(String::from("this backend cannot restart a VM"))
+    }
+    /// Called while `cpu` waits for other pCPUs (a restart waiting for the
+    /// VM's vCPUs to be put): serve what they may wait for from this pCPU
+    /// (FP write-back requests). The default: a spin-loop hint.
+    fn relax(&self, cpu: usize) {
+        let _ = cpu;
+        core::hint::spin_loop();
     }
 }
 
@@ -185,17 +215,35 @@ pub struct Vm<B: Backend> {
     /// input, network ports.
     pub virtio: crate::virtio::vm::VmVirtio,
     pub vcpus: Vec<Vcpu<B>>,
+    /// What its reset request does.
+    pub on_reboot: OnReboot,
+    /// vCPUs that start at once, at creation and at each restart.
+    started: usize,
     ended: AtomicBool,
     /// Its end has been reported to the observer (the machine's work is
     /// over only when every VM's end is: its last lines are printed).
     reported: AtomicBool,
     end: Mutex<Option<VmEnd>>,
+    /// A restart is under way: its vCPUs are stopped until it is done.
+    resetting: AtomicBool,
+    /// Restarts done so far.
+    restarts: AtomicU64,
 }
 
 impl<B: Backend> Vm<B> {
     /// Whether the VM has ended.
     pub fn has_ended(&self) -> bool {
         self.ended.load(Ordering::Acquire)
+    }
+
+    /// Whether its vCPUs must leave their pCPUs: it has ended or restarts.
+    pub fn is_stopping(&self) -> bool {
+        self.has_ended() || self.resetting.load(Ordering::Acquire)
+    }
+
+    /// How many times it has restarted.
+    pub fn restarts(&self) -> u64 {
+        self.restarts.load(Ordering::Acquire)
     }
 
     /// Why it ended, once it has.
@@ -223,11 +271,17 @@ pub struct VmParts<B: Backend> {
     pub pinned: bool,
     /// vCPUs that start running at once (the boot vCPU); the others wait for power-on.
     pub started: usize,
+    /// What a reset request does.
+    pub on_reboot: OnReboot,
 }
 
 /// Events the run loop reports, for the log and for tests.
 pub trait Observer: Sync {
     fn vm_ended(&self, vm: &str, why: &VmEnd);
+    /// `vm` restarted after a reset request, for the `n`-th time.
+    fn vm_restarted(&self, vm: &str, n: u64) {
+        let _ = (vm, n);
+    }
     fn all_ended(&self);
 }
 
@@ -298,9 +352,13 @@ impl<B: Backend> Hypervisor<B> {
             bus: parts.bus,
             virtio: parts.virtio,
             vcpus,
+            on_reboot: parts.on_reboot,
+            started: parts.started,
             ended: AtomicBool::new(false),
             reported: AtomicBool::new(false),
             end: Mutex::new(None),
+            resetting: AtomicBool::new(false),
+            restarts: AtomicU64::new(0),
         });
         vms.push(Arc::clone(&vm));
         Ok(vm)
@@ -398,8 +456,12 @@ impl<B: Backend> Hypervisor<B> {
         if vm.ended.swap(true, Ordering::AcqRel) {
             return;
         }
-        *vm.end.lock() = Some(why.clone());
+        // Under the lock a restart finishes under: a restart that has not
+        // seen `ended` is complete before its vCPUs are stopped here.
+        let mut end = vm.end.lock();
+        *end = Some(why.clone());
         let running = self.sched.stop_vm(vm.slot);
+        drop(end);
         for c in running.iter().filter(|&c| c != from) {
             self.backend.kick(c);
         }
@@ -410,6 +472,70 @@ impl<B: Backend> Hypervisor<B> {
             for c in self.online.iter().filter(|&c| c != from) {
                 self.backend.kick(c);
             }
+        }
+    }
+
+    /// A reset request from a vCPU of `vm` on `cpu`: with `on_reboot =
+    /// "restart"` the VM's vCPUs are stopped on every pCPU (those running
+    /// one are kicked) and `true` says the caller must finish the restart
+    /// ([`Hypervisor::finish_restart`]) once it has put its own vCPU. A VM
+    /// that ended meanwhile, or that restarts already, is left alone
+    /// (`false`). With "stop", or a backend that cannot restart, the VM
+    /// ends (`false`).
+    pub fn begin_restart(&self, vm: &Vm<B>, cpu: usize, observer: &dyn Observer) -> bool {
+        if vm.on_reboot == OnReboot::Stop || !self.backend.can_restart() {
+            self.end_vm(vm, VmEnd::Reset, cpu, observer);
+            return false;
+        }
+        let end = vm.end.lock();
+        if vm.has_ended() || vm.resetting.swap(true, Ordering::AcqRel) {
+            return false;
+        }
+        let running = self.sched.stop_vm(vm.slot);
+        drop(end);
+        for c in running.iter().filter(|&c| c != cpu) {
+            self.backend.kick(c);
+        }
+        true
+    }
+
+    /// Finishes the restart [`Hypervisor::begin_restart`] began, on `cpu`
+    /// (which holds none of the VM's vCPUs): waits until no pCPU holds
+    /// one, has the backend rebuild the VM, clears its deadlines and VMID,
+    /// and starts its vCPUs as at creation, unless it ended meanwhile. A
+    /// failed rebuild ends it.
+    pub fn finish_restart(&self, vm: &Vm<B>, cpu: usize, observer: &dyn Observer) {
+        while !self.sched.vm_on_cpus(vm.slot).is_empty() {
+            self.backend.relax(cpu);
+        }
+        let mut ctxs: Vec<_> = vm.vcpus.iter().map(|v| v.ctx.lock()).collect();
+        let rebuilt = self.backend.restart_vm(vm, &mut ctxs);
+        drop(ctxs);
+        for v in &vm.vcpus {
+            v.deadlines.clear();
+        }
+        vm.vmid.invalidate();
+        if let Err(e) = rebuilt {
+            vm.resetting.store(false, Ordering::Release);
+            self.end_vm(
+                vm,
+                VmEnd::Fatal(format!("restart failed: {e}")),
+                cpu,
+                observer,
+            );
+            return;
+        }
+        let end = vm.end.lock();
+        vm.resetting.store(false, Ordering::Release);
+        if vm.has_ended() {
+            return;
+        }
+        let kick = self.sched.restart_vm(vm.slot, vm.started, cpu);
+        let n = vm.restarts.fetch_add(1, Ordering::AcqRel) + 1;
+        drop(end);
+        observer.vm_restarted(&vm.name, n);
+        if let Ok(Kick::Cpu(c)) = kick {
+            self.backend.kick(c);
         }
     }
 
@@ -451,8 +577,9 @@ impl<B: Backend> Hypervisor<B> {
             self.loads.fetch_add(1, Ordering::Relaxed);
             self.backend.load(cpu, &vm, vcpu, &mut ctx);
             self.backend.slice_start(cpu);
+            let mut restart = false;
             let why = loop {
-                if vm.has_ended() {
+                if vm.is_stopping() {
                     break PutReason::Preempted;
                 }
                 match self
@@ -470,6 +597,10 @@ impl<B: Backend> Hypervisor<B> {
                     RunExit::Block => break PutReason::Blocked,
                     RunExit::Yield => break PutReason::Yield,
                     RunExit::CpuOff => break PutReason::Offline,
+                    RunExit::VmEnd(VmEnd::Reset) => {
+                        restart = self.begin_restart(&vm, cpu, observer);
+                        break PutReason::Preempted;
+                    }
                     RunExit::VmEnd(end) => {
                         self.end_vm(&vm, end, cpu, observer);
                         break PutReason::Preempted;
@@ -479,9 +610,13 @@ impl<B: Backend> Hypervisor<B> {
             self.backend.put(cpu, &vm, vcpu, &mut ctx);
             drop(ctx);
             // Errors here mean the VM was stopped meanwhile: nothing to do.
-            let _ = self.sched.put(cpu, key, why, self.backend.now());
-            // A VM whose every vCPU turned itself off has ended too.
-            if why == PutReason::Offline && !self.sched.vm_alive(vm.slot) {
+            let put = self.sched.put(cpu, key, why, self.backend.now());
+            if restart {
+                self.finish_restart(&vm, cpu, observer);
+            }
+            // A VM whose every vCPU turned itself off has ended too (not
+            // one that a stop or restart took them from).
+            if put == Ok(RunState::Offline) && !self.sched.vm_alive(vm.slot) {
                 self.end_vm(&vm, VmEnd::PowerOff, cpu, observer);
             }
         }

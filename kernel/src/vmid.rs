@@ -107,6 +107,14 @@ impl VmVmid {
     pub fn raw(&self) -> u64 {
         self.0.load(Ordering::SeqCst)
     }
+
+    /// Forgets the VMID (the VM restarts with new translations): its next
+    /// load takes a fresh one from the allocator, as a VM that never ran.
+    /// The old one is not handed out again before the next rollover, which
+    /// flushes it; the backend flushes what it knows is stale now.
+    pub fn invalidate(&self) {
+        self.0.store(0, Ordering::SeqCst);
+    }
 }
 
 /// Result of [`VmidAllocator::vcpu_load`].

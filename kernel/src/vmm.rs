@@ -132,6 +132,7 @@ pub fn create_vms<B: Machine>(
                     affinity,
                     pinned: spec.affinity.pinned,
                     started: 1,
+                    on_reboot: spec.on_reboot,
                     bus: b.bus,
                     virtio: b.virtio,
                 })
@@ -251,6 +252,10 @@ impl<B: Machine> Observer for LogObserver<'_, B> {
             log::info!("VM \"{vm}\" {why}");
         }
         self.hv.backend.vm_ended();
+    }
+
+    fn vm_restarted(&self, vm: &str, n: u64) {
+        log::info!("VM \"{vm}\" restarted ({n})");
     }
 
     fn all_ended(&self) {

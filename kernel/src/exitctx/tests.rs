@@ -79,6 +79,7 @@ fn setup(cpus: usize, vcpus: usize, started: usize) -> (Hypervisor<Mock>, Arc<Vm
             affinity: CpuMask::first(cpus),
             pinned: true,
             started,
+            on_reboot: crate::vmconfig::OnReboot::Restart,
             bus: crate::vdev::bus::Bus::new(),
             virtio: Default::default(),
         })

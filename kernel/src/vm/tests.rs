@@ -19,6 +19,9 @@ enum Op {
     CpuOff,
     PowerOff,
     Fatal,
+    /// Ask for a reset until the VM has restarted this many times, then
+    /// power off.
+    ResetUntil(u64),
 }
 
 struct Ctx {
@@ -56,6 +59,8 @@ struct Fake {
     clock: AtomicU64,
     /// A hung run loop fails the test instead of hanging it.
     deadline: std::time::Instant,
+    /// VMs rebuilt for a restart.
+    rebuilds: AtomicUsize,
 }
 
 impl Fake {
@@ -132,7 +137,34 @@ impl Backend for Fake {
             }
             Op::PowerOff => RunExit::VmEnd(VmEnd::PowerOff),
             Op::Fatal => RunExit::VmEnd(VmEnd::Fatal("guest did something bad".into())),
+            Op::ResetUntil(n) if vm.restarts() < n => RunExit::VmEnd(VmEnd::Reset),
+            Op::ResetUntil(_) => RunExit::VmEnd(VmEnd::PowerOff),
         }
+    }
+
+    fn can_restart(&self) -> bool {
+        true
+    }
+
+    fn restart_vm(
+        &self,
+        vm: &Vm<Self>,
+        vcpus: &mut [spin::MutexGuard<'_, Ctx>],
+    ) -> Result<(), String> {
+        let loaded = self.loaded.lock().unwrap();
+        assert!(
+            !loaded.iter().flatten().any(|k| k.vm == vm.slot),
+            "a vCPU of the restarting VM is loaded: {loaded:?}"
+        );
+        for ctx in vcpus.iter_mut() {
+            ctx.pc = 0;
+            ctx.left = 0;
+        }
+        for p in &vm.arch.pending {
+            p.store(0, Ordering::Release);
+        }
+        self.rebuilds.fetch_add(1, Ordering::Relaxed);
+        Ok(())
     }
 
     fn put(&self, cpu: usize, _vm: &Vm<Self>, vcpu: &Vcpu<Self>, _ctx: &mut Ctx) {
@@ -174,9 +206,13 @@ impl Backend for Fake {
 struct Log {
     ended: StdMutex<Vec<(String, VmEnd)>>,
     all: AtomicUsize,
+    restarted: StdMutex<Vec<(String, u64)>>,
 }
 
 impl Observer for Log {
+    fn vm_restarted(&self, vm: &str, n: u64) {
+        self.restarted.lock().unwrap().push((vm.into(), n));
+    }
     fn vm_ended(&self, vm: &str, why: &VmEnd) {
         self.ended.lock().unwrap().push((vm.into(), why.clone()));
     }
@@ -194,6 +230,7 @@ fn hv(cpus: usize) -> Hypervisor<Fake> {
             idles: AtomicUsize::new(0),
             clock: AtomicU64::new(0),
             deadline: std::time::Instant::now() + std::time::Duration::from_secs(20),
+            rebuilds: AtomicUsize::new(0),
         },
         CpuMask::first(cpus),
     )
@@ -205,6 +242,17 @@ fn add(
     scripts: Vec<Vec<Op>>,
     affinity: CpuMask,
     pinned: bool,
+) -> Arc<Vm<Fake>> {
+    add_with(hv, name, scripts, affinity, pinned, OnReboot::Restart)
+}
+
+fn add_with(
+    hv: &Hypervisor<Fake>,
+    name: &str,
+    scripts: Vec<Vec<Op>>,
+    affinity: CpuMask,
+    pinned: bool,
+    on_reboot: OnReboot,
 ) -> Arc<Vm<Fake>> {
     let n = scripts.len();
     hv.add_vm(VmParts {
@@ -219,6 +267,7 @@ fn add(
         affinity,
         pinned,
         started: 1,
+        on_reboot,
     })
     .unwrap()
 }
@@ -322,6 +371,97 @@ fn a_fatal_vm_ends_alone() {
     );
     assert_eq!(good.end_reason(), Some(VmEnd::PowerOff));
     assert!(bad.vcpus[1].ctx.lock().left < 1_000_000);
+}
+
+#[test]
+fn a_reset_restarts_the_vm_with_its_vcpus_as_at_creation() {
+    let cpus = 3;
+    let hv = hv(cpus);
+    let log = Log::default();
+    // vCPU 0 starts vCPU 1, which works on (on another pCPU) while vCPU 0
+    // asks for the reset: it must be stopped and put before the rebuild
+    // (the fake backend checks). vCPU 2 is never started: it stays off.
+    let vm = add(
+        &hv,
+        "reboots",
+        vec![
+            vec![Op::PowerOn(1), Op::Work(20), Op::ResetUntil(25)],
+            vec![Op::Work(1_000_000)],
+            vec![Op::Work(1_000_000)],
+        ],
+        CpuMask::first(cpus),
+        false,
+    );
+    let other = add(
+        &hv,
+        "other",
+        smp_guest(2, 3000),
+        CpuMask::first(cpus),
+        false,
+    );
+    run_all(&hv, cpus, &log);
+    assert_eq!(vm.end_reason(), Some(VmEnd::PowerOff));
+    assert_eq!(other.end_reason(), Some(VmEnd::PowerOff));
+    assert_eq!(vm.restarts(), 25);
+    assert_eq!(hv.backend.rebuilds.load(Ordering::Relaxed), 25);
+    let restarted = log.restarted.lock().unwrap().clone();
+    let want: Vec<(String, u64)> = (1..=25).map(|n| ("reboots".into(), n)).collect();
+    assert_eq!(restarted, want);
+    assert!(
+        vm.vcpus[2].ctx.lock().ran_on.is_empty(),
+        "vCPU 2 stayed off"
+    );
+    // vCPU 1 ran in several boots: each restart took it off its pCPU.
+    assert!(vm.vcpus[1].ctx.lock().left < 1_000_000);
+    assert_eq!(hv.exit_status(), ExitStatus::Success);
+    assert_eq!(log.all.load(Ordering::Relaxed), 1);
+}
+
+#[test]
+fn a_reset_with_on_reboot_stop_ends_the_vm() {
+    let hv = hv(2);
+    let log = Log::default();
+    let vm = add_with(
+        &hv,
+        "stops",
+        vec![
+            vec![Op::PowerOn(1), Op::Work(5), Op::ResetUntil(1)],
+            vec![Op::Work(1_000_000)],
+        ],
+        CpuMask::first(2),
+        false,
+        OnReboot::Stop,
+    );
+    run_all(&hv, 2, &log);
+    assert_eq!(vm.end_reason(), Some(VmEnd::Reset));
+    assert_eq!(vm.restarts(), 0);
+    assert_eq!(hv.backend.rebuilds.load(Ordering::Relaxed), 0);
+    assert!(log.restarted.lock().unwrap().is_empty());
+    assert_eq!(hv.exit_status(), ExitStatus::Failure);
+}
+
+#[test]
+fn a_reset_racing_a_power_off_leaves_the_vm_ended() {
+    // vCPU 1 powers the VM off while vCPU 0 keeps asking for resets: the
+    // VM ends once, whichever comes first, and never runs after its end.
+    for _ in 0..20 {
+        let hv = hv(2);
+        let log = Log::default();
+        let vm = add(
+            &hv,
+            "race",
+            vec![
+                vec![Op::PowerOn(1), Op::ResetUntil(u64::MAX)],
+                vec![Op::Work(2), Op::PowerOff],
+            ],
+            CpuMask::first(2),
+            false,
+        );
+        run_all(&hv, 2, &log);
+        assert_eq!(vm.end_reason(), Some(VmEnd::PowerOff));
+        assert_eq!(log.ended.lock().unwrap().len(), 1);
+        assert!(!vm.is_stopping() || vm.has_ended());
+    }
 }
 
 #[test]

@@ -95,6 +95,7 @@ fn running_vm() -> (Hypervisor<Fake>, Arc<Vm<Fake>>) {
             affinity: CpuMask::first(2),
             pinned: true,
             started: 2,
+            on_reboot: crate::vmconfig::OnReboot::Restart,
         })
         .unwrap();
     for cpu in 0..2 {
