@@ -518,6 +518,11 @@ pub fn guest_dtb_loongarch(spec: &LoongArchDtbSpec) -> Vec<u8> {
         .prop_reg("reg", &[(layout::POWEROFF, 1)])
         .prop_u32("value", layout::POWEROFF_VALUE as u32)
         .end_node();
+    w.begin_node("reboot")
+        .prop_str("compatible", "kestrel,reset-byte")
+        .prop_reg("reg", &[(layout::POWEROFF + layout::RESET_OFFSET, 1)])
+        .prop_u32("value", layout::RESET_VALUE as u32)
+        .end_node();
     w.end_node();
     // Balanced calls, one root, no NUL in any name: finish cannot fail.
     w.finish().unwrap_or_default()

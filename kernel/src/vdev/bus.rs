@@ -83,6 +83,11 @@ pub trait MmioDevice: Send + Sync {
         width: Width,
         value: u64,
     ) -> Result<(), MmioError>;
+    /// The VM restarts: back to the state at creation, with no interrupt
+    /// line raised (the VM's interrupt controller is reset with it). What
+    /// outlives a reset on a real machine (a disk's data) stays. The
+    /// default: a device with no state.
+    fn reset(&self) {}
 }
 
 /// Why a region could not be added.
@@ -131,6 +136,13 @@ impl Hit<'_> {
 }
 
 impl Bus {
+    /// Resets every device ([`MmioDevice::reset`]): the VM restarts.
+    pub fn reset_all(&self) {
+        for r in &self.regions {
+            r.dev.reset();
+        }
+    }
+
     pub fn new() -> Bus {
         Bus::default()
     }

@@ -1,21 +1,33 @@
-//! A board power-off register as a bus device: a write of its value (QEMU
-//! virt LoongArch's GED sleep control: 0x34, SLP_TYP 5 | SLP_EN) ends the
-//! VM through [`DeviceEnv::power_off`]; other writes are ignored and reads
-//! return 0, at any width.
+//! A board's power registers as a bus device (QEMU virt LoongArch's GED
+//! registers: sleep control at offset 0, where 0x34 = SLP_TYP 5 | SLP_EN
+//! powers off, and reset at offset 2, where 0x42 resets). A byte write of
+//! the power-off value to its register ends the VM through
+//! [`DeviceEnv::power_off`], of the reset value to the reset register
+//! restarts it through [`DeviceEnv::reset`]; other writes are ignored and
+//! reads return 0, at any width.
 
 use super::bus::{DeviceEnv, MmioDevice};
 use super::{MmioError, Width};
 
-/// The power-off register.
-pub struct PowerOff {
-    /// The value that powers off (compared with the written bits of the
-    /// access's width).
-    pub value: u64,
+/// The power registers.
+pub struct PowerRegs {
+    /// The power-off register's offset and the value that powers off
+    /// (compared with the written bits of the access's width).
+    pub off: (u64, u64),
+    /// The reset register's offset and value, if the board has one.
+    pub reset: Option<(u64, u64)>,
 }
 
-impl MmioDevice for PowerOff {
+impl PowerRegs {
+    /// Bytes the registers span from the device's base.
+    pub fn size(&self) -> u64 {
+        self.reset.map_or(self.off.0, |r| r.0.max(self.off.0)) + 1
+    }
+}
+
+impl MmioDevice for PowerRegs {
     fn name(&self) -> &'static str {
-        "poweroff"
+        "power"
     }
 
     fn read(&self, _: &mut dyn DeviceEnv, _offset: u64, _: Width) -> Result<u64, MmioError> {
@@ -25,12 +37,15 @@ impl MmioDevice for PowerOff {
     fn write(
         &self,
         env: &mut dyn DeviceEnv,
-        _offset: u64,
+        offset: u64,
         width: Width,
         value: u64,
     ) -> Result<(), MmioError> {
-        if width.mask(value) == self.value {
+        let v = width.mask(value);
+        if (offset, v) == self.off {
             env.power_off();
+        } else if Some((offset, v)) == self.reset {
+            env.reset();
         }
         Ok(())
     }
@@ -45,9 +60,16 @@ mod tests {
 
     const AT: u64 = 0x100e_001c;
 
+    fn regs() -> PowerRegs {
+        PowerRegs {
+            off: (0, 0x34),
+            reset: Some((2, 0x42)),
+        }
+    }
+
     fn bus() -> Bus {
         let mut bus = Bus::new();
-        bus.add(AT, 1, Arc::new(PowerOff { value: 0x34 })).unwrap();
+        bus.add(AT, regs().size(), Arc::new(regs())).unwrap();
         bus
     }
 
@@ -72,10 +94,30 @@ mod tests {
     }
 
     #[test]
-    fn one_byte_wide() {
+    fn only_the_reset_value_at_the_reset_register_resets() {
+        let bus = bus();
+        let mut env = Recorder::new(1);
+        // The reset value elsewhere, other values at the reset register.
+        for (gpa, v) in [(AT, 0x42), (AT + 1, 0x42), (AT + 2, 0x34), (AT + 2, 0x43)] {
+            bus.write(&mut env, gpa, Width::Byte, v).unwrap();
+        }
+        assert_eq!((env.resets, env.power_offs), (0, 0));
+        bus.write(&mut env, AT + 2, Width::Byte, 0x142).unwrap();
+        assert_eq!((env.resets, env.power_offs), (1, 0));
+        assert_eq!(bus.read(&mut env, AT + 2, Width::Byte), Ok(0));
+    }
+
+    #[test]
+    fn three_bytes_wide() {
+        assert_eq!(regs().size(), 3);
+        let off_only = PowerRegs {
+            off: (0, 0x34),
+            reset: None,
+        };
+        assert_eq!(off_only.size(), 1);
         let bus = bus();
         let mut env = Recorder::new(0);
-        for gpa in [AT - 1, AT + 1, AT + 4] {
+        for gpa in [AT - 1, AT + 3, AT + 4] {
             assert_eq!(
                 bus.write(&mut env, gpa, Width::Byte, 0x34),
                 Err(BusFault::NoDevice)

@@ -16,7 +16,7 @@ use crate::console::RxPort;
 /// A UART's registers as the bus adapter drives them. Its receive side and
 /// interrupt level are the console's [`RxPort`] (one definition of the
 /// level for both the guest's accesses and typed input).
-pub trait UartRegs: RxPort + Send {
+pub trait UartRegs: RxPort + Send + Default {
     /// The device's name in logs and bus listings.
     const NAME: &'static str;
     /// A guest read of `offset`.
@@ -135,6 +135,11 @@ impl<R: UartRegs> MmioDevice for Uart<R> {
         }
         self.update_line(&u, env);
         r.map(|_| ())
+    }
+
+    fn reset(&self) {
+        *self.regs.lock() = R::default();
+        self.level.store(false, Ordering::Release);
     }
 }
 

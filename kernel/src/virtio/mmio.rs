@@ -194,6 +194,12 @@ impl<D: VirtioDevice> Transport<D> {
     }
 
     fn reset(&self, st: &mut State<D>, env: &mut dyn DeviceEnv) {
+        Self::clear(st);
+        self.drive_line(st, env);
+    }
+
+    /// The device reset (Status = 0) without the interrupt line update.
+    fn clear(st: &mut State<D>) {
         st.dev.reset();
         st.status = 0;
         st.device_features_sel = 0;
@@ -203,7 +209,6 @@ impl<D: VirtioDevice> Transport<D> {
         st.queues.iter_mut().for_each(Queue::reset);
         st.interrupt = 0;
         st.broken = None;
-        self.drive_line(st, env);
     }
 
     fn offered(st: &State<D>) -> u64 {
@@ -277,6 +282,14 @@ fn with_hi(old: u64, v: u64) -> u64 {
 impl<D: VirtioDevice> MmioDevice for Transport<D> {
     fn name(&self) -> &'static str {
         self.name
+    }
+
+    /// A VM restart: a device reset, and the line low without telling the
+    /// interrupt controller (which is reset too). A disk keeps its data.
+    fn reset(&self) {
+        let mut st = self.state.lock();
+        Self::clear(&mut st);
+        st.line_level = false;
     }
 
     fn read(&self, _env: &mut dyn DeviceEnv, off: u64, width: Width) -> Result<u64, MmioError> {

@@ -14,6 +14,10 @@ pub const UART: u64 = 0x1fe0_01e0;
 /// The power-off register: a byte write of [`POWEROFF_VALUE`] ends the VM.
 pub const POWEROFF: u64 = 0x100e_001c;
 pub const POWEROFF_VALUE: u64 = 0x34;
+/// The reset register, at this offset from [`POWEROFF`]: a byte write of
+/// [`RESET_VALUE`] restarts the VM (QEMU virt's GED reset register).
+pub const RESET_OFFSET: u64 = 2;
+pub const RESET_VALUE: u64 = 0x42;
 
 /// Offset in a VM's RAM of `size` bytes of guest physical `gpa`, if RAM.
 pub fn ram_offset(gpa: u64, size: u64) -> Option<u64> {

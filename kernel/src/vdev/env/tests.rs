@@ -174,7 +174,10 @@ fn the_power_off_register_on_a_vm_bus_ends_the_vm() {
     bus.add(
         0x100e_001c,
         1,
-        Arc::new(crate::vdev::poweroff::PowerOff { value: 0x34 }),
+        Arc::new(crate::vdev::poweroff::PowerRegs {
+            off: (0, 0x34),
+            reset: None,
+        }),
     )
     .unwrap();
     let mut env = VmDeviceEnv::new(&hv, &vm, 0, 0);

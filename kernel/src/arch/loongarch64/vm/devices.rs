@@ -1,5 +1,5 @@
 //! The LoongArch VM's devices: its MMIO bus (the NS16550 console and the
-//! power-off register, where QEMU virt has them), and what the core's
+//! power-off and reset registers, where QEMU virt has them), and what the core's
 //! device environment needs from this backend: console input comes from
 //! the physical UART to the 16550, console bytes go to the console
 //! multiplexer, guest RAM is the VM's frames; there is no device interrupt
@@ -13,7 +13,7 @@ use crate::guest::loongarch::layout;
 use crate::vdev::bus::{Bus, GuestMemory, MemError};
 use crate::vdev::env::DeviceHost;
 use crate::vdev::ns16550::Ns16550;
-use crate::vdev::poweroff::PowerOff;
+use crate::vdev::poweroff::PowerRegs;
 use crate::vdev::uart::Uart;
 use crate::vgic::VcpuSet;
 use crate::vm::Vm;
@@ -38,10 +38,11 @@ pub fn build() -> Result<Devices, String> {
     let mut bus = Bus::new();
     let err = |e| format!("device map: {e:?}");
     bus.add(GUEST_UART, UART_REGS, uart.clone()).map_err(err)?;
-    let poweroff = PowerOff {
-        value: layout::POWEROFF_VALUE,
+    let power = PowerRegs {
+        off: (0, layout::POWEROFF_VALUE),
+        reset: Some((layout::RESET_OFFSET, layout::RESET_VALUE)),
     };
-    bus.add(GUEST_POWEROFF, 1, Arc::new(poweroff))
+    bus.add(GUEST_POWEROFF, power.size(), Arc::new(power))
         .map_err(err)?;
     Ok(Devices { bus, uart })
 }
