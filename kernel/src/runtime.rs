@@ -46,6 +46,19 @@ const TICK_TIMEOUT_MS: u64 = 2000;
 /// Ticks each CPU must take before the tick counts as working.
 const TICKS_REQUIRED: u64 = 3;
 
+static HEAP_USAGE: Once<fn() -> (usize, usize)> = Once::new();
+
+/// The image's heap says how to measure it: (bytes used, bytes free).
+/// Called once, at boot, by whoever owns the allocator.
+pub fn set_heap_usage(f: fn() -> (usize, usize)) {
+    HEAP_USAGE.call_once(|| f);
+}
+
+/// The heap's (bytes used, bytes free), if [`set_heap_usage`] was called.
+pub fn heap_usage() -> Option<(usize, usize)> {
+    HEAP_USAGE.get().map(|f| f())
+}
+
 /// The board, once the boot CPU has published it.
 pub fn board() -> Option<&'static BoardInfo> {
     BOARD.get()

@@ -255,13 +255,26 @@ impl<B: Machine> Observer for LogObserver<'_, B> {
     }
 
     fn vm_restarted(&self, vm: &str, n: u64) {
-        log::info!("VM \"{vm}\" restarted ({n})");
+        // What a restart must leave as it was: the heap and the guest
+        // frames (the reboot test compares these across restarts).
+        let heap = crate::runtime::heap_usage().map_or(0, |(used, _)| used);
+        let free = GUEST_FRAMES
+            .lock()
+            .as_ref()
+            .map_or(0, FramePool::free_bytes);
+        log::info!(
+            "VM \"{vm}\" restarted ({n}): heap {heap} bytes used, guest memory {free} bytes free"
+        );
     }
 
     fn all_ended(&self) {
         log::info!("the last VM has ended");
     }
 }
+
+/// The guest RAM no VM took at creation, kept for the log (a restart
+/// reuses its VM's frames: this must not change).
+static GUEST_FRAMES: Mutex<Option<FramePool>> = Mutex::new(None);
 
 /// The backend's hypervisor, once [`start`] made it.
 pub type Slot<B> = Once<Hypervisor<B>>;
@@ -282,6 +295,11 @@ pub fn start<B: Machine + DeviceHost>(
     for vm in hv.created() {
         crate::virtio::vm::connect(hv, vm);
     }
+    log::info!(
+        "guest memory: {} bytes free after creating the VMs",
+        ram.free_bytes()
+    );
+    *GUEST_FRAMES.lock() = Some(ram);
     n
 }
 
