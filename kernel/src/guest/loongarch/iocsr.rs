@@ -50,6 +50,16 @@ impl VIpi {
         }
     }
 
+    /// Back to the power-on state (nothing pending or enabled, empty
+    /// mailboxes): the VM restarts.
+    pub fn reset(&self) {
+        self.status.store(0, Ordering::Release);
+        self.en.store(0, Ordering::Release);
+        for m in &self.mbuf {
+            m.store(0, Ordering::Release);
+        }
+    }
+
     /// The IPI interrupt line (ESTAT.IS[12]): some enabled vector pending.
     pub fn line(&self) -> bool {
         self.status.load(Ordering::Acquire) & self.en.load(Ordering::Acquire) != 0

@@ -6,16 +6,16 @@ use alloc::format;
 use alloc::string::String;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
-use spin::Mutex;
+use spin::{Mutex, MutexGuard};
 
 use kestrel_abi::package::ConsoleKind;
 
 use crate::board::{BoardInfo, IrqChip};
-use crate::frames::FramePool;
+use crate::frames::{FramePool, GuestRam};
 use crate::guest::arm64::idregs::IdConfig;
 use crate::stats::Stats;
 use crate::vgic::{GicVersion, Vgic, VgicConfig};
-use crate::vm::Hypervisor;
+use crate::vm::{Hypervisor, Vm};
 use crate::vmconfig::{VmSpec, GUEST_GICC};
 use crate::vmm::{Built, Machine};
 
@@ -23,6 +23,75 @@ use super::super::{mmu, platform, timer};
 use super::stage2::{self, Stage2};
 use super::vcpu::{VcpuShared, VcpuState};
 use super::{mem, Arm64Backend, VmState, NR_SPIS, VTIMER_PPI};
+
+/// Copies `spec`'s kernel, initrd and DTB into `ram` (zeroed), cleaned to
+/// the point of coherency, and drops stale instructions.
+fn load_images(ram: &GuestRam, spec: &VmSpec<'static>, v3: bool) -> Result<(), String> {
+    let copy = |gpa, data: &[u8]| mem::copy_to_guest(ram, spec.ram_base, gpa, data);
+    copy(spec.kernel_gpa, spec.kernel).map_err(|e| format!("kernel: {e}"))?;
+    if let Some(initrd) = spec.initrd {
+        copy(spec.initrd_gpa, initrd).map_err(|e| format!("initrd: {e}"))?;
+    }
+    copy(spec.dtb_gpa, &spec.guest_dtb(v3)).map_err(|e| format!("dtb: {e}"))?;
+    // SAFETY: invalidates the instruction cache so the copied kernel is
+    // fetched from memory.
+    unsafe { core::arch::asm!("dsb ish", "ic ialluis", "dsb ish", "isb", options(nostack)) };
+    Ok(())
+}
+
+impl Arm64Backend {
+    /// A VM's virtual GIC as at power-on, its virtual timer forwarded: the
+    /// guest's deactivation deactivates the physical PPI (no maintenance
+    /// exit).
+    fn new_vgic(&self, vcpus: usize) -> Result<Vgic, String> {
+        let mut vgic = Vgic::new(VgicConfig {
+            version: self.version,
+            vcpus,
+            nr_spis: NR_SPIS,
+        })
+        .map_err(|e| format!("vcpus: {e:?} for this GIC"))?;
+        for v in 0..vcpus {
+            vgic.set_hw_mapping(v, VTIMER_PPI, Some(VTIMER_PPI as u16));
+        }
+        Ok(vgic)
+    }
+
+    /// [`Backend::restart_vm`]: the VM keeps its frames and stage 2; its
+    /// RAM is zeroed and its images copied in again, its vGIC, devices and
+    /// vCPUs are as at creation (a disk keeps its data), and no translation
+    /// of its old life survives in any TLB.
+    pub(super) fn restart(
+        &self,
+        vm: &Vm<Self>,
+        vcpus: &mut [MutexGuard<'_, VcpuState>],
+    ) -> Result<(), String> {
+        let st = &vm.arch;
+        let spec = &st.spec;
+        let ram = GuestRam {
+            frames: st.frames.clone(),
+            size: st.ram_size,
+        };
+        mem::clear(&ram);
+        load_images(&ram, spec, self.version == GicVersion::V3)?;
+        *st.vgic.lock() = self.new_vgic(vcpus.len())?;
+        vm.bus.reset_all();
+        for sh in &st.shared {
+            *sh.boot.lock() = None;
+        }
+        for (i, ctx) in vcpus.iter_mut().enumerate() {
+            // A new FP state too: the old one may still be live in some
+            // pCPU's unit, which writes it back there, not here.
+            **ctx = VcpuState::new(i, &vm.stats, self.dbg_points);
+        }
+        if let Some(boot) = vcpus.first_mut() {
+            boot.reset(spec.entry_gpa, spec.dtb_gpa);
+        }
+        // The VM may keep its VMID (the core drops it, but it can come
+        // back before a rollover): its old guest's translations go now.
+        stage2::flush_all_vmids();
+        Ok(())
+    }
+}
 
 impl Machine for Arm64Backend {
     fn guest_memory(&self, board: &BoardInfo) -> FramePool {
@@ -42,18 +111,7 @@ impl Machine for Arm64Backend {
             ));
         }
         let vcpus = spec.vcpus as usize;
-        let vgic = Vgic::new(VgicConfig {
-            version: self.version,
-            vcpus,
-            nr_spis: NR_SPIS,
-        })
-        .map_err(|e| format!("vcpus: {e:?} for this GIC"))?;
-        let mut vgic = vgic;
-        for v in 0..vcpus {
-            // The virtual timer is forwarded: the guest's deactivation
-            // deactivates the physical PPI (no maintenance exit).
-            vgic.set_hw_mapping(v, VTIMER_PPI, Some(VTIMER_PPI as u16));
-        }
+        let vgic = self.new_vgic(vcpus)?;
         let v3 = self.version == GicVersion::V3;
         let mut s2 = Stage2::new(self.vmids.bits() > 8);
         let ram_end = spec.ram_base + spec.ram_size;
@@ -84,15 +142,7 @@ impl Machine for Arm64Backend {
             gic_v3: v3,
             ipa_bits: s2.ipa_bits(),
         };
-        let copy = |gpa, data: &[u8]| mem::copy_to_guest(&ram, spec.ram_base, gpa, data);
-        copy(spec.kernel_gpa, spec.kernel).map_err(|e| format!("kernel: {e}"))?;
-        if let Some(initrd) = spec.initrd {
-            copy(spec.initrd_gpa, initrd).map_err(|e| format!("initrd: {e}"))?;
-        }
-        copy(spec.dtb_gpa, &spec.guest_dtb(v3)).map_err(|e| format!("dtb: {e}"))?;
-        // SAFETY: invalidates the instruction cache so the copied kernel is
-        // fetched from memory.
-        unsafe { core::arch::asm!("dsb ish", "ic ialluis", "dsb ish", "isb", options(nostack)) };
+        load_images(&ram, spec, v3)?;
         let devices =
             super::devices::build(vgic, spec, &mut |bytes| mem::disk_memory(pool, bytes))?;
         let st = VmState {
@@ -100,6 +150,7 @@ impl Machine for Arm64Backend {
             ram_base: spec.ram_base,
             ram_size: spec.ram_size,
             frames: ram.frames,
+            spec: *spec,
             vgic: devices.vgic,
             uart: devices.uart,
             cntvoff: timer::counter(),

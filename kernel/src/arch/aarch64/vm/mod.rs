@@ -19,6 +19,7 @@ pub mod vcpu;
 pub mod vgic_hw;
 
 use alloc::format;
+use alloc::string::String;
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicBool, Ordering};
 
@@ -31,6 +32,7 @@ use crate::vdev::uart::Uart;
 use crate::vgic::mmio::SharedVgic;
 use crate::vgic::GicVersion;
 use crate::vm::{Backend, Hypervisor, RunExit, Vcpu, Vm, VmEnd};
+use crate::vmconfig::VmSpec;
 use crate::vmid::VmidAllocator;
 use crate::vmm;
 use crate::MAX_CPUS;
@@ -76,6 +78,8 @@ pub struct VmState {
     pub ram_size: u64,
     /// Host frames backing guest RAM, 2 MiB each, in IPA order.
     pub frames: Vec<u64>,
+    /// What it was built from (a restart loads its images again).
+    pub spec: VmSpec<'static>,
     /// The virtual GIC, also behind the distributor and redistributor
     /// frames on the VM's bus (`devices`).
     pub vgic: SharedVgic,
@@ -328,6 +332,24 @@ impl Backend for Arm64Backend {
             self.gic.clear_active_ppi(VTIMER_PPI);
         }
         set_vtimer_phys(&self.gic, cpu, true);
+    }
+
+    fn can_restart(&self) -> bool {
+        true
+    }
+
+    fn restart_vm(
+        &self,
+        vm: &Vm<Self>,
+        vcpus: &mut [spin::MutexGuard<'_, VcpuState>],
+    ) -> Result<(), String> {
+        self.restart(vm, vcpus)
+    }
+
+    fn relax(&self, cpu: usize) {
+        // The pCPUs being waited for may wait for this one's FP unit.
+        self.service_fp(cpu);
+        core::hint::spin_loop();
     }
 
     fn kick(&self, cpu: usize) {

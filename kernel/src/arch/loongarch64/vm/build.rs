@@ -6,8 +6,8 @@ use alloc::format;
 use alloc::string::String;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
-use core::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize};
-use spin::Mutex;
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use spin::{Mutex, MutexGuard};
 
 use kestrel_abi::package::{ConsoleKind, GuestKind};
 
@@ -17,7 +17,7 @@ use crate::frames::FramePool;
 use crate::guest::loongarch::iocsr::VIpi;
 use crate::guest::loongarch::layout;
 use crate::stats::Stats;
-use crate::vm::Hypervisor;
+use crate::vm::{Hypervisor, Vm};
 use crate::vmconfig::VmSpec;
 use crate::vmm::{Built, Machine};
 
@@ -55,6 +55,7 @@ impl Machine for LaBackend {
         let st = VmState {
             ram_size: spec.ram_size,
             ram,
+            spec: *spec,
             uart: devices.uart,
             ipi: (0..vcpus).map(|_| VIpi::new()).collect(),
             shared: (0..vcpus)
@@ -66,46 +67,13 @@ impl Machine for LaBackend {
                 })
                 .collect(),
         };
-        let entry = match spec.kind {
-            GuestKind::TestElf | GuestKind::LinuxLoongArchElf => load_elf(&st, spec.kernel)?,
-            GuestKind::TestRaw => {
-                st.copy_in(spec.kernel_gpa, spec.kernel)
-                    .map_err(|e| format!("kernel: {e}"))?;
-                spec.entry_gpa
-            }
-            GuestKind::LinuxArm64Image => {
-                return Err(String::from("kind: an arm64 Image cannot run on LoongArch"))
-            }
-        };
-        if let Some(initrd) = spec.initrd {
-            st.copy_in(spec.initrd_gpa, initrd)
-                .map_err(|e| format!("initrd: {e}"))?;
-        }
-        let blob = match spec.dtb {
-            crate::vmconfig::DtbSource::Provided(d) => d.to_vec(),
-            crate::vmconfig::DtbSource::Generate => guest_dtb_loongarch(&LoongArchDtbSpec {
-                ram_size: spec.ram_size,
-                vcpus: spec.vcpus,
-                bootargs: spec.cmdline,
-                initrd: spec.initrd_range(),
-            }),
-        };
-        st.copy_in(spec.dtb_gpa, &blob)
-            .map_err(|e| format!("dtb: {e}"))?;
-        // The command line, NUL-terminated, right after the DTB (the spec's
-        // "guest physical" addresses are RAM offsets: its RAM base is 0).
-        let cmdline_off = (spec.dtb_gpa + blob.len() as u64 + 8) & !7;
-        let mut cl = Vec::from(spec.cmdline.as_bytes());
-        cl.push(0);
-        st.copy_in(cmdline_off, &cl)
-            .map_err(|e| format!("cmdline: {e}"))?;
+        let boot = load_images(&st, spec)?;
         let mut states: Vec<VcpuState> = (0..vcpus).map(|i| VcpuState::new(i, stats)).collect();
-        let args = [0, layout::gpa_of(cmdline_off), layout::gpa_of(spec.dtb_gpa)];
-        states[0].reset(0, entry, args);
+        states[0].reset(0, boot.entry, boot.args);
         Ok(Built {
             arch: st,
             vcpus: states,
-            entry,
+            entry: boot.entry,
             dtb: layout::gpa_of(spec.dtb_gpa),
             bus: devices.bus,
             virtio: Default::default(),
@@ -118,6 +86,91 @@ impl Machine for LaBackend {
 
     fn leave_cpu(&self, _cpu: usize) {
         csr::irq_enable();
+    }
+}
+
+/// Where the boot vCPU starts: its PC and a0-a2.
+struct BootRegs {
+    entry: u64,
+    args: [u64; 3],
+}
+
+/// Copies `spec`'s kernel, initrd, DTB and command line into `st`'s RAM
+/// (zeroed): at creation and at each restart.
+fn load_images(st: &VmState, spec: &VmSpec<'static>) -> Result<BootRegs, String> {
+    let entry = match spec.kind {
+        GuestKind::TestElf | GuestKind::LinuxLoongArchElf => load_elf(st, spec.kernel)?,
+        GuestKind::TestRaw => {
+            st.copy_in(spec.kernel_gpa, spec.kernel)
+                .map_err(|e| format!("kernel: {e}"))?;
+            spec.entry_gpa
+        }
+        GuestKind::LinuxArm64Image => {
+            return Err(String::from("kind: an arm64 Image cannot run on LoongArch"))
+        }
+    };
+    if let Some(initrd) = spec.initrd {
+        st.copy_in(spec.initrd_gpa, initrd)
+            .map_err(|e| format!("initrd: {e}"))?;
+    }
+    let blob = match spec.dtb {
+        crate::vmconfig::DtbSource::Provided(d) => d.to_vec(),
+        crate::vmconfig::DtbSource::Generate => guest_dtb_loongarch(&LoongArchDtbSpec {
+            ram_size: spec.ram_size,
+            vcpus: spec.vcpus,
+            bootargs: spec.cmdline,
+            initrd: spec.initrd_range(),
+        }),
+    };
+    st.copy_in(spec.dtb_gpa, &blob)
+        .map_err(|e| format!("dtb: {e}"))?;
+    // The command line, NUL-terminated, right after the DTB (the spec's
+    // "guest physical" addresses are RAM offsets: its RAM base is 0).
+    let cmdline_off = (spec.dtb_gpa + blob.len() as u64 + 8) & !7;
+    let mut cl = Vec::from(spec.cmdline.as_bytes());
+    cl.push(0);
+    st.copy_in(cmdline_off, &cl)
+        .map_err(|e| format!("cmdline: {e}"))?;
+    Ok(BootRegs {
+        entry,
+        args: [0, layout::gpa_of(cmdline_off), layout::gpa_of(spec.dtb_gpa)],
+    })
+}
+
+impl LaBackend {
+    /// [`crate::vm::Backend::restart_vm`]: the VM keeps its frames; its RAM
+    /// is zeroed and its images copied in again, its devices, IPI blocks
+    /// and vCPUs are as at creation. Shadow TLB entries of its old life
+    /// are dropped at each vCPU's next load (a new epoch, and the core
+    /// gives the VM a new VMID).
+    pub(super) fn restart(
+        &self,
+        vm: &Vm<Self>,
+        vcpus: &mut [MutexGuard<'_, VcpuState>],
+    ) -> Result<(), String> {
+        let st = &vm.arch;
+        mem::clear(&st.ram);
+        let boot = load_images(st, &st.spec)?;
+        vm.bus.reset_all();
+        for ipi in &st.ipi {
+            ipi.reset();
+        }
+        for (i, sh) in st.shared.iter().enumerate() {
+            sh.swi.store(0, Ordering::Release);
+            sh.parked.store(i != 0, Ordering::Release);
+            *sh.boot.lock() = None;
+        }
+        for (i, ctx) in vcpus.iter_mut().enumerate() {
+            let epoch = ctx.epoch;
+            // A new FP state too: the old one may still be live in some
+            // pCPU's unit, which writes it back there, not here.
+            **ctx = VcpuState::new(i, &vm.stats);
+            ctx.epoch = epoch + 1;
+        }
+        if let Some(v0) = vcpus.first_mut() {
+            v0.reset(0, boot.entry, boot.args);
+        }
+        Ok(())
     }
 }
 

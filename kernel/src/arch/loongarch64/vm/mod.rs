@@ -79,6 +79,8 @@ pub struct VmState {
     pub ram_size: u64,
     /// Host frames backing guest RAM (2 MiB each, guest-physical order).
     pub ram: GuestRam,
+    /// What it was built from (a restart loads its images again).
+    pub spec: crate::vmconfig::VmSpec<'static>,
     /// The 16550 on the VM's bus (`devices`), for console input.
     pub uart: Arc<Uart<VNs16550>>,
     /// The IOCSR IPI block of each vCPU.
@@ -368,6 +370,24 @@ impl Backend for LaBackend {
         if let Some(at) = ctx.csr.timer_deadline().filter(|_| lie) {
             vcpu.deadlines.set(0, at);
         }
+    }
+
+    fn can_restart(&self) -> bool {
+        true
+    }
+
+    fn restart_vm(
+        &self,
+        vm: &Vm<Self>,
+        vcpus: &mut [spin::MutexGuard<'_, VcpuState>],
+    ) -> Result<(), alloc::string::String> {
+        self.restart(vm, vcpus)
+    }
+
+    fn relax(&self, cpu: usize) {
+        // The pCPUs being waited for may wait for this one's FP unit.
+        self.service_fp(cpu);
+        core::hint::spin_loop();
     }
 
     fn kick(&self, cpu: usize) {
