@@ -37,6 +37,9 @@ pub struct VmCase {
     pub timeout: Duration,
     /// Extra QEMU arguments (e.g. [`ICOUNT`]).
     pub qemu_args: &'static [&'static str],
+    /// Stop QEMU once the log has this many lines with this text (a case
+    /// whose VM never ends by itself), instead of at its end.
+    pub stop_after: Option<(&'static str, usize)>,
 }
 
 /// What an architecture's VM suite does its own way.
@@ -107,7 +110,9 @@ fn boot(vs: &VmSuite, case: &VmCase) -> Result<Boot, String> {
     let mut cmd = qemu::command(&opts, &image, true);
     cmd.args(case.qemu_args);
     let mut runner = Runner::new(cmd, case.timeout);
-    if vs.stop_at_results {
+    if let Some((text, n)) = case.stop_after {
+        runner = runner.stop_after(text, n).grace(Duration::from_secs(1));
+    } else if vs.stop_at_results {
         runner = runner
             .stop_after("RESULT: ", case.vms.len())
             .grace(Duration::from_secs(3));
@@ -212,7 +217,80 @@ pub fn share_case(
         check: Some(check_share),
         timeout: Duration::from_secs(180),
         qemu_args: ICOUNT,
+        stop_after: None,
     }
+}
+
+/// What a case with restarts checks in kestrel's log: VM `vm` was
+/// restarted at least `restarts_wanted` times, counted in order (`VM "vm" restarted (n):
+/// heap H bytes used, guest memory F bytes free`), each time with the same
+/// free guest memory as after creating the VMs (a restart reuses the VM's
+/// frames), and with no heap growing across restarts.
+pub fn check_restarts(log: &str, vm: &str, restarts_wanted: u64) -> Vec<String> {
+    let mut problems = Vec::new();
+    let tag = format!("VM \"{vm}\" restarted (");
+    let after_create = log.lines().find_map(|l| {
+        l.split_once("guest memory: ")?
+            .1
+            .strip_suffix(" bytes free after creating the VMs")
+            .and_then(|n| n.trim().parse::<u64>().ok())
+    });
+    // "VM "rb" restarted (n): heap H bytes used, guest memory F bytes free"
+    let restarts: Vec<(u64, u64, u64)> = log
+        .lines()
+        .filter_map(|l| {
+            let r = l.split_once(&tag)?.1;
+            let (n, r) = r.split_once("): heap ")?;
+            let (heap, r) = r.split_once(" bytes used, guest memory ")?;
+            let free = r.strip_suffix(" bytes free")?;
+            Some((
+                n.parse().ok()?,
+                heap.parse().ok()?,
+                free.trim().parse().ok()?,
+            ))
+        })
+        .collect();
+    let ns: Vec<u64> = restarts.iter().map(|r| r.0).collect();
+    if ns != (1..=ns.len() as u64).collect::<Vec<_>>() || (ns.len() as u64) < restarts_wanted {
+        problems.push(format!(
+            "kestrel logged restarts {:?}..{:?} ({} lines), want 1..{} at least",
+            ns.first(),
+            ns.last(),
+            ns.len(),
+            restarts_wanted
+        ));
+    }
+    match after_create {
+        None => {
+            problems.push("no \"guest memory: N bytes free after creating the VMs\" line".into())
+        }
+        Some(f) => {
+            if let Some(r) = restarts.iter().find(|r| r.2 != f) {
+                problems.push(format!(
+                    "restart {}: {} bytes of guest memory free, {f} after creating the VMs",
+                    r.0, r.2
+                ));
+            }
+        }
+    }
+    // The heap moves a little with what the other VM does meanwhile; a
+    // leak per restart would raise its floor: the lowest use over the last
+    // ten restarts must not exceed the lowest over restarts 10 to 19 (the
+    // first ones may still grow buffers to their working size).
+    if restarts.len() >= 30 {
+        let floor = |r: &[(u64, u64, u64)]| r.iter().map(|r| r.1).min().unwrap_or(0);
+        let (early, late) = (
+            floor(&restarts[9..19]),
+            floor(&restarts[restarts.len() - 10..]),
+        );
+        if late > early {
+            problems.push(format!(
+                "heap grew across restarts: at least {early} bytes used at restarts 10-19, \
+                 {late} over the last ten"
+            ));
+        }
+    }
+    problems
 }
 
 /// The hostile cases (`arm64-hostile-*`, `la64-hostile`): a VM `attacker`
@@ -236,6 +314,7 @@ pub fn hostile_case(
         check: Some(check),
         timeout,
         qemu_args,
+        stop_after: None,
     }
 }
 
@@ -281,6 +360,45 @@ pub fn check_share(log: &str) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A log of `n` restarts of VM "rb" with these heap figures (the last
+    /// one repeated) and `free` bytes of guest memory at restart `k`.
+    fn restart_log(n: u64, heap: impl Fn(u64) -> u64, free: impl Fn(u64) -> u64) -> String {
+        let mut log =
+            String::from("[cpu0] INFO  guest memory: 4096 bytes free after creating the VMs\n");
+        for k in 1..=n {
+            log += &format!(
+                "[cpu1] INFO  VM \"rb\" restarted ({k}): heap {} bytes used, guest memory {} bytes free\n",
+                heap(k),
+                free(k)
+            );
+        }
+        log
+    }
+
+    #[test]
+    fn restarts_are_judged_by_count_memory_and_heap_floor() {
+        // Noise from another VM: fine.
+        let ok = restart_log(50, |k| 1000 + (k % 3) * 32, |_| 4096);
+        assert!(check_restarts(&ok, "rb", 40).is_empty());
+        // Too few, or one missing from the sequence.
+        assert_eq!(check_restarts(&ok, "rb", 51).len(), 1);
+        let gap = ok.replace("restarted (7)", "restarted (70)");
+        assert_eq!(check_restarts(&gap, "rb", 40).len(), 1);
+        // Another VM's restarts do not count.
+        assert_eq!(check_restarts(&ok, "other", 1).len(), 1);
+        // A frame not given back, once.
+        let lost = restart_log(50, |_| 1000, |k| if k >= 30 { 2048 } else { 4096 });
+        let p = check_restarts(&lost, "rb", 40);
+        assert!(p.len() == 1 && p[0].contains("restart 30"), "{p:?}");
+        // 16 bytes leaked per restart.
+        let leak = restart_log(50, |k| 1000 + 16 * k, |_| 4096);
+        let p = check_restarts(&leak, "rb", 40);
+        assert!(p.len() == 1 && p[0].contains("heap grew"), "{p:?}");
+        // No creation line to compare with.
+        let p = check_restarts(&ok.lines().skip(1).collect::<Vec<_>>().join("\n"), "rb", 40);
+        assert_eq!(p.len(), 1);
+    }
 
     #[test]
     fn rollover_counter() {

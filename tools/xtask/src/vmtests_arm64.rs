@@ -166,6 +166,7 @@ pub fn vm_cases() -> Vec<VmCase> {
             check: Some(check_bench_lines),
             timeout: Duration::from_secs(600),
             qemu_args: &[],
+            stop_after: None,
         },
         VmCase {
             name: "arm64-1vm-gicv2: one VM, 4 vCPUs on -smp 4, GICv2, every check + IPI benchmark",
@@ -178,6 +179,7 @@ pub fn vm_cases() -> Vec<VmCase> {
             check: Some(check_bench_lines),
             timeout: Duration::from_secs(600),
             qemu_args: &[],
+            stop_after: None,
         },
         VmCase {
             name: "arm64-fp-shared: 3 VMs x 2-4 vCPUs sharing 4 pCPUs, lazy FP across switches",
@@ -190,6 +192,7 @@ pub fn vm_cases() -> Vec<VmCase> {
             check: Some(check_fp_switches),
             timeout: Duration::from_secs(1200),
             qemu_args: &[],
+            stop_after: None,
         },
         vmtest::hostile_case(
             "arm64-hostile-gicv3: an attacker VM beside a victim VM on one pCPU, GICv3",
@@ -218,6 +221,7 @@ pub fn vm_cases() -> Vec<VmCase> {
             check: None,
             timeout: Duration::from_secs(900),
             qemu_args: &[],
+            stop_after: None,
         },
         VmCase {
             name: "arm64-rollover: 20 VMs x 2 vCPUs on 4 pCPUs with 4-bit VMIDs (vmid4)",
@@ -230,6 +234,20 @@ pub fn vm_cases() -> Vec<VmCase> {
             check: Some(vmtest::check_rollover),
             timeout: Duration::from_secs(1800),
             qemu_args: &[],
+            stop_after: None,
+        },
+        VmCase {
+            name: "arm64-reboot: a VM reboots 100 times beside a VM running every check",
+            config: "configs/test/arm64-reboot.toml",
+            features: &[],
+            gic: 3,
+            mem_mib: 1024,
+            vms: vec!["rb".into(), "steady".into()],
+            must_pass: &[],
+            check: Some(check_reboot),
+            timeout: Duration::from_secs(600),
+            qemu_args: &[],
+            stop_after: None,
         },
         vmtest::share_case(
             "arm64-share: 16 spinning vCPUs beside a 1-vCPU spinner on 4 pCPUs, each gets a fair share",
@@ -237,6 +255,42 @@ pub fn vm_cases() -> Vec<VmCase> {
             &["psci-smp-bringup", "share"],
         ),
     ]
+}
+
+/// Boots of VM "rb" in `configs/test/arm64-reboot.toml`.
+const REBOOT_CYCLES: u64 = 100;
+
+/// The reboot case: VM "rb" printed one line per boot in order, its
+/// counter on the disk going up by one each time (the disk kept its data,
+/// RAM was fresh), and kestrel logged each restart with the same free
+/// guest memory as after creating the VMs and with heap use that does not
+/// grow; "steady" passed every check (`judge_vm`).
+fn check_reboot(log: &str) -> Vec<String> {
+    let mut problems = Vec::new();
+    let boots: Vec<&str> = log
+        .lines()
+        .filter_map(|l| l.split_once("[rb] REBOOT ").map(|(_, r)| r))
+        .collect();
+    for (k, line) in boots.iter().filter(|l| !l.starts_with("done")).enumerate() {
+        let want = format!("{k}: RAM fresh, disk counter {k} -> {}", k + 1);
+        if !line.starts_with(&want) {
+            problems.push(format!(
+                "boot {k}: \"REBOOT {line}\", want \"REBOOT {want}\""
+            ));
+            break;
+        }
+    }
+    if !boots.contains(&format!("done: {REBOOT_CYCLES} boots").as_str()) {
+        problems.push(format!(
+            "no \"REBOOT done: {REBOOT_CYCLES} boots\" (saw {} boot lines)",
+            boots.len()
+        ));
+    }
+    problems.extend(vmtest::check_restarts(log, "rb", REBOOT_CYCLES - 1));
+    for l in log.lines().filter(|l| l.contains("REBOOT FAIL")) {
+        problems.push(l.trim().to_string());
+    }
+    problems
 }
 
 /// Every phase of the hostile-guest suite (tools/guests/arm64-test/src/hostile.rs).
@@ -491,6 +545,7 @@ mod tests {
             check: None,
             timeout: Duration::from_secs(1),
             qemu_args: &[],
+            stop_after: None,
         };
         let good = "[a] PASS 6 timer (x)\n[a] RESULT: 12 passed, 0 failed\n\
                     [b] PASS 6 timer\n[b] RESULT: 12 passed, 0 failed\n\

@@ -28,7 +28,7 @@ use crate::smccc::{self, call};
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use kestrel_abi::arm64;
 
-mod virtio;
+pub(crate) mod virtio;
 
 /// The victim's memory pattern: this in the upper half, the address in
 /// the lower. An attacker read that returns it has seen the victim's RAM.

@@ -34,6 +34,8 @@ mod hostile;
 #[cfg(target_os = "none")]
 mod platform;
 #[cfg(target_os = "none")]
+mod reboot;
+#[cfg(target_os = "none")]
 mod smccc;
 #[cfg(target_os = "none")]
 mod smp;

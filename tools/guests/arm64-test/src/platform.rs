@@ -35,6 +35,8 @@ pub struct Platform {
     /// after its start the attacker keeps its pCPU busy.
     pub window_ms: Option<u64>,
     pub hold_ms: Option<u64>,
+    /// `mode=reboot cycles=N`: boots to count on the disk (`reboot.rs`).
+    pub cycles: Option<u64>,
     /// Bases of the virtio-mmio transports the DTB describes (`virtio,mmio`
     /// nodes), in address order; the first `nvirtio` are valid.
     pub virtio: [usize; MAX_VIRTIO],
@@ -54,6 +56,9 @@ pub enum Mode {
     BenchExits,
     /// `mode=bench-switch`: instructions per switch between two VMs.
     BenchSwitch,
+    /// `mode=reboot`: reboot until a counter on the disk says enough
+    /// (`reboot.rs`).
+    Reboot,
 }
 
 impl Platform {
@@ -78,6 +83,7 @@ impl Platform {
             from_dtb: false,
             mode: Mode::Checks,
             window_ms: None,
+            cycles: None,
             hold_ms: None,
             virtio: [0; MAX_VIRTIO],
             nvirtio: 0,
@@ -187,11 +193,15 @@ impl Platform {
                 if let Some(n) = num("hold_ms=") {
                     p.hold_ms = Some(n);
                 }
+                if let Some(n) = num("cycles=") {
+                    p.cycles = Some(n);
+                }
                 match word {
                     "mode=attack" => p.mode = Mode::Attack,
                     "mode=victim" => p.mode = Mode::Victim,
                     "mode=bench-exits" => p.mode = Mode::BenchExits,
                     "mode=bench-switch" => p.mode = Mode::BenchSwitch,
+                    "mode=reboot" => p.mode = Mode::Reboot,
                     _ => {}
                 }
                 if let Some(n) = num("share_ms=") {

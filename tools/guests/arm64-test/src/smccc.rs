@@ -77,6 +77,7 @@ pub mod psci {
     pub const AFFINITY_INFO: u32 = 0xC400_0004;
     pub const MIGRATE_INFO_TYPE: u32 = 0x8400_0006;
     pub const SYSTEM_OFF: u32 = 0x8400_0008;
+    pub const SYSTEM_RESET: u32 = 0x8400_0009;
     pub const FEATURES: u32 = 0x8400_000A;
     pub const SMCCC_VERSION: u32 = 0x8000_0000;
 
@@ -89,6 +90,14 @@ pub mod psci {
     pub const AFF_ON: i64 = 0;
     /// AFFINITY_INFO: off.
     pub const AFF_OFF: i64 = 1;
+}
+
+/// PSCI SYSTEM_RESET; spins if it returns.
+pub fn system_reset() -> ! {
+    call0(psci::SYSTEM_RESET, [0; 3]);
+    loop {
+        crate::cpu::wfi();
+    }
 }
 
 /// PSCI SYSTEM_OFF; spins if it returns.

@@ -9,6 +9,7 @@
 //! | `share_ms=N` | after SMP bring-up, only the fairness window: every CPU spins N ms (1..=60000) and the guest prints its iteration counts |
 //! | `share_delay_ms=N` | sleep N ms (0..=60000) before that window |
 //! | `mode=attack` / `mode=victim` | run the hostile-guest attacker or victim instead of the checks (`hostile.rs`) |
+//! | `mode=reboot` | check that RAM is fresh and reset through the GED, at every boot (`reboot.rs`) |
 //! | `mode=bench-exits` / `mode=bench-switch` | after `exceptions` and `paging`, the exit-cost benchmark instead of the other checks (`exitbench.rs`) |
 
 use core::sync::atomic::{AtomicU64, Ordering};
@@ -64,7 +65,7 @@ pub fn apply(a1: u64) -> bool {
                 SHARE_DELAY_MS.store(n.min(60_000), Ordering::Relaxed);
             }
         } else if let Some(m) = word.strip_prefix("mode=") {
-            if !crate::exitbench::set_mode(m) {
+            if !crate::exitbench::set_mode(m) && !crate::reboot::set_mode(m) {
                 crate::hostile::set_mode(m);
             }
         }

@@ -34,6 +34,8 @@ mod hostile;
 #[cfg(target_os = "none")]
 mod mmu;
 #[cfg(target_os = "none")]
+mod reboot;
+#[cfg(target_os = "none")]
 mod smp;
 #[cfg(target_os = "none")]
 mod trap;
@@ -111,6 +113,7 @@ mod guest {
         let fdt_cpus = info.map(|i| i.cpus).unwrap_or(0);
         let bench = cmdline::apply(a1);
         crate::hostile::run_mode();
+        crate::reboot::run_mode();
 
         report("exceptions", checks::exceptions());
         report("paging", checks::paging());

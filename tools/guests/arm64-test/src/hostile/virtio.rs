@@ -23,13 +23,13 @@ use crate::platform::Platform;
 use crate::println;
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-const MAGIC: u32 = 0x7472_6976;
+pub(crate) const MAGIC: u32 = 0x7472_6976;
 const ID_NET: u32 = 1;
-const ID_BLOCK: u32 = 2;
+pub(crate) const ID_BLOCK: u32 = 2;
 const ID_CONSOLE: u32 = 3;
 
 /// virtio-mmio registers (version 2).
-mod reg {
+pub(crate) mod reg {
     pub const MAGIC: usize = 0x000;
     pub const VERSION: usize = 0x004;
     pub const DEVICE_ID: usize = 0x008;
@@ -67,9 +67,9 @@ const F_INDIRECT: u16 = 4;
 const QSIZE: u16 = 8;
 
 /// Block request types and status.
-const T_IN: u32 = 0;
-const T_OUT: u32 = 1;
-const S_OK: u8 = 0;
+pub(crate) const T_IN: u32 = 0;
+pub(crate) const T_OUT: u32 = 1;
+pub(crate) const S_OK: u8 = 0;
 const S_IOERR: u8 = 1;
 const S_UNSUPP: u8 = 2;
 const SECTORS: u64 = 8;
@@ -87,7 +87,7 @@ const USED: usize = 0x800;
 /// An indirect table (up to 64 entries).
 const INDIRECT: usize = 0x1000;
 const HDR: usize = 0x2000;
-const DATA: usize = 0x2200;
+pub(crate) const DATA: usize = 0x2200;
 const STATUS_BYTE: usize = 0x2800;
 /// Transmit data of the console and network devices.
 const BUF: usize = 0x3000;
@@ -103,7 +103,7 @@ fn gpa(off: usize) -> u64 {
     core::ptr::addr_of_mut!(AREA) as u64 + off as u64
 }
 
-fn put<T: Copy>(off: usize, v: T) {
+pub(crate) fn put<T: Copy>(off: usize, v: T) {
     assert!(off + core::mem::size_of::<T>() <= AREA_SIZE);
     // SAFETY: inside AREA (checked), at an offset aligned for T (every
     // offset used is); the attacker has one vCPU, nothing else uses AREA
@@ -112,7 +112,7 @@ fn put<T: Copy>(off: usize, v: T) {
     unsafe { (gpa(off) as *mut T).write_volatile(v) }
 }
 
-fn get<T: Copy>(off: usize) -> T {
+pub(crate) fn get<T: Copy>(off: usize) -> T {
     assert!(off + core::mem::size_of::<T>() <= AREA_SIZE);
     // SAFETY: as in `put`.
     unsafe { (gpa(off) as *const T).read_volatile() }
@@ -143,17 +143,17 @@ fn disk_byte(s: u64, i: usize) -> u8 {
 }
 
 /// The driver of one transport.
-struct Drv {
-    base: usize,
-    id: u32,
+pub(crate) struct Drv {
+    pub base: usize,
+    pub id: u32,
     /// The queue the phase uses: block 0, console and network 1 (transmit).
-    q: u32,
-    avail_idx: u16,
-    used_seen: u16,
+    pub q: u32,
+    pub avail_idx: u16,
+    pub used_seen: u16,
 }
 
 impl Drv {
-    fn rd(&self, off: usize) -> u32 {
+    pub(crate) fn rd(&self, off: usize) -> u32 {
         // SAFETY: a register of this VM's virtio-mmio transport (from the
         // DTB), mapped as Device memory; reads have no side effect.
         unsafe { cpu::mmio_read32(self.base + off) }
@@ -211,7 +211,7 @@ impl Drv {
 
     /// Reset, VERSION_1 only, the phase's queue live on zeroed rings,
     /// DRIVER_OK.
-    fn up(&mut self) -> Result<(), &'static str> {
+    pub(crate) fn up(&mut self) -> Result<(), &'static str> {
         if !self.reset() {
             return Err("Status/InterruptStatus not 0 after reset");
         }
@@ -266,7 +266,7 @@ impl Drv {
     /// A block request on descriptors 0..: header, `len` data bytes at
     /// DATA (device-writable for a read), status byte. Returns the used
     /// entry and the status byte.
-    fn blk(&mut self, kind: u32, sector: u64, len: u32) -> Option<((u32, u32), u8)> {
+    pub(crate) fn blk(&mut self, kind: u32, sector: u64, len: u32) -> Option<((u32, u32), u8)> {
         put(HDR, kind);
         put(HDR + 4, 0u32);
         put(HDR + 8, sector);
