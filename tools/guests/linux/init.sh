@@ -11,6 +11,9 @@
 #   kestrel.ip=ADDR/LEN      eth0 up with that address (virtio net)
 #   kestrel.net=ROLE:MIB:PEER  after the test, the VM-to-VM network test
 #                            (/bin/kestrel-net-test: serve or fetch MIB MiB)
+#   kestrel.reboots=N        on a root disk: count this boot in
+#                            /var/lib/kestrel-boots there and `reboot -f`
+#                            until N reboots are done, then go on
 if [ -n "$KESTREL_ROOT" ]; then
     echo "LINUX-INIT: started on root $KESTREL_ROOT"
 else
@@ -32,7 +35,7 @@ mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev 2>&-
 read up rest < /proc/uptime
-shell=0 cpus= name=linux root= console= ip= net=
+shell=0 cpus= name=linux root= console= ip= net= reboots=
 for arg in $(cat /proc/cmdline); do
     case "$arg" in
         kestrel.shell=1) shell=1 ;;
@@ -42,6 +45,7 @@ for arg in $(cat /proc/cmdline); do
         kestrel.console=*) console=${arg#*=} ;;
         kestrel.ip=*) ip=${arg#*=} ;;
         kestrel.net=*) net=${arg#*=} ;;
+        kestrel.reboots=*) reboots=${arg#*=} ;;
     esac
 done
 
@@ -105,6 +109,22 @@ if [ -n "$root" ] && [ -z "$KESTREL_ROOT" ]; then
 fi
 
 hostname "$name"
+
+if [ -n "$reboots" ] && [ -n "$KESTREL_ROOT" ]; then
+    # The count lives on the root disk: a reboot keeps it (fresh RAM, same disk).
+    boots=$(cat /var/lib/kestrel-boots 2>&- || echo 0)
+    boots=$((boots + 1))
+    mkdir -p /var/lib
+    echo "$boots" > /var/lib/kestrel-boots
+    sync
+    if [ "$boots" -le "$reboots" ]; then
+        echo "LINUX-INIT: boot $boots of $((reboots + 1)) on $KESTREL_ROOT: reboot -f"
+        reboot -f
+        sleep 5
+        echo "LINUX-INIT: reboot -f returned"
+    fi
+    echo "LINUX-INIT: boot $boots of $((reboots + 1)) on $KESTREL_ROOT: $reboots reboot(s) done, the disk kept the count"
+fi
 echo "LINUX-INIT: $name: kernel $(uname -r), up ${up} s, $(grep -c ^processor /proc/cpuinfo) CPUs"
 
 if [ -n "$ip" ]; then

@@ -221,9 +221,11 @@ struct KestrelCase {
     pass: &'static str,
     /// The virtio case: root on /dev/vda, test on hvc0, network test.
     virtio: bool,
+    /// Reboots each VM does before its test (`kestrel.reboots=N`).
+    reboots: u32,
 }
 
-const KESTREL_CASES: [KestrelCase; 4] = [
+const KESTREL_CASES: [KestrelCase; 5] = [
     KestrelCase {
         name: "linux on kestrel: 1 VM x 4 vCPUs, GICv3",
         config: "configs/linux-1vm.toml",
@@ -231,6 +233,7 @@ const KESTREL_CASES: [KestrelCase; 4] = [
         vms: &["linux0"],
         pass: PASS_4,
         virtio: false,
+        reboots: 0,
     },
     KestrelCase {
         name: "linux on kestrel: 2 VMs x 4 vCPUs sharing 4 pCPUs, GICv3",
@@ -239,6 +242,7 @@ const KESTREL_CASES: [KestrelCase; 4] = [
         vms: &["linux0", "linux1"],
         pass: PASS_4,
         virtio: false,
+        reboots: 0,
     },
     KestrelCase {
         name: "linux on kestrel: 1 VM x 4 vCPUs, GICv2",
@@ -247,6 +251,7 @@ const KESTREL_CASES: [KestrelCase; 4] = [
         vms: &["linux0"],
         pass: PASS_4,
         virtio: false,
+        reboots: 0,
     },
     KestrelCase {
         name: "linux on kestrel virtio: 2 VMs, root on virtio-blk, test on hvc0, ping + 4 MiB over TCP",
@@ -255,6 +260,16 @@ const KESTREL_CASES: [KestrelCase; 4] = [
         vms: &["vm0", "vm1"],
         pass: PASS_2,
         virtio: true,
+        reboots: 0,
+    },
+    KestrelCase {
+        name: "linux on kestrel reboot: root on virtio-blk, reboot -f once, the second boot finds its count on the disk, GICv2",
+        config: "configs/linux-reboot.toml",
+        gic: 2,
+        vms: &["rb0"],
+        pass: PASS_2,
+        virtio: false,
+        reboots: 1,
     },
 ];
 
@@ -271,6 +286,9 @@ fn judge_kestrel(boot: &Boot, case: &KestrelCase) -> Vec<String> {
     }
     if case.virtio {
         problems.extend(judge_virtio_vms(boot, case.vms));
+    }
+    if case.reboots > 0 {
+        problems.extend(judge_reboots(boot, case.vms, case.reboots));
     }
     let has = |s: &str| boot.has(s);
     for vm in case.vms {
@@ -303,6 +321,46 @@ fn judge_kestrel(boot: &Boot, case: &KestrelCase) -> Vec<String> {
     }
     if let Some(s) = boot.exit.filter(|s| !s.success()) {
         problems.push(format!("QEMU exited with {s}"));
+    }
+    problems
+}
+
+/// The reboot case's own checks: each VM announced its `reboot -f` at
+/// boots 1..=N, kestrel restarted it N times, and the last boot found the
+/// count on its disk.
+fn judge_reboots(boot: &Boot, vms: &[&str], n: u32) -> Vec<String> {
+    let mut problems = Vec::new();
+    for vm in vms {
+        let mut want: Vec<String> = (1..=n)
+            .flat_map(|k| {
+                [
+                    format!(
+                        "[{vm}] LINUX-INIT: boot {k} of {} on /dev/vda: reboot -f",
+                        n + 1
+                    ),
+                    format!("VM \"{vm}\" restarted ({k})"),
+                ]
+            })
+            .collect();
+        want.push(format!(
+            "[{vm}] LINUX-INIT: boot {} of {} on /dev/vda: {n} reboot(s) done, the disk kept the count",
+            n + 1,
+            n + 1
+        ));
+        // In this order in the log.
+        let mut at = 0;
+        for w in &want {
+            match boot.lines[at..]
+                .iter()
+                .position(|l| l.text.contains(w.as_str()))
+            {
+                Some(i) => at += i + 1,
+                None => {
+                    problems.push(format!("serial log lacks {w:?} (in order)"));
+                    break;
+                }
+            }
+        }
     }
     problems
 }
