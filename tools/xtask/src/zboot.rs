@@ -56,12 +56,12 @@ pub fn unzstd(payload: &[u8]) -> Result<Vec<u8>, String> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use kestrel_abi::image::{LINUX_PE_MAGIC, PE_MACHINE_LOONGARCH64};
     use ruzstd::encoding::{compress_to_vec, CompressionLevel};
 
-    fn la_image(len: usize) -> Vec<u8> {
+    pub(crate) fn la_image(len: usize) -> Vec<u8> {
         let mut d: Vec<u8> = (0..len).map(|i| (i * 7 % 251) as u8).collect();
         d[..0x48].fill(0);
         d[0..2].copy_from_slice(b"MZ");
@@ -76,7 +76,7 @@ mod tests {
     }
 
     /// A zboot file around `payload` (plus the 4-byte size word zboot appends).
-    fn zboot(payload: &[u8], name: &[u8]) -> Vec<u8> {
+    pub(crate) fn zboot(payload: &[u8], name: &[u8]) -> Vec<u8> {
         let mut d = vec![0u8; 0x200];
         d[0..2].copy_from_slice(b"MZ");
         d[4..8].copy_from_slice(b"zimg");
