@@ -365,6 +365,7 @@ fn admit<'a>(
         (rec.kind, host.arch),
         (GuestKind::LinuxArm64Image, Arch::Aarch64)
             | (GuestKind::LinuxLoongArchElf, Arch::LoongArch64)
+            | (GuestKind::LinuxLoongArchImage, Arch::LoongArch64)
             | (GuestKind::TestRaw | GuestKind::TestElf, _)
     );
     if !runs_here {

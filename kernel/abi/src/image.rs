@@ -1,5 +1,7 @@
-//! The kernel files VM configs name: the arm64 Linux `Image` header and
-//! 64-bit little-endian ELF executables.
+//! The kernel files VM configs name: the arm64 Linux `Image` header,
+//! 64-bit little-endian ELF executables, the LoongArch Linux image header
+//! ([`LoongArchImage`]) and the EFI zboot wrapper ([`ZbootImage`]) that
+//! Debian ships it in.
 //!
 //! Shared by the host tool (which checks a config's kernels before packing
 //! them) and the hypervisor (which loads them). Both parsers read a byte
@@ -375,6 +377,234 @@ impl<'a> Elf<'a> {
         let start = usize::try_from(ph.offset).ok()?;
         let len = usize::try_from(ph.filesz).ok()?;
         self.data.get(start..start.checked_add(len)?)
+    }
+}
+
+// ---------------------------------------------------------------------------
+// EFI zboot (a compressed kernel wrapped in a small EFI application)
+// ---------------------------------------------------------------------------
+
+/// `"zimg"` at [`ZBOOT_MAGIC_OFFSET`] marks an EFI zboot image.
+pub const ZBOOT_MAGIC: [u8; 4] = *b"zimg";
+/// Where [`ZBOOT_MAGIC`] stands (after the DOS `MZ`).
+pub const ZBOOT_MAGIC_OFFSET: usize = 4;
+/// The compression name field: NUL-terminated ASCII in 0x18..0x38.
+const ZBOOT_COMP_NAME: core::ops::Range<usize> = 0x18..0x38;
+
+/// The header of an EFI zboot image (Linux's `EFI_ZBOOT`, as Debian ships
+/// its loong64 `vmlinuz`): `MZ`, `zimg` at 4, the compressed payload's file
+/// offset (u32 at 0x08) and size (u32 at 0x0C), the compression name at 0x18
+/// (`zstd`, `gzip`, ...). The payload, once decompressed, is the kernel image
+/// proper (for LoongArch a [`LoongArchImage`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ZbootImage<'a> {
+    /// The compressed payload (checked to lie inside the file).
+    pub payload: &'a [u8],
+    /// The compression name, e.g. `"zstd"`.
+    pub compression: &'a str,
+}
+
+/// Why a file is not a usable EFI zboot image.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ZbootError {
+    /// Shorter than the 64-byte header.
+    TooShort { len: usize },
+    /// No `MZ` at 0 or no `zimg` at 4.
+    NotZboot,
+    /// The payload (offset, size) does not lie inside the file, or is empty.
+    PayloadOutside { offset: u32, size: u32, len: usize },
+    /// The compression name is not NUL-terminated printable ASCII.
+    BadCompressionName,
+}
+
+impl fmt::Display for ZbootError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            ZbootError::TooShort { len } => {
+                write!(f, "{len} bytes, shorter than an EFI zboot header (64 bytes)")
+            }
+            ZbootError::NotZboot => f.write_str("not an EFI zboot image (no MZ ... zimg)"),
+            ZbootError::PayloadOutside { offset, size, len } => write!(
+                f,
+                "EFI zboot payload at {offset:#x} of {size:#x} bytes does not lie inside the {len:#x}-byte file"
+            ),
+            ZbootError::BadCompressionName => {
+                f.write_str("EFI zboot compression name at 0x18 is not NUL-terminated ASCII")
+            }
+        }
+    }
+}
+
+impl<'a> ZbootImage<'a> {
+    /// Whether `data` starts like an EFI zboot image (`MZ`, `zimg` at 4).
+    pub fn is_zboot(data: &[u8]) -> bool {
+        data.starts_with(b"MZ")
+            && data.get(ZBOOT_MAGIC_OFFSET..ZBOOT_MAGIC_OFFSET + 4) == Some(&ZBOOT_MAGIC[..])
+    }
+
+    /// Reads and checks the header of `data`.
+    pub fn parse(data: &'a [u8]) -> Result<ZbootImage<'a>, ZbootError> {
+        if data.len() < 64 {
+            return Err(ZbootError::TooShort { len: data.len() });
+        }
+        if !Self::is_zboot(data) {
+            return Err(ZbootError::NotZboot);
+        }
+        let too_short = ZbootError::TooShort { len: data.len() };
+        let offset = u32_at(data, 0x08).ok_or(too_short)?;
+        let size = u32_at(data, 0x0C).ok_or(too_short)?;
+        let outside = ZbootError::PayloadOutside {
+            offset,
+            size,
+            len: data.len(),
+        };
+        let start = offset as usize;
+        let payload = start
+            .checked_add(size as usize)
+            .and_then(|end| data.get(start..end))
+            .filter(|p| !p.is_empty() && start >= 64)
+            .ok_or(outside)?;
+        let field = data.get(ZBOOT_COMP_NAME).ok_or(too_short)?;
+        let nul = field
+            .iter()
+            .position(|&b| b == 0)
+            .ok_or(ZbootError::BadCompressionName)?;
+        let name = &field[..nul];
+        if name.is_empty() || !name.iter().all(|b| b.is_ascii_graphic()) {
+            return Err(ZbootError::BadCompressionName);
+        }
+        let compression = core::str::from_utf8(name).map_err(|_| ZbootError::BadCompressionName)?;
+        Ok(ZbootImage {
+            payload,
+            compression,
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------
+// LoongArch Linux image (the EFI application `vmlinux.efi`)
+// ---------------------------------------------------------------------------
+
+/// The magic at 0x38 of Linux's EFI-capable kernel images (LoongArch, and
+/// the zboot wrapper): `LINUX_PE_MAGIC`.
+pub const LINUX_PE_MAGIC: u32 = 0x8182_23cd;
+/// PE/COFF `Machine` of LoongArch64.
+pub const PE_MACHINE_LOONGARCH64: u16 = 0x6264;
+
+/// The header of a LoongArch Linux kernel image (`vmlinux.efi`, a PE/COFF EFI
+/// application; also what a zboot image unpacks to), little-endian:
+///
+/// | off | type | field |
+/// |-----|------|-------|
+/// | 0x00 | `MZ` | DOS signature |
+/// | 0x08 | u64 | `kernel_entry`: the entry's physical address when loaded at `text_offset` |
+/// | 0x10 | u64 | `kernel_asize`: bytes the kernel occupies once running |
+/// | 0x18 | u64 | `text_offset`: load offset from the start of RAM |
+/// | 0x38 | u32 | [`LINUX_PE_MAGIC`] |
+/// | 0x3c | u32 | offset of the PE header (`PE\0\0`, machine 0x6264) |
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LoongArchImage {
+    /// Physical address of the entry (inside the image when it is loaded at `text_offset`).
+    pub entry: u64,
+    /// Bytes the kernel occupies from `text_offset` once running (>= the file).
+    pub image_size: u64,
+    /// Physical load address (offset from RAM start, which is 0 on LoongArch).
+    pub text_offset: u64,
+}
+
+/// Why a file is not a LoongArch Linux image.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LoongArchImageError {
+    /// Shorter than the 64-byte header.
+    TooShort { len: usize },
+    /// An EFI zboot image: it must be unpacked first.
+    Zboot,
+    /// No `MZ` at 0 or no [`LINUX_PE_MAGIC`] at 0x38.
+    BadMagic,
+    /// The PE header offset at 0x3c names no `PE\0\0` inside the file.
+    NoPeHeader,
+    /// The PE machine is not LoongArch64.
+    WrongMachine { machine: u16 },
+    /// `text_offset` is not 64 KiB-aligned, or `image_size` is smaller than
+    /// the file, or the sum overflows.
+    BadPlacement,
+    /// The entry does not lie inside the loaded file.
+    EntryOutside { entry: u64 },
+}
+
+impl fmt::Display for LoongArchImageError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            LoongArchImageError::TooShort { len } => write!(
+                f,
+                "{len} bytes, shorter than a LoongArch Linux image header (64 bytes)"
+            ),
+            LoongArchImageError::Zboot => {
+                f.write_str("an EFI zboot image (compressed): unpack its payload first")
+            }
+            LoongArchImageError::BadMagic => {
+                f.write_str("no MZ at 0 and LINUX_PE_MAGIC (0x818223cd) at 0x38")
+            }
+            LoongArchImageError::NoPeHeader => {
+                f.write_str("the PE header offset at 0x3c names no PE header in the file")
+            }
+            LoongArchImageError::WrongMachine { machine } => write!(
+                f,
+                "PE machine {machine:#x}, not LoongArch64 ({PE_MACHINE_LOONGARCH64:#x})"
+            ),
+            LoongArchImageError::BadPlacement => {
+                f.write_str("text_offset not 64 KiB-aligned, or kernel_asize smaller than the file")
+            }
+            LoongArchImageError::EntryOutside { entry } => {
+                write!(f, "kernel_entry {entry:#x} is not inside the loaded image")
+            }
+        }
+    }
+}
+
+impl LoongArchImage {
+    /// Reads and checks the header of `data` (the whole file).
+    pub fn parse(data: &[u8]) -> Result<LoongArchImage, LoongArchImageError> {
+        let len = data.len();
+        if len < 64 {
+            return Err(LoongArchImageError::TooShort { len });
+        }
+        if ZbootImage::is_zboot(data) {
+            return Err(LoongArchImageError::Zboot);
+        }
+        if !data.starts_with(b"MZ") || u32_at(data, 0x38) != Some(LINUX_PE_MAGIC) {
+            return Err(LoongArchImageError::BadMagic);
+        }
+        let too_short = LoongArchImageError::TooShort { len };
+        let pe = u32_at(data, 0x3c).ok_or(too_short)? as usize;
+        if data.get(pe..pe.checked_add(4).ok_or(LoongArchImageError::NoPeHeader)?)
+            != Some(&b"PE\0\0"[..])
+        {
+            return Err(LoongArchImageError::NoPeHeader);
+        }
+        let machine = u16_at(data, pe + 4).ok_or(LoongArchImageError::NoPeHeader)?;
+        if machine != PE_MACHINE_LOONGARCH64 {
+            return Err(LoongArchImageError::WrongMachine { machine });
+        }
+        let entry = u64_at(data, 0x08).ok_or(too_short)? & ((1 << 48) - 1);
+        let image_size = u64_at(data, 0x10).ok_or(too_short)?;
+        let text_offset = u64_at(data, 0x18).ok_or(too_short)?;
+        let fits = text_offset % 0x1_0000 == 0
+            && image_size >= len as u64
+            && text_offset
+                .checked_add(image_size)
+                .is_some_and(|end| end <= 1 << 48);
+        if !fits {
+            return Err(LoongArchImageError::BadPlacement);
+        }
+        if entry < text_offset || entry - text_offset >= len as u64 {
+            return Err(LoongArchImageError::EntryOutside { entry });
+        }
+        Ok(LoongArchImage {
+            entry,
+            image_size,
+            text_offset,
+        })
     }
 }
 

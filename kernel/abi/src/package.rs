@@ -185,6 +185,10 @@ pub enum GuestKind {
     TestRaw = 3,
     /// An ELF test guest: loaded by program headers.
     TestElf = 4,
+    /// LoongArch Linux image (`vmlinux.efi`, `image::LoongArchImage`; the
+    /// tool unpacks a zboot `vmlinuz` to it): copied to its `text_offset`,
+    /// entered at `kernel_entry` with the EFI boot protocol.
+    LinuxLoongArchImage = 5,
 }
 
 impl GuestKind {
@@ -194,6 +198,7 @@ impl GuestKind {
             2 => GuestKind::LinuxLoongArchElf,
             3 => GuestKind::TestRaw,
             4 => GuestKind::TestElf,
+            5 => GuestKind::LinuxLoongArchImage,
             _ => return None,
         })
     }
@@ -203,13 +208,16 @@ impl GuestKind {
             GuestKind::LinuxLoongArchElf => "linux (LoongArch ELF)",
             GuestKind::TestRaw => "test-guest (raw binary)",
             GuestKind::TestElf => "test-guest (ELF)",
+            GuestKind::LinuxLoongArchImage => "linux (LoongArch EFI image)",
         }
     }
     /// Whether the guest is Linux (wants a DTB and the Linux boot protocol).
     pub const fn is_linux(self) -> bool {
         matches!(
             self,
-            GuestKind::LinuxArm64Image | GuestKind::LinuxLoongArchElf
+            GuestKind::LinuxArm64Image
+                | GuestKind::LinuxLoongArchElf
+                | GuestKind::LinuxLoongArchImage
         )
     }
 }

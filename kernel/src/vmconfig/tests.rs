@@ -346,3 +346,35 @@ fn on_reboot_stop_comes_from_the_record_flag() {
     let plan = plan(&pkg, host(4, 1 << 30)).unwrap();
     assert_eq!(plan[0].unwrap().on_reboot, OnReboot::Stop);
 }
+
+/// A LoongArch Linux EFI image runs on LoongArch only, at its text_offset,
+/// entered at its kernel_entry.
+#[test]
+fn loongarch_efi_image_is_placed_at_its_text_offset() {
+    let k = vec![1u8; 8192];
+    let mut w = Writer::new(HypervisorSettings::default());
+    w.vms.push(VmInput {
+        kind: GuestKind::LinuxLoongArchImage,
+        console: ConsoleKind::Ns16550,
+        load_offset: 2 * MB,
+        entry_offset: 0x1000,
+        kernel_footprint: 8192,
+        ..input("la", &k)
+    });
+    let pkg = w.finish();
+    let la = HostLimits {
+        arch: Arch::LoongArch64,
+        ..host(4, 1 << 30)
+    };
+    let s = plan(&pkg, la).unwrap()[0].unwrap();
+    assert_eq!((s.kernel_gpa, s.entry_gpa), (2 * MB, 2 * MB + 0x1000));
+    assert!(s.kind.is_linux());
+    assert_eq!(
+        plan(&pkg, host(4, 1 << 30)).unwrap()[0],
+        Err(VmConfigError::WrongArch {
+            index: 0,
+            kind: GuestKind::LinuxLoongArchImage,
+            arch: Arch::Aarch64
+        })
+    );
+}

@@ -479,12 +479,22 @@ pub fn parse(text: &str, file: &Path, arch: Arch) -> Result<Config, ConfigError>
             std::fs::read(&path)
                 .map_err(|e| err(&f(field), format!("cannot read {}: {e}", path.display())))
         };
-        let kernel = read("kernel", &v.kernel)?;
+        let mut kernel = read("kernel", &v.kernel)?;
         if kernel.is_empty() {
             return Err(err(&f("kernel"), format!("{} is empty", v.kernel)));
         }
+        let mut entry_offset = 0;
         let (kind, load_offset, footprint) =
-            kernel_kind(&kernel, linux, arch).map_err(|p| err(&f("kernel"), p))?;
+            if linux && arch == Arch::LoongArch64 && !kernel.starts_with(b"\x7fELF") {
+                // A LoongArch Linux image, or Debian's zboot vmlinuz (unpacked here).
+                let (image, h) = crate::zboot::loongarch_kernel(&dir.join(&v.kernel), kernel)
+                    .map_err(|p| err(&f("kernel"), p))?;
+                kernel = image;
+                entry_offset = h.entry - h.text_offset;
+                (GuestKind::LinuxLoongArchImage, h.text_offset, h.image_size)
+            } else {
+                kernel_kind(&kernel, linux, arch).map_err(|p| err(&f("kernel"), p))?
+            };
         let initrd = v.initrd.as_deref().map(|p| read("initrd", p)).transpose()?;
         let dtb = v.dtb.as_deref().map(|p| read("dtb", p)).transpose()?;
         if let Some(d) = &dtb {
@@ -543,7 +553,7 @@ pub fn parse(text: &str, file: &Path, arch: Arch) -> Result<Config, ConfigError>
             dtb,
             cmdline: v.cmdline.clone(),
             load_offset,
-            entry_offset: 0,
+            entry_offset,
             kernel_footprint: footprint,
             virtio_console: v.virtio_console,
             reboot_stop,

@@ -22,6 +22,7 @@ mod vmtest;
 mod vmtests_arm64;
 mod vmtests_la64;
 mod vmtests_linux;
+mod zboot;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};

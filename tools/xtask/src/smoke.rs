@@ -225,6 +225,7 @@ const SUITE: Suite = Suite {
 pub fn run(args: &[String]) -> Result<(), String> {
     let sel = suite::parse_args(&SUITE, args, None)?;
     let mut tests = crate::vmtests_linux::smoke_tests(&sel);
+    tests.extend(crate::vmtests_linux::smoke_tests_la64(&sel));
     tests.extend(cases().into_iter().map(test));
     suite::run(&SUITE, &sel, tests)
 }

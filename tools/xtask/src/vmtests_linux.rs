@@ -442,6 +442,80 @@ fn judge_virtio_vms(boot: &Boot, vms: &[&str]) -> Vec<String> {
     problems
 }
 
+/// The LoongArch bare-QEMU case: Debian's loong64 `vmlinuz` (zboot, as
+/// shipped) under Debian's edk2 (UEFI + ACPI), the test initramfs.
+pub const LA64_BARE_CASE: &str =
+    "linux-la64 bare QEMU la464 -smp 4, Debian edk2 (assets + init test)";
+/// How long the LoongArch bare boot may take (about 60 s here under TCG).
+const LA64_BOOT_LIMIT: Duration = Duration::from_secs(300);
+
+/// Boots the LoongArch bare-QEMU case with `assets`.
+fn bare_test_la64(assets: &assets::loong64::Loong64Assets) -> Verdict {
+    let mut cmd = bare_command(
+        BareConsole::Serial,
+        Arch::LoongArch64,
+        "virt",
+        4,
+        2048,
+        &assets.vmlinuz,
+        Some(&assets.initramfs),
+        "console=ttyS0,115200 rdinit=/init kestrel.test_cpus=4 kestrel.name=bare",
+    );
+    cmd.arg("-bios").arg(&assets.firmware);
+    match Runner::new(cmd, LA64_BOOT_LIMIT).run() {
+        Ok(boot) => Verdict {
+            problems: judge_linux(&boot, PASS_4),
+            detail: Some(format!(
+                "{}: init at {:.1} s, power-off at {:.1} s",
+                assets.kernel,
+                boot.when(INIT_LINE).unwrap_or_default().as_secs_f64(),
+                boot.ended.unwrap_or_default().as_secs_f64()
+            )),
+            log: boot.log(),
+            ..Verdict::default()
+        },
+        Err(e) => Verdict::error(e),
+    }
+}
+
+/// The LoongArch Linux cases of `cargo xtask smoke`: fetches or reuses the
+/// loong64 assets first (at most [`FETCH_LIMIT`]), or skips, saying why.
+pub fn smoke_tests_la64(sel: &Selection) -> Vec<Test<'static>> {
+    if !sel.matches(LA64_BARE_CASE) {
+        return Vec::new();
+    }
+    if sel.list {
+        return vec![Test::new(LA64_BARE_CASE, Verdict::default)];
+    }
+    eprintln!(
+        "smoke: LoongArch linux guest assets (cargo xtask guest-assets --arch loongarch64, at most {} s) ...",
+        FETCH_LIMIT.as_secs()
+    );
+    match assets::ensure_within_la64(FETCH_LIMIT) {
+        Ok(a) => vec![Test::new(LA64_BARE_CASE, move || bare_test_la64(&a))],
+        Err(why) => {
+            println!("SKIP LoongArch linux case: no LoongArch guest assets: {why}");
+            Vec::new()
+        }
+    }
+}
+
+/// `cargo xtask guest-assets --arch loongarch64 --test`.
+pub fn run_bare_la64(assets: assets::loong64::Loong64Assets) -> Result<(), String> {
+    const SUITE: Suite = Suite {
+        command: "guest-assets",
+        summary_prefix: "",
+        what: "bare-QEMU LoongArch Linux case",
+        prepare: None,
+    };
+    let tests = vec![Test::new(LA64_BARE_CASE, move || bare_test_la64(&assets))];
+    let all = Selection {
+        list: false,
+        only: None,
+    };
+    crate::suite::run(&SUITE, &all, tests)
+}
+
 /// The Linux cases of `cargo xtask smoke` (those `sel` selects): fetches or
 /// reuses the assets first (at most [`FETCH_LIMIT`]), or skips them all,
 /// saying why (never failed for a missing network).

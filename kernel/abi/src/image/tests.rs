@@ -357,3 +357,147 @@ fn no_input_panics() {
         }
     }
 }
+
+// ---------------------------------------------------------------------------
+// EFI zboot and LoongArch images
+// ---------------------------------------------------------------------------
+
+fn zboot(offset: u32, size: u32, name: &[u8], len: usize) -> Vec<u8> {
+    let mut d = vec![0u8; len];
+    d[0..2].copy_from_slice(b"MZ");
+    d[4..8].copy_from_slice(b"zimg");
+    d[8..12].copy_from_slice(&offset.to_le_bytes());
+    d[12..16].copy_from_slice(&size.to_le_bytes());
+    d[0x18..0x18 + name.len()].copy_from_slice(name);
+    d[0x38..0x3c].copy_from_slice(&LINUX_PE_MAGIC.to_le_bytes());
+    d
+}
+
+#[test]
+fn zboot_header_is_read() {
+    let mut d = zboot(0x100, 0x20, b"zstd", 0x200);
+    d[0x100] = 0x28;
+    let z = ZbootImage::parse(&d).unwrap();
+    assert_eq!(z.compression, "zstd");
+    assert_eq!(z.payload.len(), 0x20);
+    assert_eq!(z.payload[0], 0x28);
+    assert!(ZbootImage::is_zboot(&d));
+}
+
+#[test]
+fn malformed_zboot_headers_are_refused() {
+    assert_eq!(
+        ZbootImage::parse(&[0u8; 10]),
+        Err(ZbootError::TooShort { len: 10 })
+    );
+    let mut d = zboot(0x100, 0x20, b"zstd", 0x200);
+    d[4] = b'Z';
+    assert_eq!(ZbootImage::parse(&d), Err(ZbootError::NotZboot));
+    // Payload past the end, overflowing, empty, or over the header.
+    for (off, size) in [
+        (0x100, 0x101),
+        (0x1ff, 2),
+        (u32::MAX, u32::MAX),
+        (0x100, 0),
+        (0, 0x40),
+    ] {
+        let d = zboot(off, size, b"zstd", 0x200);
+        assert_eq!(
+            ZbootImage::parse(&d),
+            Err(ZbootError::PayloadOutside {
+                offset: off,
+                size,
+                len: 0x200
+            }),
+            "{off:#x} {size:#x}"
+        );
+    }
+    // Compression names: empty, not terminated, not printable.
+    for name in [&b""[..], &[b'a'; 32][..], b"zs\x01d"] {
+        let d = zboot(0x100, 0x20, name, 0x200);
+        assert_eq!(
+            ZbootImage::parse(&d),
+            Err(ZbootError::BadCompressionName),
+            "{name:?}"
+        );
+    }
+    // Every truncation of a good header is an error, never a panic.
+    let d = zboot(0x40, 0x10, b"gzip", 0x50);
+    for n in 0..d.len() {
+        assert!(ZbootImage::parse(&d[..n]).is_err(), "{n}");
+    }
+    assert!(ZbootImage::parse(&d).is_ok());
+}
+
+fn la_image(entry: u64, asize: u64, text_offset: u64, len: usize) -> Vec<u8> {
+    let mut d = vec![0u8; len];
+    d[0..2].copy_from_slice(b"MZ");
+    d[8..16].copy_from_slice(&entry.to_le_bytes());
+    d[16..24].copy_from_slice(&asize.to_le_bytes());
+    d[24..32].copy_from_slice(&text_offset.to_le_bytes());
+    d[0x38..0x3c].copy_from_slice(&LINUX_PE_MAGIC.to_le_bytes());
+    d[0x3c..0x40].copy_from_slice(&0x40u32.to_le_bytes());
+    d[0x40..0x44].copy_from_slice(b"PE\0\0");
+    d[0x44..0x46].copy_from_slice(&PE_MACHINE_LOONGARCH64.to_le_bytes());
+    d
+}
+
+#[test]
+fn loongarch_header_is_read() {
+    // As Debian's 7.2 kernel: entry 0x12e9000, 26 MiB, loaded at 2 MiB.
+    let d = la_image(0x9000_0000_0020_1000, 0x10_000, 0x20_0000, 0x2000);
+    assert_eq!(
+        LoongArchImage::parse(&d),
+        Ok(LoongArchImage {
+            entry: 0x20_1000,
+            image_size: 0x10_000,
+            text_offset: 0x20_0000
+        })
+    );
+}
+
+#[test]
+fn malformed_loongarch_images_are_refused() {
+    use LoongArchImageError as E;
+    let good = la_image(0x20_1000, 0x10_000, 0x20_0000, 0x2000);
+    let with = |f: &dyn Fn(&mut Vec<u8>)| {
+        let mut d = good.clone();
+        f(&mut d);
+        LoongArchImage::parse(&d)
+    };
+    assert_eq!(
+        LoongArchImage::parse(&zboot(0x100, 0x20, b"zstd", 0x200)),
+        Err(E::Zboot)
+    );
+    assert_eq!(with(&|d| d[0x38] = 0), Err(E::BadMagic));
+    assert_eq!(with(&|d| d[0] = b'X'), Err(E::BadMagic));
+    assert_eq!(with(&|d| d[0x41] = b'X'), Err(E::NoPeHeader));
+    assert_eq!(
+        with(&|d| d[0x3c..0x40].copy_from_slice(&0xffff_fff0u32.to_le_bytes())),
+        Err(E::NoPeHeader)
+    );
+    assert_eq!(
+        with(&|d| d[0x44..0x46].copy_from_slice(&0x8664u16.to_le_bytes())),
+        Err(E::WrongMachine { machine: 0x8664 })
+    );
+    // Unaligned load offset, size under the file, overflowing placement.
+    assert_eq!(with(&|d| d[24] = 1), Err(E::BadPlacement));
+    assert_eq!(
+        with(&|d| d[16..24].copy_from_slice(&0x100u64.to_le_bytes())),
+        Err(E::BadPlacement)
+    );
+    assert_eq!(
+        with(&|d| d[16..24].copy_from_slice(&u64::MAX.to_le_bytes())),
+        Err(E::BadPlacement)
+    );
+    // Entry before the image or past the file.
+    for entry in [0x1f_ffffu64, 0x20_2000] {
+        assert_eq!(
+            with(&|d| d[8..16].copy_from_slice(&entry.to_le_bytes())),
+            Err(E::EntryOutside { entry })
+        );
+    }
+    for n in 0..0x48 {
+        assert!(LoongArchImage::parse(&good[..n]).is_err(), "{n}");
+    }
+}

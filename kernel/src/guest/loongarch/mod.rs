@@ -6,6 +6,7 @@
 //! `arch/loongarch64/vm` applies them to real registers and memory.
 
 pub mod csr;
+pub mod efi;
 pub mod emulate;
 pub mod exit;
 pub mod insn;

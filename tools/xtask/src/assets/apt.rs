@@ -20,12 +20,13 @@ pub(super) const DEFAULT_SUITE: &str = "bookworm";
 pub(super) const DEFAULT_MIRROR: &str = "http://deb.debian.org";
 
 /// The `-o` options that give apt a private state: its own lists, cache,
-/// sources and an empty dpkg status, for arm64 only.
-fn apt_opts(cache: &Path) -> Vec<String> {
+/// sources and an empty dpkg status (under `cache/apt`), for Debian
+/// architecture `arch` only.
+fn apt_opts(cache: &Path, arch: &str) -> Vec<String> {
     let apt = cache.join("apt");
     vec![
-        "-oAPT::Architecture=arm64".into(),
-        "-oAPT::Architectures=arm64".into(),
+        format!("-oAPT::Architecture={arch}"),
+        format!("-oAPT::Architectures={arch}"),
         format!("-oDir::State::Lists={}", apt.join("lists").display()),
         format!("-oDir::Cache={}", apt.join("cache").display()),
         format!("-oDir::State::status={}", apt.join("status").display()),
@@ -50,6 +51,48 @@ fn apt_opts(cache: &Path) -> Vec<String> {
 }
 
 pub(super) fn fetch(cache: &Path, debs: &Path) -> Result<BTreeMap<String, String>, String> {
+    let suite = std::env::var("KESTREL_DEBIAN_SUITE").unwrap_or_else(|_| DEFAULT_SUITE.into());
+    let mirror = std::env::var("KESTREL_DEBIAN_MIRROR").unwrap_or_else(|_| DEFAULT_MIRROR.into());
+    let sources = format!(
+        "# written by `cargo xtask guest-assets`\n\
+         deb {mirror}/debian {suite} main\n\
+         deb {mirror}/debian {suite}-updates main\n\
+         deb {mirror}/debian-security {suite}-security main\n"
+    );
+    let opts = update(cache, "arm64", &sources, &format!("Debian {suite} arm64"))?;
+
+    say(&format!("[2/4] resolving {KERNEL_META} and {BUSYBOX}"));
+    let meta = candidate(&opts, KERNEL_META)?;
+    let kernel_pkg = kernel_dependency(&meta)
+        .ok_or_else(|| format!("{KERNEL_META} {}: no linux-image-* dependency in its Depends: {:?} (Debian changed the meta package?)", meta.version, meta.fields.get("Depends")))?;
+    let (kname, kver) = kernel_pkg;
+    let kernel = show(&opts, &kname, kver.as_deref())?;
+    let busybox = candidate(&opts, BUSYBOX)?;
+    say(&format!(
+        "      {KERNEL_META} {} -> {} {}; {BUSYBOX} {}",
+        meta.version, kernel.name, kernel.version, busybox.version
+    ));
+    download(&opts, debs, &[&kernel, &busybox])?;
+    let mut m = BTreeMap::new();
+    for (key, pkg) in [("kernel", &kernel), ("busybox", &busybox)] {
+        record(&mut m, key, debs, pkg)?;
+    }
+    m.insert("kernel_meta_version".into(), meta.version.clone());
+    m.insert("suite".into(), suite);
+    m.insert("mirror".into(), mirror);
+    drop_other_debs(debs, &m, &["kernel", "busybox"]);
+    Ok(m)
+}
+
+/// Makes the private apt directories under `cache/apt`, writes `sources`
+/// as its sources list and runs `apt-get update` for `arch`; returns the
+/// apt options of that state. `what` names the lists in messages.
+pub(super) fn update(
+    cache: &Path,
+    arch: &str,
+    sources: &str,
+    what: &str,
+) -> Result<Vec<String>, String> {
     let apt = cache.join("apt");
     for d in [
         apt.join("lists/partial"),
@@ -62,21 +105,12 @@ pub(super) fn fetch(cache: &Path, debs: &Path) -> Result<BTreeMap<String, String
     if !status.exists() {
         std::fs::write(&status, "").map_err(|e| format!("{}: {e}", status.display()))?;
     }
-    let suite = std::env::var("KESTREL_DEBIAN_SUITE").unwrap_or_else(|_| DEFAULT_SUITE.into());
-    let mirror = std::env::var("KESTREL_DEBIAN_MIRROR").unwrap_or_else(|_| DEFAULT_MIRROR.into());
-    let sources = format!(
-        "# written by `cargo xtask guest-assets`\n\
-         deb {mirror}/debian {suite} main\n\
-         deb {mirror}/debian {suite}-updates main\n\
-         deb {mirror}/debian-security {suite}-security main\n"
-    );
     let sources_path = apt.join("sources.list");
     std::fs::write(&sources_path, sources)
         .map_err(|e| format!("{}: {e}", sources_path.display()))?;
-    let opts = apt_opts(cache);
-
+    let opts = apt_opts(cache, arch);
     say(&format!(
-        "[1/4] apt-get update: Debian {suite} arm64 package lists (about 10 MB, into {})",
+        "[1/4] apt-get update: {what} package lists (about 10 MB, into {})",
         apt.display()
     ));
     let t = Instant::now();
@@ -106,7 +140,7 @@ pub(super) fn fetch(cache: &Path, debs: &Path) -> Result<BTreeMap<String, String
         .collect();
     if !out.status.success() || text.contains("Failed to fetch") || text.contains("Err:") {
         return Err(format!(
-            "apt-get update of the arm64 lists ({}) failed (no network or mirror unreachable?):\n    {}",
+            "apt-get update of the {what} lists ({}) failed (no network or mirror unreachable?):\n    {}",
             sources_path.display(),
             failed.join("\n    ")
         ));
@@ -115,85 +149,99 @@ pub(super) fn fetch(cache: &Path, debs: &Path) -> Result<BTreeMap<String, String
         "      lists updated in {:.1} s",
         t.elapsed().as_secs_f64()
     ));
+    Ok(opts)
+}
 
-    say(&format!("[2/4] resolving {KERNEL_META} and {BUSYBOX}"));
-    let meta = candidate(&opts, KERNEL_META)?;
-    let kernel_pkg = kernel_dependency(&meta)
-        .ok_or_else(|| format!("{KERNEL_META} {}: no linux-image-* dependency in its Depends: {:?} (Debian changed the meta package?)", meta.version, meta.fields.get("Depends")))?;
-    let (kname, kver) = kernel_pkg;
-    let kernel = show(&opts, &kname, kver.as_deref())?;
-    let busybox = candidate(&opts, BUSYBOX)?;
-    say(&format!(
-        "      {KERNEL_META} {} -> {} {}; {BUSYBOX} {}",
-        meta.version, kernel.name, kernel.version, busybox.version
-    ));
-
+/// `apt-get download` of `pkgs` (exact versions) into `debs`.
+pub(super) fn download(opts: &[String], debs: &Path, pkgs: &[&PkgInfo]) -> Result<(), String> {
     let t = Instant::now();
+    let names: Vec<String> = pkgs
+        .iter()
+        .map(|p| format!("{}:{}={}", p.name, p.arch(), p.version))
+        .collect();
+    let mb: f64 = pkgs.iter().map(|p| p.size as f64 / 1e6).sum();
     say(&format!(
-        "      apt-get download {}={} ({:.1} MB) {}:arm64={} ({:.1} MB) into {}",
-        kernel.name,
-        kernel.version,
-        kernel.size as f64 / 1e6,
-        busybox.name,
-        busybox.version,
-        busybox.size as f64 / 1e6,
+        "      apt-get download {} ({mb:.1} MB) into {}",
+        names.join(" "),
         debs.display()
     ));
     let status = Command::new("apt-get")
-        .args(&opts)
+        .args(opts)
         .args(["-q", "download"])
-        .arg(format!("{}:arm64={}", kernel.name, kernel.version))
-        .arg(format!("{}:arm64={}", busybox.name, busybox.version))
+        .args(&names)
         .current_dir(debs)
         .stdin(Stdio::null())
         .status()
         .map_err(|e| format!("cannot run apt-get download: {e}"))?;
     if !status.success() {
         return Err(format!(
-            "apt-get download {} {} failed ({status})",
-            kernel.name, busybox.name
+            "apt-get download {} failed ({status})",
+            names.join(" ")
         ));
     }
     say(&format!(
         "      downloaded in {:.1} s; checking",
         t.elapsed().as_secs_f64()
     ));
-    let mut m = BTreeMap::new();
-    for (key, pkg) in [("kernel", &kernel), ("busybox", &busybox)] {
-        let file = verify_deb(debs, pkg)?;
-        m.insert(format!("{key}_package"), pkg.name.clone());
-        m.insert(format!("{key}_version"), pkg.version.clone());
-        m.insert(format!("{key}_deb"), file);
-        m.insert(format!("{key}_sha256"), pkg.sha256.clone());
-        m.insert(format!("{key}_size"), pkg.size.to_string());
-    }
-    m.insert("kernel_meta_version".into(), meta.version.clone());
-    m.insert("suite".into(), suite);
-    m.insert("mirror".into(), mirror);
-    // Drop older downloads.
+    Ok(())
+}
+
+/// Checks the downloaded `pkg` and records it in the manifest under `key`
+/// (`key_package`, `_version`, `_deb`, `_sha256`, `_size`, `_arch`).
+pub(super) fn record(
+    m: &mut BTreeMap<String, String>,
+    key: &str,
+    debs: &Path,
+    pkg: &PkgInfo,
+) -> Result<(), String> {
+    let file = verify_deb(debs, pkg)?;
+    m.insert(format!("{key}_package"), pkg.name.clone());
+    m.insert(format!("{key}_version"), pkg.version.clone());
+    m.insert(format!("{key}_deb"), file);
+    m.insert(format!("{key}_sha256"), pkg.sha256.clone());
+    m.insert(format!("{key}_size"), pkg.size.to_string());
+    m.insert(format!("{key}_arch"), pkg.arch().to_string());
+    Ok(())
+}
+
+/// Removes the `.deb` files in `debs` that the manifest's `keys` do not name.
+pub(super) fn drop_other_debs(debs: &Path, m: &BTreeMap<String, String>, keys: &[&str]) {
+    let keep: Vec<&String> = keys
+        .iter()
+        .filter_map(|k| m.get(&format!("{k}_deb")))
+        .collect();
     if let Ok(rd) = std::fs::read_dir(debs) {
         for e in rd.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
-            if name.ends_with(".deb") && name != m["kernel_deb"] && name != m["busybox_deb"] {
+            if name.ends_with(".deb") && !keep.contains(&&name) {
                 let _ = std::fs::remove_file(e.path());
             }
         }
     }
-    Ok(m)
 }
 
 /// One package version as `apt-cache show` describes it.
 #[derive(Debug)]
-struct PkgInfo {
-    name: String,
-    version: String,
+pub(super) struct PkgInfo {
+    pub(super) name: String,
+    pub(super) version: String,
     size: u64,
     sha256: String,
     fields: BTreeMap<String, String>,
 }
 
+impl PkgInfo {
+    /// Its Debian architecture (`arm64`, `loong64`, `all`).
+    pub(super) fn arch(&self) -> &str {
+        self.fields
+            .get("Architecture")
+            .map(String::as_str)
+            .unwrap_or("arm64")
+    }
+}
+
 /// The candidate version of `name` (what `apt-get download name` would fetch).
-fn candidate(opts: &[String], name: &str) -> Result<PkgInfo, String> {
+pub(super) fn candidate(opts: &[String], name: &str) -> Result<PkgInfo, String> {
     let out = Command::new("apt-cache")
         .args(opts)
         .args(["policy", name])
@@ -205,13 +253,13 @@ fn candidate(opts: &[String], name: &str) -> Result<PkgInfo, String> {
         .find_map(|l| l.trim().strip_prefix("Candidate:").map(|v| v.trim().to_string()))
         .filter(|v| v != "(none)")
         .ok_or_else(|| {
-            format!("package {name} (arm64) not found in the apt lists: `apt-cache policy {name}` names no candidate")
+            format!("package {name} not found in the apt lists: `apt-cache policy {name}` names no candidate")
         })?;
     show(opts, name, Some(&ver))
 }
 
 /// `apt-cache show name[=version]`: the first (highest) record.
-fn show(opts: &[String], name: &str, version: Option<&str>) -> Result<PkgInfo, String> {
+pub(super) fn show(opts: &[String], name: &str, version: Option<&str>) -> Result<PkgInfo, String> {
     let spec = match version {
         Some(v) => format!("{name}={v}"),
         None => name.to_string(),
@@ -223,7 +271,7 @@ fn show(opts: &[String], name: &str, version: Option<&str>) -> Result<PkgInfo, S
         .map_err(|e| format!("cannot run apt-cache: {e}"))?;
     if !out.status.success() {
         return Err(format!(
-            "apt-cache show {spec} (arm64) failed: {}",
+            "apt-cache show {spec} failed: {}",
             String::from_utf8_lossy(&out.stderr).trim()
         ));
     }
@@ -274,7 +322,18 @@ fn parse_control(record: &str) -> BTreeMap<String, String> {
 /// The `linux-image-<version>-cloud-arm64` package (and exact version, if
 /// given) that the meta package depends on.
 fn kernel_dependency(meta: &PkgInfo) -> Option<(String, Option<String>)> {
-    let depends = meta.fields.get("Depends")?;
+    dependency(meta, |name| {
+        name.starts_with("linux-image-") && name != KERNEL_META
+    })
+}
+
+/// The first package `pkg` depends on whose name `wanted` accepts, with
+/// its exact version if the dependency names one (`(= v)`).
+pub(super) fn dependency(
+    pkg: &PkgInfo,
+    wanted: impl Fn(&str) -> bool,
+) -> Option<(String, Option<String>)> {
+    let depends = pkg.fields.get("Depends")?;
     depends
         .split(',')
         .flat_map(|alt| alt.split('|'))
@@ -285,7 +344,7 @@ fn kernel_dependency(meta: &PkgInfo) -> Option<(String, Option<String>)> {
                 None => (dep, ""),
             };
             let name = name.split(':').next().unwrap_or(name);
-            if !(name.starts_with("linux-image-") && name != KERNEL_META) {
+            if !wanted(name) {
                 return None;
             }
             let version = rest
@@ -301,7 +360,12 @@ fn kernel_dependency(meta: &PkgInfo) -> Option<(String, Option<String>)> {
 /// architecture. Returns the file name.
 fn verify_deb(dir: &Path, pkg: &PkgInfo) -> Result<String, String> {
     // apt names it NAME_VERSION_ARCH.deb with ':' in the version escaped as %3a.
-    let file = format!("{}_{}_arm64.deb", pkg.name, pkg.version.replace(':', "%3a"));
+    let file = format!(
+        "{}_{}_{}.deb",
+        pkg.name,
+        pkg.version.replace(':', "%3a"),
+        pkg.arch()
+    );
     let path = dir.join(&file);
     let len = std::fs::metadata(&path)
         .map_err(|e| format!("{}: not downloaded ({e})", path.display()))?
@@ -321,17 +385,18 @@ fn verify_deb(dir: &Path, pkg: &PkgInfo) -> Result<String, String> {
             pkg.sha256
         ));
     }
-    check_deb_fields(&path, &pkg.name, &pkg.version)?;
+    check_deb_fields(&path, &pkg.name, &pkg.version, pkg.arch())?;
     say(&format!(
-        "      ok: {file} ({len} bytes, SHA256 {}…, {} {} arm64)",
+        "      ok: {file} ({len} bytes, SHA256 {}…, {} {} {})",
         &sum[..16],
         pkg.name,
-        pkg.version
+        pkg.version,
+        pkg.arch()
     ));
     Ok(file)
 }
 
-fn check_deb_fields(path: &Path, name: &str, version: &str) -> Result<(), String> {
+fn check_deb_fields(path: &Path, name: &str, version: &str, arch: &str) -> Result<(), String> {
     let out = Command::new("dpkg-deb")
         .args(["--field"])
         .arg(path)
@@ -349,7 +414,7 @@ fn check_deb_fields(path: &Path, name: &str, version: &str) -> Result<(), String
     let want = [
         ("Package", name),
         ("Version", version),
-        ("Architecture", "arm64"),
+        ("Architecture", arch),
     ];
     for (k, v) in want {
         if f.get(k).map(String::as_str) != Some(v) {
@@ -366,13 +431,24 @@ fn check_deb_fields(path: &Path, name: &str, version: &str) -> Result<(), String
 /// Is the cache complete and intact?
 pub(super) fn check_cached(m: &BTreeMap<String, String>, debs: &Path) -> Result<(), String> {
     let suite = std::env::var("KESTREL_DEBIAN_SUITE").unwrap_or_else(|_| DEFAULT_SUITE.into());
-    if m.get("suite") != Some(&suite) {
+    check_cached_debs(m, debs, &suite, &["kernel", "busybox"])
+}
+
+/// Is the cache of Debian `suite` with the packages `keys` of the manifest
+/// complete and intact?
+pub(super) fn check_cached_debs(
+    m: &BTreeMap<String, String>,
+    debs: &Path,
+    suite: &str,
+    keys: &[&str],
+) -> Result<(), String> {
+    if m.get("suite").map(String::as_str) != Some(suite) {
         return Err(format!(
             "it holds Debian {:?}, {suite:?} is wanted",
             m.get("suite").map(String::as_str).unwrap_or("?")
         ));
     }
-    for key in ["kernel", "busybox"] {
+    for &key in keys {
         let field = |f: &str| {
             m.get(&format!("{key}_{f}"))
                 .ok_or_else(|| format!("manifest lacks {key}_{f}"))
@@ -384,7 +460,11 @@ pub(super) fn check_cached(m: &BTreeMap<String, String>, debs: &Path) -> Result<
         if sha256(&path)? != *field("sha256")? {
             return Err(format!("{} does not match its SHA256", path.display()));
         }
-        check_deb_fields(&path, field("package")?, field("version")?)?;
+        let arch = m
+            .get(&format!("{key}_arch"))
+            .map(String::as_str)
+            .unwrap_or("arm64");
+        check_deb_fields(&path, field("package")?, field("version")?, arch)?;
     }
     Ok(())
 }
@@ -512,6 +592,16 @@ pub fn sha256(path: &Path) -> Result<String, String> {
 
 /// The data member of `deb` whose path starts with `prefix`.
 pub(super) fn deb_member(deb: &Path, prefix: &str) -> Result<String, String> {
+    deb_member_where(deb, prefix, |n| n.starts_with(prefix))
+}
+
+/// The one data member of `deb` that `wanted` accepts (`what` names it in
+/// errors).
+pub(super) fn deb_member_where(
+    deb: &Path,
+    what: &str,
+    wanted: impl Fn(&str) -> bool,
+) -> Result<String, String> {
     let out = Command::new("dpkg-deb")
         .arg("--contents")
         .arg(deb)
@@ -528,12 +618,12 @@ pub(super) fn deb_member(deb: &Path, prefix: &str) -> Result<String, String> {
     let names: Vec<&str> = text
         .lines()
         .filter_map(|l| l.split_whitespace().nth(5))
-        .filter(|n| n.starts_with(prefix))
+        .filter(|n| wanted(n))
         .collect();
     match names.as_slice() {
         [one] => Ok(one.to_string()),
-        [] => Err(format!("{}: has no {prefix}*", deb.display())),
-        many => Err(format!("{}: several {prefix}*: {many:?}", deb.display())),
+        [] => Err(format!("{}: has no {what}*", deb.display())),
+        many => Err(format!("{}: several {what}*: {many:?}", deb.display())),
     }
 }
 

@@ -29,6 +29,7 @@ use std::time::{Duration, Instant};
 mod apt;
 mod arm64;
 mod initramfs;
+pub mod loong64;
 mod modules;
 mod rootfs;
 
@@ -106,16 +107,28 @@ pub fn command(cmd: &str, args: &[String]) -> Result<(), String> {
     if cmd == "bench-linux" {
         return crate::vmtests_linux::bench(args);
     }
-    let (mut refresh, mut test) = (false, false);
-    for a in args {
+    let (mut refresh, mut test, mut la) = (false, false, false);
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
         match a.as_str() {
             "--refresh" => refresh = true,
             "--test" => test = true,
+            "--arch" => match it.next().map(String::as_str) {
+                Some("aarch64" | "arm64") => la = false,
+                Some("loongarch64" | "loong64") => la = true,
+                other => {
+                    return Err(format!(
+                        "guest-assets: --arch takes aarch64 or loongarch64, not {other:?}"
+                    ))
+                }
+            },
             "-h" | "--help" => {
                 println!(
-                    "usage: cargo xtask guest-assets [--refresh] [--test]\n\
+                    "usage: cargo xtask guest-assets [--arch aarch64|loongarch64] [--refresh] [--test]\n\
                      Fetches Debian's arm64 cloud kernel and busybox-static with apt (cache: {}),\n\
                      checks them and builds {}/{{Image,initramfs.cpio.gz,rootfs.ext4}}.\n\
+                     --arch loongarch64: Debian sid's loong64 kernel (its zboot vmlinuz unpacked) and busybox,\n\
+                     trixie's edk2 for QEMU (QEMU_EFI.fd), the test initramfs, in build/guests/linux-loong64/\n\
                      --refresh  resolve and download the current versions even if the cache is valid\n\
                      --test     then boot them on bare QEMU (GICv3, GICv3 at EL1, GICv2) and run the init test\n\
                      Environment: KESTREL_GUEST_CACHE (cache dir), KESTREL_DEBIAN_SUITE (default {DEFAULT_SUITE}),\n\
@@ -131,6 +144,16 @@ pub fn command(cmd: &str, args: &[String]) -> Result<(), String> {
                 ))
             }
         }
+    }
+    if la {
+        let a = loong64::ensure(refresh)?;
+        for p in [&a.vmlinuz, &a.image, &a.initramfs, &a.firmware] {
+            println!("{}", p.display());
+        }
+        if test {
+            crate::vmtests_linux::run_bare_la64(a)?;
+        }
+        return Ok(());
     }
     let a = ensure(refresh)?;
     println!("{}", a.image.display());
@@ -286,9 +309,20 @@ pub fn ensure(refresh: bool) -> Result<LinuxAssets, String> {
 /// tests: a slow or absent network must not hang them).
 /// Err with the reason when it could not be done in time or failed.
 pub fn ensure_within(limit: Duration) -> Result<LinuxAssets, String> {
+    run_within(&[], limit)?;
+    built().ok_or_else(|| "guest-assets ran but wrote no files".to_string())
+}
+
+/// [`ensure_within`] for the LoongArch assets (`--arch loongarch64`).
+pub fn ensure_within_la64(limit: Duration) -> Result<loong64::Loong64Assets, String> {
+    run_within(&["--arch", "loongarch64"], limit)?;
+    loong64::built().ok_or_else(|| "guest-assets ran but wrote no files".to_string())
+}
+
+fn run_within(args: &[&str], limit: Duration) -> Result<(), String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find xtask itself: {e}"))?;
     let mut cmd = Command::new(exe);
-    cmd.arg("guest-assets").stdout(Stdio::null());
+    cmd.arg("guest-assets").args(args).stdout(Stdio::null());
     {
         use std::os::unix::process::CommandExt;
         cmd.process_group(0);
@@ -297,12 +331,16 @@ pub fn ensure_within(limit: Duration) -> Result<LinuxAssets, String> {
         .spawn()
         .map_err(|e| format!("cannot run xtask guest-assets: {e}"))?;
     let start = Instant::now();
+    let what = format!(
+        "`{}`",
+        format!("cargo xtask guest-assets {}", args.join(" ")).trim_end()
+    );
     loop {
         if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
             if !status.success() {
-                return Err(format!("`cargo xtask guest-assets` failed ({status})"));
+                return Err(format!("{what} failed ({status})"));
             }
-            return built().ok_or_else(|| "guest-assets ran but wrote no files".to_string());
+            return Ok(());
         }
         if start.elapsed() > limit {
             // Stop the whole group (apt's download methods included).
@@ -313,7 +351,7 @@ pub fn ensure_within(limit: Duration) -> Result<LinuxAssets, String> {
             let _ = child.kill();
             let _ = child.wait();
             return Err(format!(
-                "`cargo xtask guest-assets` took longer than {} s (slow or no network?)",
+                "{what} took longer than {} s (slow or no network?)",
                 limit.as_secs()
             ));
         }

@@ -423,7 +423,7 @@ fn loongarch_linux_needs_a_loongarch_elf() {
     std::fs::write(&file, text.replace("vmlinux", "Image")).unwrap();
     let e = load(&file, Arch::LoongArch64).unwrap_err();
     assert_eq!(e.field, "vm[0].kernel");
-    assert!(e.problem.contains("not a LoongArch Linux ELF"), "{e}");
+    assert!(e.problem.contains("not a LoongArch Linux image"), "{e}");
     // An ELF whose segment lies outside the file is refused here, not at boot.
     let mut elf = std::fs::read(dir.join("vmlinux")).unwrap();
     elf[64 + 32..64 + 40].copy_from_slice(&0x1000u64.to_le_bytes());
@@ -436,6 +436,51 @@ fn loongarch_linux_needs_a_loongarch_elf() {
             .contains("not a loadable ELF: segment 0 outside the file"),
         "{e}"
     );
+}
+
+#[test]
+fn loongarch_linux_zboot_is_unpacked_at_pack_time() {
+    use crate::zboot::tests::{la_image, zboot};
+    use ruzstd::encoding::{compress_to_vec, CompressionLevel};
+    let dir = fixture();
+    let file = dir.join("la-efi.toml");
+    let image = la_image(0x3000);
+    let packed = zboot(
+        &compress_to_vec(&image[..], CompressionLevel::Fastest),
+        b"zstd",
+    );
+    std::fs::write(dir.join("vmlinuz-la"), &packed).unwrap();
+    let text = "[[vm]]\nname = \"la\"\nvcpus = 1\nmemory = \"64M\"\nkernel = \"vmlinuz-la\"\n";
+    std::fs::write(&file, text).unwrap();
+    let cfg = load(&file, Arch::LoongArch64).unwrap();
+    let vm = &cfg.vms[0];
+    assert_eq!(vm.kind, GuestKind::LinuxLoongArchImage);
+    assert_eq!(vm.kernel, image, "the package carries the unpacked image");
+    assert_eq!(
+        (vm.load_offset, vm.entry_offset, vm.kernel_footprint),
+        (0x20_0000, 0x1000, 0x3000)
+    );
+    // The package reader agrees on the kind and places the kernel there.
+    let pkg = pack(&cfg);
+    let rec = kestrel_abi::package::Package::parse(&pkg)
+        .unwrap()
+        .vms()
+        .next()
+        .unwrap()
+        .unwrap();
+    assert_eq!(rec.kind, GuestKind::LinuxLoongArchImage);
+    assert_eq!((rec.layout.kernel, rec.entry_offset), (0x20_0000, 0x1000));
+    // An unsupported compression or a broken payload names the file.
+    std::fs::write(dir.join("vmlinuz-la"), zboot(b"garbage", b"zstd")).unwrap();
+    let e = load(&file, Arch::LoongArch64).unwrap_err();
+    assert_eq!(e.field, "vm[0].kernel");
+    assert!(
+        e.problem.contains("vmlinuz-la") && e.problem.contains("not a zstd frame"),
+        "{e}"
+    );
+    std::fs::write(dir.join("vmlinuz-la"), zboot(b"garbage", b"lz4")).unwrap();
+    let e = load(&file, Arch::LoongArch64).unwrap_err();
+    assert!(e.problem.contains("\"lz4\""), "{e}");
 }
 
 #[test]

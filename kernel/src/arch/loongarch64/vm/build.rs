@@ -14,6 +14,7 @@ use kestrel_abi::package::{ConsoleKind, GuestKind};
 use crate::board::BoardInfo;
 use crate::fdt_build::{guest_dtb_loongarch, LoongArchDtbSpec};
 use crate::frames::FramePool;
+use crate::guest::loongarch::efi;
 use crate::guest::loongarch::iocsr::VIpi;
 use crate::guest::loongarch::layout;
 use crate::stats::Stats;
@@ -105,6 +106,13 @@ fn load_images(st: &VmState, spec: &VmSpec<'static>) -> Result<BootRegs, String>
                 .map_err(|e| format!("kernel: {e}"))?;
             spec.entry_gpa
         }
+        GuestKind::LinuxLoongArchImage => {
+            // The image at its text_offset (a RAM offset), entered at
+            // kernel_entry in DA mode (kestrel_abi::image::LoongArchImage).
+            st.copy_in(spec.kernel_gpa, spec.kernel)
+                .map_err(|e| format!("kernel: {e}"))?;
+            layout::gpa_of(spec.entry_gpa)
+        }
         GuestKind::LinuxArm64Image => {
             return Err(String::from("kind: an arm64 Image cannot run on LoongArch"))
         }
@@ -131,9 +139,22 @@ fn load_images(st: &VmState, spec: &VmSpec<'static>) -> Result<BootRegs, String>
     cl.push(0);
     st.copy_in(cmdline_off, &cl)
         .map_err(|e| format!("cmdline: {e}"))?;
+    // A Linux image gets the EFI protocol: a0 = 1 (EFI boot), a2 = an EFI
+    // system table whose one configuration table names the DTB
+    // (guest::loongarch::efi), placed after the command line.
+    let (a0, a2) = if spec.kind == GuestKind::LinuxLoongArchImage {
+        let systab_off = (cmdline_off + cl.len() as u64 + 63) & !63;
+        let systab_gpa = layout::gpa_of(systab_off);
+        let table = efi::system_table(systab_gpa, layout::gpa_of(spec.dtb_gpa));
+        st.copy_in(systab_off, &table)
+            .map_err(|e| format!("EFI system table: {e}"))?;
+        (1, systab_gpa)
+    } else {
+        (0, layout::gpa_of(spec.dtb_gpa))
+    };
     Ok(BootRegs {
         entry,
-        args: [0, layout::gpa_of(cmdline_off), layout::gpa_of(spec.dtb_gpa)],
+        args: [a0, layout::gpa_of(cmdline_off), a2],
     })
 }
 
