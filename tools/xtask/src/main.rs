@@ -289,6 +289,7 @@ fn run() -> Result<(), String> {
         "vmtest" if vmtests_arm64::selected(rest) => vmtest::run(&vmtests_arm64::VM_SUITE, rest),
         "vmtest" => vmtest::run(&vmtests_la64::VM_SUITE, rest),
         "guest-assets" | "bench-linux" => assets::command(cmd, rest),
+        "firmware" => assets::firmware::command(rest),
         "bench-vm" => bench_vm::run(rest),
         "bench-exits" => bench_exits::run(rest),
         "bench-net" => vmtests_linux::bench_net(rest),

@@ -49,7 +49,11 @@ fn apt_opts(cache: &Path) -> Vec<String> {
     ]
 }
 
-pub(super) fn fetch(cache: &Path, debs: &Path) -> Result<BTreeMap<String, String>, String> {
+/// Prepares the private apt state under `cache` (lists of Debian `suite`,
+/// `-updates` and `-security` for arm64, which include the `all` packages)
+/// and runs `apt-get update`. Returns the apt options and the suite.
+/// `step` prefixes the progress messages.
+pub(crate) fn update_lists(cache: &Path, step: &str) -> Result<(Vec<String>, String), String> {
     let apt = cache.join("apt");
     for d in [
         apt.join("lists/partial"),
@@ -62,10 +66,10 @@ pub(super) fn fetch(cache: &Path, debs: &Path) -> Result<BTreeMap<String, String
     if !status.exists() {
         std::fs::write(&status, "").map_err(|e| format!("{}: {e}", status.display()))?;
     }
-    let suite = std::env::var("KESTREL_DEBIAN_SUITE").unwrap_or_else(|_| DEFAULT_SUITE.into());
+    let suite = debian_suite();
     let mirror = std::env::var("KESTREL_DEBIAN_MIRROR").unwrap_or_else(|_| DEFAULT_MIRROR.into());
     let sources = format!(
-        "# written by `cargo xtask guest-assets`\n\
+        "# written by `cargo xtask`\n\
          deb {mirror}/debian {suite} main\n\
          deb {mirror}/debian {suite}-updates main\n\
          deb {mirror}/debian-security {suite}-security main\n"
@@ -76,7 +80,7 @@ pub(super) fn fetch(cache: &Path, debs: &Path) -> Result<BTreeMap<String, String
     let opts = apt_opts(cache);
 
     say(&format!(
-        "[1/4] apt-get update: Debian {suite} arm64 package lists (about 10 MB, into {})",
+        "{step} apt-get update: Debian {suite} arm64 package lists (about 10 MB, into {})",
         apt.display()
     ));
     let t = Instant::now();
@@ -115,6 +119,17 @@ pub(super) fn fetch(cache: &Path, debs: &Path) -> Result<BTreeMap<String, String
         "      lists updated in {:.1} s",
         t.elapsed().as_secs_f64()
     ));
+    Ok((opts, suite))
+}
+
+/// The Debian suite the assets come from (`KESTREL_DEBIAN_SUITE`).
+pub(crate) fn debian_suite() -> String {
+    std::env::var("KESTREL_DEBIAN_SUITE").unwrap_or_else(|_| DEFAULT_SUITE.into())
+}
+
+pub(super) fn fetch(cache: &Path, debs: &Path) -> Result<BTreeMap<String, String>, String> {
+    let (opts, suite) = update_lists(cache, "[1/4]")?;
+    let mirror = std::env::var("KESTREL_DEBIAN_MIRROR").unwrap_or_else(|_| DEFAULT_MIRROR.into());
 
     say(&format!("[2/4] resolving {KERNEL_META} and {BUSYBOX}"));
     let meta = candidate(&opts, KERNEL_META)?;
@@ -184,16 +199,16 @@ pub(super) fn fetch(cache: &Path, debs: &Path) -> Result<BTreeMap<String, String
 
 /// One package version as `apt-cache show` describes it.
 #[derive(Debug)]
-struct PkgInfo {
-    name: String,
-    version: String,
-    size: u64,
-    sha256: String,
-    fields: BTreeMap<String, String>,
+pub(crate) struct PkgInfo {
+    pub name: String,
+    pub version: String,
+    pub size: u64,
+    pub sha256: String,
+    pub fields: BTreeMap<String, String>,
 }
 
 /// The candidate version of `name` (what `apt-get download name` would fetch).
-fn candidate(opts: &[String], name: &str) -> Result<PkgInfo, String> {
+pub(crate) fn candidate(opts: &[String], name: &str) -> Result<PkgInfo, String> {
     let out = Command::new("apt-cache")
         .args(opts)
         .args(["policy", name])
@@ -299,9 +314,11 @@ fn kernel_dependency(meta: &PkgInfo) -> Option<(String, Option<String>)> {
 /// Finds the downloaded `.deb` of `pkg` in `dir` and checks it against the
 /// apt metadata: size, SHA256, and `dpkg-deb`'s idea of name, version and
 /// architecture. Returns the file name.
-fn verify_deb(dir: &Path, pkg: &PkgInfo) -> Result<String, String> {
-    // apt names it NAME_VERSION_ARCH.deb with ':' in the version escaped as %3a.
-    let file = format!("{}_{}_arm64.deb", pkg.name, pkg.version.replace(':', "%3a"));
+pub(crate) fn verify_deb(dir: &Path, pkg: &PkgInfo) -> Result<String, String> {
+    // apt names it NAME_VERSION_ARCH.deb with ':' in the version escaped as
+    // %3a; ARCH is arm64, or all for architecture-independent packages.
+    let arch = pkg.arch();
+    let file = format!("{}_{}_{arch}.deb", pkg.name, pkg.version.replace(':', "%3a"));
     let path = dir.join(&file);
     let len = std::fs::metadata(&path)
         .map_err(|e| format!("{}: not downloaded ({e})", path.display()))?
@@ -321,9 +338,9 @@ fn verify_deb(dir: &Path, pkg: &PkgInfo) -> Result<String, String> {
             pkg.sha256
         ));
     }
-    check_deb_fields(&path, &pkg.name, &pkg.version)?;
+    check_deb_fields(&path, &pkg.name, &pkg.version, arch)?;
     say(&format!(
-        "      ok: {file} ({len} bytes, SHA256 {}…, {} {} arm64)",
+        "      ok: {file} ({len} bytes, SHA256 {}…, {} {} {arch})",
         &sum[..16],
         pkg.name,
         pkg.version
@@ -331,7 +348,22 @@ fn verify_deb(dir: &Path, pkg: &PkgInfo) -> Result<String, String> {
     Ok(file)
 }
 
-fn check_deb_fields(path: &Path, name: &str, version: &str) -> Result<(), String> {
+impl PkgInfo {
+    /// The package's architecture: `arm64`, or `all` (firmware, data).
+    pub fn arch(&self) -> &str {
+        match self.fields.get("Architecture").map(String::as_str) {
+            Some("all") => "all",
+            _ => "arm64",
+        }
+    }
+}
+
+pub(crate) fn check_deb_fields(
+    path: &Path,
+    name: &str,
+    version: &str,
+    arch: &str,
+) -> Result<(), String> {
     let out = Command::new("dpkg-deb")
         .args(["--field"])
         .arg(path)
@@ -349,7 +381,7 @@ fn check_deb_fields(path: &Path, name: &str, version: &str) -> Result<(), String
     let want = [
         ("Package", name),
         ("Version", version),
-        ("Architecture", "arm64"),
+        ("Architecture", arch),
     ];
     for (k, v) in want {
         if f.get(k).map(String::as_str) != Some(v) {
@@ -365,7 +397,7 @@ fn check_deb_fields(path: &Path, name: &str, version: &str) -> Result<(), String
 
 /// Is the cache complete and intact?
 pub(super) fn check_cached(m: &BTreeMap<String, String>, debs: &Path) -> Result<(), String> {
-    let suite = std::env::var("KESTREL_DEBIAN_SUITE").unwrap_or_else(|_| DEFAULT_SUITE.into());
+    let suite = debian_suite();
     if m.get("suite") != Some(&suite) {
         return Err(format!(
             "it holds Debian {:?}, {suite:?} is wanted",
@@ -384,12 +416,12 @@ pub(super) fn check_cached(m: &BTreeMap<String, String>, debs: &Path) -> Result<
         if sha256(&path)? != *field("sha256")? {
             return Err(format!("{} does not match its SHA256", path.display()));
         }
-        check_deb_fields(&path, field("package")?, field("version")?)?;
+        check_deb_fields(&path, field("package")?, field("version")?, "arm64")?;
     }
     Ok(())
 }
 
-pub(super) fn parse_manifest(text: &str) -> BTreeMap<String, String> {
+pub(crate) fn parse_manifest(text: &str) -> BTreeMap<String, String> {
     text.lines()
         .filter(|l| !l.starts_with('#'))
         .filter_map(|l| l.split_once('='))
@@ -397,7 +429,7 @@ pub(super) fn parse_manifest(text: &str) -> BTreeMap<String, String> {
         .collect()
 }
 
-pub(super) fn render_manifest(m: &BTreeMap<String, String>) -> String {
+pub(crate) fn render_manifest(m: &BTreeMap<String, String>) -> String {
     let mut s = String::from("# written by `cargo xtask guest-assets` (docs/linux-guests.md)\n");
     for (k, v) in m {
         s.push_str(&format!("{k}={v}\n"));
@@ -415,7 +447,7 @@ fn have(cmd: &str) -> bool {
 /// apt, dpkg-deb, tar, gzip and sha256sum must be there (they are on
 /// Debian); `cpio` and e2fsprogs (`mke2fs`, `debugfs`, `e2fsck`, for the
 /// root filesystem image) are installed from Debian if missing.
-pub(super) fn need_tools() -> Result<(), String> {
+pub(crate) fn need_tools() -> Result<(), String> {
     for t in [
         "apt-get",
         "apt-cache",
@@ -511,7 +543,7 @@ pub fn sha256(path: &Path) -> Result<String, String> {
 }
 
 /// The data member of `deb` whose path starts with `prefix`.
-pub(super) fn deb_member(deb: &Path, prefix: &str) -> Result<String, String> {
+pub(crate) fn deb_member(deb: &Path, prefix: &str) -> Result<String, String> {
     let out = Command::new("dpkg-deb")
         .arg("--contents")
         .arg(deb)
@@ -538,7 +570,7 @@ pub(super) fn deb_member(deb: &Path, prefix: &str) -> Result<String, String> {
 }
 
 /// Extracts one member of a `.deb` to `dest` (without unpacking the rest).
-pub(super) fn extract_member(deb: &Path, member: &str, dest: &Path) -> Result<(), String> {
+pub(crate) fn extract_member(deb: &Path, member: &str, dest: &Path) -> Result<(), String> {
     let mut dpkg = Command::new("dpkg-deb")
         .arg("--fsys-tarfile")
         .arg(deb)
