@@ -14,6 +14,7 @@ mod assets;
 mod bench_exits;
 mod bench_vm;
 mod config;
+mod fwboot;
 mod qemu;
 mod share;
 mod smoke;
@@ -272,6 +273,11 @@ fn run() -> Result<(), String> {
         "image" => {
             let o = parse_opts(rest)?;
             let image = build_image_with(o.arch, &o.features, o.config.as_deref())?;
+            if o.arch == Arch::Aarch64 {
+                for p in fwboot::boot_paths(&image)? {
+                    eprintln!("boots as: {p}");
+                }
+            }
             println!("{}", image.display());
             Ok(())
         }

@@ -226,6 +226,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
     let sel = suite::parse_args(&SUITE, args, None)?;
     let mut tests = crate::vmtests_linux::smoke_tests(&sel);
     tests.extend(cases().into_iter().map(test));
+    tests.extend(crate::fwboot::tests());
     suite::run(&SUITE, &sel, tests)
 }
 
