@@ -64,17 +64,18 @@ pub fn tests() -> Vec<Test<'static>> {
 fn started_by(path: BootPath) -> &'static str {
     match path {
         BootPath::UBoot => "arm64: EL2, image at",
-        BootPath::UefiKernel | BootPath::UefiEsp => "arm64: started by UEFI firmware",
+        BootPath::UefiKernel | BootPath::UefiEsp => "memory map entries stay the firmware's",
     }
 }
 
 fn verdict(path: BootPath) -> Verdict {
-    let boot = match boot(path) {
+    let (boot, firmware) = match boot(path) {
         Ok(b) => b,
         Err(e) => return Verdict::error(e),
     };
     let log = boot.text();
     Verdict {
+        echo: vec![format!("firmware: {firmware}")],
         problems: judge(path, &log, boot.timed_out),
         log,
         saved: boot.saved,
@@ -119,7 +120,7 @@ fn vm_case() -> VmCase {
 
 /// Builds kestrel with the case's VM, makes the disk and boots it through
 /// the firmware.
-fn boot(path: BootPath) -> Result<Boot, String> {
+fn boot(path: BootPath) -> Result<(Boot, String), String> {
     let fw = firmware::ensure(false)?;
     crate::vmtests_arm64::build_guest_arm64()?;
     let built = crate::build_image_with(Arch::Aarch64, &[], Some(&root().join(CONFIG)))?;
@@ -161,7 +162,7 @@ fn boot(path: BootPath) -> Result<Boot, String> {
             .grace(Duration::from_secs(1));
     }
     runner = runner.log_to(dir.join(format!("fwboot-{slug}.log")));
-    runner.run()
+    Ok((runner.run()?, fw.versions))
 }
 
 /// The boot script U-Boot's distro boot runs: it loads kestrel from the
@@ -178,8 +179,14 @@ echo kestrel: booti returned
 /// QEMU with the board firmware and the machine kestrel's tests use
 /// (GICv3, 4 CPUs, 1 GiB), no `-kernel` yet.
 fn command(fw: &Firmware, path: BootPath) -> Command {
+    // With ACPI on (QEMU's default when firmware runs) edk2 hands over ACPI
+    // tables instead of the device tree kestrel needs.
+    let machine = match path {
+        BootPath::UBoot => "virt,virtualization=on,gic-version=3",
+        BootPath::UefiKernel | BootPath::UefiEsp => "virt,virtualization=on,gic-version=3,acpi=off",
+    };
     let mut c = Command::new("qemu-system-aarch64");
-    c.args(["-M", "virt,virtualization=on,gic-version=3", "-cpu", "max"])
+    c.args(["-M", machine, "-cpu", "max"])
         .args(["-smp", "4", "-m", "1024", "-nic", "none"])
         .args(["-display", "none", "-monitor", "none", "-serial", "stdio"])
         .arg("-no-reboot")

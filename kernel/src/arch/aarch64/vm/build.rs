@@ -26,7 +26,7 @@ use super::{mem, Arm64Backend, VmState, NR_SPIS, VTIMER_PPI};
 
 impl Machine for Arm64Backend {
     fn guest_memory(&self, board: &BoardInfo) -> FramePool {
-        mem::pool(&board.memory, &platform::reserved(), mmu::VA_LIMIT)
+        mem::pool(&board.memory, platform::reserved(), mmu::VA_LIMIT)
     }
 
     fn build_vm(
