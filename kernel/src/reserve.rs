@@ -72,7 +72,11 @@ impl Ranges {
                 i += 1;
             }
         }
-        let at = self.list.iter().position(|&(rs, _)| rs > s).unwrap_or(self.list.len());
+        let at = self
+            .list
+            .iter()
+            .position(|&(rs, _)| rs > s)
+            .unwrap_or(self.list.len());
         if self.list.is_full() {
             // Merge with the nearer neighbour.
             let left = at.checked_sub(1).map(|j| (j, s - self.list[j].1));
@@ -107,7 +111,11 @@ pub enum ReserveError {
     MapSize { size: usize, descriptor: usize },
     /// Descriptor `index`: PhysicalStart + NumberOfPages * 4096 overflows,
     /// or PhysicalStart is not 4 KiB aligned.
-    Descriptor { index: usize, start: u64, pages: u64 },
+    Descriptor {
+        index: usize,
+        start: u64,
+        pages: u64,
+    },
     /// The device tree's `/memreserve/` block runs past the blob, or an
     /// entry's address + size overflows.
     MemReserve { index: usize },
@@ -164,11 +172,15 @@ fn le_u64(b: &[u8], off: usize) -> u64 {
 /// returned it, `desc_size` bytes per descriptor) that the firmware keeps
 /// after `ExitBootServices` to `out`. Returns how many descriptors were
 /// reserved.
-pub fn from_uefi_map(map: &[u8], desc_size: usize, out: &mut Ranges) -> Result<usize, ReserveError> {
-    if desc_size < UEFI_DESC_MIN || desc_size % 8 != 0 {
+pub fn from_uefi_map(
+    map: &[u8],
+    desc_size: usize,
+    out: &mut Ranges,
+) -> Result<usize, ReserveError> {
+    if desc_size < UEFI_DESC_MIN || !desc_size.is_multiple_of(8) {
         return Err(ReserveError::DescriptorSize(desc_size));
     }
-    if map.len() % desc_size != 0 {
+    if !map.len().is_multiple_of(desc_size) {
         return Err(ReserveError::MapSize {
             size: map.len(),
             descriptor: desc_size,
@@ -182,7 +194,7 @@ pub fn from_uefi_map(map: &[u8], desc_size: usize, out: &mut Ranges) -> Result<u
         let end = pages
             .checked_mul(4096)
             .and_then(|len| start.checked_add(len))
-            .filter(|_| start % 4096 == 0)
+            .filter(|_| start.is_multiple_of(4096))
             .ok_or(ReserveError::Descriptor {
                 index,
                 start,
@@ -345,7 +357,10 @@ mod tests {
         if terminate {
             rsvmap.extend([0u8; 16]);
         }
-        let structs: StdVec<u8> = [1u32, 0, 2, 9].iter().flat_map(|w| w.to_be_bytes()).collect();
+        let structs: StdVec<u8> = [1u32, 0, 2, 9]
+            .iter()
+            .flat_map(|w| w.to_be_bytes())
+            .collect();
         let off_rsv = 40usize;
         let off_struct = off_rsv + rsvmap.len();
         let off_strings = off_struct + structs.len();

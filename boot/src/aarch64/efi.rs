@@ -80,6 +80,9 @@ const ST_TABLES: usize = 112;
 const BS_GET_MEMORY_MAP: usize = 56;
 const BS_HANDLE_PROTOCOL: usize = 152;
 const BS_EXIT_BOOT_SERVICES: usize = 232;
+type GetMemoryMap =
+    extern "efiapi" fn(*mut usize, *mut u8, *mut usize, *mut usize, *mut u32) -> Status;
+type ExitBootServices = extern "efiapi" fn(usize, usize) -> Status;
 // EFI_LOADED_IMAGE_PROTOCOL offsets.
 const LI_OPTIONS_SIZE: usize = 48;
 const LI_OPTIONS: usize = 56;
@@ -135,7 +138,11 @@ impl Uefi {
                 buf[n] = u16::from(b'\r');
                 n += 1;
             }
-            buf[n] = if c.is_ascii() { c as u16 } else { u16::from(b'?') };
+            buf[n] = if c.is_ascii() {
+                c as u16
+            } else {
+                u16::from(b'?')
+            };
             n += 1;
             if n >= 63 {
                 flush(&mut buf, &mut n);
@@ -187,7 +194,7 @@ impl Uefi {
                 Self::field(li, LI_OPTIONS),
             )
         };
-        if opts == 0 || size < 2 || size % 2 != 0 || opts % 2 != 0 {
+        if opts == 0 || size < 2 || !size.is_multiple_of(2) || !opts.is_multiple_of(2) {
             return false;
         }
         for i in 0..(size / 2).min(1024) {
@@ -214,7 +221,7 @@ impl Uefi {
         // SAFETY: the system table's FirmwareVendor (a NUL-terminated
         // UCS-2 string).
         let p = unsafe { Self::field(self.st, ST_VENDOR) };
-        if p == 0 || p % 2 != 0 {
+        if p == 0 || !p.is_multiple_of(2) {
             return;
         }
         for i in 0..64 {
@@ -290,7 +297,7 @@ extern "C" fn kestrel_efi_main(image: usize, st: usize, bad_relocs: u64, load: u
         efi.print("kestrel: FATAL: the device tree in the configuration table is not one (bad magic or larger than 2 MiB)\n");
         return 0;
     };
-    if dtb % 8 != 0 {
+    if !dtb.is_multiple_of(8) {
         efi.print("kestrel: FATAL: the device tree is not 8-byte aligned\n");
         return 0;
     }
@@ -306,13 +313,10 @@ extern "C" fn kestrel_efi_main(image: usize, st: usize, bad_relocs: u64, load: u
     let bs = efi.boot_services();
     // SAFETY: GetMemoryMap and ExitBootServices of the boot services
     // table, with the signatures of UEFI 2.10 7.2 and 7.4.
-    let (get_map, exit_bs): (
-        extern "efiapi" fn(*mut usize, *mut u8, *mut usize, *mut usize, *mut u32) -> Status,
-        extern "efiapi" fn(usize, usize) -> Status,
-    ) = unsafe {
+    let (get_map, exit_bs) = unsafe {
         (
-            core::mem::transmute(Uefi::field(bs, BS_GET_MEMORY_MAP)),
-            core::mem::transmute(Uefi::field(bs, BS_EXIT_BOOT_SERVICES)),
+            core::mem::transmute::<usize, GetMemoryMap>(Uefi::field(bs, BS_GET_MEMORY_MAP)),
+            core::mem::transmute::<usize, ExitBootServices>(Uefi::field(bs, BS_EXIT_BOOT_SERVICES)),
         )
     };
     let mut buf = [0u64; MAP_BUF / 8];
@@ -342,7 +346,9 @@ extern "C" fn kestrel_efi_main(image: usize, st: usize, bad_relocs: u64, load: u
         }
     }
     if !exited {
-        efi.print("kestrel: FATAL: ExitBootServices failed 8 times (the memory map keeps changing)\n");
+        efi.print(
+            "kestrel: FATAL: ExitBootServices failed 8 times (the memory map keeps changing)\n",
+        );
         return 0;
     }
     // Boot services are gone: no more firmware calls, no console. Errors
@@ -354,7 +360,7 @@ extern "C" fn kestrel_efi_main(image: usize, st: usize, bad_relocs: u64, load: u
         Ok(n) => h.descriptors = n,
         Err(e) => h.map_error = Some(e),
     }
-    h.map_entries = if desc_size == 0 { 0 } else { size / desc_size };
+    h.map_entries = size.checked_div(desc_size).unwrap_or(0);
     h.load_addr = load;
     h.valid = true;
     // What the Linux-protocol entry reads with the MMU off must be in

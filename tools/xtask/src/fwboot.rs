@@ -138,10 +138,7 @@ fn boot(path: BootPath) -> Result<(Boot, String), String> {
     match path {
         BootPath::UBoot => {
             let script = boot_script(U_BOOT_SCRIPT.as_bytes(), "kestrel boot script");
-            let disk = disk_image(
-                &[("boot.scr", &script), ("kestrel.bin", &kestrel)],
-                0x0c,
-            )?;
+            let disk = disk_image(&[("boot.scr", &script), ("kestrel.bin", &kestrel)], 0x0c)?;
             attach_disk(&mut cmd, &dir.join(format!("fwboot-{slug}.img")), &disk)?;
         }
         BootPath::UefiKernel => {
@@ -231,7 +228,8 @@ pub fn disk_image(files: &[(&str, &[u8])], part_type: u8) -> Result<Vec<u8>, Str
 pub fn mbr(part_type: u8, start_lba: u64, sectors: u64) -> [u8; 512] {
     let mut m = [0u8; 512];
     let e = &mut m[446..462];
-    e[0] = 0x80; // bootable
+    // Bootable.
+    e[0] = 0x80;
     // CHS fields: "use LBA" (0xfe 0xff 0xff), as tools write for big disks.
     e[1..4].copy_from_slice(&[0xfe, 0xff, 0xff]);
     e[4] = part_type;
@@ -317,7 +315,9 @@ pub fn boot_paths(image: &Path) -> Result<Vec<&'static str>, String> {
         paths.push("arm64 Image with DTB in x0 (QEMU -kernel, U-Boot booti)");
     }
     if pe_header(&d).is_some() {
-        paths.push("EFI application (UEFI: -kernel with edk2, \\EFI\\BOOT\\BOOTAA64.EFI, UEFI shell)");
+        paths.push(
+            "EFI application (UEFI: -kernel with edk2, \\EFI\\BOOT\\BOOTAA64.EFI, UEFI shell)",
+        );
     }
     Ok(paths)
 }
@@ -367,8 +367,7 @@ mod tests {
 
     #[test]
     fn fat_holds_the_files() {
-        let img = fat_image(&[("EFI/BOOT/BOOTAA64.EFI", b"MZabc"), ("x", b"1")], 8 << 20)
-            .unwrap();
+        let img = fat_image(&[("EFI/BOOT/BOOTAA64.EFI", b"MZabc"), ("x", b"1")], 8 << 20).unwrap();
         let fs = fatfs::FileSystem::new(Cursor::new(img), fatfs::FsOptions::new()).unwrap();
         let mut f = fs.root_dir().open_file("EFI/BOOT/BOOTAA64.EFI").unwrap();
         let mut v = Vec::new();

@@ -318,7 +318,11 @@ pub(crate) fn verify_deb(dir: &Path, pkg: &PkgInfo) -> Result<String, String> {
     // apt names it NAME_VERSION_ARCH.deb with ':' in the version escaped as
     // %3a; ARCH is arm64, or all for architecture-independent packages.
     let arch = pkg.arch();
-    let file = format!("{}_{}_{arch}.deb", pkg.name, pkg.version.replace(':', "%3a"));
+    let file = format!(
+        "{}_{}_{arch}.deb",
+        pkg.name,
+        pkg.version.replace(':', "%3a")
+    );
     let path = dir.join(&file);
     let len = std::fs::metadata(&path)
         .map_err(|e| format!("{}: not downloaded ({e})", path.display()))?

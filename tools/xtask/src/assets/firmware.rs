@@ -134,7 +134,9 @@ pub fn ensure(refresh: bool) -> Result<Firmware, String> {
             let m = parse_manifest(&text);
             match check_cached(&m, &dir) {
                 Ok(()) => return Ok(result(&dir, &m)),
-                Err(why) => say(&format!("firmware cache not usable ({why}): fetching again")),
+                Err(why) => say(&format!(
+                    "firmware cache not usable ({why}): fetching again"
+                )),
             }
         }
     }
