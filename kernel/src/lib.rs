@@ -18,6 +18,7 @@ pub mod console;
 pub mod dtb;
 pub mod klog;
 pub mod platform;
+pub mod reserve;
 pub mod runtime;
 
 // The portable mechanisms (issue: portable core).

@@ -5,9 +5,11 @@
     .section .text.head, "ax"
     .global _start
 _start:
-    // code0/code1: a plain branch (no EFI stub).
+    // code0: an instruction whose first two bytes are "MZ" (0x4d 0x5a), the
+    // DOS signature PE/COFF loaders look for; it only writes x13, which
+    // nothing reads. code1: the branch to the entry of the Linux protocol.
+    add     x13, x18, #22           // 0x91005a4d
     b       kestrel_primary_entry
-    .long   0
     .quad   0                       // text_offset: load at a 2 MiB boundary
     .quad   __image_size            // image_size: file + .bss (linker script)
     .quad   0xa                     // flags: LE (bit 0 = 0), 4K pages (bits 2:1 = 1),
@@ -16,7 +18,65 @@ _start:
     .quad   0                       // res3
     .quad   0                       // res4
     .ascii  "ARM\x64"               // magic at 0x38
-    .long   0                       // res5: no PE header
+    .long   kestrel_pe_header - _start  // 0x3c: where the PE header is
+
+// The PE32+ header that makes the same file a UEFI application for arm64
+// (PE/COFF specification: COFF file header, optional header, section
+// table). The file is laid out as it lies in memory (file offset = RVA,
+// both aligned to 4 KiB), so a loader copies it as is; kestrel relocates
+// itself, so no base relocations are listed and any load address works.
+    .balign 8
+kestrel_pe_header:
+    .ascii  "PE\0\0"
+    .short  0xaa64                  // Machine: arm64
+    .short  2                       // NumberOfSections
+    .long   0                       // TimeDateStamp
+    .long   0                       // PointerToSymbolTable
+    .long   0                       // NumberOfSymbols
+    .short  kestrel_pe_sections - kestrel_pe_optional   // SizeOfOptionalHeader
+    .short  0x0206                  // Characteristics: executable, no line numbers, no debug info
+kestrel_pe_optional:
+    .short  0x20b                   // Magic: PE32+
+    .byte   1, 0                    // linker version
+    .long   __efi_text_size         // SizeOfCode
+    .long   __efi_data_file_size    // SizeOfInitializedData
+    .long   __efi_bss_size          // SizeOfUninitializedData
+    .long   __efi_entry_rva         // AddressOfEntryPoint: kestrel_efi_entry
+    .long   __efi_text_rva          // BaseOfCode
+    .quad   0                       // ImageBase
+    .long   4096                    // SectionAlignment
+    .long   4096                    // FileAlignment
+    .short  0, 0                    // OS version
+    .short  0, 0                    // image version
+    .short  0, 0                    // subsystem version
+    .long   0                       // Win32VersionValue
+    .long   __image_size            // SizeOfImage (with .bss)
+    .long   __efi_text_rva          // SizeOfHeaders: the first page
+    .long   0                       // CheckSum
+    .short  10                      // Subsystem: EFI application
+    .short  0                       // DllCharacteristics
+    .quad   0, 0, 0, 0              // stack and heap reserve/commit: unused by UEFI
+    .long   0                       // LoaderFlags
+    .long   6                       // NumberOfRvaAndSizes
+    .quad   0, 0, 0, 0, 0, 0        // export, import, resource, exception,
+                                    // certificate, base relocation: none
+kestrel_pe_sections:
+    .ascii  ".text\0\0\0"
+    .long   __efi_text_size         // VirtualSize
+    .long   __efi_text_rva          // VirtualAddress
+    .long   __efi_text_size         // SizeOfRawData
+    .long   __efi_text_rva          // PointerToRawData
+    .long   0, 0                    // relocations, line numbers
+    .short  0, 0
+    .long   0x60000020              // code, execute, read
+    .ascii  ".data\0\0\0"            // read-only data, GOT, relocations, data, .bss
+    .long   __efi_data_size         // VirtualSize (with .bss)
+    .long   __efi_data_rva          // VirtualAddress
+    .long   __efi_data_file_size    // SizeOfRawData
+    .long   __efi_data_rva          // PointerToRawData
+    .long   0, 0
+    .short  0, 0
+    .long   0xc0000040              // initialised data, read, write
 
     .text
     .balign 4
@@ -46,30 +106,11 @@ kestrel_primary_entry:
     msr     vbar_el3, x1
 12: isb
 
-    // Self-relocation: the image is linked at 0, so the runtime address of
-    // __image_start is the load offset. Every R_AARCH64_RELATIVE entry says
-    // *(base + r_offset) = base + r_addend. Other types are counted (x22)
-    // and reported once a console exists.
-    adrp    x21, __image_start
-    add     x21, x21, :lo12:__image_start
-    adrp    x1, __rela_start
-    add     x1, x1, :lo12:__rela_start
-    adrp    x2, __rela_end
-    add     x2, x2, :lo12:__rela_end
-    mov     x22, #0
-1:  cmp     x1, x2
-    b.hs    3f
-    ldp     x3, x4, [x1], #16       // r_offset, r_info
-    ldr     x5, [x1], #8            // r_addend
-    and     x6, x4, #0xffffffff     // ELF64_R_TYPE
-    cmp     x6, #1027               // R_AARCH64_RELATIVE
-    b.ne    2f
-    add     x5, x5, x21
-    str     x5, [x21, x3]
-    b       1b
-2:  add     x22, x22, #1
-    b       1b
-3:
+    // Self-relocation (kestrel_apply_relocs): x21 = load address, x22 =
+    // relocations of an unsupported type, reported once a console exists.
+    bl      kestrel_apply_relocs
+    mov     x21, x0
+    mov     x22, x1
     // Zero .bss (16-byte aligned start, 4 KiB aligned end).
     adrp    x1, __bss_start
     add     x1, x1, :lo12:__bss_start
@@ -93,6 +134,78 @@ kestrel_primary_entry:
     bl      kestrel_boot_primary
 6:  wfi
     b       6b
+
+// The image is linked at 0, so the runtime address of __image_start is the
+// load offset. Every R_AARCH64_RELATIVE entry says *(base + r_offset) =
+// base + r_addend (applying them twice is harmless: each is a plain
+// store). Returns x0 = load address, x1 = entries of any other type (not
+// applied). Clobbers x2-x6; no stack.
+kestrel_apply_relocs:
+    adrp    x0, __image_start
+    add     x0, x0, :lo12:__image_start
+    adrp    x2, __rela_start
+    add     x2, x2, :lo12:__rela_start
+    adrp    x3, __rela_end
+    add     x3, x3, :lo12:__rela_end
+    mov     x1, #0
+1:  cmp     x2, x3
+    b.hs    3f
+    ldp     x4, x5, [x2], #16       // r_offset, r_info
+    ldr     x6, [x2], #8            // r_addend
+    and     x5, x5, #0xffffffff     // ELF64_R_TYPE
+    cmp     x5, #1027               // R_AARCH64_RELATIVE
+    b.ne    2f
+    add     x6, x6, x0
+    str     x6, [x0, x4]
+    b       1b
+2:  add     x1, x1, #1
+    b       1b
+3:  ret
+
+// The UEFI entry point (AddressOfEntryPoint): x0 = image handle, x1 =
+// system table, MMU and caches on with an identity map, on the firmware's
+// stack. Relocates the image, lets Rust (efi.rs) take what kestrel needs
+// from the firmware and exit boot services, then turns the MMU and caches
+// off (Rust cleaned the image and the DTB to the point of coherency) and
+// enters as the Linux protocol would: kestrel_primary_entry with x0 = DTB.
+// If Rust could not get that far it returns 0 and the firmware gets
+// EFI_LOAD_ERROR back (boot services still running).
+    .global kestrel_efi_entry
+    .balign 4
+kestrel_efi_entry:
+    stp     x29, x30, [sp, #-48]!
+    mov     x29, sp
+    stp     x19, x20, [sp, #16]
+    stp     x21, x22, [sp, #32]
+    mov     x19, x0
+    mov     x20, x1
+    bl      kestrel_apply_relocs
+    mov     x3, x0                  // load address
+    mov     x2, x1                  // unsupported relocations
+    mov     x0, x19
+    mov     x1, x20
+    bl      kestrel_efi_main
+    cbnz    x0, 1f
+    ldp     x21, x22, [sp, #32]
+    ldp     x19, x20, [sp, #16]
+    ldp     x29, x30, [sp], #48
+    mov     x0, #1
+    orr     x0, x0, #(1 << 63)      // EFI_LOAD_ERROR
+    ret
+1:  mov     x19, x0                 // the DTB; boot services are gone
+    msr     daifset, #0xf
+    mrs     x1, sctlr_el2
+    movz    x2, #0x1005             // I (12), C (2), M (0)
+    bic     x1, x1, x2
+    dsb     sy
+    msr     sctlr_el2, x1
+    isb
+    ic      iallu
+    tlbi    alle2
+    dsb     nsh
+    isb
+    mov     x0, x19
+    b       kestrel_primary_entry
 
 // Secondary CPUs, started by PSCI CPU_ON with context = physical address of
 // their CpuBoot block (kernel/src/arch/aarch64/smp.rs, repr(C)):

@@ -4,6 +4,8 @@
 
 use kernel::arch::aarch64::boot::{self, BootArgs};
 
+mod efi;
+
 core::arch::global_asm!(include_str!("entry.S"));
 
 extern "C" {
@@ -27,6 +29,7 @@ extern "C" fn kestrel_boot_primary(dtb: usize, el: u64, bad_relocs: u64, load_ad
         image_end: core::ptr::addr_of!(__image_end) as usize,
         secondary_entry: kestrel_secondary_entry as *const () as usize,
         heap_usage: crate::heap::usage,
+        efi: efi::handoff(),
     };
     // Checks the EL and the DTB, maps memory and turns the MMU on; halts
     // with a message on the console when it cannot.

@@ -14,6 +14,7 @@ mod assets;
 mod bench_exits;
 mod bench_vm;
 mod config;
+mod fwboot;
 mod qemu;
 mod share;
 mod smoke;
@@ -273,6 +274,11 @@ fn run() -> Result<(), String> {
         "image" => {
             let o = parse_opts(rest)?;
             let image = build_image_with(o.arch, &o.features, o.config.as_deref())?;
+            if o.arch == Arch::Aarch64 {
+                for p in fwboot::boot_paths(&image)? {
+                    eprintln!("boots as: {p}");
+                }
+            }
             println!("{}", image.display());
             Ok(())
         }
@@ -290,6 +296,7 @@ fn run() -> Result<(), String> {
         "vmtest" if vmtests_arm64::selected(rest) => vmtest::run(&vmtests_arm64::VM_SUITE, rest),
         "vmtest" => vmtest::run(&vmtests_la64::VM_SUITE, rest),
         "guest-assets" | "bench-linux" => assets::command(cmd, rest),
+        "firmware" => assets::firmware::command(rest),
         "bench-vm" => bench_vm::run(rest),
         "bench-exits" => bench_exits::run(rest),
         "bench-net" => vmtests_linux::bench_net(rest),

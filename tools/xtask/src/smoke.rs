@@ -227,6 +227,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
     let mut tests = crate::vmtests_linux::smoke_tests(&sel);
     tests.extend(crate::vmtests_linux::smoke_tests_la64(&sel));
     tests.extend(cases().into_iter().map(test));
+    tests.extend(crate::fwboot::tests());
     suite::run(&SUITE, &sel, tests)
 }
 

@@ -130,7 +130,7 @@ fn check_bare(log: &str) -> Vec<String> {
 }
 
 /// Every check of the guest, in the order it runs them.
-const ALL: &[&str] = &[
+pub(crate) const ALL: &[&str] = &[
     "hypercall-discovery",
     "hypercall-errors",
     "psci-version-features",
@@ -463,7 +463,7 @@ fn check_fp_switches(log: &str) -> Vec<String> {
 }
 
 /// Judges a kestrel run from each VM's tagged lines and kestrel's ending.
-fn judge_vm(case: &VmCase, log: &str, timed_out: bool) -> Vec<String> {
+pub(crate) fn judge_vm(case: &VmCase, log: &str, timed_out: bool) -> Vec<String> {
     let mut problems = Vec::new();
     if timed_out {
         problems.push(format!("no ending within {} s", case.timeout.as_secs()));

@@ -32,6 +32,56 @@ pub struct BootArgs {
     pub secondary_entry: usize,
     /// The heap's (used, free) bytes, for the boot log.
     pub heap_usage: fn() -> (usize, usize),
+    /// What the UEFI stage found, when UEFI firmware started the image.
+    pub efi: Option<&'static EfiBoot>,
+}
+
+/// A bounded ASCII string taken from the firmware.
+pub type EfiText<const N: usize> = heapless::String<N>;
+
+/// What the UEFI entry (boot crate, `efi.rs`) leaves for the boot path
+/// after `ExitBootServices`: the RAM the firmware keeps, the command line
+/// from the image's load options, the firmware's name.
+#[derive(Debug)]
+pub struct EfiBoot {
+    /// Set last: the rest is meaningful.
+    pub valid: bool,
+    /// Ranges of the final UEFI memory map the firmware keeps (runtime
+    /// services, ACPI, reserved, ...), merged.
+    pub firmware: crate::reserve::Ranges,
+    /// How many descriptors were kept, of how many.
+    pub descriptors: usize,
+    pub map_entries: usize,
+    /// The memory map was malformed: reported, and kestrel stops.
+    pub map_error: Option<crate::reserve::ReserveError>,
+    /// The load options were a printable command line.
+    pub has_cmdline: bool,
+    pub cmdline: EfiText<256>,
+    pub vendor: EfiText<64>,
+    /// Where the firmware loaded the image.
+    pub load_addr: usize,
+}
+
+impl EfiBoot {
+    pub const fn new() -> EfiBoot {
+        EfiBoot {
+            valid: false,
+            firmware: crate::reserve::Ranges::new(),
+            descriptors: 0,
+            map_entries: 0,
+            map_error: None,
+            has_cmdline: false,
+            cmdline: heapless::String::new(),
+            vendor: heapless::String::new(),
+            load_addr: 0,
+        }
+    }
+}
+
+impl Default for EfiBoot {
+    fn default() -> Self {
+        EfiBoot::new()
+    }
 }
 
 /// Least RAM kestrel boots with.
@@ -130,6 +180,16 @@ pub fn primary_early(args: &BootArgs) -> BoardInfo {
     if board.timer_hz == 0 {
         board.timer_hz = timer::frequency();
     }
+    if let Some(efi) = args.efi {
+        if let Some(e) = efi.map_error {
+            die(format_args!("{e}"));
+        }
+        // The load options are the command line (a DTB from UEFI firmware
+        // has no bootargs of kestrel's).
+        if efi.has_cmdline {
+            board.cmdline = crate::board::bounded(&efi.cmdline);
+        }
+    }
     let total = board.memory_bytes();
     if total < MIN_MEMORY {
         die(format_args!(
@@ -186,13 +246,41 @@ pub fn primary_run(board: BoardInfo, args: &BootArgs) -> ! {
             board.irqchip
         ));
     };
-    let dtb_size = dtb_blob(args.dtb).map_or(0, |b| b.len()) as u64;
-    let reserved = [
-        (args.image_start as u64, args.image_end as u64),
-        (args.dtb as u64, args.dtb as u64 + dtb_size),
-    ];
+    let blob = dtb_blob(args.dtb).unwrap_or(&[]);
+    let dtb_size = blob.len() as u64;
+    // RAM guests must not get: the image, the DTB, what the DTB reserves
+    // and what UEFI firmware keeps after ExitBootServices.
+    let mut reserved = crate::reserve::Ranges::new();
+    reserved.add(args.image_start as u64, args.image_end as u64);
+    reserved.add(args.dtb as u64, args.dtb as u64 + dtb_size);
+    if let Err(e) = crate::reserve::from_dtb(blob, &mut reserved) {
+        die(format_args!("{e}"));
+    }
+    let from_dtb = reserved.clone();
+    if let Some(efi) = args.efi {
+        for &(s, e) in efi.firmware.as_slice() {
+            reserved.add(s, e);
+        }
+    }
     platform::init(&board, gic, args.secondary_entry, reserved);
     crate::klog::init(&platform::PLATFORM, log::LevelFilter::Info);
+    if let Some(efi) = args.efi {
+        log::info!(
+            "arm64: started by UEFI firmware \"{}\" (image loaded at {:#x}), boot services exited; \
+             {} of {} memory map entries stay the firmware's ({} KiB, kept from guests)",
+            efi.vendor,
+            efi.load_addr,
+            efi.descriptors,
+            efi.map_entries,
+            efi.firmware.bytes() >> 10
+        );
+    }
+    if from_dtb.len() > 2 {
+        log::info!(
+            "device tree reserves {} range(s) beside the image and itself",
+            from_dtb.len() - 2
+        );
+    }
     log::info!(
         "arm64: EL2, image at {:#x}-{:#x} (load offset {:#x}), DTB at {:#x}, MMU and caches on",
         args.image_start,

@@ -5,6 +5,7 @@ use spin::Once;
 
 use crate::board::{BoardInfo, PsciConduit, UartKind};
 use crate::platform::{ExitStatus, Platform, StartError};
+use crate::reserve::Ranges;
 use crate::MAX_CPUS;
 
 use super::gic::{self, Gic};
@@ -19,8 +20,8 @@ struct State {
     counter_hz: u64,
     secondary_entry: usize,
     /// Physical ranges guests must not get: the image (with .bss, heap and
-    /// stacks) and the boot DTB.
-    reserved: [(u64, u64); 2],
+    /// stacks), the boot DTB, what it reserves and what UEFI firmware keeps.
+    reserved: Ranges,
 }
 
 static STATE: Once<State> = Once::new();
@@ -31,7 +32,7 @@ pub struct Arm64;
 pub static PLATFORM: Arm64 = Arm64;
 
 /// Records what the platform needs from the board. Boot CPU, MMU on.
-pub fn init(board: &BoardInfo, gic: Gic, secondary_entry: usize, reserved: [(u64, u64); 2]) {
+pub fn init(board: &BoardInfo, gic: Gic, secondary_entry: usize, reserved: Ranges) {
     STATE.call_once(|| State {
         uart: board
             .uart
@@ -52,9 +53,9 @@ pub fn gic() -> Option<&'static Gic> {
 }
 
 /// Physical ranges guests must not get: the image (with .bss, heap and
-/// stacks) and the boot DTB.
-pub fn reserved() -> [(u64, u64); 2] {
-    STATE.get().map_or([(0, 0); 2], |s| s.reserved)
+/// stacks), the boot DTB, what it reserves and what UEFI firmware keeps.
+pub fn reserved() -> &'static [(u64, u64)] {
+    STATE.get().map_or(&[], |s| s.reserved.as_slice())
 }
 
 /// A byte typed on the console UART, if any.

@@ -50,8 +50,31 @@ fn apt_opts(cache: &Path, arch: &str) -> Vec<String> {
     ]
 }
 
+/// The Debian suite the arm64 assets and firmware come from
+/// (`KESTREL_DEBIAN_SUITE`).
+pub(super) fn debian_suite() -> String {
+    std::env::var("KESTREL_DEBIAN_SUITE").unwrap_or_else(|_| DEFAULT_SUITE.into())
+}
+
+/// The private apt state under `cache` with the lists of [`debian_suite`]
+/// (`-updates` and `-security` too) for arm64, which include the `all`
+/// packages. Returns the apt options and the suite; `step` prefixes the
+/// progress message.
+pub(super) fn update_lists(cache: &Path, step: &str) -> Result<(Vec<String>, String), String> {
+    let suite = debian_suite();
+    let mirror = std::env::var("KESTREL_DEBIAN_MIRROR").unwrap_or_else(|_| DEFAULT_MIRROR.into());
+    let sources = format!(
+        "# written by `cargo xtask`\n\
+         deb {mirror}/debian {suite} main\n\
+         deb {mirror}/debian {suite}-updates main\n\
+         deb {mirror}/debian-security {suite}-security main\n"
+    );
+    let opts = update(cache, "arm64", &sources, step, &format!("Debian {suite} arm64"))?;
+    Ok((opts, suite))
+}
+
 pub(super) fn fetch(cache: &Path, debs: &Path) -> Result<BTreeMap<String, String>, String> {
-    let suite = std::env::var("KESTREL_DEBIAN_SUITE").unwrap_or_else(|_| DEFAULT_SUITE.into());
+    let suite = debian_suite();
     let mirror = std::env::var("KESTREL_DEBIAN_MIRROR").unwrap_or_else(|_| DEFAULT_MIRROR.into());
     let sources = format!(
         "# written by `cargo xtask guest-assets`\n\
@@ -59,7 +82,7 @@ pub(super) fn fetch(cache: &Path, debs: &Path) -> Result<BTreeMap<String, String
          deb {mirror}/debian {suite}-updates main\n\
          deb {mirror}/debian-security {suite}-security main\n"
     );
-    let opts = update(cache, "arm64", &sources, &format!("Debian {suite} arm64"))?;
+    let opts = update(cache, "arm64", &sources, "[1/4]", &format!("Debian {suite} arm64"))?;
 
     say(&format!("[2/4] resolving {KERNEL_META} and {BUSYBOX}"));
     let meta = candidate(&opts, KERNEL_META)?;
@@ -86,11 +109,13 @@ pub(super) fn fetch(cache: &Path, debs: &Path) -> Result<BTreeMap<String, String
 
 /// Makes the private apt directories under `cache/apt`, writes `sources`
 /// as its sources list and runs `apt-get update` for `arch`; returns the
-/// apt options of that state. `what` names the lists in messages.
+/// apt options of that state. `what` names the lists in messages, after
+/// the progress `step`.
 pub(super) fn update(
     cache: &Path,
     arch: &str,
     sources: &str,
+    step: &str,
     what: &str,
 ) -> Result<Vec<String>, String> {
     let apt = cache.join("apt");
@@ -110,7 +135,7 @@ pub(super) fn update(
         .map_err(|e| format!("{}: {e}", sources_path.display()))?;
     let opts = apt_opts(cache, arch);
     say(&format!(
-        "[1/4] apt-get update: {what} package lists (about 10 MB, into {})",
+        "{step} apt-get update: {what} package lists (about 10 MB, into {})",
         apt.display()
     ));
     let t = Instant::now();
@@ -226,7 +251,7 @@ pub(super) struct PkgInfo {
     pub(super) name: String,
     pub(super) version: String,
     size: u64,
-    sha256: String,
+    pub(super) sha256: String,
     fields: BTreeMap<String, String>,
 }
 
@@ -358,7 +383,7 @@ pub(super) fn dependency(
 /// Finds the downloaded `.deb` of `pkg` in `dir` and checks it against the
 /// apt metadata: size, SHA256, and `dpkg-deb`'s idea of name, version and
 /// architecture. Returns the file name.
-fn verify_deb(dir: &Path, pkg: &PkgInfo) -> Result<String, String> {
+pub(super) fn verify_deb(dir: &Path, pkg: &PkgInfo) -> Result<String, String> {
     // apt names it NAME_VERSION_ARCH.deb with ':' in the version escaped as %3a.
     let file = format!(
         "{}_{}_{}.deb",
@@ -396,7 +421,7 @@ fn verify_deb(dir: &Path, pkg: &PkgInfo) -> Result<String, String> {
     Ok(file)
 }
 
-fn check_deb_fields(path: &Path, name: &str, version: &str, arch: &str) -> Result<(), String> {
+pub(super) fn check_deb_fields(path: &Path, name: &str, version: &str, arch: &str) -> Result<(), String> {
     let out = Command::new("dpkg-deb")
         .args(["--field"])
         .arg(path)

@@ -117,7 +117,7 @@ fn fetch_guest(cache: &Path) -> Result<BTreeMap<String, String>, String> {
         "# written by `cargo xtask guest-assets --arch loongarch64`\n\
          deb {mirror}/debian {SUITE} main\n"
     );
-    let opts = update(cache, "loong64", &sources, "Debian sid loong64")?;
+    let opts = update(cache, "loong64", &sources, "[1/4]", "Debian sid loong64")?;
     say(&format!("[2/4] resolving {KERNEL_META} and {BUSYBOX}"));
     let meta = candidate(&opts, KERNEL_META)?;
     let (iname, iver) = dependency(&meta, |n| n.starts_with("linux-image-") && n != KERNEL_META)
@@ -161,7 +161,7 @@ fn fetch_firmware(cache: &Path) -> Result<BTreeMap<String, String>, String> {
         "# written by `cargo xtask guest-assets --arch loongarch64`\n\
          deb {mirror}/debian {FIRMWARE_SUITE} main\n"
     );
-    let opts = update(cache, "arm64", &sources, "Debian trixie (for edk2)")?;
+    let opts = update(cache, "arm64", &sources, "[1/4]", "Debian trixie (for edk2)")?;
     let fw = candidate(&opts, FIRMWARE)?;
     if fw.arch() != "all" {
         return Err(format!(

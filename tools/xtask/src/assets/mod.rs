@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 
 mod apt;
 mod arm64;
+pub mod firmware;
 mod initramfs;
 pub mod loong64;
 mod modules;

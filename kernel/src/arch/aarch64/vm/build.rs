@@ -95,7 +95,7 @@ impl Arm64Backend {
 
 impl Machine for Arm64Backend {
     fn guest_memory(&self, board: &BoardInfo) -> FramePool {
-        mem::pool(&board.memory, &platform::reserved(), mmu::VA_LIMIT)
+        mem::pool(&board.memory, platform::reserved(), mmu::VA_LIMIT)
     }
 
     fn build_vm(
