@@ -6,7 +6,7 @@
 //! hypervisor reads it in place with [`Package`], which never panics and
 //! never trusts a number it has not checked against the buffer.
 //!
-//! # Format (version 2, all integers little-endian)
+//! # Format (version 3, all integers little-endian)
 //!
 //! ```text
 //! offset  size                 what
@@ -45,7 +45,7 @@
 //! | 48 | u16 | vCPU count, 1..=[`MAX_VCPUS`] |
 //! | 50 | u8 | guest kind ([`GuestKind`]) |
 //! | 51 | u8 | console device ([`ConsoleKind`]) |
-//! | 52 | u32 | flags: bit 0 = [`FLAG_PINNED`] (vCPU i owns the i-th CPU of the mask) |
+//! | 52 | u32 | flags: bit 0 = [`FLAG_PINNED`] (vCPU i owns the i-th CPU of the mask), bit 1 = [`FLAG_VIRTIO_CONSOLE`], bit 2 = [`FLAG_IDENTITY`] (RAM at IPA == PA) |
 //! | 56 | 2 x u64 | kernel blob (offset, length); length > 0 |
 //! | 72 | 2 x u64 | initrd blob (offset, length); (0, 0) = none |
 //! | 88 | 2 x u64 | DTB blob (offset, length); (0, 0) = kestrel generates one |
@@ -62,13 +62,16 @@
 //!
 //! | off | type | field |
 //! |-----|------|-------|
-//! | 0 | u8 | kind: [`DEV_DISK`] or [`DEV_NET`] |
-//! | 1 | u8 | flags: disk [`DISK_READ_ONLY`]; net [`NET_MAC`] (the MAC field is set) |
-//! | 2 | `[u8; 6]` | net: MAC address (unicast); disk: 0 |
-//! | 8 | 2 x u64 | disk: image blob (offset, length), 4 KiB-aligned, whole 512-byte sectors; net: 0 |
-//! | 24 | `[u8; 32]` | net: network name (`[a-z0-9_-]{1,32}`, NUL-padded); disk: 0 |
-//! | 56 | u32 | disk: CRC-32 of the image; net: 0 |
+//! | 0 | u8 | kind: [`DEV_DISK`], [`DEV_NET`] or [`DEV_PASSTHROUGH`] |
+//! | 1 | u8 | flags: disk [`DISK_READ_ONLY`]; net [`NET_MAC`] (the MAC field is set); passthrough 0 |
+//! | 2 | `[u8; 6]` | net: MAC address (unicast); passthrough: byte 2 = number of SPIs (0..=[`MAX_PT_SPIS`]), the rest 0; disk: 0 |
+//! | 8 | 2 x u64 | disk: image blob (offset, length), 4 KiB-aligned, whole 512-byte sectors; passthrough: host physical (base, size) of the MMIO region, both 4 KiB-aligned, size > 0; net: 0 |
+//! | 24 | `[u8; 32]` | net: network name (`[a-z0-9_-]{1,32}`, NUL-padded); passthrough: 8 x u32 SPI numbers (0..=987, INTID - 32), the unused ones 0; disk: 0 |
+//! | 56 | u32 | disk: CRC-32 of the image; others: 0 |
 //! | 60 | 4 bytes | reserved, 0 |
+//!
+//! Version 3 added the passthrough entries and [`FLAG_IDENTITY`]; a
+//! version 2 package is refused as a whole (rebuild it with `make image`).
 //!
 //! Offsets are from the start of the package. Blobs lie after the record
 //! table and inside the package; kernel, initrd and DTB start on a 4 KiB
@@ -95,7 +98,7 @@ use core::fmt;
 /// The magic at offset 0.
 pub const MAGIC: [u8; 8] = *b"KSTRLPKG";
 /// The format version this module reads and writes.
-pub const VERSION: u16 = 2;
+pub const VERSION: u16 = 3;
 /// Size of the header in bytes.
 pub const HEADER_SIZE: usize = 64;
 /// Size of one VM record in bytes.
@@ -119,17 +122,28 @@ pub const DTB_SLOT: u64 = 2 << 20;
 pub const FLAG_PINNED: u32 = 1 << 0;
 /// Record flag: the VM also gets a virtio console (`hvc0`) beside its UART.
 pub const FLAG_VIRTIO_CONSOLE: u32 = 1 << 1;
+/// Record flag: guest RAM at IPA == PA (for a passed-through device that
+/// does DMA without an SMMU).
+pub const FLAG_IDENTITY: u32 = 1 << 2;
 /// Every record flag this version defines.
-pub const FLAGS_KNOWN: u32 = FLAG_PINNED | FLAG_VIRTIO_CONSOLE;
+pub const FLAGS_KNOWN: u32 = FLAG_PINNED | FLAG_VIRTIO_CONSOLE | FLAG_IDENTITY;
 /// Size of one device table entry.
 pub const DEVICE_SIZE: usize = 64;
-/// Most devices (disks and network ports) one VM may have.
+/// Most devices (disks, network ports and passthrough regions together)
+/// one VM may have.
 pub const MAX_DEVICES: usize = 8;
 /// Disk images are whole sectors of this size.
 pub const SECTOR_SIZE: u64 = 512;
 /// Device kinds.
 pub const DEV_DISK: u8 = 1;
 pub const DEV_NET: u8 = 2;
+pub const DEV_PASSTHROUGH: u8 = 3;
+/// Most SPIs one passthrough region may bring.
+pub const MAX_PT_SPIS: usize = 8;
+/// The highest SPI number (INTID 1019).
+pub const MAX_SPI: u32 = 987;
+/// Passthrough regions are whole pages of this size.
+pub const PT_PAGE: u64 = 4096;
 /// Disk flag: the VM may not write it.
 pub const DISK_READ_ONLY: u8 = 1 << 0;
 /// Net flag: the entry names a MAC (else kestrel derives one).
@@ -379,6 +393,7 @@ pub enum Field {
     Devices,
     Disk,
     Net,
+    Passthrough,
 }
 
 impl Field {
@@ -405,6 +420,7 @@ impl Field {
             Field::Devices => "devices",
             Field::Disk => "disk",
             Field::Net => "net",
+            Field::Passthrough => "passthrough",
         }
     }
 }
@@ -436,6 +452,8 @@ pub enum Problem {
     PinnedMismatch { vcpus: u16, cpus: u32 },
     /// The entry point lies outside the kernel image.
     EntryOutsideKernel { entry: u64, len: u64 },
+    /// A value listed twice.
+    Duplicate { value: u64 },
 }
 
 impl fmt::Display for Problem {
@@ -465,6 +483,7 @@ impl fmt::Display for Problem {
             Problem::EntryOutsideKernel { entry, len } => {
                 write!(f, "entry offset {entry:#x} is outside the {len:#x}-byte kernel")
             }
+            Problem::Duplicate { value } => write!(f, "{value} is listed twice"),
         }
     }
 }
@@ -630,6 +649,82 @@ pub struct VmRecord<'a> {
     pub virtio_console: bool,
     /// Disks and network ports, in config order.
     pub devices: Devices<'a>,
+    /// Host devices passed through, in config order.
+    pub passthrough: Passthroughs,
+    /// RAM at IPA == PA ([`FLAG_IDENTITY`]).
+    pub identity: bool,
+}
+
+/// A host MMIO region and its SPIs, given to one VM.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Passthrough {
+    /// Host physical base (4 KiB-aligned).
+    pub base: u64,
+    /// Bytes (a positive multiple of 4 KiB; base + size does not wrap).
+    pub size: u64,
+    spis: [u32; MAX_PT_SPIS],
+    nr_spis: u8,
+}
+
+impl Passthrough {
+    /// A region with `spis` (at most [`MAX_PT_SPIS`]; more are cut).
+    pub fn new(base: u64, size: u64, spis: &[u32]) -> Passthrough {
+        let mut p = Passthrough {
+            base,
+            size,
+            spis: [0; MAX_PT_SPIS],
+            nr_spis: spis.len().min(MAX_PT_SPIS) as u8,
+        };
+        for (d, &s) in p.spis.iter_mut().zip(spis) {
+            *d = s;
+        }
+        p
+    }
+
+    /// The SPI numbers (INTID - 32).
+    pub fn spis(&self) -> &[u32] {
+        &self.spis[..self.nr_spis as usize]
+    }
+
+    /// The region's end (exclusive).
+    pub fn end(&self) -> u64 {
+        self.base + self.size
+    }
+}
+
+/// A VM's passthrough regions (at most [`MAX_DEVICES`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Passthroughs {
+    list: [Option<Passthrough>; MAX_DEVICES],
+}
+
+impl Passthroughs {
+    pub const NONE: Passthroughs = Passthroughs {
+        list: [None; MAX_DEVICES],
+    };
+
+    pub fn iter(&self) -> impl Iterator<Item = Passthrough> + '_ {
+        self.list.iter().flatten().copied()
+    }
+
+    pub fn len(&self) -> usize {
+        self.iter().count()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.list[0].is_none()
+    }
+
+    /// Adds `p`; false when full.
+    pub fn push(&mut self, p: Passthrough) -> bool {
+        match self.list.iter_mut().find(|s| s.is_none()) {
+            Some(slot) => {
+                *slot = Some(p);
+                true
+            }
+            None => false,
+        }
+    }
 }
 
 /// One device of a VM, validated.
@@ -1047,7 +1142,7 @@ impl<'a> Package<'a> {
             initrd.map_or(0, |i| i.len() as u64),
         )
         .map_err(|p| err(Field::Memory, p))?;
-        let devices = self.devices(device_table, &err)?;
+        let (devices, passthrough) = self.devices(device_table, &err)?;
 
         Ok(VmRecord {
             index,
@@ -1067,6 +1162,8 @@ impl<'a> Package<'a> {
             layout,
             virtio_console: flags & FLAG_VIRTIO_CONSOLE != 0,
             devices,
+            passthrough,
+            identity: flags & FLAG_IDENTITY != 0,
         })
     }
 
@@ -1102,12 +1199,13 @@ impl<'a> Package<'a> {
         &self,
         table: Option<&'a [u8]>,
         err: &dyn Fn(Field, Problem) -> VmError,
-    ) -> Result<Devices<'a>, VmError> {
+    ) -> Result<(Devices<'a>, Passthroughs), VmError> {
         let mut out = Devices {
             list: [None; MAX_DEVICES],
         };
+        let mut pt = Passthroughs::NONE;
         let Some(table) = table else {
-            return Ok(out);
+            return Ok((out, pt));
         };
         if !table.len().is_multiple_of(DEVICE_SIZE) {
             return Err(err(
@@ -1128,12 +1226,17 @@ impl<'a> Package<'a> {
                 },
             ));
         }
-        for (i, e) in table.chunks_exact(DEVICE_SIZE).enumerate() {
+        let mut next = 0;
+        for e in table.chunks_exact(DEVICE_SIZE) {
             if e[D_RESERVED..].iter().any(|&b| b != 0) {
                 return Err(err(Field::Devices, Problem::NonZero));
             }
             let flags = e[D_FLAGS];
             let dev = match e[D_KIND] {
+                DEV_PASSTHROUGH => {
+                    pt.push(Self::passthrough(e, err)?);
+                    continue;
+                }
                 DEV_DISK => {
                     let f = Field::Disk;
                     if flags & !DISK_READ_ONLY != 0
@@ -1197,9 +1300,81 @@ impl<'a> Package<'a> {
                 }
                 k => return Err(err(Field::Devices, Problem::Unknown { value: k.into() })),
             };
-            out.list[i] = Some(dev);
+            out.list[next] = Some(dev);
+            next += 1;
         }
-        Ok(out)
+        Ok((out, pt))
+    }
+
+    /// One passthrough entry, checked.
+    fn passthrough(
+        e: &[u8],
+        err: &dyn Fn(Field, Problem) -> VmError,
+    ) -> Result<Passthrough, VmError> {
+        let f = Field::Passthrough;
+        let n = e[D_MAC] as usize;
+        if e[D_FLAGS] != 0 || e[D_MAC + 1..D_BLOB].iter().any(|&b| b != 0) || le32(e, D_CRC) != 0
+        {
+            return Err(err(f, Problem::NonZero));
+        }
+        if n > MAX_PT_SPIS {
+            return Err(err(
+                f,
+                Problem::TooLarge {
+                    value: n as u64,
+                    max: MAX_PT_SPIS as u64,
+                },
+            ));
+        }
+        let (base, size) = (le64(e, D_BLOB), le64(e, D_BLOB + 8));
+        if size == 0 {
+            return Err(err(f, Problem::Zero));
+        }
+        for v in [base, size] {
+            if !v.is_multiple_of(PT_PAGE) {
+                return Err(err(
+                    f,
+                    Problem::Misaligned {
+                        value: v,
+                        align: PT_PAGE,
+                    },
+                ));
+            }
+        }
+        if base.checked_add(size).is_none() {
+            return Err(err(
+                f,
+                Problem::TooLarge {
+                    value: size,
+                    max: u64::MAX - base,
+                },
+            ));
+        }
+        let mut spis = [0u32; MAX_PT_SPIS];
+        for (i, s) in spis.iter_mut().enumerate() {
+            *s = le32(e, D_NETWORK + 4 * i);
+            if i >= n && *s != 0 {
+                return Err(err(f, Problem::NonZero));
+            }
+            if i < n && *s > MAX_SPI {
+                return Err(err(
+                    f,
+                    Problem::TooLarge {
+                        value: u64::from(*s),
+                        max: u64::from(MAX_SPI),
+                    },
+                ));
+            }
+        }
+        if let Some(i) = (0..n).find(|&i| spis[..i].contains(&spis[i])) {
+            return Err(err(
+                f,
+                Problem::Duplicate {
+                    value: u64::from(spis[i]),
+                },
+            ));
+        }
+        Ok(Passthrough::new(base, size, &spis[..n]))
     }
 
     /// Every VM in order, each validated on its own.
@@ -1236,8 +1411,13 @@ mod writer {
         pub kernel_footprint: u64,
         /// A virtio console beside the UART.
         pub virtio_console: bool,
-        /// Disks and network ports (at most [`MAX_DEVICES`]).
+        /// Disks and network ports (at most [`MAX_DEVICES`] with the
+        /// passthrough regions).
         pub devices: &'a [Device<'a>],
+        /// Host devices passed through.
+        pub passthrough: &'a [Passthrough],
+        /// RAM at IPA == PA.
+        pub identity: bool,
     }
 
     /// Builds a package. It does not validate VM contents beyond what it
@@ -1289,6 +1469,9 @@ mod writer {
                 if vm.virtio_console {
                     flags |= FLAG_VIRTIO_CONSOLE;
                 }
+                if vm.identity {
+                    flags |= FLAG_IDENTITY;
+                }
                 put(&mut rec, R_FLAGS, &flags.to_le_bytes());
                 let mut crc = 0;
                 for (field, data, aligned) in [
@@ -1308,7 +1491,10 @@ mod writer {
                     out.extend_from_slice(data);
                     crc = crc32_update(crc, data);
                 }
-                assert!(vm.devices.len() <= MAX_DEVICES, "too many devices");
+                assert!(
+                    vm.devices.len() + vm.passthrough.len() <= MAX_DEVICES,
+                    "too many devices"
+                );
                 let mut table = Vec::new();
                 for d in vm.devices {
                     let mut e = [0u8; DEVICE_SIZE];
@@ -1331,6 +1517,17 @@ mod writer {
                                 put(&mut e, D_MAC, &m);
                             }
                         }
+                    }
+                    table.extend_from_slice(&e);
+                }
+                for p in vm.passthrough {
+                    let mut e = [0u8; DEVICE_SIZE];
+                    e[D_KIND] = DEV_PASSTHROUGH;
+                    e[D_MAC] = p.spis().len() as u8;
+                    put(&mut e, D_BLOB, &p.base.to_le_bytes());
+                    put(&mut e, D_BLOB + 8, &p.size.to_le_bytes());
+                    for (i, s) in p.spis().iter().enumerate() {
+                        put(&mut e, D_NETWORK + 4 * i, &s.to_le_bytes());
                     }
                     table.extend_from_slice(&e);
                 }

@@ -25,6 +25,8 @@ fn input<'a>(name: &'a str, kernel: &'a [u8]) -> VmInput<'a> {
         kernel_footprint: 0,
         virtio_console: false,
         devices: &[],
+        passthrough: &[],
+        identity: false,
     }
 }
 
@@ -308,6 +310,8 @@ fn virtio_slots_put_the_console_first_then_the_devices() {
     w.vms.push(VmInput {
         virtio_console: true,
         devices: &devices,
+        passthrough: &[],
+        identity: false,
         ..input("v", &k)
     });
     w.vms.push(input("plain", &k));

@@ -105,6 +105,8 @@ fn round_trip(u: &mut Unstructured) -> arbitrary::Result<()> {
             kernel_footprint: u64::from(v.footprint % (8 << 20)),
             virtio_console: false,
             devices: &[],
+            passthrough: &[],
+            identity: false,
         })
         .collect();
     let mut w = Writer::new(settings);
@@ -195,6 +197,8 @@ fuzz_target!(|data: &[u8]| {
                     kernel_footprint: 0,
                     virtio_console: false,
                     devices: &[],
+                    passthrough: &[],
+                    identity: false,
                 });
             }
             let mut bytes = w.finish();

@@ -118,6 +118,8 @@ fuzz_target!(|data: &[u8]| {
             kernel_footprint: 0,
             virtio_console: false,
             devices: &[],
+            passthrough: &[],
+            identity: false,
         });
     }
     check(&w.finish(), host);
