@@ -625,6 +625,39 @@ impl GuestLayout {
     }
 }
 
+/// arm64 guest RAM base when it is not identity-mapped.
+pub const ARM64_GUEST_RAM: u64 = 0x4000_0000;
+/// The guest physical range kestrel's own emulated arm64 devices may use
+/// (GIC distributor from `0x0800_0000`, redistributors / CPU interface,
+/// the UART at `0x0900_0000`), below the virtio-mmio transports.
+pub const ARM64_GUEST_DEVICES: (u64, u64) = (0x0800_0000, 0x0a00_0000);
+/// The first virtio-mmio transport and the stride between them.
+pub const ARM64_GUEST_VIRTIO: (u64, u64) = (0x0a00_0000, 0x200);
+
+/// Why a passthrough region `[base, end)` (mapped at IPA == PA) cannot sit
+/// in an arm64 guest's physical map with `virtio_slots` virtio transports
+/// and RAM at `ram` (start, end): it overlaps one of kestrel's emulated
+/// devices, a virtio transport or RAM. The one rule the config tool and
+/// the hypervisor both apply.
+pub fn arm64_guest_clash(
+    base: u64,
+    end: u64,
+    virtio_slots: usize,
+    ram: (u64, u64),
+) -> Option<&'static str> {
+    let overlaps = |(s, e): (u64, u64)| base < e && s < end;
+    let virtio_end = ARM64_GUEST_VIRTIO.0 + virtio_slots as u64 * ARM64_GUEST_VIRTIO.1;
+    if overlaps(ARM64_GUEST_DEVICES) {
+        Some("overlaps the guest's GIC or UART (0x8000000-0xa000000)")
+    } else if virtio_slots > 0 && overlaps((ARM64_GUEST_VIRTIO.0, virtio_end)) {
+        Some("overlaps the guest's virtio-mmio transports (from 0xa000000, 0x200 each)")
+    } else if overlaps(ram) {
+        Some("overlaps the guest's RAM")
+    } else {
+        None
+    }
+}
+
 /// One validated VM: every slice is inside the package and checksummed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct VmRecord<'a> {

@@ -796,3 +796,21 @@ fn a_version_2_package_is_refused_with_both_versions_named() {
     assert_eq!(e, PackageError::UnsupportedVersion { found: 2 });
     assert!(e.to_string().contains("version 2") && e.to_string().contains("version 3"));
 }
+
+#[test]
+fn passthrough_regions_must_not_clash_with_the_guest_map() {
+    let ram = (ARM64_GUEST_RAM, ARM64_GUEST_RAM + (256 << 20));
+    // QEMU virt's last virtio-mmio page beside 9 kestrel transports.
+    assert_eq!(arm64_guest_clash(0x0a00_3000, 0x0a00_4000, 9, ram), None);
+    assert!(arm64_guest_clash(0x0a00_1000, 0x0a00_2000, 9, ram)
+        .unwrap()
+        .contains("virtio"));
+    assert_eq!(arm64_guest_clash(0x0a00_1000, 0x0a00_2000, 8, ram), None);
+    assert!(arm64_guest_clash(0x0900_0000, 0x0900_1000, 0, ram)
+        .unwrap()
+        .contains("GIC or UART"));
+    assert!(arm64_guest_clash(0x4fff_f000, 0x5000_1000, 0, ram)
+        .unwrap()
+        .contains("RAM"));
+    assert_eq!(arm64_guest_clash(0x5000_0000, 0x5000_1000, 0, ram), None);
+}
