@@ -105,6 +105,8 @@ fn spec(name: &'static str, vcpus: u16, mask: u64, pinned: bool) -> VmSpec<'stat
         cmdline: "",
         virtio_console: false,
         devices: kestrel_abi::package::Devices::NONE,
+        passthrough: kestrel_abi::package::Passthroughs::NONE,
+        identity: false,
     }
 }
 
