@@ -31,8 +31,7 @@ use crate::fdt_build::GuestPtNode;
 /// `GUEST_FIRST_SPI + k`.
 pub const GUEST_FIRST_SPI: u32 = 32;
 /// Most forwarded SPIs one VM can have (8 regions of 8 SPIs).
-pub const MAX_ROUTES: usize =
-    kestrel_abi::package::MAX_DEVICES * kestrel_abi::package::MAX_PT_SPIS;
+pub const MAX_ROUTES: usize = kestrel_abi::package::MAX_DEVICES * kestrel_abi::package::MAX_PT_SPIS;
 /// SPIs a VM's virtual GIC has when it owns a passthrough region (else 32):
 /// room for [`MAX_ROUTES`] from [`GUEST_FIRST_SPI`].
 pub const GUEST_NR_SPIS: usize = 96;

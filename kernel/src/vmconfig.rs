@@ -19,8 +19,8 @@ use alloc::vec::Vec;
 use core::fmt;
 
 use kestrel_abi::package::{
-    Affinity, ConsoleKind, Devices, Field, GuestKind, Package, PackageError, Passthroughs,
-    Problem, VmError, VmRecord,
+    Affinity, ConsoleKind, Devices, Field, GuestKind, Package, PackageError, Passthroughs, Problem,
+    VmError, VmRecord,
 };
 
 use crate::board::Arch;

@@ -1346,8 +1346,7 @@ impl<'a> Package<'a> {
     ) -> Result<Passthrough, VmError> {
         let f = Field::Passthrough;
         let n = e[D_MAC] as usize;
-        if e[D_FLAGS] != 0 || e[D_MAC + 1..D_BLOB].iter().any(|&b| b != 0) || le32(e, D_CRC) != 0
-        {
+        if e[D_FLAGS] != 0 || e[D_MAC + 1..D_BLOB].iter().any(|&b| b != 0) || le32(e, D_CRC) != 0 {
             return Err(err(f, Problem::NonZero));
         }
         if n > MAX_PT_SPIS {

@@ -55,7 +55,10 @@ fn qemu_virtio_slot_31_is_found_and_its_spi_moved() {
     let blob = crate::fdt_build::guest_dtb_arm64(&spec);
     let t = Tree::new(&blob).unwrap();
     let node = t.find("/virtio_mmio@a003e00").unwrap();
-    assert_eq!(node.reg().unwrap().collect::<Vec<_>>(), [(0x0a00_3e00, 0x200)]);
+    assert_eq!(
+        node.reg().unwrap().collect::<Vec<_>>(),
+        [(0x0a00_3e00, 0x200)]
+    );
     assert_eq!(
         node.prop("interrupts").unwrap(),
         [0, 0, 0, 0, 0, 0, 0, 32, 0, 0, 0, 1]
@@ -89,7 +92,9 @@ fn a_region_without_the_device_or_its_spi_is_refused() {
     let gic = pt(0x0800_0000, 0x1000, &[]);
     let e = host_devices(HOST, &gic, &[]).unwrap_err();
     assert!(e.contains("reaches outside"), "{e}");
-    assert!(host_devices(&[0u8; 64], &p, &[]).unwrap_err().contains("host device tree"));
+    assert!(host_devices(&[0u8; 64], &p, &[])
+        .unwrap_err()
+        .contains("host device tree"));
 }
 
 #[test]

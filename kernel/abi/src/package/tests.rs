@@ -763,11 +763,7 @@ fn bad_passthrough_entries_are_refused_per_vm() {
                 max: 987,
             },
         ),
-        (
-            "an SPI past the count",
-            |t| t[32] = 5,
-            Problem::NonZero,
-        ),
+        ("an SPI past the count", |t| t[32] = 5, Problem::NonZero),
         (
             "an SPI twice",
             |t| t[28] = 47,

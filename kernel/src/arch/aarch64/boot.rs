@@ -186,6 +186,9 @@ pub fn primary_run(board: BoardInfo, args: &BootArgs) -> ! {
             board.irqchip
         ));
     };
+    if let Ok(blob) = dtb_blob(args.dtb) {
+        platform::set_host_dtb(blob);
+    }
     let dtb_size = dtb_blob(args.dtb).map_or(0, |b| b.len()) as u64;
     let reserved = [
         (args.image_start as u64, args.image_end as u64),

@@ -596,7 +596,12 @@ fn passthrough_is_read_and_packed() {
     assert!(rec.identity);
     assert_eq!(rec.devices.len(), 1);
     assert_eq!(rec.passthrough.iter().next().unwrap().spis(), &[47]);
-    assert!(Package::parse(&bytes).unwrap().vm(1).unwrap().passthrough.is_empty());
+    assert!(Package::parse(&bytes)
+        .unwrap()
+        .vm(1)
+        .unwrap()
+        .passthrough
+        .is_empty());
 }
 
 #[test]
@@ -639,7 +644,10 @@ fn passthrough_checks() {
             "this VM already",
         ),
         (
-            PT.replace("interrupts = [47]", "interrupts = [1, 2, 3, 4, 5, 6, 7, 8, 9]"),
+            PT.replace(
+                "interrupts = [47]",
+                "interrupts = [1, 2, 3, 4, 5, 6, 7, 8, 9]",
+            ),
             "vm[0].passthrough[0].interrupts",
             "at most 8",
         ),

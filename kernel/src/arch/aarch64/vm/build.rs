@@ -20,9 +20,11 @@ use crate::vmconfig::{VmSpec, GUEST_GICC};
 use crate::vmm::{Built, Machine};
 
 use super::super::{mmu, platform, timer};
+use super::passthrough::{VmPassthrough, CLAIMS};
 use super::stage2::{self, Stage2};
 use super::vcpu::{VcpuShared, VcpuState};
 use super::{mem, Arm64Backend, VmState, NR_SPIS, VTIMER_PPI};
+use crate::passthrough as pt;
 
 impl Machine for Arm64Backend {
     fn guest_memory(&self, board: &BoardInfo) -> FramePool {
@@ -42,10 +44,15 @@ impl Machine for Arm64Backend {
             ));
         }
         let vcpus = spec.vcpus as usize;
+        let regions: Vec<_> = spec.passthrough.iter().collect();
         let vgic = Vgic::new(VgicConfig {
             version: self.version,
             vcpus,
-            nr_spis: NR_SPIS,
+            nr_spis: if regions.is_empty() {
+                NR_SPIS
+            } else {
+                pt::GUEST_NR_SPIS
+            },
         })
         .map_err(|e| format!("vcpus: {e:?} for this GIC"))?;
         let mut vgic = vgic;
@@ -63,7 +70,81 @@ impl Machine for Arm64Backend {
                 s2.ipa_bits()
             ));
         }
-        let ram = pool.alloc_ram(spec.ram_size)?;
+        // Identity RAM: one contiguous run, at IPA == PA.
+        let (ram, spec) = if spec.identity {
+            let ram = pool.alloc_contiguous(spec.ram_size)?;
+            let spec = spec.rebased(ram.frames[0]);
+            log::info!(
+                "vm[{}] \"{}\": identity RAM at {:#x}-{:#x} (IPA == PA)",
+                spec.index,
+                spec.name,
+                spec.ram_base,
+                spec.ram_base + spec.ram_size
+            );
+            (ram, spec)
+        } else {
+            (pool.alloc_ram(spec.ram_size)?, *spec)
+        };
+        let spec = &spec;
+        let ram_end = spec.ram_base + spec.ram_size;
+        if ram_end > 1 << s2.ipa_bits() {
+            return Err(format!(
+                "memory: identity RAM ends at {ram_end:#x}, beyond the {}-bit stage-2 space",
+                s2.ipa_bits()
+            ));
+        }
+        let slots = spec.virtio_slots().len();
+        if let Some(why) =
+            kestrel_abi::package::arm64_guest_clash(spec.ram_base, ram_end, slots, (0, 0))
+        {
+            return Err(format!("identity: host RAM at {:#x} {why}", spec.ram_base));
+        }
+        // Passthrough: each region checked against the host and the guest
+        // map, its device found in the host DTB, mapped at IPA == PA.
+        let routes = pt::routes(regions.iter().copied());
+        let mut pt_nodes = Vec::new();
+        let mut forwarded = Vec::new();
+        for (k, p) in regions.iter().enumerate() {
+            let field = format!("passthrough[{k}] [{:#x}, {:#x})", p.base, p.end());
+            if let Some(why) = pt::host_clash(board, p) {
+                return Err(format!("{field}: {why}"));
+            }
+            let guest_ram = (spec.ram_base, ram_end);
+            if let Some(why) =
+                kestrel_abi::package::arm64_guest_clash(p.base, p.end(), slots, guest_ram)
+            {
+                return Err(format!("{field}: {why}"));
+            }
+            let (nodes, fwd) = pt::host_devices(platform::host_dtb(), p, &routes)
+                .map_err(|e| format!("{field}: {e}"))?;
+            let mut page = p.base;
+            while page < p.end() {
+                s2.map_device_page(page, page)
+                    .map_err(|e| format!("{field}: stage 2: {e:?}"))?;
+                page += 4096;
+            }
+            for n in &nodes {
+                log::info!(
+                    "vm[{}] \"{}\": passthrough of host device {} at {:#x}, SPIs {:?}",
+                    spec.index,
+                    spec.name,
+                    n.name,
+                    n.reg.first().map_or(0, |r| r.0),
+                    fwd.iter().map(|f| (f.host, f.guest)).collect::<Vec<_>>()
+                );
+            }
+            pt_nodes.extend(nodes);
+            forwarded.extend(fwd);
+        }
+        for f in &forwarded {
+            // The guest SPI is the host one to the list registers: HW = 1.
+            if !vgic.set_hw_mapping(0, f.guest + 32, Some((f.host + 32) as u16)) {
+                return Err(format!(
+                    "passthrough: guest SPI {} cannot be linked",
+                    f.guest
+                ));
+            }
+        }
         mem::clear(&ram);
         for (i, &f) in ram.frames.iter().enumerate() {
             s2.map_ram_block(spec.ram_base + i as u64 * stage2::BLOCK, f)
@@ -89,12 +170,14 @@ impl Machine for Arm64Backend {
         if let Some(initrd) = spec.initrd {
             copy(spec.initrd_gpa, initrd).map_err(|e| format!("initrd: {e}"))?;
         }
-        copy(spec.dtb_gpa, &spec.guest_dtb(v3)).map_err(|e| format!("dtb: {e}"))?;
+        copy(spec.dtb_gpa, &spec.guest_dtb_with(v3, pt_nodes)).map_err(|e| format!("dtb: {e}"))?;
         // SAFETY: invalidates the instruction cache so the copied kernel is
         // fetched from memory.
         unsafe { core::arch::asm!("dsb ish", "ic ialluis", "dsb ish", "isb", options(nostack)) };
         let devices =
             super::devices::build(vgic, spec, &mut |bytes| mem::disk_memory(pool, bytes))?;
+        // Last: nothing can refuse the VM after its devices are claimed.
+        CLAIMS.lock().claim(spec.index, &regions)?;
         let st = VmState {
             stage2: s2,
             ram_base: spec.ram_base,
@@ -109,6 +192,7 @@ impl Machine for Arm64Backend {
                     boot: Mutex::new(None),
                 })
                 .collect(),
+            passthrough: VmPassthrough::new(forwarded),
         };
         let mut states: Vec<VcpuState> = (0..vcpus)
             .map(|i| VcpuState::new(i, stats, self.dbg_points))
