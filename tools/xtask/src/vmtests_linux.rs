@@ -393,7 +393,7 @@ pub fn smoke_tests(sel: &Selection) -> Vec<Test<'static>> {
         .map(|c| c.name)
         .chain(VIRTIO_CASES.iter().map(|c| c.name))
         .chain(KESTREL_CASES.iter().map(|c| c.name))
-        .chain([PT_CASE.name]);
+        .chain(PT_CASES.iter().map(|c| c.name));
     if !names.clone().any(|n| sel.matches(n)) {
         return Vec::new();
     }
@@ -417,7 +417,11 @@ pub fn smoke_tests(sel: &Selection) -> Vec<Test<'static>> {
             .iter()
             .map(|case| Test::new(case.name, move || kestrel_test(case))),
     );
-    tests.push(Test::new(PT_CASE.name, passthrough_test));
+    tests.extend(
+        PT_CASES
+            .iter()
+            .map(|case| Test::new(case.name, move || passthrough_test(case))),
+    );
     tests
 }
 
@@ -499,16 +503,27 @@ fn kestrel_boot_with(case: &KestrelCase, extra: &[String]) -> Result<Boot, Strin
     })
 }
 
-/// The passthrough case: QEMU's virtio-blk-device given to `pt0`
-/// (identity RAM) beside `vm1` (configs/linux-passthrough.toml).
-const PT_CASE: KestrelCase = KestrelCase {
-    name: "linux on kestrel passthrough: QEMU's virtio-blk (slot 31, SPI 47) in an identity-RAM VM beside another, its file read back from the disk",
-    config: "configs/linux-passthrough.toml",
-    gic: 3,
-    vms: &["pt0", "vm1"],
-    pass: PASS_2,
-    virtio: false,
-};
+/// The passthrough cases: QEMU's virtio-blk-device given to `pt0`
+/// (identity RAM) beside `vm1` (configs/linux-passthrough.toml), on a
+/// GICv3 and a GICv2 (the forwarded SPI's split EOI differs).
+const PT_CASES: [KestrelCase; 2] = [
+    KestrelCase {
+        name: "linux on kestrel passthrough: QEMU's virtio-blk (slot 31, SPI 47) in an identity-RAM VM beside another, its file read back from the disk, GICv3",
+        config: "configs/linux-passthrough.toml",
+        gic: 3,
+        vms: &["pt0", "vm1"],
+        pass: PASS_2,
+        virtio: false,
+    },
+    KestrelCase {
+        name: "linux on kestrel passthrough: QEMU's virtio-blk (slot 31, SPI 47) in an identity-RAM VM beside another, its file read back from the disk, GICv2",
+        config: "configs/linux-passthrough.toml",
+        gic: 2,
+        vms: &["pt0", "vm1"],
+        pass: PASS_2,
+        virtio: false,
+    },
+];
 
 /// Runs `debugfs -R REQUEST disk` and returns its output.
 fn debugfs(disk: &Path, request: &str) -> Result<String, String> {
@@ -629,7 +644,7 @@ fn judge_passthrough(boot: &Boot, disk: &Path, nonce: &str, dir: &Path) -> Vec<S
 }
 
 /// The passthrough case (issue: VM devices, passthrough).
-fn passthrough_test() -> Verdict {
+fn passthrough_test(case: &KestrelCase) -> Verdict {
     let dir = crate::root().join("build/linux-passthrough");
     if let Err(e) = std::fs::create_dir_all(&dir) {
         return Verdict::error(format!("{}: {e}", dir.display()));
@@ -649,9 +664,9 @@ fn passthrough_test() -> Verdict {
         "-device".to_string(),
         "virtio-blk-device,drive=pt0".to_string(),
     ];
-    match kestrel_boot_with(&PT_CASE, &extra) {
+    match kestrel_boot_with(case, &extra) {
         Ok(boot) => {
-            let mut problems = judge_kestrel(&boot, &PT_CASE);
+            let mut problems = judge_kestrel(&boot, case);
             problems.extend(judge_passthrough(&boot, &disk, &nonce, &dir));
             Verdict {
                 problems,
