@@ -64,7 +64,7 @@ impl VmPassthrough {
 /// fired for [`drain`].
 pub fn on_irq(intid: u32) -> bool {
     let i = intid as usize;
-    if i < 32 || i >= INTIDS || FORWARD[i].load(Ordering::Acquire) == 0 {
+    if !(32..INTIDS).contains(&i) || FORWARD[i].load(Ordering::Acquire) == 0 {
         return false;
     }
     FIRED[i / 32].fetch_or(1 << (i % 32), Ordering::AcqRel);
