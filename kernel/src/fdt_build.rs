@@ -294,6 +294,23 @@ pub struct GuestDtbSpec<'a> {
     pub initrd: Option<(u64, u64)>,
     /// virtio-mmio transports: (base, size, SPI number).
     pub virtio: Vec<(u64, u64, u32)>,
+    /// Host devices passed through (`crate::passthrough`).
+    pub passthrough: Vec<GuestPtNode>,
+}
+
+/// A passed-through host device as the guest sees it: the host node's
+/// name, `compatible` and `reg` (at IPA == PA), its interrupts moved to the
+/// guest's SPIs (GIC specifiers: type, number, flags), `dma-coherent` when
+/// the host node has it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GuestPtNode {
+    pub name: String,
+    /// The raw `compatible` value (NUL-separated strings).
+    pub compatible: Vec<u8>,
+    pub reg: Vec<(u64, u64)>,
+    /// (SPI number, flags) per interrupt, in the host node's order.
+    pub interrupts: Vec<(u32, u32)>,
+    pub dma_coherent: bool,
 }
 
 /// MPIDR affinity (Aff1.Aff0) of vCPU `i`: 16 per cluster, as KVM does.
@@ -446,10 +463,28 @@ pub fn guest_dtb_arm64(spec: &GuestDtbSpec) -> Vec<u8> {
             .prop_empty("dma-coherent")
             .end_node();
     }
+    for n in &spec.passthrough {
+        w.begin_node(&n.name)
+            .prop("compatible", &n.compatible)
+            .prop_reg("reg", &n.reg);
+        if !n.interrupts.is_empty() {
+            let cells: Vec<u32> = n
+                .interrupts
+                .iter()
+                .flat_map(|&(spi, flags)| [GIC_SPI, spi, flags])
+                .collect();
+            w.prop_cells("interrupts", &cells);
+        }
+        if n.dma_coherent {
+            w.prop_empty("dma-coherent");
+        }
+        w.end_node();
+    }
     w.end_node();
     w.boot_cpuid(0);
     // The calls above are balanced, have one root and no NUL in any name
-    // (formatted numbers and fixed strings): finish cannot fail.
+    // (formatted numbers, fixed strings, passthrough node names from the
+    // host tree, which `crate::passthrough` checked): finish cannot fail.
     w.finish().unwrap_or_default()
 }
 

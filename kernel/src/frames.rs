@@ -142,6 +142,35 @@ impl FramePool {
     }
 }
 
+impl FramePool {
+    /// [`FramePool::alloc_ram`] as one physically contiguous run of frames
+    /// (for RAM at IPA == PA): taken from the top of the highest free range
+    /// that holds it, so that ranges below stay whole.
+    pub fn alloc_contiguous(&mut self, bytes: u64) -> Result<GuestRam, String> {
+        let n = bytes.div_ceil(FRAME);
+        let need = n * FRAME;
+        let Some(i) = self.free.iter().rposition(|(s, e)| e - s >= need) else {
+            let largest = self.free.iter().map(|(s, e)| e - s).max().unwrap_or(0);
+            return Err(format!(
+                "memory: {} MiB of contiguous host memory needed (identity RAM), \
+                 the largest free run is {} MiB",
+                bytes >> 20,
+                largest >> 20
+            ));
+        };
+        let (s, e) = &mut self.free[i];
+        *e -= need;
+        let base = *e;
+        if *s == *e {
+            self.free.remove(i);
+        }
+        Ok(GuestRam {
+            frames: (0..n).map(|k| base + k * FRAME).collect(),
+            size: bytes,
+        })
+    }
+}
+
 /// One VM's RAM: `size` bytes, offset `o` in host frame `frames[o / FRAME]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GuestRam {
@@ -189,6 +218,24 @@ mod tests {
 
     fn region(base: u64, size: u64) -> MemRegion {
         MemRegion { base, size }
+    }
+
+    #[test]
+    fn contiguous_ram_comes_from_one_range_or_not_at_all() {
+        let mem = [region(0x4000_0000, 64 * MB), region(0x8000_0000, 16 * MB)];
+        let mut p = FramePool::from_board(&mem, &[], u64::MAX);
+        // 32 MiB fits only the first range: its top.
+        let r = p.alloc_contiguous(32 * MB).unwrap();
+        assert_eq!(r.frames.len(), 16);
+        assert_eq!(r.frames[0], 0x4000_0000 + 32 * MB);
+        assert!(r.frames.windows(2).all(|w| w[1] == w[0] + FRAME));
+        // 16 MiB: the highest range that holds it, taken whole.
+        let r = p.alloc_contiguous(16 * MB).unwrap();
+        assert_eq!(r.frames[0], 0x8000_0000);
+        assert_eq!(p.free, [(0x4000_0000, 0x4000_0000 + 32 * MB)]);
+        let e = p.alloc_contiguous(34 * MB).unwrap_err();
+        assert!(e.contains("the largest free run is 32 MiB"), "{e}");
+        assert_eq!(p.free_bytes(), 32 * MB);
     }
 
     #[test]

@@ -19,12 +19,12 @@ use alloc::vec::Vec;
 use core::fmt;
 
 use kestrel_abi::package::{
-    Affinity, ConsoleKind, Devices, Field, GuestKind, Package, PackageError, Problem, VmError,
-    VmRecord,
+    Affinity, ConsoleKind, Devices, Field, GuestKind, Package, PackageError, Passthroughs, Problem,
+    VmError, VmRecord,
 };
 
 use crate::board::Arch;
-use crate::fdt_build::{guest_dtb_arm64, GuestDtbSpec, GuestGic, GuestUart};
+use crate::fdt_build::{guest_dtb_arm64, GuestDtbSpec, GuestGic, GuestPtNode, GuestUart};
 
 /// Guest physical base of RAM on arm64.
 pub const ARM64_GUEST_RAM_BASE: u64 = 0x4000_0000;
@@ -116,6 +116,11 @@ pub struct VmSpec<'a> {
     pub on_reboot: OnReboot,
     /// Disks and network ports, in config order.
     pub devices: Devices<'a>,
+    /// Host devices passed through (arm64), in config order.
+    pub passthrough: Passthroughs,
+    /// RAM at IPA == PA: `ram_base` and the addresses above are moved to
+    /// where the host gives the RAM ([`VmSpec::rebased`]) when the VM is built.
+    pub identity: bool,
 }
 
 /// What a VM's reset request (PSCI SYSTEM_RESET, the LoongArch GED reset)
@@ -131,6 +136,19 @@ pub enum OnReboot {
 }
 
 impl<'a> VmSpec<'a> {
+    /// The same VM with its RAM (and the images and DTB in it) at `ram_base`.
+    pub fn rebased(&self, ram_base: u64) -> VmSpec<'a> {
+        let moved = |a: u64| a - self.ram_base + ram_base;
+        VmSpec {
+            ram_base,
+            kernel_gpa: moved(self.kernel_gpa),
+            entry_gpa: moved(self.entry_gpa),
+            initrd_gpa: moved(self.initrd_gpa),
+            dtb_gpa: moved(self.dtb_gpa),
+            ..*self
+        }
+    }
+
     /// Turns a validated record into a spec for `arch`.
     pub fn from_record(rec: &VmRecord<'a>, arch: Arch) -> Self {
         let ram_base = match arch {
@@ -162,6 +180,8 @@ impl<'a> VmSpec<'a> {
                 OnReboot::Restart
             },
             devices: rec.devices,
+            passthrough: rec.passthrough,
+            identity: rec.identity,
         }
     }
 
@@ -201,6 +221,7 @@ impl<'a> VmSpec<'a> {
                 .iter()
                 .map(|v| (v.base, v.size, v.spi))
                 .collect(),
+            passthrough: Vec::new(),
         }
     }
 
@@ -225,10 +246,22 @@ impl<'a> VmSpec<'a> {
 
     /// The DTB to give an arm64 guest: the config's, or a generated one.
     pub fn guest_dtb(&self, gic_v3: bool) -> alloc::borrow::Cow<'a, [u8]> {
+        self.guest_dtb_with(gic_v3, Vec::new())
+    }
+
+    /// [`VmSpec::guest_dtb`] with the passed-through host devices `pt`
+    /// described in a generated one.
+    pub fn guest_dtb_with(
+        &self,
+        gic_v3: bool,
+        pt: Vec<GuestPtNode>,
+    ) -> alloc::borrow::Cow<'a, [u8]> {
         match self.dtb {
             DtbSource::Provided(d) => alloc::borrow::Cow::Borrowed(d),
             DtbSource::Generate => {
-                alloc::borrow::Cow::Owned(guest_dtb_arm64(&self.dtb_spec_arm64(gic_v3)))
+                let mut spec = self.dtb_spec_arm64(gic_v3);
+                spec.passthrough = pt;
+                alloc::borrow::Cow::Owned(guest_dtb_arm64(&spec))
             }
         }
     }
@@ -267,6 +300,8 @@ pub enum VmConfigError {
     OutOfMemory { index: usize, need: u64, left: u64 },
     /// The RAM does not fit the VM's guest physical address space.
     RamTooLarge { index: usize, memory: u64 },
+    /// Passthrough or identity RAM where this architecture has none.
+    NoPassthrough { index: usize, arch: Arch },
 }
 
 impl fmt::Display for VmConfigError {
@@ -304,6 +339,12 @@ impl fmt::Display for VmConfigError {
                 "vm[{index}]: memory: {} MiB does not fit a {GUEST_PA_BITS}-bit guest physical \
                  address space",
                 memory >> 20
+            ),
+            VmConfigError::NoPassthrough { index, arch } => write!(
+                f,
+                "vm[{index}]: passthrough: device passthrough and identity RAM are arm64-only, \
+                 not for {}",
+                arch.name()
             ),
         }
     }
@@ -372,6 +413,12 @@ fn admit<'a>(
         return Err(VmConfigError::WrongArch {
             index,
             kind: rec.kind,
+            arch: host.arch,
+        });
+    }
+    if host.arch != Arch::Aarch64 && (rec.identity || !rec.passthrough.is_empty()) {
+        return Err(VmConfigError::NoPassthrough {
+            index,
             arch: host.arch,
         });
     }

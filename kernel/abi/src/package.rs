@@ -6,7 +6,7 @@
 //! hypervisor reads it in place with [`Package`], which never panics and
 //! never trusts a number it has not checked against the buffer.
 //!
-//! # Format (version 2, all integers little-endian)
+//! # Format (version 3, all integers little-endian)
 //!
 //! ```text
 //! offset  size                 what
@@ -45,7 +45,7 @@
 //! | 48 | u16 | vCPU count, 1..=[`MAX_VCPUS`] |
 //! | 50 | u8 | guest kind ([`GuestKind`]) |
 //! | 51 | u8 | console device ([`ConsoleKind`]) |
-//! | 52 | u32 | flags: bit 0 = [`FLAG_PINNED`] (vCPU i owns the i-th CPU of the mask), bit 1 = [`FLAG_VIRTIO_CONSOLE`], bit 2 = [`FLAG_REBOOT_STOP`] |
+//! | 52 | u32 | flags: bit 0 = [`FLAG_PINNED`] (vCPU i owns the i-th CPU of the mask), bit 1 = [`FLAG_VIRTIO_CONSOLE`], bit 2 = [`FLAG_REBOOT_STOP`], bit 3 = [`FLAG_IDENTITY`] (RAM at IPA == PA) |
 //! | 56 | 2 x u64 | kernel blob (offset, length); length > 0 |
 //! | 72 | 2 x u64 | initrd blob (offset, length); (0, 0) = none |
 //! | 88 | 2 x u64 | DTB blob (offset, length); (0, 0) = kestrel generates one |
@@ -62,13 +62,16 @@
 //!
 //! | off | type | field |
 //! |-----|------|-------|
-//! | 0 | u8 | kind: [`DEV_DISK`] or [`DEV_NET`] |
-//! | 1 | u8 | flags: disk [`DISK_READ_ONLY`]; net [`NET_MAC`] (the MAC field is set) |
-//! | 2 | `[u8; 6]` | net: MAC address (unicast); disk: 0 |
-//! | 8 | 2 x u64 | disk: image blob (offset, length), 4 KiB-aligned, whole 512-byte sectors; net: 0 |
-//! | 24 | `[u8; 32]` | net: network name (`[a-z0-9_-]{1,32}`, NUL-padded); disk: 0 |
-//! | 56 | u32 | disk: CRC-32 of the image; net: 0 |
+//! | 0 | u8 | kind: [`DEV_DISK`], [`DEV_NET`] or [`DEV_PASSTHROUGH`] |
+//! | 1 | u8 | flags: disk [`DISK_READ_ONLY`]; net [`NET_MAC`] (the MAC field is set); passthrough 0 |
+//! | 2 | `[u8; 6]` | net: MAC address (unicast); passthrough: byte 2 = number of SPIs (0..=[`MAX_PT_SPIS`]), the rest 0; disk: 0 |
+//! | 8 | 2 x u64 | disk: image blob (offset, length), 4 KiB-aligned, whole 512-byte sectors; passthrough: host physical (base, size) of the MMIO region, both 4 KiB-aligned, size > 0; net: 0 |
+//! | 24 | `[u8; 32]` | net: network name (`[a-z0-9_-]{1,32}`, NUL-padded); passthrough: 8 x u32 SPI numbers (0..=987, INTID - 32), the unused ones 0; disk: 0 |
+//! | 56 | u32 | disk: CRC-32 of the image; others: 0 |
 //! | 60 | 4 bytes | reserved, 0 |
+//!
+//! Version 3 added the passthrough entries and [`FLAG_IDENTITY`]; a
+//! version 2 package is refused as a whole (rebuild it with `make image`).
 //!
 //! Offsets are from the start of the package. Blobs lie after the record
 //! table and inside the package; kernel, initrd and DTB start on a 4 KiB
@@ -95,7 +98,7 @@ use core::fmt;
 /// The magic at offset 0.
 pub const MAGIC: [u8; 8] = *b"KSTRLPKG";
 /// The format version this module reads and writes.
-pub const VERSION: u16 = 2;
+pub const VERSION: u16 = 3;
 /// Size of the header in bytes.
 pub const HEADER_SIZE: usize = 64;
 /// Size of one VM record in bytes.
@@ -122,17 +125,28 @@ pub const FLAG_VIRTIO_CONSOLE: u32 = 1 << 1;
 /// Record flag: a reset request from the guest ends the VM instead of
 /// restarting it (config `on_reboot = "stop"`).
 pub const FLAG_REBOOT_STOP: u32 = 1 << 2;
+/// Record flag: guest RAM at IPA == PA (for a passed-through device that
+/// does DMA without an SMMU).
+pub const FLAG_IDENTITY: u32 = 1 << 3;
 /// Every record flag this version defines.
-pub const FLAGS_KNOWN: u32 = FLAG_PINNED | FLAG_VIRTIO_CONSOLE | FLAG_REBOOT_STOP;
+pub const FLAGS_KNOWN: u32 = FLAG_PINNED | FLAG_VIRTIO_CONSOLE | FLAG_REBOOT_STOP | FLAG_IDENTITY;
 /// Size of one device table entry.
 pub const DEVICE_SIZE: usize = 64;
-/// Most devices (disks and network ports) one VM may have.
+/// Most devices (disks, network ports and passthrough regions together)
+/// one VM may have.
 pub const MAX_DEVICES: usize = 8;
 /// Disk images are whole sectors of this size.
 pub const SECTOR_SIZE: u64 = 512;
 /// Device kinds.
 pub const DEV_DISK: u8 = 1;
 pub const DEV_NET: u8 = 2;
+pub const DEV_PASSTHROUGH: u8 = 3;
+/// Most SPIs one passthrough region may bring.
+pub const MAX_PT_SPIS: usize = 8;
+/// The highest SPI number (INTID 1019).
+pub const MAX_SPI: u32 = 987;
+/// Passthrough regions are whole pages of this size.
+pub const PT_PAGE: u64 = 4096;
 /// Disk flag: the VM may not write it.
 pub const DISK_READ_ONLY: u8 = 1 << 0;
 /// Net flag: the entry names a MAC (else kestrel derives one).
@@ -390,6 +404,7 @@ pub enum Field {
     Devices,
     Disk,
     Net,
+    Passthrough,
 }
 
 impl Field {
@@ -416,6 +431,7 @@ impl Field {
             Field::Devices => "devices",
             Field::Disk => "disk",
             Field::Net => "net",
+            Field::Passthrough => "passthrough",
         }
     }
 }
@@ -447,6 +463,8 @@ pub enum Problem {
     PinnedMismatch { vcpus: u16, cpus: u32 },
     /// The entry point lies outside the kernel image.
     EntryOutsideKernel { entry: u64, len: u64 },
+    /// A value listed twice.
+    Duplicate { value: u64 },
 }
 
 impl fmt::Display for Problem {
@@ -476,6 +494,7 @@ impl fmt::Display for Problem {
             Problem::EntryOutsideKernel { entry, len } => {
                 write!(f, "entry offset {entry:#x} is outside the {len:#x}-byte kernel")
             }
+            Problem::Duplicate { value } => write!(f, "{value} is listed twice"),
         }
     }
 }
@@ -617,6 +636,39 @@ impl GuestLayout {
     }
 }
 
+/// arm64 guest RAM base when it is not identity-mapped.
+pub const ARM64_GUEST_RAM: u64 = 0x4000_0000;
+/// The guest physical range kestrel's own emulated arm64 devices may use
+/// (GIC distributor from `0x0800_0000`, redistributors / CPU interface,
+/// the UART at `0x0900_0000`), below the virtio-mmio transports.
+pub const ARM64_GUEST_DEVICES: (u64, u64) = (0x0800_0000, 0x0a00_0000);
+/// The first virtio-mmio transport and the stride between them.
+pub const ARM64_GUEST_VIRTIO: (u64, u64) = (0x0a00_0000, 0x200);
+
+/// Why a passthrough region `[base, end)` (mapped at IPA == PA) cannot sit
+/// in an arm64 guest's physical map with `virtio_slots` virtio transports
+/// and RAM at `ram` (start, end): it overlaps one of kestrel's emulated
+/// devices, a virtio transport or RAM. The one rule the config tool and
+/// the hypervisor both apply.
+pub fn arm64_guest_clash(
+    base: u64,
+    end: u64,
+    virtio_slots: usize,
+    ram: (u64, u64),
+) -> Option<&'static str> {
+    let overlaps = |(s, e): (u64, u64)| base < e && s < end;
+    let virtio_end = ARM64_GUEST_VIRTIO.0 + virtio_slots as u64 * ARM64_GUEST_VIRTIO.1;
+    if overlaps(ARM64_GUEST_DEVICES) {
+        Some("overlaps the guest's GIC or UART (0x8000000-0xa000000)")
+    } else if virtio_slots > 0 && overlaps((ARM64_GUEST_VIRTIO.0, virtio_end)) {
+        Some("overlaps the guest's virtio-mmio transports (from 0xa000000, 0x200 each)")
+    } else if overlaps(ram) {
+        Some("overlaps the guest's RAM")
+    } else {
+        None
+    }
+}
+
 /// One validated VM: every slice is inside the package and checksummed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct VmRecord<'a> {
@@ -643,6 +695,82 @@ pub struct VmRecord<'a> {
     pub reboot_stop: bool,
     /// Disks and network ports, in config order.
     pub devices: Devices<'a>,
+    /// Host devices passed through, in config order.
+    pub passthrough: Passthroughs,
+    /// RAM at IPA == PA ([`FLAG_IDENTITY`]).
+    pub identity: bool,
+}
+
+/// A host MMIO region and its SPIs, given to one VM.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Passthrough {
+    /// Host physical base (4 KiB-aligned).
+    pub base: u64,
+    /// Bytes (a positive multiple of 4 KiB; base + size does not wrap).
+    pub size: u64,
+    spis: [u32; MAX_PT_SPIS],
+    nr_spis: u8,
+}
+
+impl Passthrough {
+    /// A region with `spis` (at most [`MAX_PT_SPIS`]; more are cut).
+    pub fn new(base: u64, size: u64, spis: &[u32]) -> Passthrough {
+        let mut p = Passthrough {
+            base,
+            size,
+            spis: [0; MAX_PT_SPIS],
+            nr_spis: spis.len().min(MAX_PT_SPIS) as u8,
+        };
+        for (d, &s) in p.spis.iter_mut().zip(spis) {
+            *d = s;
+        }
+        p
+    }
+
+    /// The SPI numbers (INTID - 32).
+    pub fn spis(&self) -> &[u32] {
+        &self.spis[..self.nr_spis as usize]
+    }
+
+    /// The region's end (exclusive).
+    pub fn end(&self) -> u64 {
+        self.base + self.size
+    }
+}
+
+/// A VM's passthrough regions (at most [`MAX_DEVICES`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Passthroughs {
+    list: [Option<Passthrough>; MAX_DEVICES],
+}
+
+impl Passthroughs {
+    pub const NONE: Passthroughs = Passthroughs {
+        list: [None; MAX_DEVICES],
+    };
+
+    pub fn iter(&self) -> impl Iterator<Item = Passthrough> + '_ {
+        self.list.iter().flatten().copied()
+    }
+
+    pub fn len(&self) -> usize {
+        self.iter().count()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.list[0].is_none()
+    }
+
+    /// Adds `p`; false when full.
+    pub fn push(&mut self, p: Passthrough) -> bool {
+        match self.list.iter_mut().find(|s| s.is_none()) {
+            Some(slot) => {
+                *slot = Some(p);
+                true
+            }
+            None => false,
+        }
+    }
 }
 
 /// One device of a VM, validated.
@@ -1060,7 +1188,7 @@ impl<'a> Package<'a> {
             initrd.map_or(0, |i| i.len() as u64),
         )
         .map_err(|p| err(Field::Memory, p))?;
-        let devices = self.devices(device_table, &err)?;
+        let (devices, passthrough) = self.devices(device_table, &err)?;
 
         Ok(VmRecord {
             index,
@@ -1081,6 +1209,8 @@ impl<'a> Package<'a> {
             virtio_console: flags & FLAG_VIRTIO_CONSOLE != 0,
             reboot_stop: flags & FLAG_REBOOT_STOP != 0,
             devices,
+            passthrough,
+            identity: flags & FLAG_IDENTITY != 0,
         })
     }
 
@@ -1116,12 +1246,13 @@ impl<'a> Package<'a> {
         &self,
         table: Option<&'a [u8]>,
         err: &dyn Fn(Field, Problem) -> VmError,
-    ) -> Result<Devices<'a>, VmError> {
+    ) -> Result<(Devices<'a>, Passthroughs), VmError> {
         let mut out = Devices {
             list: [None; MAX_DEVICES],
         };
+        let mut pt = Passthroughs::NONE;
         let Some(table) = table else {
-            return Ok(out);
+            return Ok((out, pt));
         };
         if !table.len().is_multiple_of(DEVICE_SIZE) {
             return Err(err(
@@ -1142,12 +1273,17 @@ impl<'a> Package<'a> {
                 },
             ));
         }
-        for (i, e) in table.chunks_exact(DEVICE_SIZE).enumerate() {
+        let mut next = 0;
+        for e in table.chunks_exact(DEVICE_SIZE) {
             if e[D_RESERVED..].iter().any(|&b| b != 0) {
                 return Err(err(Field::Devices, Problem::NonZero));
             }
             let flags = e[D_FLAGS];
             let dev = match e[D_KIND] {
+                DEV_PASSTHROUGH => {
+                    pt.push(Self::passthrough(e, err)?);
+                    continue;
+                }
                 DEV_DISK => {
                     let f = Field::Disk;
                     if flags & !DISK_READ_ONLY != 0
@@ -1211,9 +1347,80 @@ impl<'a> Package<'a> {
                 }
                 k => return Err(err(Field::Devices, Problem::Unknown { value: k.into() })),
             };
-            out.list[i] = Some(dev);
+            out.list[next] = Some(dev);
+            next += 1;
         }
-        Ok(out)
+        Ok((out, pt))
+    }
+
+    /// One passthrough entry, checked.
+    fn passthrough(
+        e: &[u8],
+        err: &dyn Fn(Field, Problem) -> VmError,
+    ) -> Result<Passthrough, VmError> {
+        let f = Field::Passthrough;
+        let n = e[D_MAC] as usize;
+        if e[D_FLAGS] != 0 || e[D_MAC + 1..D_BLOB].iter().any(|&b| b != 0) || le32(e, D_CRC) != 0 {
+            return Err(err(f, Problem::NonZero));
+        }
+        if n > MAX_PT_SPIS {
+            return Err(err(
+                f,
+                Problem::TooLarge {
+                    value: n as u64,
+                    max: MAX_PT_SPIS as u64,
+                },
+            ));
+        }
+        let (base, size) = (le64(e, D_BLOB), le64(e, D_BLOB + 8));
+        if size == 0 {
+            return Err(err(f, Problem::Zero));
+        }
+        for v in [base, size] {
+            if !v.is_multiple_of(PT_PAGE) {
+                return Err(err(
+                    f,
+                    Problem::Misaligned {
+                        value: v,
+                        align: PT_PAGE,
+                    },
+                ));
+            }
+        }
+        if base.checked_add(size).is_none() {
+            return Err(err(
+                f,
+                Problem::TooLarge {
+                    value: size,
+                    max: u64::MAX - base,
+                },
+            ));
+        }
+        let mut spis = [0u32; MAX_PT_SPIS];
+        for (i, s) in spis.iter_mut().enumerate() {
+            *s = le32(e, D_NETWORK + 4 * i);
+            if i >= n && *s != 0 {
+                return Err(err(f, Problem::NonZero));
+            }
+            if i < n && *s > MAX_SPI {
+                return Err(err(
+                    f,
+                    Problem::TooLarge {
+                        value: u64::from(*s),
+                        max: u64::from(MAX_SPI),
+                    },
+                ));
+            }
+        }
+        if let Some(i) = (0..n).find(|&i| spis[..i].contains(&spis[i])) {
+            return Err(err(
+                f,
+                Problem::Duplicate {
+                    value: u64::from(spis[i]),
+                },
+            ));
+        }
+        Ok(Passthrough::new(base, size, &spis[..n]))
     }
 
     /// Every VM in order, each validated on its own.
@@ -1252,8 +1459,13 @@ mod writer {
         pub virtio_console: bool,
         /// A guest reset ends the VM (config `on_reboot = "stop"`).
         pub reboot_stop: bool,
-        /// Disks and network ports (at most [`MAX_DEVICES`]).
+        /// Disks and network ports (at most [`MAX_DEVICES`] with the
+        /// passthrough regions).
         pub devices: &'a [Device<'a>],
+        /// Host devices passed through.
+        pub passthrough: &'a [Passthrough],
+        /// RAM at IPA == PA.
+        pub identity: bool,
     }
 
     /// Builds a package. It does not validate VM contents beyond what it
@@ -1308,6 +1520,9 @@ mod writer {
                 if vm.reboot_stop {
                     flags |= FLAG_REBOOT_STOP;
                 }
+                if vm.identity {
+                    flags |= FLAG_IDENTITY;
+                }
                 put(&mut rec, R_FLAGS, &flags.to_le_bytes());
                 let mut crc = 0;
                 for (field, data, aligned) in [
@@ -1327,7 +1542,10 @@ mod writer {
                     out.extend_from_slice(data);
                     crc = crc32_update(crc, data);
                 }
-                assert!(vm.devices.len() <= MAX_DEVICES, "too many devices");
+                assert!(
+                    vm.devices.len() + vm.passthrough.len() <= MAX_DEVICES,
+                    "too many devices"
+                );
                 let mut table = Vec::new();
                 for d in vm.devices {
                     let mut e = [0u8; DEVICE_SIZE];
@@ -1350,6 +1568,17 @@ mod writer {
                                 put(&mut e, D_MAC, &m);
                             }
                         }
+                    }
+                    table.extend_from_slice(&e);
+                }
+                for p in vm.passthrough {
+                    let mut e = [0u8; DEVICE_SIZE];
+                    e[D_KIND] = DEV_PASSTHROUGH;
+                    e[D_MAC] = p.spis().len() as u8;
+                    put(&mut e, D_BLOB, &p.base.to_le_bytes());
+                    put(&mut e, D_BLOB + 8, &p.size.to_le_bytes());
+                    for (i, s) in p.spis().iter().enumerate() {
+                        put(&mut e, D_NETWORK + 4 * i, &s.to_le_bytes());
                     }
                     table.extend_from_slice(&e);
                 }

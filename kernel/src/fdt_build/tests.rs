@@ -22,6 +22,7 @@ fn spec_v3() -> GuestDtbSpec<'static> {
         bootargs: "console=ttyAMA0 earlycon",
         initrd: Some((0x5000_0000, 0x5012_3456)),
         virtio: Vec::new(),
+        passthrough: Vec::new(),
     }
 }
 

@@ -26,6 +26,8 @@ fn input<'a>(name: &'a str, kernel: &'a [u8]) -> VmInput<'a> {
         virtio_console: false,
         reboot_stop: false,
         devices: &[],
+        passthrough: &[],
+        identity: false,
     }
 }
 
@@ -377,4 +379,50 @@ fn loongarch_efi_image_is_placed_at_its_text_offset() {
             arch: Arch::Aarch64
         })
     );
+}
+
+#[test]
+fn identity_spec_moves_its_images_with_its_ram_and_loongarch_refuses_it() {
+    use kestrel_abi::package::Passthrough;
+    let k = vec![0xAAu8; 3 * MB as usize];
+    let initrd = vec![0x55u8; 5000];
+    let pt = [Passthrough::new(0x0a00_3000, 0x1000, &[47])];
+    let mut w = Writer::new(HypervisorSettings::default());
+    w.vms.push(VmInput {
+        initrd: Some(&initrd),
+        entry_offset: 0x40,
+        identity: true,
+        passthrough: &pt,
+        ..input("pt0", &k)
+    });
+    let pkg = w.finish();
+    let s = plan(&pkg, host(4, 1 << 30)).unwrap()[0].unwrap();
+    assert!(s.identity);
+    assert_eq!(s.passthrough.iter().collect::<Vec<_>>(), pt);
+    // The virtio slots do not count passthrough regions.
+    assert!(s.virtio_slots().is_empty());
+    let r = s.rebased(0x8000_0000);
+    assert_eq!(r.ram_base, 0x8000_0000);
+    for (a, b) in [
+        (s.kernel_gpa, r.kernel_gpa),
+        (s.entry_gpa, r.entry_gpa),
+        (s.initrd_gpa, r.initrd_gpa),
+        (s.dtb_gpa, r.dtb_gpa),
+    ] {
+        assert_eq!(b - r.ram_base, a - s.ram_base);
+    }
+    assert_eq!(r.dtb_spec_arm64(true).ram_base, 0x8000_0000);
+    let la = HostLimits {
+        arch: Arch::LoongArch64,
+        ..host(4, 1 << 30)
+    };
+    let mut w = Writer::new(HypervisorSettings::default());
+    w.vms.push(VmInput {
+        kind: GuestKind::TestRaw,
+        identity: true,
+        ..input("la", &k)
+    });
+    let pkg = w.finish();
+    let e = plan(&pkg, la).unwrap()[0].unwrap_err();
+    assert!(e.to_string().contains("arm64-only"), "{e}");
 }

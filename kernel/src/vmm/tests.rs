@@ -106,6 +106,8 @@ fn spec(name: &'static str, vcpus: u16, mask: u64, pinned: bool) -> VmSpec<'stat
         virtio_console: false,
         on_reboot: crate::vmconfig::OnReboot::Restart,
         devices: kestrel_abi::package::Devices::NONE,
+        passthrough: kestrel_abi::package::Passthroughs::NONE,
+        identity: false,
     }
 }
 

@@ -58,6 +58,7 @@ fn run(s: &Spec) {
             .take(16)
             .map(|&(b, l, spi)| (b, l, u32::from(spi % 988)))
             .collect(),
+        passthrough: Vec::new(),
     };
     let blob = guest_dtb_arm64(&spec);
     let f = fdt::Fdt::new(&blob).expect("the fdt crate reads the generated tree");

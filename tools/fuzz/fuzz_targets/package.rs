@@ -106,6 +106,8 @@ fn round_trip(u: &mut Unstructured) -> arbitrary::Result<()> {
             virtio_console: false,
             reboot_stop: false,
             devices: &[],
+            passthrough: &[],
+            identity: false,
         })
         .collect();
     let mut w = Writer::new(settings);
@@ -197,6 +199,8 @@ fuzz_target!(|data: &[u8]| {
                     virtio_console: false,
                     reboot_stop: false,
                     devices: &[],
+                    passthrough: &[],
+                    identity: false,
                 });
             }
             let mut bytes = w.finish();

@@ -119,6 +119,8 @@ fuzz_target!(|data: &[u8]| {
             virtio_console: false,
             reboot_stop: false,
             devices: &[],
+            passthrough: &[],
+            identity: false,
         });
     }
     check(&w.finish(), host);

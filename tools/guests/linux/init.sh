@@ -14,6 +14,9 @@
 #   kestrel.reboots=N        on a root disk: count this boot in
 #                            /var/lib/kestrel-boots there and `reboot -f`
 #                            until N reboots are done, then go on
+#   kestrel.pt=/dev/vdX      after the test, the passthrough test: mount that
+#                            ext4 disk, print its hello.txt, write pt.txt and
+#                            1 MiB pt.bin, print what was written, unmount
 if [ -n "$KESTREL_ROOT" ]; then
     echo "LINUX-INIT: started on root $KESTREL_ROOT"
 else
@@ -35,7 +38,7 @@ mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev 2>&-
 read up rest < /proc/uptime
-shell=0 cpus= name=linux root= console= ip= net= reboots=
+shell=0 cpus= name=linux root= console= ip= net= reboots= pt=
 for arg in $(cat /proc/cmdline); do
     case "$arg" in
         kestrel.shell=1) shell=1 ;;
@@ -46,6 +49,7 @@ for arg in $(cat /proc/cmdline); do
         kestrel.ip=*) ip=${arg#*=} ;;
         kestrel.net=*) net=${arg#*=} ;;
         kestrel.reboots=*) reboots=${arg#*=} ;;
+        kestrel.pt=*) pt=${arg#*=} ;;
     esac
 done
 
@@ -151,6 +155,31 @@ if [ -n "$console" ]; then
     fi
 fi
 
+# pt_test DEV: the passthrough test on a host disk given to this VM.
+pt_test() {
+    if ! wait_for "$1"; then
+        echo "LINUX-PT: FAIL $1: no such device after 5 s"
+        return
+    fi
+    mkdir -p /mnt/pt
+    if ! mount -t ext4 "$1" /mnt/pt 2>/tmp/pt.err; then
+        echo "LINUX-PT: FAIL mount $1: $(cat /tmp/pt.err)"
+        return
+    fi
+    echo "LINUX-PT: mounted $1, hello.txt says: $(cat /mnt/pt/hello.txt)"
+    text="written by $name through passthrough $(cat /proc/sys/kernel/random/uuid)"
+    echo "$text" > /mnt/pt/pt.txt
+    dd if=/dev/urandom of=/mnt/pt/pt.bin bs=64k count=16 2>/dev/null
+    sum=$(md5sum /mnt/pt/pt.bin)
+    sync
+    if umount /mnt/pt; then
+        echo "LINUX-PT: wrote pt.txt: $text"
+        echo "LINUX-PT: wrote pt.bin: 1 MiB md5 ${sum%% *}"
+    else
+        echo "LINUX-PT: FAIL umount $1"
+    fi
+}
+
 if [ "$shell" = 1 ]; then
     msg="LINUX-INIT: $name: busybox shell ('kestrel-linux-test N' runs the test, 'poweroff -f' powers off)"
     export PS1="$name:\w# "
@@ -168,6 +197,7 @@ elif [ -n "$tty" ]; then
 else
     /bin/kestrel-linux-test "$cpus"
     [ -n "$net" ] && /bin/kestrel-net-test $(echo "$net" | tr : ' ')
+    [ -n "$pt" ] && pt_test "$pt"
 fi
 poweroff -f
 sleep 5

@@ -92,6 +92,18 @@ struct RawVm {
     disk: Vec<RawDisk>,
     #[serde(default)]
     net: Vec<RawNet>,
+    #[serde(default)]
+    identity: bool,
+    #[serde(default)]
+    passthrough: Vec<RawPassthrough>,
+}
+
+#[derive(Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+struct RawPassthrough {
+    reg: Vec<i64>,
+    #[serde(default)]
+    interrupts: Vec<i64>,
 }
 
 #[derive(Deserialize, Debug)]
@@ -181,6 +193,10 @@ pub struct VmConfig {
     pub reboot_stop: bool,
     /// Disks, then network ports, in config order.
     pub devices: Vec<DeviceConfig>,
+    /// Host devices passed through, in config order.
+    pub passthrough: Vec<package::Passthrough>,
+    /// RAM at IPA == PA.
+    pub identity: bool,
 }
 
 /// A checked config.
@@ -320,6 +336,9 @@ pub fn parse(text: &str, file: &Path, arch: Arch) -> Result<Config, ConfigError>
     let mut pinned_owner: HashMap<u32, usize> = HashMap::new();
     let mut shared_cpus: Vec<(usize, u32)> = Vec::new();
     let mut vms = Vec::new();
+    // Passthrough claims so far: (VM, region index, base, end) and (VM, SPI).
+    let mut regions: Vec<(usize, usize, u64, u64)> = Vec::new();
+    let mut spi_owner: HashMap<u32, usize> = HashMap::new();
     for (i, v) in raw.vm.iter().enumerate() {
         let f = |name: &str| format!("vm[{i}].{name}");
 
@@ -537,6 +556,39 @@ pub fn parse(text: &str, file: &Path, arch: Arch) -> Result<Config, ConfigError>
 
         // virtio devices
         let devices = devices(v, arch, &dir, &f, &err)?;
+        let passthrough = passthrough(v, i, arch, &mut regions, &mut spi_owner, &f, &err)?;
+        if v.identity && arch != Arch::Aarch64 {
+            return Err(err(
+                &f("identity"),
+                "identity RAM is for arm64 passthrough only: remove it".into(),
+            ));
+        }
+        if devices.len() + passthrough.len() > package::MAX_DEVICES {
+            return Err(err(
+                &f("passthrough"),
+                format!(
+                    "{} disks, network ports and passthrough regions: at most {} per VM",
+                    devices.len() + passthrough.len(),
+                    package::MAX_DEVICES
+                ),
+            ));
+        }
+        let virtio_slots = devices.len() + usize::from(v.virtio_console);
+        // Without identity RAM the guest's RAM is known here; with it, it
+        // lies where the host's RAM is (checked again at boot).
+        let ram = if v.identity {
+            (0, 0)
+        } else {
+            (package::ARM64_GUEST_RAM, package::ARM64_GUEST_RAM + memory)
+        };
+        for (k, p) in passthrough.iter().enumerate() {
+            if let Some(why) = package::arm64_guest_clash(p.base, p.end(), virtio_slots, ram) {
+                return Err(err(
+                    &f(&format!("passthrough[{k}].reg")),
+                    format!("[{:#x}, {:#x}) {why}", p.base, p.end()),
+                ));
+            }
+        }
 
         vms.push(VmConfig {
             name: v.name.clone(),
@@ -558,6 +610,8 @@ pub fn parse(text: &str, file: &Path, arch: Arch) -> Result<Config, ConfigError>
             virtio_console: v.virtio_console,
             reboot_stop,
             devices,
+            passthrough,
+            identity: v.identity,
         });
     }
     Ok(Config {
@@ -635,6 +689,8 @@ pub fn pack(cfg: &Config) -> Vec<u8> {
             virtio_console: v.virtio_console,
             reboot_stop: v.reboot_stop,
             devices,
+            passthrough: &v.passthrough,
+            identity: v.identity,
         });
     }
     w.finish()
@@ -718,6 +774,93 @@ fn devices(
             network: n.network.clone(),
             mac,
         });
+    }
+    Ok(out)
+}
+
+/// The `[[vm.passthrough]]` tables of VM `vm`, checked on their own and
+/// against the regions and SPIs earlier VMs (and earlier tables) claimed.
+#[allow(clippy::too_many_arguments)]
+fn passthrough(
+    v: &RawVm,
+    vm: usize,
+    arch: Arch,
+    regions: &mut Vec<(usize, usize, u64, u64)>,
+    spi_owner: &mut HashMap<u32, usize>,
+    f: &dyn Fn(&str) -> String,
+    err: &dyn Fn(&str, String) -> ConfigError,
+) -> Result<Vec<package::Passthrough>, ConfigError> {
+    if arch != Arch::Aarch64 && !v.passthrough.is_empty() {
+        return Err(err(
+            &f("passthrough"),
+            "device passthrough is arm64-only: remove it".into(),
+        ));
+    }
+    let page = package::PT_PAGE as i64;
+    let mut out = Vec::new();
+    for (k, p) in v.passthrough.iter().enumerate() {
+        let field = |n: &str| f(&format!("passthrough[{k}].{n}"));
+        let [base, size] = p.reg[..] else {
+            return Err(err(
+                &field("reg"),
+                format!("{} numbers: use [base, size]", p.reg.len()),
+            ));
+        };
+        if base < 0 || size <= 0 || base % page != 0 || size % page != 0 {
+            return Err(err(
+                &field("reg"),
+                format!(
+                    "[{base:#x}, {size:#x}]: base and size must be non-negative multiples of 4 KiB                      (0x1000), size not 0"
+                ),
+            ));
+        }
+        let (base, end) = (base as u64, base as u64 + size as u64);
+        if let Some(&(o, ok, ..)) = regions.iter().find(|&&(_, _, s, e)| base < e && s < end) {
+            return Err(err(
+                &field("reg"),
+                format!(
+                    "[{base:#x}, {end:#x}) overlaps vm[{o}].passthrough[{ok}]: a device belongs to one VM"
+                ),
+            ));
+        }
+        if p.interrupts.len() > package::MAX_PT_SPIS {
+            return Err(err(
+                &field("interrupts"),
+                format!(
+                    "{} SPIs: at most {} per region",
+                    p.interrupts.len(),
+                    package::MAX_PT_SPIS
+                ),
+            ));
+        }
+        let mut spis = Vec::new();
+        for &s in &p.interrupts {
+            if !(0..=i64::from(package::MAX_SPI)).contains(&s) {
+                return Err(err(
+                    &field("interrupts"),
+                    format!(
+                        "SPI {s} is out of range 0..={} (SPI numbers, as in a device tree: INTID - 32)",
+                        package::MAX_SPI
+                    ),
+                ));
+            }
+            let s = s as u32;
+            if let Some(&o) = spi_owner.get(&s) {
+                let whose = if o == vm {
+                    "this VM already".to_string()
+                } else {
+                    format!("vm[{o}]")
+                };
+                return Err(err(
+                    &field("interrupts"),
+                    format!("SPI {s} is claimed by {whose}: an SPI belongs to one device"),
+                ));
+            }
+            spi_owner.insert(s, vm);
+            spis.push(s);
+        }
+        regions.push((vm, k, base, end));
+        out.push(package::Passthrough::new(base, end - base, &spis));
     }
     Ok(out)
 }

@@ -524,7 +524,8 @@ pub fn smoke_tests(sel: &Selection) -> Vec<Test<'static>> {
         .iter()
         .map(|c| c.name)
         .chain(VIRTIO_CASES.iter().map(|c| c.name))
-        .chain(KESTREL_CASES.iter().map(|c| c.name));
+        .chain(KESTREL_CASES.iter().map(|c| c.name))
+        .chain(PT_CASES.iter().map(|c| c.name));
     if !names.clone().any(|n| sel.matches(n)) {
         return Vec::new();
     }
@@ -547,6 +548,11 @@ pub fn smoke_tests(sel: &Selection) -> Vec<Test<'static>> {
         KESTREL_CASES
             .iter()
             .map(|case| Test::new(case.name, move || kestrel_test(case))),
+    );
+    tests.extend(
+        PT_CASES
+            .iter()
+            .map(|case| Test::new(case.name, move || passthrough_test(case))),
     );
     tests
 }
@@ -607,6 +613,11 @@ pub fn bench_net(args: &[String]) -> Result<(), String> {
 
 /// Boots `case` under kestrel and returns what it printed.
 fn kestrel_boot(case: &KestrelCase) -> Result<Boot, String> {
+    kestrel_boot_with(case, &[])
+}
+
+/// [`kestrel_boot`] with `extra` QEMU arguments.
+fn kestrel_boot_with(case: &KestrelCase, extra: &[String]) -> Result<Boot, String> {
     let config = crate::root().join(case.config);
     let opts = Opts {
         arch: Arch::Aarch64,
@@ -617,8 +628,192 @@ fn kestrel_boot(case: &KestrelCase) -> Result<Boot, String> {
         config: Some(config.clone()),
         ..Opts::default()
     };
-    crate::build_image_with(opts.arch, &opts.features, Some(&config))
-        .and_then(|image| Runner::new(qemu::command(&opts, &image, true), KESTREL_BOOT_LIMIT).run())
+    crate::build_image_with(opts.arch, &opts.features, Some(&config)).and_then(|image| {
+        let mut cmd = qemu::command(&opts, &image, true);
+        cmd.args(extra);
+        Runner::new(cmd, KESTREL_BOOT_LIMIT).run()
+    })
+}
+
+/// The passthrough cases: QEMU's virtio-blk-device given to `pt0`
+/// (identity RAM) beside `vm1` (configs/linux-passthrough.toml), on a
+/// GICv3 and a GICv2 (the forwarded SPI's split EOI differs).
+const PT_CASES: [KestrelCase; 2] = [
+    KestrelCase {
+        name: "linux on kestrel passthrough: QEMU's virtio-blk (slot 31, SPI 47) in an identity-RAM VM beside another, its file read back from the disk, GICv3",
+        config: "configs/linux-passthrough.toml",
+        gic: 3,
+        vms: &["pt0", "vm1"],
+        pass: PASS_2,
+        virtio: false,
+        reboots: 0,
+    },
+    KestrelCase {
+        name: "linux on kestrel passthrough: QEMU's virtio-blk (slot 31, SPI 47) in an identity-RAM VM beside another, its file read back from the disk, GICv2",
+        config: "configs/linux-passthrough.toml",
+        gic: 2,
+        vms: &["pt0", "vm1"],
+        pass: PASS_2,
+        virtio: false,
+        reboots: 0,
+    },
+];
+
+/// Runs `debugfs -R REQUEST disk` and returns its output.
+fn debugfs(disk: &Path, request: &str) -> Result<String, String> {
+    let tool = assets::find_tool("debugfs").ok_or("`debugfs` is missing (e2fsprogs)")?;
+    let out = Command::new(tool)
+        .args(["-R", request])
+        .arg(disk)
+        .output()
+        .map_err(|e| format!("debugfs: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "debugfs -R {request:?}: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// MD5 of `file` by `md5sum`.
+fn md5_of(file: &Path) -> Result<String, String> {
+    let out = Command::new("md5sum")
+        .arg(file)
+        .output()
+        .map_err(|e| format!("md5sum: {e}"))?;
+    String::from_utf8_lossy(&out.stdout)
+        .split(' ')
+        .next()
+        .filter(|s| s.len() == 32)
+        .map(str::to_string)
+        .ok_or_else(|| format!("md5sum {} failed", file.display()))
+}
+
+/// Makes the passthrough disk: an 8 MiB ext4 file holding `hello.txt`
+/// with `nonce`.
+fn make_pt_disk(dir: &Path, nonce: &str) -> Result<PathBuf, String> {
+    let tree = dir.join("tree");
+    let _ = std::fs::remove_dir_all(&tree);
+    std::fs::create_dir_all(&tree).map_err(|e| format!("{}: {e}", tree.display()))?;
+    std::fs::write(tree.join("hello.txt"), format!("{nonce}\n"))
+        .map_err(|e| format!("{}: {e}", tree.display()))?;
+    let disk = dir.join("disk.ext4");
+    let _ = std::fs::remove_file(&disk);
+    let mke2fs = assets::find_tool("mke2fs").ok_or("`mke2fs` is missing (e2fsprogs)")?;
+    let out = Command::new(mke2fs)
+        .args(["-q", "-F", "-t", "ext4", "-d"])
+        .arg(&tree)
+        .arg(&disk)
+        .arg("8M")
+        .output()
+        .map_err(|e| format!("mke2fs: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "mke2fs: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(disk)
+}
+
+/// What the passthrough case checks beyond [`judge_kestrel`]: kestrel gave
+/// pt0 the host device, pt0 read the disk's nonce and wrote its files, and
+/// the disk file now holds exactly what pt0 said it wrote.
+fn judge_passthrough(boot: &Boot, disk: &Path, nonce: &str, dir: &Path) -> Vec<String> {
+    let mut problems = Vec::new();
+    let line_of = |prefix: &str| boot.lines.iter().find(|l| l.text.contains(prefix));
+    let after = |prefix: &str| {
+        line_of(prefix).map(|l| {
+            l.text[l.text.find(prefix).unwrap_or(0) + prefix.len()..]
+                .trim()
+                .to_string()
+        })
+    };
+    for must in [
+        "\"pt0\": identity RAM at ",
+        "\"pt0\": passthrough of host device virtio_mmio@a003e00 at 0xa003e00, SPIs [(47, 32)]",
+    ] {
+        if line_of(must).is_none() {
+            problems.push(format!("kestrel did not log {must:?}"));
+        }
+    }
+    if let Some(l) = line_of("LINUX-PT: FAIL") {
+        problems.push(format!("the passthrough test failed: {}", l.text));
+    }
+    match after("[pt0] LINUX-PT: mounted /dev/vda, hello.txt says:") {
+        Some(t) if t == nonce => {}
+        Some(t) => problems.push(format!("pt0 read {t:?} from the disk, it holds {nonce:?}")),
+        None => problems.push("pt0 never mounted the passed-through disk".into()),
+    }
+    if line_of("[vm1] LINUX-PT:").is_some() {
+        problems.push("vm1 ran the passthrough test".into());
+    }
+    match (
+        after("[pt0] LINUX-PT: wrote pt.txt:"),
+        debugfs(disk, "cat /pt.txt"),
+    ) {
+        (Some(said), Ok(on_disk))
+            if on_disk.trim() == said && said.contains("through passthrough") => {}
+        (Some(said), Ok(on_disk)) => problems.push(format!(
+            "pt.txt on the disk is {:?}, pt0 wrote {said:?}",
+            on_disk.trim()
+        )),
+        (None, _) => problems.push("pt0 did not say it wrote pt.txt".into()),
+        (_, Err(e)) => problems.push(e),
+    }
+    let dumped = dir.join("pt.bin");
+    let _ = std::fs::remove_file(&dumped);
+    let on_disk =
+        debugfs(disk, &format!("dump /pt.bin {}", dumped.display())).and_then(|_| md5_of(&dumped));
+    match (after("[pt0] LINUX-PT: wrote pt.bin: 1 MiB md5"), on_disk) {
+        (Some(said), Ok(sum)) if said == sum => {}
+        (Some(said), Ok(sum)) => problems.push(format!(
+            "pt.bin on the disk has MD5 {sum}, pt0 wrote one with {said}"
+        )),
+        (None, _) => problems.push("pt0 did not say it wrote pt.bin".into()),
+        (_, Err(e)) => problems.push(format!("pt.bin: {e}")),
+    }
+    problems
+}
+
+/// The passthrough case (issue: VM devices, passthrough).
+fn passthrough_test(case: &KestrelCase) -> Verdict {
+    let dir = crate::root().join("build/linux-passthrough");
+    if let Err(e) = std::fs::create_dir_all(&dir) {
+        return Verdict::error(format!("{}: {e}", dir.display()));
+    }
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let nonce = format!("kestrel-pt-{}-{stamp}", std::process::id());
+    let disk = match make_pt_disk(&dir, &nonce) {
+        Ok(d) => d,
+        Err(e) => return Verdict::error(e),
+    };
+    // QEMU's first -device: virtio-mmio slot 31 (0x0a003e00, SPI 47).
+    let extra = [
+        "-drive".to_string(),
+        format!("file={},if=none,format=raw,id=pt0", qemu_opt(&disk)),
+        "-device".to_string(),
+        "virtio-blk-device,drive=pt0".to_string(),
+    ];
+    match kestrel_boot_with(case, &extra) {
+        Ok(boot) => {
+            let mut problems = judge_kestrel(&boot, case);
+            problems.extend(judge_passthrough(&boot, &disk, &nonce, &dir));
+            Verdict {
+                problems,
+                detail: Some(format!(
+                    "power-off at {:.1} s",
+                    boot.ended.unwrap_or_default().as_secs_f64()
+                )),
+                log: boot.log(),
+                ..Verdict::default()
+            }
+        }
+        Err(e) => Verdict::error(e),
+    }
 }
 
 /// Boots Debian's kernel as VMs under kestrel (issue: Linux guests).

@@ -36,6 +36,8 @@ fn vm<'a>(name: &'a str, k: &'a [u8]) -> VmInput<'a> {
         virtio_console: false,
         reboot_stop: false,
         devices: &[],
+        passthrough: &[],
+        identity: false,
     }
 }
 
@@ -700,4 +702,135 @@ fn the_reboot_flag_round_trips() {
     );
     assert_eq!(flags, FLAG_REBOOT_STOP);
     assert_eq!(FLAGS_KNOWN & FLAG_REBOOT_STOP, FLAG_REBOOT_STOP);
+}
+
+/// One VM with `devices` and `pt`, identity RAM.
+fn with_passthrough(devices: &[Device<'_>], pt: &[Passthrough]) -> Vec<u8> {
+    let k = kernel(4096, 5);
+    let mut w = Writer::new(HypervisorSettings::default());
+    w.vms.push(VmInput {
+        devices,
+        passthrough: pt,
+        identity: true,
+        ..vm("pt", &k)
+    });
+    w.finish()
+}
+
+#[test]
+fn passthrough_round_trip_beside_virtio_devices() {
+    let disk = vec![7u8; 1024];
+    let devs = [Device::Disk {
+        image: &disk,
+        read_only: false,
+    }];
+    let pt = [
+        Passthrough::new(0x0a00_3000, 0x1000, &[47]),
+        Passthrough::new(0x1000_0000, 0x2_0000, &[3, 4, 987]),
+        Passthrough::new(0x2000_0000, 0x1000, &[]),
+    ];
+    let b = with_passthrough(&devs, &pt);
+    let r = Package::parse(&b).unwrap().vm(0).unwrap();
+    assert!(r.identity);
+    // Virtio devices keep their slots: passthrough entries are not devices.
+    assert_eq!(r.devices.iter().collect::<Vec<_>>(), devs);
+    assert_eq!(r.passthrough.iter().collect::<Vec<_>>(), pt);
+    assert_eq!(r.passthrough.iter().nth(1).unwrap().spis(), &[3, 4, 987]);
+    let plain = with_devices(&devs);
+    let r = Package::parse(&plain).unwrap().vm(0).unwrap();
+    assert!(!r.identity && r.passthrough.is_empty());
+}
+
+#[test]
+fn bad_passthrough_entries_are_refused_per_vm() {
+    let base = || with_passthrough(&[], &[Passthrough::new(0x0a00_3000, 0x1000, &[47, 48])]);
+    assert!(Package::parse(&base()).unwrap().vm(0).is_ok());
+    type Patch = fn(&mut [u8]);
+    let cases: &[(&str, Patch, Problem)] = &[
+        ("a flag", |t| t[1] = 1, Problem::NonZero),
+        ("bytes after the count", |t| t[3] = 1, Problem::NonZero),
+        (
+            "too many SPIs",
+            |t| t[2] = 9,
+            Problem::TooLarge { value: 9, max: 8 },
+        ),
+        ("size 0", |t| t[16..24].fill(0), Problem::Zero),
+        (
+            "base not page aligned",
+            |t| t[8] = 0x10,
+            Problem::Misaligned {
+                value: 0x0a00_3010,
+                align: 4096,
+            },
+        ),
+        (
+            "size not page aligned",
+            |t| t[16] = 1,
+            Problem::Misaligned {
+                value: 0x1001,
+                align: 4096,
+            },
+        ),
+        (
+            "region wraps",
+            |t| t[8..16].copy_from_slice(&u64::MAX.wrapping_sub(0xfff).to_le_bytes()),
+            Problem::TooLarge {
+                value: 0x1000,
+                max: 0xfff,
+            },
+        ),
+        (
+            "SPI above 987",
+            |t| t[24..28].copy_from_slice(&988u32.to_le_bytes()),
+            Problem::TooLarge {
+                value: 988,
+                max: 987,
+            },
+        ),
+        ("an SPI past the count", |t| t[32] = 5, Problem::NonZero),
+        (
+            "an SPI twice",
+            |t| t[28] = 47,
+            Problem::Duplicate { value: 47 },
+        ),
+        ("a CRC", |t| t[56] = 1, Problem::NonZero),
+    ];
+    for (what, patch, problem) in cases {
+        let b = patch_table(base(), patch);
+        let e = Package::parse(&b).unwrap().vm(0).unwrap_err();
+        assert_eq!(e.field, Field::Passthrough, "{what}");
+        assert_eq!(e.problem, *problem, "{what}");
+        assert!(e.to_string().contains("passthrough"), "{what}: {e}");
+    }
+}
+
+#[test]
+fn a_version_2_package_is_refused_with_both_versions_named() {
+    let k = kernel(4096, 5);
+    let mut w = Writer::new(HypervisorSettings::default());
+    w.vms.push(vm("old", &k));
+    let mut b = w.finish();
+    b[8..10].copy_from_slice(&2u16.to_le_bytes());
+    reseal(&mut b);
+    let e = Package::parse(&b).unwrap_err();
+    assert_eq!(e, PackageError::UnsupportedVersion { found: 2 });
+    assert!(e.to_string().contains("version 2") && e.to_string().contains("version 3"));
+}
+
+#[test]
+fn passthrough_regions_must_not_clash_with_the_guest_map() {
+    let ram = (ARM64_GUEST_RAM, ARM64_GUEST_RAM + (256 << 20));
+    // QEMU virt's last virtio-mmio page beside 9 kestrel transports.
+    assert_eq!(arm64_guest_clash(0x0a00_3000, 0x0a00_4000, 9, ram), None);
+    assert!(arm64_guest_clash(0x0a00_1000, 0x0a00_2000, 9, ram)
+        .unwrap()
+        .contains("virtio"));
+    assert_eq!(arm64_guest_clash(0x0a00_1000, 0x0a00_2000, 8, ram), None);
+    assert!(arm64_guest_clash(0x0900_0000, 0x0900_1000, 0, ram)
+        .unwrap()
+        .contains("GIC or UART"));
+    assert!(arm64_guest_clash(0x4fff_f000, 0x5000_1000, 0, ram)
+        .unwrap()
+        .contains("RAM"));
+    assert_eq!(arm64_guest_clash(0x5000_0000, 0x5000_1000, 0, ram), None);
 }

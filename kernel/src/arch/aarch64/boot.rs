@@ -247,6 +247,9 @@ pub fn primary_run(board: BoardInfo, args: &BootArgs) -> ! {
         ));
     };
     let blob = dtb_blob(args.dtb).unwrap_or(&[]);
+    if !blob.is_empty() {
+        platform::set_host_dtb(blob);
+    }
     let dtb_size = blob.len() as u64;
     // RAM guests must not get: the image, the DTB, what the DTB reserves
     // and what UEFI firmware keeps after ExitBootServices.

@@ -150,7 +150,10 @@ extern "C" fn kestrel_exception(frame: &mut Frame, kind: u64) {
         // Taken at EL2 (while idle): nothing is forwarded to a guest here.
         1 | 5 => {
             if let Some(irq) = ack() {
-                irq.end(false);
+                // A forwarded device SPI stays active for its guest (the
+                // backend injects it after the wait: `passthrough::drain`).
+                let forwarded = super::vm::passthrough::on_irq(irq.intid);
+                irq.end(forwarded);
             }
         }
         _ => crash(frame, kind as usize),

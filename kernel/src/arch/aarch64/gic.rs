@@ -59,7 +59,7 @@ pub struct DistRegs {
     icactiver: [u32; 32],
     ipriorityr: [u32; 256],
     itargetsr: [u32; 256],
-    _reserved2: [u32; 64],
+    icfgr: [u32; 64],
     /// GICv3 (GICR_IGRPMODR0 in the SGI frame).
     igrpmodr: [u32; 32],
     _reserved3: [u32; 96],
@@ -74,9 +74,20 @@ const _: () = {
     assert!(offset_of!(DistRegs, icactiver) == 0x380);
     assert!(offset_of!(DistRegs, ipriorityr) == 0x400);
     assert!(offset_of!(DistRegs, itargetsr) == 0x800);
+    assert!(offset_of!(DistRegs, icfgr) == 0xc00);
     assert!(offset_of!(DistRegs, igrpmodr) == 0xd00);
     assert!(offset_of!(DistRegs, sgir) == 0xf00);
 };
+
+/// GICv3: the distributor's GICD_IROUTER<n> registers, from offset 0x6000
+/// (n < 32 reserved).
+#[repr(C)]
+#[derive(VolatileFieldAccess)]
+pub struct RouterRegs {
+    irouter: [u64; 1024],
+}
+/// Offset of [`RouterRegs`] in the distributor frame.
+const GICD_IROUTER: usize = 0x6000;
 
 /// A GICv3 redistributor's RD_base frame; its SGI_base frame (a
 /// [`DistRegs`]) follows 64 KiB above.
@@ -457,6 +468,59 @@ impl Gic {
                 };
             }
         }
+    }
+
+    /// Enables SPI `intid` (INTID, 32..1020) for a guest's device: edge or
+    /// level as the device is, at normal priority, routed to the CPU whose
+    /// logical index is `cpu` and MPIDR `mpidr` (GICv3 affinity routing;
+    /// GICv2 that CPU's interface). Group: as `init_distributor` left it.
+    pub fn enable_spi(&self, intid: u32, edge: bool, cpu: usize, mpidr: u64) {
+        if !(32..1020).contains(&intid) {
+            return;
+        }
+        let (n, bit) = (intid as usize / 32, 1u32 << (intid % 32));
+        let gicd = match *self {
+            Gic::V2 { gicd, .. } | Gic::V3 { gicd, .. } => gicd,
+        };
+        let d = gicd.regs();
+        at(d.icenabler(), n).write(bit);
+        set_priority(gicd, intid, Priority::Normal.value());
+        let shift = (intid % 16) * 2 + 1;
+        at(d.icfgr(), intid as usize / 16)
+            .update(|v| (v & !(1 << shift)) | (u32::from(edge) << shift));
+        match *self {
+            Gic::V2 { .. } => {
+                let mask = V2_CPU_MASK
+                    .get(cpu)
+                    .map_or(1, |m| m.load(Ordering::Relaxed).max(1))
+                    as u32;
+                let shift = (intid % 4) * 8;
+                at(d.itargetsr(), intid as usize / 4)
+                    .update(|v| (v & !(0xff << shift)) | ((mask & 0xff) << shift));
+            }
+            Gic::V3 { .. } => {
+                // SAFETY: GICD_IROUTER lies at 0x6000 in the GICv3
+                // distributor's 64 KiB frame, which the boot code
+                // identity-maps as Device memory (as the frame itself).
+                let r = unsafe { Block::<RouterRegs>::new(gicd.base() + GICD_IROUTER) };
+                let aff = (mpidr & 0xff_ffff) | ((mpidr >> 32) & 0xff) << 32;
+                at(r.regs().irouter(), intid as usize).write(aff);
+            }
+        }
+        at(d.isenabler(), n).write(bit);
+    }
+
+    /// Disables SPI `intid` and clears its active state (its guest is gone).
+    pub fn disable_spi(&self, intid: u32) {
+        if !(32..1020).contains(&intid) {
+            return;
+        }
+        let (n, bit) = (intid as usize / 32, 1u32 << (intid % 32));
+        let d = match *self {
+            Gic::V2 { gicd, .. } | Gic::V3 { gicd, .. } => gicd,
+        };
+        at(d.regs().icenabler(), n).write(bit);
+        at(d.regs().icactiver(), n).write(bit);
     }
 
     /// Acknowledges the highest-priority pending interrupt; returns the raw

@@ -47,6 +47,20 @@ pub fn init(board: &BoardInfo, gic: Gic, secondary_entry: usize, reserved: Range
     });
 }
 
+/// The boot device tree (the host's), kept (reserved) for the VMs'
+/// passthrough checks.
+static HOST_DTB: spin::Once<&'static [u8]> = spin::Once::new();
+
+/// Records the host device tree (boot CPU, once).
+pub fn set_host_dtb(blob: &'static [u8]) {
+    HOST_DTB.call_once(|| blob);
+}
+
+/// The host device tree (empty if none was recorded).
+pub fn host_dtb() -> &'static [u8] {
+    HOST_DTB.get().copied().unwrap_or(&[])
+}
+
 /// The GIC, once the platform is initialised.
 pub fn gic() -> Option<&'static Gic> {
     STATE.get().map(|s| &s.gic)

@@ -69,7 +69,13 @@ pub(super) fn update_lists(cache: &Path, step: &str) -> Result<(Vec<String>, Str
          deb {mirror}/debian {suite}-updates main\n\
          deb {mirror}/debian-security {suite}-security main\n"
     );
-    let opts = update(cache, "arm64", &sources, step, &format!("Debian {suite} arm64"))?;
+    let opts = update(
+        cache,
+        "arm64",
+        &sources,
+        step,
+        &format!("Debian {suite} arm64"),
+    )?;
     Ok((opts, suite))
 }
 
@@ -82,7 +88,13 @@ pub(super) fn fetch(cache: &Path, debs: &Path) -> Result<BTreeMap<String, String
          deb {mirror}/debian {suite}-updates main\n\
          deb {mirror}/debian-security {suite}-security main\n"
     );
-    let opts = update(cache, "arm64", &sources, "[1/4]", &format!("Debian {suite} arm64"))?;
+    let opts = update(
+        cache,
+        "arm64",
+        &sources,
+        "[1/4]",
+        &format!("Debian {suite} arm64"),
+    )?;
 
     say(&format!("[2/4] resolving {KERNEL_META} and {BUSYBOX}"));
     let meta = candidate(&opts, KERNEL_META)?;
@@ -421,7 +433,12 @@ pub(super) fn verify_deb(dir: &Path, pkg: &PkgInfo) -> Result<String, String> {
     Ok(file)
 }
 
-pub(super) fn check_deb_fields(path: &Path, name: &str, version: &str, arch: &str) -> Result<(), String> {
+pub(super) fn check_deb_fields(
+    path: &Path,
+    name: &str,
+    version: &str,
+    arch: &str,
+) -> Result<(), String> {
     let out = Command::new("dpkg-deb")
         .args(["--field"])
         .arg(path)

@@ -161,7 +161,13 @@ fn fetch_firmware(cache: &Path) -> Result<BTreeMap<String, String>, String> {
         "# written by `cargo xtask guest-assets --arch loongarch64`\n\
          deb {mirror}/debian {FIRMWARE_SUITE} main\n"
     );
-    let opts = update(cache, "arm64", &sources, "[1/4]", "Debian trixie (for edk2)")?;
+    let opts = update(
+        cache,
+        "arm64",
+        &sources,
+        "[1/4]",
+        "Debian trixie (for edk2)",
+    )?;
     let fw = candidate(&opts, FIRMWARE)?;
     if fw.arch() != "all" {
         return Err(format!(

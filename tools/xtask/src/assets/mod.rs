@@ -43,8 +43,8 @@ use arm64::{check_static_aarch64_elf, BUSYBOX};
 use initramfs::build_initramfs;
 use modules::{extract_modules, kernel_release};
 pub use modules::{module_name, VIRTIO_MODULES};
-pub use rootfs::ROOTFS_MIB;
 use rootfs::{ensure_rootfs, ROOTFS_LABEL};
+pub use rootfs::{find_tool, ROOTFS_MIB};
 
 /// The built guest files.
 #[derive(Clone, Debug)]

@@ -634,3 +634,135 @@ fn loongarch_refuses_virtio_devices_for_now() {
         assert!(e.problem.contains("not available on LoongArch"), "{e}");
     }
 }
+
+const PT: &str = r#"
+[[vm]]
+name = "owner"
+vcpus = 1
+memory = "64M"
+kernel = "Image"
+identity = true
+
+[[vm.disk]]
+image = "disk.img"
+
+[[vm.passthrough]]
+reg = [0x0a003000, 0x1000]
+interrupts = [47]
+
+[[vm]]
+name = "other"
+vcpus = 1
+memory = "64M"
+kernel = "Image"
+"#;
+
+#[test]
+fn passthrough_is_read_and_packed() {
+    let cfg = check(PT).unwrap();
+    let v = &cfg.vms[0];
+    assert!(v.identity && !cfg.vms[1].identity);
+    assert_eq!(
+        v.passthrough,
+        vec![package::Passthrough::new(0x0a00_3000, 0x1000, &[47])]
+    );
+    let bytes = pack(&cfg);
+    let rec = Package::parse(&bytes).unwrap().vm(0).unwrap();
+    assert!(rec.identity);
+    assert_eq!(rec.devices.len(), 1);
+    assert_eq!(rec.passthrough.iter().next().unwrap().spis(), &[47]);
+    assert!(Package::parse(&bytes)
+        .unwrap()
+        .vm(1)
+        .unwrap()
+        .passthrough
+        .is_empty());
+}
+
+#[test]
+fn passthrough_checks() {
+    let second = |extra: &str| format!("{PT}{extra}");
+    for (text, field, needle) in [
+        (
+            PT.replace("0x0a003000, 0x1000]", "0x0a003000]"),
+            "vm[0].passthrough[0].reg",
+            "[base, size]",
+        ),
+        (
+            PT.replace("0x0a003000, 0x1000", "0x0a003e00, 0x200"),
+            "vm[0].passthrough[0].reg",
+            "multiples of 4 KiB",
+        ),
+        (
+            PT.replace("0x0a003000, 0x1000", "0x0a003000, 0"),
+            "vm[0].passthrough[0].reg",
+            "size not 0",
+        ),
+        (
+            PT.replace("0x0a003000, 0x1000", "0x09000000, 0x1000"),
+            "vm[0].passthrough[0].reg",
+            "GIC or UART",
+        ),
+        (
+            PT.replace("0x0a003000, 0x1000", "0x0a000000, 0x1000"),
+            "vm[0].passthrough[0].reg",
+            "virtio-mmio",
+        ),
+        (
+            PT.replace("interrupts = [47]", "interrupts = [988]"),
+            "vm[0].passthrough[0].interrupts",
+            "out of range",
+        ),
+        (
+            PT.replace("interrupts = [47]", "interrupts = [47, 47]"),
+            "vm[0].passthrough[0].interrupts",
+            "this VM already",
+        ),
+        (
+            PT.replace(
+                "interrupts = [47]",
+                "interrupts = [1, 2, 3, 4, 5, 6, 7, 8, 9]",
+            ),
+            "vm[0].passthrough[0].interrupts",
+            "at most 8",
+        ),
+        (
+            PT.replace("interrupts = [47]", "interrupts = [47]\nirq = 1"),
+            "vm[0].passthrough[0].irq",
+            "unknown field",
+        ),
+        (
+            second("\n[[vm.passthrough]]\nreg = [0x0a003000, 0x2000]\n"),
+            "vm[1].passthrough[0].reg",
+            "overlaps vm[0].passthrough[0]",
+        ),
+        (
+            second("\n[[vm.passthrough]]\nreg = [0x0a005000, 0x1000]\ninterrupts = [47]\n"),
+            "vm[1].passthrough[0].interrupts",
+            "claimed by vm[0]",
+        ),
+        (
+            // Without identity RAM the guest's RAM is at 0x40000000.
+            second("\n[[vm.passthrough]]\nreg = [0x40001000, 0x1000]\n"),
+            "vm[1].passthrough[0].reg",
+            "RAM",
+        ),
+    ] {
+        expect(&text, field, needle);
+    }
+    let dir = fixture();
+    let file = dir.join("la.toml");
+    let text = "[[vm]]\nname = \"la\"\nvcpus = 1\nmemory = \"64M\"\nkernel = \"vmlinux\"\n";
+    for (extra, field) in [
+        ("identity = true\n", "vm[0].identity"),
+        (
+            "[[vm.passthrough]]\nreg = [0x1000, 0x1000]\n",
+            "vm[0].passthrough",
+        ),
+    ] {
+        std::fs::write(&file, format!("{text}{extra}")).unwrap();
+        let e = load(&file, Arch::LoongArch64).unwrap_err();
+        assert_eq!(e.field, field, "{e}");
+        assert!(e.problem.contains("arm64"), "{e}");
+    }
+}

@@ -13,6 +13,7 @@ use kestrel_abi::package::ConsoleKind;
 use crate::board::{BoardInfo, IrqChip};
 use crate::frames::{FramePool, GuestRam};
 use crate::guest::arm64::idregs::IdConfig;
+use crate::passthrough::SpiRoute;
 use crate::stats::Stats;
 use crate::vgic::{GicVersion, Vgic, VgicConfig};
 use crate::vm::{Hypervisor, Vm};
@@ -20,19 +21,22 @@ use crate::vmconfig::{VmSpec, GUEST_GICC};
 use crate::vmm::{Built, Machine};
 
 use super::super::{mmu, platform, timer};
+use super::passthrough::{VmPassthrough, CLAIMS};
 use super::stage2::{self, Stage2};
 use super::vcpu::{VcpuShared, VcpuState};
 use super::{mem, Arm64Backend, VmState, NR_SPIS, VTIMER_PPI};
+use crate::passthrough as pt;
 
-/// Copies `spec`'s kernel, initrd and DTB into `ram` (zeroed), cleaned to
-/// the point of coherency, and drops stale instructions.
-fn load_images(ram: &GuestRam, spec: &VmSpec<'static>, v3: bool) -> Result<(), String> {
+/// Copies `spec`'s kernel and initrd and the guest DTB `dtb` into `ram`
+/// (zeroed), cleaned to the point of coherency, and drops stale
+/// instructions.
+fn load_images(ram: &GuestRam, spec: &VmSpec<'static>, dtb: &[u8]) -> Result<(), String> {
     let copy = |gpa, data: &[u8]| mem::copy_to_guest(ram, spec.ram_base, gpa, data);
     copy(spec.kernel_gpa, spec.kernel).map_err(|e| format!("kernel: {e}"))?;
     if let Some(initrd) = spec.initrd {
         copy(spec.initrd_gpa, initrd).map_err(|e| format!("initrd: {e}"))?;
     }
-    copy(spec.dtb_gpa, &spec.guest_dtb(v3)).map_err(|e| format!("dtb: {e}"))?;
+    copy(spec.dtb_gpa, dtb).map_err(|e| format!("dtb: {e}"))?;
     // SAFETY: invalidates the instruction cache so the copied kernel is
     // fetched from memory.
     unsafe { core::arch::asm!("dsb ish", "ic ialluis", "dsb ish", "isb", options(nostack)) };
@@ -40,40 +44,62 @@ fn load_images(ram: &GuestRam, spec: &VmSpec<'static>, v3: bool) -> Result<(), S
 }
 
 impl Arm64Backend {
-    /// A VM's virtual GIC as at power-on, its virtual timer forwarded: the
-    /// guest's deactivation deactivates the physical PPI (no maintenance
-    /// exit).
-    fn new_vgic(&self, vcpus: usize) -> Result<Vgic, String> {
+    /// A VM's virtual GIC as at power-on: more SPIs for a VM with
+    /// passthrough; its virtual timer and its `forwarded` SPIs linked to
+    /// the physical interrupts, so that the guest's deactivation
+    /// deactivates them (HW = 1 in the list register, no maintenance exit).
+    fn new_vgic(
+        &self,
+        vcpus: usize,
+        passthrough: bool,
+        forwarded: &[SpiRoute],
+    ) -> Result<Vgic, String> {
         let mut vgic = Vgic::new(VgicConfig {
             version: self.version,
             vcpus,
-            nr_spis: NR_SPIS,
+            nr_spis: if passthrough {
+                pt::GUEST_NR_SPIS
+            } else {
+                NR_SPIS
+            },
         })
         .map_err(|e| format!("vcpus: {e:?} for this GIC"))?;
         for v in 0..vcpus {
             vgic.set_hw_mapping(v, VTIMER_PPI, Some(VTIMER_PPI as u16));
         }
+        for f in forwarded {
+            if !vgic.set_hw_mapping(0, f.guest + 32, Some((f.host + 32) as u16)) {
+                return Err(format!(
+                    "passthrough: guest SPI {} cannot be linked",
+                    f.guest
+                ));
+            }
+        }
         Ok(vgic)
     }
 
-    /// [`Backend::restart_vm`]: the VM keeps its frames and stage 2; its
-    /// RAM is zeroed and its images copied in again, its vGIC, devices and
-    /// vCPUs are as at creation (a disk keeps its data), and no translation
-    /// of its old life survives in any TLB.
+    /// [`crate::vm::Backend::restart_vm`]: the VM keeps its frames and
+    /// stage 2 (and its passthrough regions); its RAM is zeroed and its
+    /// kernel, initrd and DTB copied in again, its vGIC, devices and vCPUs
+    /// are as at creation (a disk keeps its data), its forwarded SPIs are
+    /// disabled and deactivated until its first vCPU runs again, and no
+    /// translation of its old life survives in any TLB.
     pub(super) fn restart(
         &self,
         vm: &Vm<Self>,
         vcpus: &mut [MutexGuard<'_, VcpuState>],
     ) -> Result<(), String> {
         let st = &vm.arch;
-        let spec = &st.spec;
         let ram = GuestRam {
             frames: st.frames.clone(),
             size: st.ram_size,
         };
+        super::passthrough::quiesce(vm);
         mem::clear(&ram);
-        load_images(&ram, spec, self.version == GicVersion::V3)?;
-        *st.vgic.lock() = self.new_vgic(vcpus.len())?;
+        load_images(&ram, &st.spec, &st.dtb)?;
+        let pt = &st.passthrough;
+        *st.vgic.lock() =
+            self.new_vgic(vcpus.len(), !st.spec.passthrough.is_empty(), &pt.routes)?;
         vm.bus.reset_all();
         for sh in &st.shared {
             *sh.boot.lock() = None;
@@ -84,7 +110,7 @@ impl Arm64Backend {
             **ctx = VcpuState::new(i, &vm.stats, self.dbg_points);
         }
         if let Some(boot) = vcpus.first_mut() {
-            boot.reset(spec.entry_gpa, spec.dtb_gpa);
+            boot.reset(st.spec.entry_gpa, st.spec.dtb_gpa);
         }
         // The VM may keep its VMID (the core drops it, but it can come
         // back before a rollover): its old guest's translations go now.
@@ -111,7 +137,7 @@ impl Machine for Arm64Backend {
             ));
         }
         let vcpus = spec.vcpus as usize;
-        let vgic = self.new_vgic(vcpus)?;
+        let regions: Vec<_> = spec.passthrough.iter().collect();
         let v3 = self.version == GicVersion::V3;
         let mut s2 = Stage2::new(self.vmids.bits() > 8);
         let ram_end = spec.ram_base + spec.ram_size;
@@ -121,7 +147,73 @@ impl Machine for Arm64Backend {
                 s2.ipa_bits()
             ));
         }
-        let ram = pool.alloc_ram(spec.ram_size)?;
+        // Identity RAM: one contiguous run, at IPA == PA.
+        let (ram, spec) = if spec.identity {
+            let ram = pool.alloc_contiguous(spec.ram_size)?;
+            let spec = spec.rebased(ram.frames[0]);
+            log::info!(
+                "vm[{}] \"{}\": identity RAM at {:#x}-{:#x} (IPA == PA)",
+                spec.index,
+                spec.name,
+                spec.ram_base,
+                spec.ram_base + spec.ram_size
+            );
+            (ram, spec)
+        } else {
+            (pool.alloc_ram(spec.ram_size)?, *spec)
+        };
+        let spec = &spec;
+        let ram_end = spec.ram_base + spec.ram_size;
+        if ram_end > 1 << s2.ipa_bits() {
+            return Err(format!(
+                "memory: identity RAM ends at {ram_end:#x}, beyond the {}-bit stage-2 space",
+                s2.ipa_bits()
+            ));
+        }
+        let slots = spec.virtio_slots().len();
+        if let Some(why) =
+            kestrel_abi::package::arm64_guest_clash(spec.ram_base, ram_end, slots, (0, 0))
+        {
+            return Err(format!("identity: host RAM at {:#x} {why}", spec.ram_base));
+        }
+        // Passthrough: each region checked against the host and the guest
+        // map, its device found in the host DTB, mapped at IPA == PA.
+        let routes = pt::routes(regions.iter().copied());
+        let mut pt_nodes = Vec::new();
+        let mut forwarded = Vec::new();
+        for (k, p) in regions.iter().enumerate() {
+            let field = format!("passthrough[{k}] [{:#x}, {:#x})", p.base, p.end());
+            if let Some(why) = pt::host_clash(board, p) {
+                return Err(format!("{field}: {why}"));
+            }
+            let guest_ram = (spec.ram_base, ram_end);
+            if let Some(why) =
+                kestrel_abi::package::arm64_guest_clash(p.base, p.end(), slots, guest_ram)
+            {
+                return Err(format!("{field}: {why}"));
+            }
+            let (nodes, fwd) = pt::host_devices(platform::host_dtb(), p, &routes)
+                .map_err(|e| format!("{field}: {e}"))?;
+            let mut page = p.base;
+            while page < p.end() {
+                s2.map_device_page(page, page)
+                    .map_err(|e| format!("{field}: stage 2: {e:?}"))?;
+                page += 4096;
+            }
+            for n in &nodes {
+                log::info!(
+                    "vm[{}] \"{}\": passthrough of host device {} at {:#x}, SPIs {:?}",
+                    spec.index,
+                    spec.name,
+                    n.name,
+                    n.reg.first().map_or(0, |r| r.0),
+                    fwd.iter().map(|f| (f.host, f.guest)).collect::<Vec<_>>()
+                );
+            }
+            pt_nodes.extend(nodes);
+            forwarded.extend(fwd);
+        }
+        let vgic = self.new_vgic(vcpus, !regions.is_empty(), &forwarded)?;
         mem::clear(&ram);
         for (i, &f) in ram.frames.iter().enumerate() {
             s2.map_ram_block(spec.ram_base + i as u64 * stage2::BLOCK, f)
@@ -142,15 +234,19 @@ impl Machine for Arm64Backend {
             gic_v3: v3,
             ipa_bits: s2.ipa_bits(),
         };
-        load_images(&ram, spec, v3)?;
+        let dtb = spec.guest_dtb_with(v3, pt_nodes);
+        load_images(&ram, spec, &dtb)?;
         let devices =
             super::devices::build(vgic, spec, &mut |bytes| mem::disk_memory(pool, bytes))?;
+        // Last: nothing can refuse the VM after its devices are claimed.
+        CLAIMS.lock().claim(spec.index, &regions)?;
         let st = VmState {
             stage2: s2,
             ram_base: spec.ram_base,
             ram_size: spec.ram_size,
             frames: ram.frames,
             spec: *spec,
+            dtb,
             vgic: devices.vgic,
             uart: devices.uart,
             cntvoff: timer::counter(),
@@ -160,6 +256,7 @@ impl Machine for Arm64Backend {
                     boot: Mutex::new(None),
                 })
                 .collect(),
+            passthrough: VmPassthrough::new(forwarded),
         };
         let mut states: Vec<VcpuState> = (0..vcpus)
             .map(|i| VcpuState::new(i, stats, self.dbg_points))

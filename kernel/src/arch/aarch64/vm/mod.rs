@@ -11,6 +11,7 @@ pub mod entry;
 pub mod exits;
 pub mod fp;
 pub mod mem;
+pub mod passthrough;
 pub mod regs;
 pub mod setup;
 pub mod stage2;
@@ -80,6 +81,8 @@ pub struct VmState {
     pub frames: Vec<u64>,
     /// What it was built from (a restart loads its images again).
     pub spec: VmSpec<'static>,
+    /// Its device tree as built (a restart copies it in again).
+    pub dtb: alloc::borrow::Cow<'static, [u8]>,
     /// The virtual GIC, also behind the distributor and redistributor
     /// frames on the VM's bus (`devices`).
     pub vgic: SharedVgic,
@@ -88,6 +91,8 @@ pub struct VmState {
     pub cntvoff: u64,
     pub ids: IdConfig,
     pub shared: Vec<VcpuShared>,
+    /// Host SPIs forwarded to this VM (device passthrough).
+    pub passthrough: passthrough::VmPassthrough,
 }
 
 /// Per-pCPU state of the backend.
@@ -184,6 +189,9 @@ impl Backend for Arm64Backend {
 
     fn load(&self, cpu: usize, vm: &Vm<Self>, vcpu: &Vcpu<Self>, ctx: &mut VcpuState) {
         let sh = &vm.arch.shared[vcpu.index];
+        if !vm.arch.passthrough.routes.is_empty() {
+            passthrough::arm(vm, self.hw_ids.first().copied().unwrap_or(0));
+        }
         vcpu.deadlines.clear();
         // Running again ends any WFIT wait.
         ctx.wfxt_at = u64::MAX;
@@ -266,7 +274,11 @@ impl Backend for Arm64Backend {
                 vm.stats.exit(crate::stats::ExitReason::Irq);
                 if let Some(irq) = exceptions::ack() {
                     let intid = irq.intid;
-                    irq.end(host_irq(intid));
+                    // A forwarded device SPI is only priority-dropped: the
+                    // guest's deactivation ends it (list register HW bit).
+                    let forwarded = host_irq(intid) || passthrough::on_irq(intid);
+                    irq.end(forwarded);
+                    passthrough::drain(hv, cpu);
                     if intid == timer::PPI {
                         hv.check_timers(cpu, timer::counter());
                         vmm::poll_console(hv, cpu);
@@ -328,6 +340,9 @@ impl Backend for Arm64Backend {
             }
         }
         PCPU[cpu].loaded.store(false, Ordering::Release);
+        if vm.has_ended() {
+            passthrough::disarm(vm);
+        }
         if PCPU[cpu].vtimer_forwarded.swap(false, Ordering::AcqRel) {
             self.gic.clear_active_ppi(VTIMER_PPI);
         }
@@ -378,6 +393,7 @@ impl Backend for Arm64Backend {
                 options(nomem, nostack)
             )
         };
+        passthrough::drain(hv, cpu);
         self.service_fp(cpu);
         hv.check_timers(cpu, timer::counter());
     }
