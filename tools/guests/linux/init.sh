@@ -14,6 +14,8 @@
 #   kestrel.reboots=N        on a root disk: count this boot in
 #                            /var/lib/kestrel-boots there and `reboot -f`
 #                            until N reboots are done, then go on
+#   kestrel.reboots=N:/dev/vdX  the same, counting in kestrel-boots on that
+#                            ext4 disk (mounted for it), root disk or not
 #   kestrel.pt=/dev/vdX      after the test, the passthrough test: mount that
 #                            ext4 disk, print its hello.txt, write pt.txt and
 #                            1 MiB pt.bin, print what was written, unmount
@@ -114,20 +116,43 @@ fi
 
 hostname "$name"
 
-if [ -n "$reboots" ] && [ -n "$KESTREL_ROOT" ]; then
-    # The count lives on the root disk: a reboot keeps it (fresh RAM, same disk).
-    boots=$(cat /var/lib/kestrel-boots 2>&- || echo 0)
+# The boot count lives on a disk: a reboot keeps it (fresh RAM, same disk).
+count_disk= count_file=
+case "$reboots" in
+    *:*)
+        count_disk=${reboots#*:}
+        reboots=${reboots%%:*}
+        mkdir -p /mnt/count
+        if wait_for "$count_disk" && mount -t ext4 "$count_disk" /mnt/count 2>/tmp/mount.err; then
+            count_file=/mnt/count/kestrel-boots
+        else
+            echo "LINUX-INIT: kestrel.reboots: cannot mount $count_disk: $(cat /tmp/mount.err 2>&-)"
+            reboots=
+        fi
+        ;;
+    ?*)
+        if [ -n "$KESTREL_ROOT" ]; then
+            count_disk=$KESTREL_ROOT count_file=/var/lib/kestrel-boots
+            mkdir -p /var/lib
+        else
+            echo "LINUX-INIT: kestrel.reboots=$reboots needs a root disk (or N:/dev/vdX)"
+            reboots=
+        fi
+        ;;
+esac
+if [ -n "$reboots" ]; then
+    boots=$(cat "$count_file" 2>&- || echo 0)
     boots=$((boots + 1))
-    mkdir -p /var/lib
-    echo "$boots" > /var/lib/kestrel-boots
+    echo "$boots" > "$count_file"
     sync
+    [ "$count_file" = /mnt/count/kestrel-boots ] && umount /mnt/count
     if [ "$boots" -le "$reboots" ]; then
-        echo "LINUX-INIT: boot $boots of $((reboots + 1)) on $KESTREL_ROOT: reboot -f"
+        echo "LINUX-INIT: boot $boots of $((reboots + 1)) on $count_disk: reboot -f"
         reboot -f
         sleep 5
         echo "LINUX-INIT: reboot -f returned"
     fi
-    echo "LINUX-INIT: boot $boots of $((reboots + 1)) on $KESTREL_ROOT: $reboots reboot(s) done, the disk kept the count"
+    echo "LINUX-INIT: boot $boots of $((reboots + 1)) on $count_disk: $reboots reboot(s) done, the disk kept the count"
 fi
 echo "LINUX-INIT: $name: kernel $(uname -r), up ${up} s, $(grep -c ^processor /proc/cpuinfo) CPUs"
 
