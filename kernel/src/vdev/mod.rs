@@ -73,3 +73,22 @@ impl Width {
         }
     }
 }
+
+/// What a UART register write asks the outside world to do (the PL011 and
+/// the 16550 models both answer with it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UartEffect {
+    None,
+    /// Send this byte to the VM's console.
+    Transmit(u8),
+}
+
+impl UartEffect {
+    /// The byte to transmit, if any.
+    pub fn byte(self) -> Option<u8> {
+        match self {
+            UartEffect::Transmit(b) => Some(b),
+            UartEffect::None => None,
+        }
+    }
+}

@@ -46,13 +46,9 @@ const MCR_LOOP: u8 = 1 << 4;
 /// MSR with the modem lines up: DCD, DSR, CTS.
 const MSR_LINES_UP: u8 = 0xb0;
 
-/// What a register write asks the outside world to do.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Effect {
-    None,
-    /// Send this byte to the VM's console.
-    Transmit(u8),
-}
+/// What a register write asks the outside world to do (one type for both
+/// UART models).
+pub use super::UartEffect as Effect;
 
 /// One emulated 16550A.
 pub struct Ns16550 {

@@ -51,13 +51,9 @@ pub mod int {
 /// PeriphID0-3 and CellID0-3 as an r1p5 PL011 reports them.
 const ID: [u32; 8] = [0x11, 0x10, 0x14, 0x00, 0x0d, 0xf0, 0x05, 0xb1];
 
-/// What a register write asks the outside world to do.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Effect {
-    None,
-    /// Send this byte to the VM's console.
-    Transmit(u8),
-}
+/// What a register write asks the outside world to do (one type for both
+/// UART models).
+pub use super::UartEffect as Effect;
 
 /// One emulated PL011.
 pub struct Pl011 {

@@ -10,7 +10,7 @@ use core::sync::atomic::{AtomicBool, Ordering};
 use spin::Mutex;
 
 use super::bus::{DeviceEnv, MmioDevice};
-use super::{ns16550, pl011, MmioError, Width};
+use super::{ns16550, pl011, MmioError, UartEffect, Width};
 use crate::console::RxPort;
 
 /// A UART's registers as the bus adapter drives them. Its receive side and
@@ -41,10 +41,7 @@ impl UartRegs for pl011::Pl011 {
         width: Width,
         value: u64,
     ) -> Result<Option<u8>, MmioError> {
-        Ok(match self.write(offset, width, value)? {
-            pl011::Effect::Transmit(b) => Some(b),
-            pl011::Effect::None => None,
-        })
+        self.write(offset, width, value).map(UartEffect::byte)
     }
 }
 
@@ -59,10 +56,7 @@ impl UartRegs for ns16550::Ns16550 {
         width: Width,
         value: u64,
     ) -> Result<Option<u8>, MmioError> {
-        Ok(match self.write(offset, width, value)? {
-            ns16550::Effect::Transmit(b) => Some(b),
-            ns16550::Effect::None => None,
-        })
+        self.write(offset, width, value).map(UartEffect::byte)
     }
 }
 
