@@ -833,6 +833,87 @@ mod tests {
         assert_eq!(a.tables.len(), 4);
     }
 
+    const QEMU_V3: &[u8] = include_bytes!("../../tests/fixtures/qemu-v3-acpi.bin");
+    const QEMU_V2: &[u8] = include_bytes!("../../tests/fixtures/qemu-v2-acpi.bin");
+    const QEMU_RSDP: u64 = 0x7c43_0018;
+
+    /// The tables QEMU 10 `virt,virtualization=on,acpi=on` gave Debian's
+    /// edk2, saved from guest memory as records (address u64, length u32,
+    /// bytes): the RSDP, the XSDT, then each table it lists.
+    fn qemu_mem(records: &[u8]) -> Mem {
+        let mut m = Mem::default();
+        let mut off = 0;
+        while off < records.len() {
+            let pa = u64_at(records, off);
+            let len = u32_at(records, off + 8) as usize;
+            m.put(pa, records[off + 12..off + 12 + len].to_vec());
+            off += 12 + len;
+        }
+        m
+    }
+
+    #[test]
+    fn qemu_tables_give_the_board_of_qemu_device_tree() {
+        for (acpi, dtb) in [
+            (QEMU_V3, &include_bytes!("../../tests/fixtures/qemu-v3.dtb")[..]),
+            (QEMU_V2, &include_bytes!("../../tests/fixtures/qemu-v2.dtb")[..]),
+        ] {
+            let m = qemu_mem(acpi);
+            let a = parse(&m, QEMU_RSDP, PPIS).unwrap();
+            let d = crate::dtb::parse(dtb, Arch::Aarch64).unwrap();
+            let b = a.board(&d.memory, d.cmdline.as_str());
+            assert_eq!(b.memory, d.memory);
+            assert_eq!(b.cpus, d.cpus);
+            assert_eq!(b.cpus_ignored, d.cpus_ignored);
+            assert_eq!(b.irqchip, d.irqchip);
+            assert_eq!(b.uart, d.uart);
+            assert_eq!(b.psci, d.psci);
+            assert_eq!(b.backend, d.backend);
+            assert_eq!(b.model.as_str(), "BOCHS BXPC");
+            assert!(b.warnings.is_empty(), "{:?}", b.warnings);
+            assert_eq!(a.maintenance, 25);
+            assert_eq!(
+                (a.timers.el2.gsiv, a.timers.virt.gsiv, a.timers.el1_ns.gsiv),
+                (26, 27, 30)
+            );
+            let sigs: StdVec<_> = a.tables.iter().map(|t| t.sig).collect();
+            assert!(sigs.contains(&Sig::MADT) && sigs.contains(&Sig::SPCR));
+            // Every range read is one of the records.
+            for (pa, len) in a.ranges() {
+                assert!(m.read(pa, len as usize).is_some());
+            }
+        }
+    }
+
+    #[test]
+    fn qemu_tables_with_any_byte_changed() {
+        // Each byte of each record (RSDP, XSDT, tables) changed, with and
+        // without the checksum fixed: refused with a message, or a board
+        // with CPUs and a GIC. The XSDT pointers and table lengths
+        // changed this way lead anywhere.
+        let base = qemu_mem(QEMU_V3);
+        for bi in 0..base.blocks.len() {
+            let len = base.blocks[bi].1.len();
+            for i in (0..len).step_by(3) {
+                for reseal in [false, true] {
+                    let mut m = qemu_mem(QEMU_V3);
+                    let (pa, b) = &mut m.blocks[bi];
+                    b[i] = b[i].wrapping_add(0x41);
+                    if reseal && *pa != QEMU_RSDP && i != 9 {
+                        seal(b, 9);
+                    }
+                    match parse(&m, QEMU_RSDP, PPIS) {
+                        Ok(a) => {
+                            assert!(!a.cpus.is_empty());
+                            assert!(a.cpus.windows(2).all(|w| w[0].hw_id < w[1].hw_id));
+                        }
+                        Err(e) => assert!(e.to_string().starts_with("ACPI "), "{e}"),
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn qemu_virt_gicv2_board() {
         let a = run(&qemu_tables(false)).unwrap();
