@@ -573,7 +573,11 @@ pub fn entries<'m>(
             return None;
         }
         let left = bytes.len() - off;
-        let len = if left >= 2 { bytes[off + 1] as usize } else { 0 };
+        let len = if left >= 2 {
+            bytes[off + 1] as usize
+        } else {
+            0
+        };
         let item = if left < 2 || len < 2 {
             done = true;
             Err(AcpiError::new(
@@ -748,10 +752,7 @@ mod tests {
         r[15] = 0;
         seal(&mut r[..20], 8);
         m.put(0x1000, r);
-        assert_eq!(
-            rsdp(&m, 0x1000).unwrap_err().problem,
-            Problem::Revision(0)
-        );
+        assert_eq!(rsdp(&m, 0x1000).unwrap_err().problem, Problem::Revision(0));
         // Length below 36, above 4 KiB, past the memory.
         for (len, want) in [(20u32, "TooShort"), (8192, "TooLong"), (100, "Unreadable")] {
             let mut r = testmem::rsdp_bytes(0x2000);
@@ -786,16 +787,25 @@ mod tests {
             "ACPI GTDT: Checksum: bad checksum (the bytes do not add up to 0)"
         );
         // The XSDT's own checksum.
-        let mut m = with_tables(&[gtdt.clone()]);
+        let mut m = with_tables(std::slice::from_ref(&gtdt));
         m.get_mut(0x2000)[40] ^= 1;
         let e = tables(&m, 0x1000).unwrap_err();
         assert_eq!((e.table, e.problem), (Sig::XSDT, Problem::Checksum));
         // Length beyond the memory: truncated table.
-        let m = with_tables(&[gtdt.clone()]);
+        let m = with_tables(std::slice::from_ref(&gtdt));
         let mut m2 = m;
         m2.get_mut(0x3000).truncate(50);
         let e = tables(&m2, 0x1000).unwrap_err();
-        assert!(matches!(e.problem, Problem::Unreadable { pa: 0x3000, len: 96 }), "{e:?}");
+        assert!(
+            matches!(
+                e.problem,
+                Problem::Unreadable {
+                    pa: 0x3000,
+                    len: 96
+                }
+            ),
+            "{e:?}"
+        );
         // Length below the header.
         let mut short = gtdt.clone();
         short[4..8].copy_from_slice(&10u32.to_le_bytes());
@@ -807,12 +817,12 @@ mod tests {
         let e = tables(&with_tables(&[huge]), 0x1000).unwrap_err();
         assert!(matches!(e.problem, Problem::TooLong { .. }));
         // The XSDT pointer leads to something else.
-        let mut m = with_tables(&[gtdt.clone()]);
+        let mut m = with_tables(std::slice::from_ref(&gtdt));
         m.get_mut(0x2000)[0] = b'R';
         let e = tables(&m, 0x1000).unwrap_err();
         assert_eq!((e.table, e.field), (Sig::XSDT, "Signature"));
         // A null entry; an XSDT whose body is not whole pointers.
-        let mut m = with_tables(&[gtdt.clone()]);
+        let mut m = with_tables(std::slice::from_ref(&gtdt));
         m.put(0x2000, xsdt(&[0x3000, 0]));
         assert_eq!(
             tables(&m, 0x1000).unwrap_err(),

@@ -377,8 +377,9 @@ extern "C" fn kestrel_efi_main(image: usize, st: usize, bad_relocs: u64, load: u
             // them again with the MMU off, so they are cleaned to the point
             // of coherency once boot services are gone.
             // SAFETY: `size` bytes of `buf` were written by GetMemoryMap.
-            let map =
-                unsafe { core::slice::from_raw_parts(buf.as_ptr().cast::<u8>(), size.min(MAP_BUF)) };
+            let map = unsafe {
+                core::slice::from_raw_parts(buf.as_ptr().cast::<u8>(), size.min(MAP_BUF))
+            };
             let ram = match reserve::ram_from_uefi_map(map, desc_size) {
                 Ok(r) => r,
                 Err(e) => {

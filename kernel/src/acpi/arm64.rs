@@ -389,9 +389,7 @@ fn madt_read(madt: &Sdt, ppis: Ppis) -> Result<Gic, AcpiError> {
                     continue;
                 }
                 if mpidr & !MPIDR_AFF != 0 {
-                    return Err(
-                        err(m, "GICC MPIDR", Problem::Unsupported(mpidr)).at(e.index)
-                    );
+                    return Err(err(m, "GICC MPIDR", Problem::Unsupported(mpidr)).at(e.index));
                 }
                 if enabled_before(madt, e.index, mpidr) {
                     return Err(err(m, "GICC MPIDR", Problem::Duplicate(mpidr)).at(e.index));
@@ -457,13 +455,12 @@ fn madt_read(madt: &Sdt, ppis: Ppis) -> Result<Gic, AcpiError> {
                 let base = u64_at(b, 4);
                 let len = u64::from(u32_at(b, 12));
                 if base == 0 || len == 0 {
-                    return Err(
-                        err(m, "GICR Discovery Range", Problem::Missing).at(e.index)
-                    );
+                    return Err(err(m, "GICR Discovery Range", Problem::Missing).at(e.index));
                 }
                 if base.checked_add(len).is_none() {
-                    return Err(err(m, "GICR Discovery Range", Problem::Unsupported(base))
-                        .at(e.index));
+                    return Err(
+                        err(m, "GICR Discovery Range", Problem::Unsupported(base)).at(e.index)
+                    );
                 }
                 if let Some(o) = gicrs.iter().find(|&&r| overlaps(r, (base, len))) {
                     return Err(err(
@@ -531,9 +528,7 @@ fn madt_read(madt: &Sdt, ppis: Ppis) -> Result<Gic, AcpiError> {
         }
     } else {
         if first.gicc == 0 {
-            return Err(
-                err(m, "GICC Physical Base Address", Problem::Missing).at(first.index)
-            );
+            return Err(err(m, "GICC Physical Base Address", Problem::Missing).at(first.index));
         }
         if overlaps((gicd, GICD_V2_SIZE), (first.gicc, GICC_V2_SIZE)) {
             return Err(err(
@@ -855,8 +850,14 @@ mod tests {
     #[test]
     fn qemu_tables_give_the_board_of_qemu_device_tree() {
         for (acpi, dtb) in [
-            (QEMU_V3, &include_bytes!("../../tests/fixtures/qemu-v3.dtb")[..]),
-            (QEMU_V2, &include_bytes!("../../tests/fixtures/qemu-v2.dtb")[..]),
+            (
+                QEMU_V3,
+                &include_bytes!("../../tests/fixtures/qemu-v3.dtb")[..],
+            ),
+            (
+                QEMU_V2,
+                &include_bytes!("../../tests/fixtures/qemu-v2.dtb")[..],
+            ),
         ] {
             let m = qemu_mem(acpi);
             let a = parse(&m, QEMU_RSDP, PPIS).unwrap();
@@ -1006,9 +1007,7 @@ mod tests {
         assert_eq!(e.field, "GICC MPIDR");
         // Unknown version, no redistributors for a GICv3.
         assert_eq!(
-            case(&[gicd(0x800_0000, 7), c(0), r()])
-                .unwrap_err()
-                .problem,
+            case(&[gicd(0x800_0000, 7), c(0), r()]).unwrap_err().problem,
             Problem::Unsupported(7)
         );
         assert_eq!(
@@ -1109,16 +1108,16 @@ mod tests {
         assert_eq!(a.cpus.len(), crate::MAX_CPUS);
         assert_eq!(a.cpus_ignored, 3);
         assert_eq!(a.cpus[0].hw_id, 0);
-        assert_eq!(a.cpus[crate::MAX_CPUS - 1].hw_id, crate::MAX_CPUS as u64 - 1);
+        assert_eq!(
+            a.cpus[crate::MAX_CPUS - 1].hw_id,
+            crate::MAX_CPUS as u64 - 1
+        );
     }
 
     #[test]
     fn gtdt_checks() {
         let e = run(&with(true, 2, gtdt(30, 27))).unwrap_err();
-        assert_eq!(
-            (e.table, e.field),
-            (Sig::GTDT, "Non-Secure EL2 Timer GSIV")
-        );
+        assert_eq!((e.table, e.field), (Sig::GTDT, "Non-Secure EL2 Timer GSIV"));
         let e = run(&with(true, 2, gtdt(26, 20))).unwrap_err();
         assert_eq!(e.field, "Virtual EL1 Timer GSIV");
         let a = run(&with(true, 2, gtdt(0, 27))).unwrap();
@@ -1158,7 +1157,10 @@ mod tests {
         // The same MADT listed twice.
         m.put(0x2000, xsdt(&[0x3000, 0x4000, 0x4000, 0x5000, 0x6000]));
         let e = parse(&m, 0x1000, PPIS).unwrap_err();
-        assert_eq!((e.table, e.problem), (Sig::MADT, Problem::Duplicate(0x4000)));
+        assert_eq!(
+            (e.table, e.problem),
+            (Sig::MADT, Problem::Duplicate(0x4000))
+        );
     }
 
     #[test]

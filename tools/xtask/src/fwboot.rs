@@ -160,9 +160,7 @@ fn judge(case: FwCase, log: &str, timed_out: bool) -> Vec<String> {
             problems.push(format!("the log lacks {want:?}"));
         }
     }
-    if case.path == BootPath::UBoot
-        && !log.contains("kestrel: loading kestrel.bin from boot.scr")
-    {
+    if case.path == BootPath::UBoot && !log.contains("kestrel: loading kestrel.bin from boot.scr") {
         problems.push("U-Boot did not run kestrel's boot.scr".into());
     }
     if case.acpi {

@@ -397,7 +397,9 @@ pub fn primary_run(board: BoardInfo, args: &BootArgs) -> ! {
     let (used, free) = (args.heap_usage)();
     log::info!("heap: {} KiB used, {} KiB free", used >> 10, free >> 10);
     if board.psci.is_none() {
-        log::warn!("no PSCI (device tree /psci, ACPI FADT): secondary CPUs cannot start, no power-off");
+        log::warn!(
+            "no PSCI (device tree /psci, ACPI FADT): secondary CPUs cannot start, no power-off"
+        );
     }
     if board.uart.is_some_and(|u| u.kind != UartKind::Pl011) {
         log::warn!("console UART is not a PL011: kestrel only drives the PL011");
@@ -457,7 +459,11 @@ fn log_acpi(efi: &EfiBoot, rsdp: u64) {
     );
     match (a.uart, a.uart_type) {
         (Some(u), Some(ty)) => {
-            log::info!("ACPI SPCR: interface type {ty:#x} ({:?}) at {:#x}", u.kind, u.base)
+            log::info!(
+                "ACPI SPCR: interface type {ty:#x} ({:?}) at {:#x}",
+                u.kind,
+                u.base
+            )
         }
         (None, Some(ty)) => log::info!("ACPI SPCR: interface type {ty:#x}: not driven"),
         _ => {}
