@@ -114,9 +114,11 @@ impl PhysMem for AcpiRam<'_> {
             return None;
         }
         // SAFETY: `[pa, pa + len)` lies inside one RAM run of the UEFI
-        // memory map, identity mapped (or the MMU is off); the firmware's
-        // ACPI tables there stay reserved and nothing in kestrel writes
-        // them, so the bytes do not change while borrowed.
+        // memory map, identity mapped (the firmware's map, or kestrel's,
+        // or the MMU is off), so it is readable. The reader is used on the
+        // boot CPU alone while nothing else runs, and only reads: the
+        // bytes do not change while borrowed (the ACPI tables themselves
+        // are in firmware-kept memory, never given to guests).
         Some(unsafe { core::slice::from_raw_parts(pa as usize as *const u8, len) })
     }
 }
