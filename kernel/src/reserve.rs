@@ -208,6 +208,98 @@ pub fn from_uefi_map(
     Ok(n)
 }
 
+/// UEFI memory types that are RAM: loader, boot services and runtime
+/// services code and data, conventional memory, ACPI reclaim and ACPI NVS
+/// memory (types 1 to 7, 9 and 10).
+pub fn uefi_type_is_ram(ty: u32) -> bool {
+    matches!(ty, 1..=7 | 9 | 10)
+}
+
+/// `EFI_MEMORY_WB`: the range supports write-back caching (kestrel maps
+/// RAM as Normal write-back memory).
+const EFI_MEMORY_WB: u64 = 1 << 3;
+
+/// The RAM of a UEFI memory map, when no device tree describes it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct UefiRam {
+    /// Runs of RAM (descriptors of a RAM type with the write-back
+    /// attribute, adjacent ones joined), the largest
+    /// [`crate::board::MAX_MEM_REGIONS`], by address.
+    pub regions: Vec<crate::board::MemRegion, { crate::board::MAX_MEM_REGIONS }>,
+    /// Runs left out (smaller than those kept).
+    pub dropped: usize,
+}
+
+impl UefiRam {
+    pub const fn new() -> UefiRam {
+        UefiRam {
+            regions: Vec::new(),
+            dropped: 0,
+        }
+    }
+}
+
+/// Reads the RAM of the UEFI memory map `map` (`desc_size` bytes per
+/// descriptor): what firmware that hands over ACPI tables instead of a
+/// device tree gives as the machine's memory. The firmware's own ranges
+/// among it are kept from guests by [`from_uefi_map`].
+pub fn ram_from_uefi_map(map: &[u8], desc_size: usize) -> Result<UefiRam, ReserveError> {
+    if desc_size < UEFI_DESC_MIN || !desc_size.is_multiple_of(8) {
+        return Err(ReserveError::DescriptorSize(desc_size));
+    }
+    if !map.len().is_multiple_of(desc_size) {
+        return Err(ReserveError::MapSize {
+            size: map.len(),
+            descriptor: desc_size,
+        });
+    }
+    let mut runs: Vec<(u64, u64), MAX_RANGES> = Vec::new();
+    let mut dropped = 0;
+    for (index, d) in map.chunks_exact(desc_size).enumerate() {
+        let (ty, start, pages, attr) = (le_u32(d, 0), le_u64(d, 8), le_u64(d, 24), le_u64(d, 32));
+        let end = pages
+            .checked_mul(4096)
+            .and_then(|len| start.checked_add(len))
+            .filter(|_| start.is_multiple_of(4096))
+            .ok_or(ReserveError::Descriptor {
+                index,
+                start,
+                pages,
+            })?;
+        if !uefi_type_is_ram(ty) || attr & EFI_MEMORY_WB == 0 || end == start {
+            continue;
+        }
+        // Join every run this one overlaps or touches.
+        let (mut s, mut e) = (start, end);
+        runs.retain(|&(rs, re)| {
+            let joins = re >= s && rs <= e;
+            if joins {
+                s = s.min(rs);
+                e = e.max(re);
+            }
+            !joins
+        });
+        if runs.push((s, e)).is_err() {
+            dropped += 1;
+        }
+    }
+    // The largest runs, then by address.
+    runs.sort_unstable_by_key(|&(s, e)| core::cmp::Reverse(e - s));
+    let mut out = UefiRam::new();
+    out.dropped = dropped;
+    for &(s, e) in &runs {
+        let r = crate::board::MemRegion {
+            base: s,
+            size: e - s,
+        };
+        if out.regions.push(r).is_err() {
+            out.dropped += 1;
+        }
+    }
+    out.regions.sort_unstable_by_key(|r| r.base);
+    Ok(out)
+}
+
 /// Adds the device tree's reservations to `out`: the `/memreserve/` block
 /// (16-byte big-endian address/size pairs up to a 0/0 pair) and the `reg`
 /// of every child of `/reserved-memory`. `blob` must be a tree that
@@ -261,6 +353,71 @@ mod tests {
         d[16..24].copy_from_slice(&start.to_le_bytes());
         d[24..32].copy_from_slice(&pages.to_le_bytes());
         d
+    }
+
+    fn ram_desc(ty: u32, start: u64, pages: u64, wb: bool) -> StdVec<u8> {
+        let mut d = desc(ty, start, pages, 48);
+        d[32..40].copy_from_slice(&(if wb { 0xfu64 } else { 1 }).to_le_bytes());
+        d
+    }
+
+    #[test]
+    fn uefi_ram_joins_ram_types() {
+        let mut map = StdVec::new();
+        map.extend(ram_desc(7, 0x4000_0000, 0x100, true)); // conventional
+        map.extend(ram_desc(9, 0x4010_0000, 0x10, true)); // ACPI reclaim, adjacent
+        map.extend(ram_desc(6, 0x4011_0000, 0x10, true)); // runtime data, adjacent
+        map.extend(ram_desc(11, 0x0900_0000, 1, true)); // MMIO: not RAM
+        map.extend(ram_desc(0, 0x4012_0000, 0x10, true)); // reserved: a hole
+        map.extend(ram_desc(2, 0x4013_0000, 0x10, true)); // loader data
+        map.extend(ram_desc(7, 0x8000_0000, 0x10, false)); // no WB: not RAM
+        map.extend(ram_desc(7, 0x4000_0000, 0x10, true)); // overlapping: joined
+        let r = ram_from_uefi_map(&map, 48).unwrap();
+        assert_eq!(
+            r.regions.as_slice(),
+            [
+                crate::board::MemRegion {
+                    base: 0x4000_0000,
+                    size: 0x12_0000
+                },
+                crate::board::MemRegion {
+                    base: 0x4013_0000,
+                    size: 0x1_0000
+                }
+            ]
+        );
+        assert_eq!(r.dropped, 0);
+    }
+
+    #[test]
+    fn uefi_ram_keeps_the_largest_runs() {
+        let mut map = StdVec::new();
+        // Twelve separate runs, the i-th i+1 pages long.
+        for i in 0..12u64 {
+            map.extend(ram_desc(7, 0x1000_0000 * (i + 1), i + 1, true));
+        }
+        let r = ram_from_uefi_map(&map, 48).unwrap();
+        assert_eq!(r.regions.len(), crate::board::MAX_MEM_REGIONS);
+        assert_eq!(r.dropped, 12 - crate::board::MAX_MEM_REGIONS);
+        assert!(r.regions.iter().all(|m| m.size >= 5 * 4096));
+        assert!(r.regions.windows(2).all(|w| w[0].base < w[1].base));
+    }
+
+    #[test]
+    fn uefi_ram_malformed_maps() {
+        assert_eq!(
+            ram_from_uefi_map(&[0; 48], 24),
+            Err(ReserveError::DescriptorSize(24))
+        );
+        assert!(matches!(
+            ram_from_uefi_map(&[0; 50], 48),
+            Err(ReserveError::MapSize { .. })
+        ));
+        let map = ram_desc(7, u64::MAX - 0xfff, 2, true);
+        assert!(matches!(
+            ram_from_uefi_map(&map, 48),
+            Err(ReserveError::Descriptor { index: 0, .. })
+        ));
     }
 
     #[test]

@@ -10,7 +10,9 @@
 
 use core::ptr::{addr_of, addr_of_mut};
 
-use kernel::arch::aarch64::boot::{EfiBoot, EfiText};
+use core::fmt::Write;
+
+use kernel::arch::aarch64::boot::{AcpiRam, EfiBoot, EfiText, ACPI_PPIS};
 use kernel::reserve;
 
 /// What the UEFI stage found, read by `kestrel_boot_primary`. In `.data`
@@ -153,6 +155,13 @@ impl Uefi {
         }
     }
 
+    /// Prints formatted text on the firmware console (up to 256 bytes).
+    fn print_fmt(&self, args: core::fmt::Arguments) {
+        let mut s: EfiText<256> = EfiText::new();
+        let _ = s.write_fmt(args);
+        self.print(&s);
+    }
+
     /// The configuration table entry with `g`, if any.
     fn config_table(&self, g: &Guid) -> Option<usize> {
         // SAFETY: NumberOfTableEntries and ConfigurationTable of the
@@ -255,20 +264,34 @@ fn current_el() -> u64 {
     (el >> 2) & 3
 }
 
-/// Called by `kestrel_efi_entry`. Returns the DTB's address once boot
-/// services have ended, or 0 (with the reason printed on the firmware
-/// console) if kestrel cannot run here.
+/// What `kestrel_efi_main` returns to the assembly (in x0 and x1: a
+/// 16-byte composite under AAPCS64). Only the assembly reads it.
+#[repr(C)]
+#[allow(dead_code)]
+pub struct EfiResult {
+    /// Non-zero: boot services have ended, enter kestrel. Zero: kestrel
+    /// cannot run here (the reason was printed on the firmware console).
+    go: usize,
+    /// The DTB's address, or 0 when the board comes from ACPI tables.
+    dtb: usize,
+}
+
+const FAIL: EfiResult = EfiResult { go: 0, dtb: 0 };
+
+/// Called by `kestrel_efi_entry`. Ends boot services and returns the DTB's
+/// address (0 with ACPI tables instead), or stops with the reason printed
+/// on the firmware console if kestrel cannot run here.
 #[no_mangle]
-extern "C" fn kestrel_efi_main(image: usize, st: usize, bad_relocs: u64, load: usize) -> usize {
+extern "C" fn kestrel_efi_main(image: usize, st: usize, bad_relocs: u64, load: usize) -> EfiResult {
     let efi = Uefi { st, image };
     // SAFETY: the signature at the start of the table the firmware passed.
     if st == 0 || unsafe { core::ptr::read_volatile(st as *const u64) } != ST_SIGNATURE {
-        return 0;
+        return FAIL;
     }
     efi.print("kestrel: started by UEFI firmware\n");
     if bad_relocs != 0 {
         efi.print("kestrel: FATAL: the image has relocations of unsupported type\n");
-        return 0;
+        return FAIL;
     }
     let el = current_el();
     if el != 2 {
@@ -276,31 +299,35 @@ extern "C" fn kestrel_efi_main(image: usize, st: usize, bad_relocs: u64, load: u
             "kestrel: FATAL: kestrel is a hypervisor and must be started at EL2, but the \
              firmware runs at another EL (QEMU: -M virt,virtualization=on)\n",
         );
-        return 0;
+        return FAIL;
     }
-    let Some(dtb) = efi.config_table(&DEVICE_TREE_GUID) else {
-        if efi.config_table(&ACPI_20_GUID).is_some() {
-            efi.print(
-                "kestrel: FATAL: the firmware gives ACPI tables and no device tree; kestrel \
-                 needs a device tree on arm64 (QEMU: -M virt,acpi=off makes edk2 pass \
-                 QEMU's device tree)\n",
-            );
-        } else {
-            efi.print("kestrel: FATAL: no device tree in the UEFI configuration table\n");
+    // A device tree if the firmware gives one, else ACPI tables.
+    let (dtb, dtb_size, rsdp) = match efi.config_table(&DEVICE_TREE_GUID) {
+        Some(dtb) => {
+            // SAFETY: the first 8 bytes of the table the firmware
+            // registered as the device tree.
+            let header: [u8; 8] = unsafe { core::ptr::read_volatile(dtb as *const [u8; 8]) };
+            let Some(size) = kernel::dtb::total_size(&header).filter(|&s| s <= MAX_DTB) else {
+                efi.print("kestrel: FATAL: the device tree in the configuration table is not one (bad magic or larger than 2 MiB)\n");
+                return FAIL;
+            };
+            if !dtb.is_multiple_of(8) {
+                efi.print("kestrel: FATAL: the device tree is not 8-byte aligned\n");
+                return FAIL;
+            }
+            (dtb, size, 0)
         }
-        return 0;
+        None => match efi.config_table(&ACPI_20_GUID) {
+            Some(rsdp) if rsdp != 0 => (0, 0, rsdp as u64),
+            _ => {
+                efi.print(
+                    "kestrel: FATAL: neither a device tree nor ACPI 2.0 tables in the UEFI \
+                     configuration table\n",
+                );
+                return FAIL;
+            }
+        },
     };
-    // SAFETY: the first 8 bytes of the table the firmware registered as
-    // the device tree.
-    let header: [u8; 8] = unsafe { core::ptr::read_volatile(dtb as *const [u8; 8]) };
-    let Some(dtb_size) = kernel::dtb::total_size(&header).filter(|&s| s <= MAX_DTB) else {
-        efi.print("kestrel: FATAL: the device tree in the configuration table is not one (bad magic or larger than 2 MiB)\n");
-        return 0;
-    };
-    if !dtb.is_multiple_of(8) {
-        efi.print("kestrel: FATAL: the device tree is not 8-byte aligned\n");
-        return 0;
-    }
 
     // SAFETY: no other code runs: the firmware called us and waits.
     let h = unsafe { &mut *addr_of_mut!(HANDOFF) };
@@ -322,6 +349,10 @@ extern "C" fn kestrel_efi_main(image: usize, st: usize, bad_relocs: u64, load: u
     let mut buf = [0u64; MAP_BUF / 8];
     let (mut size, mut desc_size) = (0usize, 0usize);
     let mut exited = false;
+    let mut acpi_checked = false;
+    // What the ACPI reader read: the RSDP, the XSDT and the tables.
+    let mut acpi_ranges = [(0u64, 0u64); kernel::acpi::MAX_TABLES + 2];
+    let mut acpi_n = 0;
     for _ in 0..8 {
         size = MAP_BUF;
         let (mut key, mut version) = (0usize, 0u32);
@@ -334,11 +365,42 @@ extern "C" fn kestrel_efi_main(image: usize, st: usize, bad_relocs: u64, load: u
         );
         if s == BUFFER_TOO_SMALL {
             efi.print("kestrel: FATAL: the UEFI memory map is larger than 16 KiB\n");
-            return 0;
+            return FAIL;
         }
         if s != SUCCESS {
             efi.print("kestrel: FATAL: GetMemoryMap failed\n");
-            return 0;
+            return FAIL;
+        }
+        if rsdp != 0 && !acpi_checked {
+            // Read the board from the ACPI tables now, while a problem can
+            // still be told on the firmware console; the boot path reads
+            // them again with the MMU off, so they are cleaned to the point
+            // of coherency once boot services are gone.
+            // SAFETY: `size` bytes of `buf` were written by GetMemoryMap.
+            let map = unsafe {
+                core::slice::from_raw_parts(buf.as_ptr().cast::<u8>(), size.min(MAP_BUF))
+            };
+            let ram = match reserve::ram_from_uefi_map(map, desc_size) {
+                Ok(r) => r,
+                Err(e) => {
+                    efi.print_fmt(format_args!("kestrel: FATAL: {e}\n"));
+                    return FAIL;
+                }
+            };
+            match kernel::acpi::arm64::parse(&AcpiRam(&ram.regions), rsdp, ACPI_PPIS) {
+                Ok(a) => {
+                    for (slot, r) in acpi_ranges.iter_mut().zip(a.ranges()) {
+                        *slot = r;
+                        acpi_n += 1;
+                    }
+                }
+                Err(e) => {
+                    efi.print_fmt(format_args!("kestrel: FATAL: {e}\n"));
+                    return FAIL;
+                }
+            }
+            // Nothing was printed or allocated: the map key still holds.
+            acpi_checked = true;
         }
         if exit_bs(image, key) == SUCCESS {
             exited = true;
@@ -349,7 +411,7 @@ extern "C" fn kestrel_efi_main(image: usize, st: usize, bad_relocs: u64, load: u
         efi.print(
             "kestrel: FATAL: ExitBootServices failed 8 times (the memory map keeps changing)\n",
         );
-        return 0;
+        return FAIL;
     }
     // Boot services are gone: no more firmware calls, no console. Errors
     // are kept for kestrel to report on its own console.
@@ -359,6 +421,13 @@ extern "C" fn kestrel_efi_main(image: usize, st: usize, bad_relocs: u64, load: u
     match reserve::from_uefi_map(map, desc_size, &mut h.firmware) {
         Ok(n) => h.descriptors = n,
         Err(e) => h.map_error = Some(e),
+    }
+    if rsdp != 0 {
+        match reserve::ram_from_uefi_map(map, desc_size) {
+            Ok(ram) => h.ram = ram,
+            Err(e) => h.map_error = Some(e),
+        }
+        h.rsdp = rsdp;
     }
     h.map_entries = size.checked_div(desc_size).unwrap_or(0);
     h.load_addr = load;
@@ -373,5 +442,9 @@ extern "C" fn kestrel_efi_main(image: usize, st: usize, bad_relocs: u64, load: u
     );
     kernel::arch::aarch64::mmu::clean_dcache_range(start, end);
     kernel::arch::aarch64::mmu::clean_dcache_range(dtb, dtb + dtb_size);
-    dtb
+    for &(pa, len) in &acpi_ranges[..acpi_n] {
+        let pa = pa as usize;
+        kernel::arch::aarch64::mmu::clean_dcache_range(pa, pa + len as usize);
+    }
+    EfiResult { go: 1, dtb }
 }

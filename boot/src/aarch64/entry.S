@@ -166,10 +166,12 @@ kestrel_apply_relocs:
 // system table, MMU and caches on with an identity map, on the firmware's
 // stack. Relocates the image, lets Rust (efi.rs) take what kestrel needs
 // from the firmware and exit boot services, then turns the MMU and caches
-// off (Rust cleaned the image and the DTB to the point of coherency) and
-// enters as the Linux protocol would: kestrel_primary_entry with x0 = DTB.
-// If Rust could not get that far it returns 0 and the firmware gets
-// EFI_LOAD_ERROR back (boot services still running).
+// off (Rust cleaned the image, the DTB or the ACPI tables to the point of
+// coherency) and enters as the Linux protocol would: kestrel_primary_entry
+// with x0 = DTB (0 when the board comes from ACPI: the UEFI stage left the
+// RSDP for the boot path). Rust returns x0 = go, x1 = DTB; if it could not
+// get that far x0 is 0 and the firmware gets EFI_LOAD_ERROR back (boot
+// services still running).
     .global kestrel_efi_entry
     .balign 4
 kestrel_efi_entry:
@@ -192,7 +194,7 @@ kestrel_efi_entry:
     mov     x0, #1
     orr     x0, x0, #(1 << 63)      // EFI_LOAD_ERROR
     ret
-1:  mov     x19, x0                 // the DTB; boot services are gone
+1:  mov     x19, x1                 // the DTB (or 0); boot services are gone
     msr     daifset, #0xf
     mrs     x1, sctlr_el2
     movz    x2, #0x1005             // I (12), C (2), M (0)

@@ -14,6 +14,11 @@
 //!   `\EFI\BOOT\BOOTAA64.EFI` from a FAT partition of type 0xEF on a
 //!   virtio disk (the removable-media path: no boot entry, no options).
 //!
+//! edk2 hands over QEMU's device tree with `acpi=off`, and ACPI tables
+//! and no device tree with `acpi=on`: both are cases, the ACPI ones
+//! (GICv3 from `-kernel` and from the ESP, GICv2 from `-kernel`) must
+//! say the board came from ACPI. One more DTB case runs edk2 on a GICv2.
+//!
 //! Each boot runs one test-guest VM (`configs/test/arm64-fwboot.toml`) whose
 //! every check must pass, and kestrel must say which firmware started it.
 
@@ -39,44 +44,93 @@ pub enum BootPath {
     UefiEsp,
 }
 
+/// One firmware case: how kestrel is found, what describes the board,
+/// the GIC.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FwCase {
+    pub path: BootPath,
+    /// edk2 with `acpi=on`: ACPI tables and no device tree.
+    pub acpi: bool,
+    pub gic: u32,
+}
+
+impl FwCase {
+    const fn new(path: BootPath, acpi: bool, gic: u32) -> FwCase {
+        FwCase { path, acpi, gic }
+    }
+
+    /// The file names of its image, disk and log.
+    fn slug(self) -> String {
+        let base = match self.path {
+            BootPath::UBoot => "u-boot",
+            BootPath::UefiKernel => "uefi-kernel",
+            BootPath::UefiEsp => "uefi-esp",
+        };
+        let acpi = if self.acpi { "-acpi" } else { "" };
+        let gic = if self.gic == 2 { "-gicv2" } else { "" };
+        format!("{base}{acpi}{gic}")
+    }
+}
+
 /// The cases, in `make test` order.
 pub fn tests() -> Vec<Test<'static>> {
     [
         (
             "arm64 firmware U-Boot: booti from a virtio disk (boot.scr, U-Boot's DTB) runs a VM",
-            BootPath::UBoot,
+            FwCase::new(BootPath::UBoot, false, 3),
         ),
         (
             "arm64 firmware UEFI -kernel: edk2 loads it through fw_cfg, DTB from the configuration table, runs a VM",
-            BootPath::UefiKernel,
+            FwCase::new(BootPath::UefiKernel, false, 3),
         ),
         (
             "arm64 firmware UEFI ESP: edk2 boots (\\EFI\\BOOT\\BOOTAA64.EFI) runs a VM",
-            BootPath::UefiEsp,
+            FwCase::new(BootPath::UefiEsp, false, 3),
+        ),
+        (
+            "arm64 firmware UEFI -kernel GICv2: edk2 on a GICv2 machine, DTB, runs a VM",
+            FwCase::new(BootPath::UefiKernel, false, 2),
+        ),
+        (
+            "arm64 firmware UEFI ACPI -kernel: edk2 with acpi=on (no DTB), board from the MADT/GTDT/SPCR/FADT, GICv3, runs a VM",
+            FwCase::new(BootPath::UefiKernel, true, 3),
+        ),
+        (
+            "arm64 firmware UEFI ACPI ESP: edk2 with acpi=on boots \\EFI\\BOOT\\BOOTAA64.EFI, board from ACPI, GICv3, runs a VM",
+            FwCase::new(BootPath::UefiEsp, true, 3),
+        ),
+        (
+            "arm64 firmware UEFI ACPI -kernel GICv2: edk2 with acpi=on, GICv2 from the MADT (GICC, GICH, GICV), runs a VM",
+            FwCase::new(BootPath::UefiKernel, true, 2),
         ),
     ]
     .into_iter()
-    .map(|(name, path)| Test::new(name, move || verdict(path)))
+    .map(|(name, case)| Test::new(name, move || verdict(case)))
     .collect()
 }
 
 /// What kestrel must print about how it was started.
-fn started_by(path: BootPath) -> &'static str {
-    match path {
-        BootPath::UBoot => "arm64: EL2, image at",
-        BootPath::UefiKernel | BootPath::UefiEsp => "memory map entries stay the firmware's",
+fn started_by(case: FwCase) -> &'static [&'static str] {
+    match (case.path, case.acpi) {
+        (BootPath::UBoot, _) => &["arm64: EL2, image at"],
+        (_, false) => &["memory map entries stay the firmware's", "DTB at 0x"],
+        (_, true) => &[
+            "memory map entries stay the firmware's",
+            "arm64: board from ACPI (no device tree)",
+            "no DTB (board from ACPI)",
+        ],
     }
 }
 
-fn verdict(path: BootPath) -> Verdict {
-    let (boot, firmware) = match boot(path) {
+fn verdict(case: FwCase) -> Verdict {
+    let (boot, firmware) = match boot(case) {
         Ok(b) => b,
         Err(e) => return Verdict::error(e),
     };
     let log = boot.text();
     Verdict {
         echo: vec![format!("firmware: {firmware}")],
-        problems: judge(path, &log, boot.timed_out),
+        problems: judge(case, &log, boot.timed_out),
         log,
         saved: boot.saved,
         ..Verdict::default()
@@ -85,30 +139,52 @@ fn verdict(path: BootPath) -> Verdict {
 
 /// The case's judge: the VM's checks (as the arm64 VM suite judges them),
 /// the firmware's own banner, and kestrel's word on how it was started.
-fn judge(path: BootPath, log: &str, timed_out: bool) -> Vec<String> {
-    let case = vm_case();
-    let mut problems = crate::vmtests_arm64::judge_vm(&case, log, timed_out);
-    let firmware = match path {
+fn judge(case: FwCase, log: &str, timed_out: bool) -> Vec<String> {
+    let vm = vm_case(case.gic);
+    let mut problems = crate::vmtests_arm64::judge_vm(&vm, log, timed_out);
+    let firmware = match case.path {
         BootPath::UBoot => "U-Boot 20",
         BootPath::UefiKernel | BootPath::UefiEsp => "UEFI firmware",
     };
-    for want in [firmware, started_by(path)] {
+    // The GIC kestrel drives, as the banner says it.
+    let irqchip = if case.gic == 2 {
+        " irqchip:  GICv2"
+    } else {
+        " irqchip:  GICv3"
+    };
+    for want in [firmware, irqchip]
+        .into_iter()
+        .chain(started_by(case).iter().copied())
+    {
         if !log.contains(want) {
             problems.push(format!("the log lacks {want:?}"));
         }
     }
-    if path == BootPath::UBoot && !log.contains("kestrel: loading kestrel.bin from boot.scr") {
+    if case.path == BootPath::UBoot && !log.contains("kestrel: loading kestrel.bin from boot.scr") {
         problems.push("U-Boot did not run kestrel's boot.scr".into());
+    }
+    if case.acpi {
+        // Every CPU from the MADT, the console from the SPCR.
+        for want in [
+            "ACPI MADT: 4 CPU(s) enabled",
+            "ACPI SPCR: interface type 0x3 (Pl011) at 0x9000000",
+            "ACPI FADT: PSCI over SMC",
+            "cpus:     4 of 4 online",
+        ] {
+            if !log.contains(want) {
+                problems.push(format!("the log lacks {want:?}"));
+            }
+        }
     }
     problems
 }
 
-fn vm_case() -> VmCase {
+fn vm_case(gic: u32) -> VmCase {
     VmCase {
         name: "arm64-fwboot",
         config: CONFIG,
         features: &[],
-        gic: 3,
+        gic,
         mem_mib: 1024,
         vms: vec!["fw0".into()],
         must_pass: crate::vmtests_arm64::ALL,
@@ -121,21 +197,18 @@ fn vm_case() -> VmCase {
 
 /// Builds kestrel with the case's VM, makes the disk and boots it through
 /// the firmware.
-fn boot(path: BootPath) -> Result<(Boot, String), String> {
+fn boot(case: FwCase) -> Result<(Boot, String), String> {
+    let path = case.path;
     let fw = firmware::ensure(false)?;
     crate::vmtests_arm64::build_guest_arm64()?;
     let built = crate::build_image_with(Arch::Aarch64, &[], Some(&root().join(CONFIG)))?;
     let dir = root().join("build/aarch64");
-    let slug = match path {
-        BootPath::UBoot => "u-boot",
-        BootPath::UefiKernel => "uefi-kernel",
-        BootPath::UefiEsp => "uefi-esp",
-    };
+    let slug = case.slug();
     // A private copy: another build may replace kestrel.bin meanwhile.
     let image = dir.join(format!("fwboot-{slug}.bin"));
     std::fs::copy(&built, &image).map_err(|e| format!("{}: {e}", image.display()))?;
     let kestrel = std::fs::read(&image).map_err(|e| format!("{}: {e}", image.display()))?;
-    let mut cmd = command(&fw, path);
+    let mut cmd = command(&fw, case);
     match path {
         BootPath::UBoot => {
             let script = boot_script(U_BOOT_SCRIPT.as_bytes(), "kestrel boot script");
@@ -152,7 +225,7 @@ fn boot(path: BootPath) -> Result<(Boot, String), String> {
             attach_disk(&mut cmd, &dir.join(format!("fwboot-{slug}.img")), &disk)?;
         }
     }
-    let mut runner = Runner::new(cmd, vm_case().timeout);
+    let mut runner = Runner::new(cmd, vm_case(case.gic).timeout);
     if path == BootPath::UefiEsp {
         // Started with no options: kestrel idles once its VMs are done.
         runner = runner
@@ -175,16 +248,19 @@ echo kestrel: booti returned
 ";
 
 /// QEMU with the board firmware and the machine kestrel's tests use
-/// (GICv3, 4 CPUs, 1 GiB), no `-kernel` yet.
-fn command(fw: &Firmware, path: BootPath) -> Command {
+/// (4 CPUs, 1 GiB, the case's GIC), no `-kernel` yet.
+fn command(fw: &Firmware, case: FwCase) -> Command {
+    let path = case.path;
     // With ACPI on (QEMU's default when firmware runs) edk2 hands over ACPI
-    // tables instead of the device tree kestrel needs.
-    let machine = match path {
-        BootPath::UBoot => "virt,virtualization=on,gic-version=3",
-        BootPath::UefiKernel | BootPath::UefiEsp => "virt,virtualization=on,gic-version=3,acpi=off",
+    // tables and no device tree; with it off, QEMU's device tree.
+    let acpi = match path {
+        BootPath::UBoot => "",
+        BootPath::UefiKernel | BootPath::UefiEsp if case.acpi => ",acpi=on",
+        BootPath::UefiKernel | BootPath::UefiEsp => ",acpi=off",
     };
+    let machine = format!("virt,virtualization=on,gic-version={}{acpi}", case.gic);
     let mut c = Command::new("qemu-system-aarch64");
-    c.args(["-M", machine, "-cpu", "max"])
+    c.args(["-M", &machine, "-cpu", "max"])
         .args(["-smp", "4", "-m", "1024", "-nic", "none"])
         .args(["-display", "none", "-monitor", "none", "-serial", "stdio"])
         .arg("-no-reboot")
@@ -317,7 +393,7 @@ pub fn boot_paths(image: &Path) -> Result<Vec<&'static str>, String> {
     }
     if pe_header(&d).is_some() {
         paths.push(
-            "EFI application (UEFI: -kernel with edk2, \\EFI\\BOOT\\BOOTAA64.EFI, UEFI shell)",
+            "EFI application (UEFI with a device tree or ACPI tables: -kernel with edk2, \\EFI\\BOOT\\BOOTAA64.EFI, UEFI shell)",
         );
     }
     Ok(paths)

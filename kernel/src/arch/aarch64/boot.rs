@@ -8,7 +8,8 @@
 
 use core::fmt;
 
-use crate::board::{Arch, BoardInfo, UartKind};
+use crate::acpi::{self, arm64::Ppis, PhysMem};
+use crate::board::{Arch, BoardInfo, MemRegion, UartKind};
 use crate::dtb;
 
 use super::gic::Gic;
@@ -41,7 +42,9 @@ pub type EfiText<const N: usize> = heapless::String<N>;
 
 /// What the UEFI entry (boot crate, `efi.rs`) leaves for the boot path
 /// after `ExitBootServices`: the RAM the firmware keeps, the command line
-/// from the image's load options, the firmware's name.
+/// from the image's load options, the firmware's name, and when the
+/// firmware gave ACPI tables instead of a device tree, the RSDP and the
+/// RAM of the memory map.
 #[derive(Debug)]
 pub struct EfiBoot {
     /// Set last: the rest is meaningful.
@@ -60,6 +63,12 @@ pub struct EfiBoot {
     pub vendor: EfiText<64>,
     /// Where the firmware loaded the image.
     pub load_addr: usize,
+    /// The ACPI 2.0 RSDP, when there is no device tree (0: none). The
+    /// tables were checked by the UEFI stage and cleaned to the point of
+    /// coherency.
+    pub rsdp: u64,
+    /// The RAM of the memory map (only read when `rsdp` is set).
+    pub ram: crate::reserve::UefiRam,
 }
 
 impl EfiBoot {
@@ -74,6 +83,8 @@ impl EfiBoot {
             cmdline: heapless::String::new(),
             vendor: heapless::String::new(),
             load_addr: 0,
+            rsdp: 0,
+            ram: crate::reserve::UefiRam::new(),
         }
     }
 }
@@ -82,6 +93,41 @@ impl Default for EfiBoot {
     fn default() -> Self {
         EfiBoot::new()
     }
+}
+
+/// The interrupts kestrel uses at fixed numbers, which ACPI tables must
+/// agree with.
+pub const ACPI_PPIS: Ppis = Ppis {
+    el2_timer: timer::PPI,
+    vtimer: super::vm::VTIMER_PPI,
+    maintenance: super::vm::MAINTENANCE_PPI,
+};
+
+/// Physical memory for the ACPI reader: the RAM runs of the UEFI memory
+/// map, read through an identity map (the firmware's, or none: MMU off).
+pub struct AcpiRam<'a>(pub &'a [MemRegion]);
+
+impl PhysMem for AcpiRam<'_> {
+    fn read(&self, pa: u64, len: usize) -> Option<&[u8]> {
+        let end = pa.checked_add(len as u64)?;
+        if !self.0.iter().any(|r| r.base <= pa && end <= r.end()) {
+            return None;
+        }
+        // SAFETY: `[pa, pa + len)` lies inside one RAM run of the UEFI
+        // memory map, identity mapped (the firmware's map, or kestrel's,
+        // or the MMU is off), so it is readable. The reader is used on the
+        // boot CPU alone while nothing else runs, and only reads: the
+        // bytes do not change while borrowed (the ACPI tables themselves
+        // are in firmware-kept memory, never given to guests).
+        Some(unsafe { core::slice::from_raw_parts(pa as usize as *const u8, len) })
+    }
+}
+
+/// The RSDP to read the board from: UEFI firmware gave ACPI tables and
+/// no device tree.
+fn acpi_rsdp(args: &BootArgs) -> Option<(&'static EfiBoot, u64)> {
+    let efi = args.efi?;
+    (args.dtb == 0 && efi.rsdp != 0).then_some((efi, efi.rsdp))
 }
 
 /// Least RAM kestrel boots with.
@@ -133,6 +179,18 @@ fn find_pl011(blob: &[u8]) -> Option<usize> {
 /// Boot CPU, MMU off: checks, board, identity map, MMU on. Never returns on
 /// error: prints why and halts.
 pub fn primary_early(args: &BootArgs) -> BoardInfo {
+    if let Some((efi, rsdp)) = acpi_rsdp(args) {
+        // The UEFI stage checked the tables; read them again here (MMU
+        // off: they were cleaned to the point of coherency).
+        let from = acpi::arm64::parse(&AcpiRam(&efi.ram.regions), rsdp, ACPI_PPIS)
+            .map(|a| a.board(&efi.ram.regions, ""));
+        if let Ok(board) = &from {
+            if let Some(u) = board.uart.filter(|u| u.kind == UartKind::Pl011) {
+                pl011::set_early(u.base as usize);
+            }
+        }
+        return early_checks(args, from.map_err(EarlyError::Acpi));
+    }
     let blob = dtb_blob(args.dtb);
     let parsed = blob.map(|b| dtb::parse(b, Arch::Aarch64));
     // The console: the DTB's UART if the tree says, else the guess.
@@ -150,6 +208,40 @@ pub fn primary_early(args: &BootArgs) -> BoardInfo {
         }
         _ => {}
     }
+    early_checks(
+        args,
+        match parsed {
+            Err(why) => Err(EarlyError::Text(why)),
+            Ok(Err(e)) => Err(EarlyError::Dtb(e)),
+            Ok(Ok(board)) => Ok(board),
+        },
+    )
+}
+
+/// Why the board could not be read.
+enum EarlyError {
+    Text(&'static str),
+    Dtb(dtb::DtbError),
+    Acpi(acpi::AcpiError),
+}
+
+impl fmt::Display for EarlyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EarlyError::Text(s) => f.write_str(s),
+            EarlyError::Dtb(e) => write!(f, "{e}"),
+            EarlyError::Acpi(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+/// The rest of [`primary_early`], whatever described the board.
+fn early_checks(args: &BootArgs, board: Result<BoardInfo, EarlyError>) -> BoardInfo {
+    let from = if acpi_rsdp(args).is_some() {
+        "the ACPI tables and UEFI memory map"
+    } else {
+        "the device tree"
+    };
     if args.current_el != 2 {
         die(format_args!(
             "kestrel is a hypervisor and must be entered at EL2, but the loader entered it \
@@ -172,10 +264,9 @@ pub fn primary_early(args: &BootArgs) -> BoardInfo {
             args.image_start
         ));
     }
-    let mut board = match parsed {
-        Err(why) => die(format_args!("{why}")),
-        Ok(Err(e)) => die(format_args!("{e}")),
-        Ok(Ok(board)) => board,
+    let mut board = match board {
+        Err(e) => die(format_args!("{e}")),
+        Ok(board) => board,
     };
     if board.timer_hz == 0 {
         board.timer_hz = timer::frequency();
@@ -193,7 +284,7 @@ pub fn primary_early(args: &BootArgs) -> BoardInfo {
     let total = board.memory_bytes();
     if total < MIN_MEMORY {
         die(format_args!(
-            "only {} MiB of RAM in the device tree; kestrel needs at least {} MiB",
+            "only {} MiB of RAM in {from}; kestrel needs at least {} MiB",
             total >> 20,
             MIN_MEMORY >> 20
         ));
@@ -205,13 +296,13 @@ pub fn primary_early(args: &BootArgs) -> BoardInfo {
         .any(|r| r.base <= start && end <= r.end())
     {
         die(format_args!(
-            "the image [{start:#x}-{end:#x}) does not lie inside a RAM region of the device tree"
+            "the image [{start:#x}-{end:#x}) does not lie inside a RAM region of {from}"
         ));
     }
     let mpidr = percpu::mpidr_affinity();
     let Some(me) = board.cpu_index(mpidr) else {
         die(format_args!(
-            "the boot CPU (MPIDR {mpidr:#x}) is not listed under /cpus in the device tree"
+            "the boot CPU (MPIDR {mpidr:#x}) is not among the CPUs of {from}"
         ));
     };
     percpu::set_index(me);
@@ -252,12 +343,15 @@ pub fn primary_run(board: BoardInfo, args: &BootArgs) -> ! {
     }
     let dtb_size = blob.len() as u64;
     // RAM guests must not get: the image, the DTB, what the DTB reserves
-    // and what UEFI firmware keeps after ExitBootServices.
+    // and what UEFI firmware keeps after ExitBootServices (with ACPI, the
+    // tables are among the latter).
     let mut reserved = crate::reserve::Ranges::new();
     reserved.add(args.image_start as u64, args.image_end as u64);
-    reserved.add(args.dtb as u64, args.dtb as u64 + dtb_size);
-    if let Err(e) = crate::reserve::from_dtb(blob, &mut reserved) {
-        die(format_args!("{e}"));
+    if !blob.is_empty() {
+        reserved.add(args.dtb as u64, args.dtb as u64 + dtb_size);
+        if let Err(e) = crate::reserve::from_dtb(blob, &mut reserved) {
+            die(format_args!("{e}"));
+        }
     }
     let from_dtb = reserved.clone();
     if let Some(efi) = args.efi {
@@ -284,17 +378,30 @@ pub fn primary_run(board: BoardInfo, args: &BootArgs) -> ! {
             from_dtb.len() - 2
         );
     }
-    log::info!(
-        "arm64: EL2, image at {:#x}-{:#x} (load offset {:#x}), DTB at {:#x}, MMU and caches on",
-        args.image_start,
-        args.image_end,
-        args.load_addr,
-        args.dtb
-    );
+    if let Some((efi, rsdp)) = acpi_rsdp(args) {
+        log_acpi(efi, rsdp);
+        log::info!(
+            "arm64: EL2, image at {:#x}-{:#x} (load offset {:#x}), no DTB (board from ACPI), \
+             MMU and caches on",
+            args.image_start,
+            args.image_end,
+            args.load_addr,
+        );
+    } else {
+        log::info!(
+            "arm64: EL2, image at {:#x}-{:#x} (load offset {:#x}), DTB at {:#x}, MMU and caches on",
+            args.image_start,
+            args.image_end,
+            args.load_addr,
+            args.dtb
+        );
+    }
     let (used, free) = (args.heap_usage)();
     log::info!("heap: {} KiB used, {} KiB free", used >> 10, free >> 10);
     if board.psci.is_none() {
-        log::warn!("no PSCI node in the device tree: secondary CPUs cannot start, no power-off");
+        log::warn!(
+            "no PSCI (device tree /psci, ACPI FADT): secondary CPUs cannot start, no power-off"
+        );
     }
     if board.uart.is_some_and(|u| u.kind != UartKind::Pl011) {
         log::warn!("console UART is not a PL011: kestrel only drives the PL011");
@@ -304,6 +411,80 @@ pub fn primary_run(board: BoardInfo, args: &BootArgs) -> ! {
         crate::runtime::fatal(format_args!("GIC: {why}"));
     }
     crate::runtime::primary_main(board, &platform::PLATFORM)
+}
+
+/// Says what the ACPI tables gave (read again, now through the cached
+/// identity map; `primary_early` read them before).
+fn log_acpi(efi: &EfiBoot, rsdp: u64) {
+    let a = match acpi::arm64::parse(&AcpiRam(&efi.ram.regions), rsdp, ACPI_PPIS) {
+        Ok(a) => a,
+        Err(e) => crate::runtime::fatal(format_args!("{e}")),
+    };
+    let mut sigs: heapless::String<128> = heapless::String::new();
+    for t in &a.tables {
+        let _ = core::fmt::Write::write_fmt(&mut sigs, format_args!(" {}", t.sig));
+    }
+    log::info!(
+        "arm64: board from ACPI (no device tree): RSDP at {:#x} (revision {}), XSDT at {:#x} \
+         lists{}{}",
+        a.rsdp.pa,
+        a.rsdp.revision,
+        a.xsdt.pa,
+        sigs,
+        if a.more > 0 { " and more" } else { "" }
+    );
+    let mode = |t: acpi::arm64::Timer| match (t.edge(), t.active_low()) {
+        (false, false) => "level, active high",
+        (false, true) => "level, active low",
+        (true, false) => "edge, rising",
+        (true, true) => "edge, falling",
+    };
+    log::info!(
+        "ACPI MADT: {} CPU(s) enabled ({} disabled, {} beyond the {} kept), GICD version {} -> {}, \
+         VGIC maintenance GSIV {}",
+        a.cpus.len() + a.cpus_ignored,
+        a.cpus_disabled,
+        a.cpus_ignored,
+        crate::MAX_CPUS,
+        a.gic_version,
+        a.irqchip,
+        a.maintenance
+    );
+    log::info!(
+        "ACPI GTDT: EL2 timer GSIV {} ({}), virtual {} ({}), EL1 physical {} ({})",
+        a.timers.el2.gsiv,
+        mode(a.timers.el2),
+        a.timers.virt.gsiv,
+        mode(a.timers.virt),
+        a.timers.el1_ns.gsiv,
+        mode(a.timers.el1_ns)
+    );
+    match (a.uart, a.uart_type) {
+        (Some(u), Some(ty)) => {
+            log::info!(
+                "ACPI SPCR: interface type {ty:#x} ({:?}) at {:#x}",
+                u.kind,
+                u.base
+            )
+        }
+        (None, Some(ty)) => log::info!("ACPI SPCR: interface type {ty:#x}: not driven"),
+        _ => {}
+    }
+    log::info!(
+        "ACPI FADT: PSCI {}; RAM from the UEFI memory map: {} run(s), {} MiB{}",
+        match a.psci {
+            Some(crate::board::PsciConduit::Smc) => "over SMC",
+            Some(crate::board::PsciConduit::Hvc) => "over HVC",
+            None => "absent",
+        },
+        efi.ram.regions.len(),
+        efi.ram.regions.iter().map(|r| r.size).sum::<u64>() >> 20,
+        if efi.ram.dropped > 0 {
+            " (smaller runs beyond 8 left out)"
+        } else {
+            ""
+        }
+    );
 }
 
 /// A secondary CPU, MMU and vectors on, on its own stack.
