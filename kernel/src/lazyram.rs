@@ -161,7 +161,10 @@ mod tests {
 
         let e = Blocks::new(2, true);
         assert_eq!(e.ready_count(), 2);
-        assert_eq!(e.try_touch(0, || panic!("eager RAM zeroed again")), Some(Touch::Ready));
+        assert_eq!(
+            e.try_touch(0, || panic!("eager RAM zeroed again")),
+            Some(Touch::Ready)
+        );
         assert!(Blocks::new(0, false).is_empty());
     }
 
@@ -171,7 +174,10 @@ mod tests {
         let inner = b.try_touch(0, || {
             // While this claimant zeroes: others are told to retry, and a
             // restart cannot take the block from under it.
-            assert_eq!(b.try_touch(0, || panic!("second zeroing")), Some(Touch::Busy));
+            assert_eq!(
+                b.try_touch(0, || panic!("second zeroing")),
+                Some(Touch::Busy)
+            );
             assert!(!b.is_ready(0));
         });
         assert_eq!(inner, Some(Touch::Zeroed));

@@ -21,10 +21,10 @@ use crate::vmconfig::{VmSpec, GUEST_GICC};
 use crate::vmm::{Built, Machine};
 
 use super::super::{mmu, platform, timer};
+use super::mem::{self, VmRam};
 use super::passthrough::{VmPassthrough, CLAIMS};
 use super::stage2::{self, Stage2};
 use super::vcpu::{VcpuShared, VcpuState};
-use super::mem::{self, VmRam};
 use super::{Arm64Backend, VmState, NR_SPIS, VTIMER_PPI};
 use crate::passthrough as pt;
 

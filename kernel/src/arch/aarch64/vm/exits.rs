@@ -225,7 +225,11 @@ fn first_touch(vm: &Vm<B>, a: &Abort) -> bool {
         return false;
     }
     let ram = &vm.arch.ram;
-    if ram.block_of(a.ipa).and_then(|i| ram.guest_fault(i)).is_none() {
+    if ram
+        .block_of(a.ipa)
+        .and_then(|i| ram.guest_fault(i))
+        .is_none()
+    {
         return false;
     }
     vm.stats.exit(ExitReason::Abort);

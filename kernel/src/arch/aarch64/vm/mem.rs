@@ -227,9 +227,7 @@ impl VmRam {
             // SAFETY: `dst..dst + n` lies inside one zeroed frame owned by
             // this VM, identity mapped as Normal memory, and
             // `data[done..done + n]` is a valid source.
-            unsafe {
-                core::ptr::copy_nonoverlapping(data.as_ptr().add(done), dst as *mut u8, n)
-            };
+            unsafe { core::ptr::copy_nonoverlapping(data.as_ptr().add(done), dst as *mut u8, n) };
             mmu::clean_dcache_range(dst, dst + n);
             done += n;
         }
