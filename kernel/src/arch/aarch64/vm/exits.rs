@@ -3,8 +3,9 @@
 //! register traps to the vGIC (SGIs), the ID-register view, RAZ/WI (debug,
 //! PMU, ACTLR, LORegions, physical timer) or UNDEF; a stage-2 translation
 //! fault on guest RAM zeroes and maps the block (its first touch); other
-//! data aborts go to the VM's MMIO bus (vGIC distributor and redistributors, PL011: `devices`) or,
-//! outside every region, a synchronous external abort injected into the guest.
+//! data aborts go to the VM's MMIO bus (vGIC distributor and
+//! redistributors, PL011: `devices`) or, outside every region, a
+//! synchronous external abort injected into the guest.
 
 use alloc::format;
 
