@@ -30,6 +30,7 @@ pub mod guest;
 pub mod haltpoll;
 pub mod hypercall;
 pub mod ipi;
+pub mod lazyram;
 pub mod passthrough;
 pub mod psci;
 pub mod sched;

@@ -223,8 +223,10 @@ pub mod stat {
     pub const IPI_DELIVERED: u64 = 18;
     /// IPI targets that were already pending (no work).
     pub const IPI_COALESCED: u64 = 19;
+    /// Guest RAM blocks (2 MiB) zeroed at their first touch (arm64).
+    pub const LAZY_ZERO: u64 = 20;
     /// Number of counters.
-    pub const COUNT: u64 = 20;
+    pub const COUNT: u64 = 21;
 }
 
 /// Guest side: packs ascending target ids into 128-wide IPI windows, the way

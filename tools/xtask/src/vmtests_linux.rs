@@ -1040,6 +1040,20 @@ fn times_of(b: &Boot) -> Times {
     }
 }
 
+/// Seconds kestrel took to create its VMs (from its `guest memory: N MiB
+/// free` line to the last VM's `created` line): zeroing guest RAM, loading
+/// the images, building the devices.
+fn creation_time(b: &Boot) -> Option<f64> {
+    let start = b.when("guest memory: ")?;
+    let end = b
+        .lines
+        .iter()
+        .rev()
+        .find(|l| l.text.contains("\" created: "))?
+        .at;
+    Some(end.checked_sub(start)?.as_secs_f64())
+}
+
 fn median(mut v: Vec<f64>) -> Option<f64> {
     if v.is_empty() {
         return None;
@@ -1131,6 +1145,7 @@ pub fn bench(args: &[String]) -> Result<(), String> {
         "run", "side", "to init", "to result", "to power-off"
     );
     let (mut bare, mut ks) = (Vec::new(), Vec::new());
+    let mut creation = Vec::new();
     let mut exit_lines = Vec::new();
     for r in 1..=runs {
         let console = if vm.virtio_console {
@@ -1193,12 +1208,15 @@ pub fn bench(args: &[String]) -> Result<(), String> {
             &judge_linux(&boot, "LINUX-TEST: PASS"),
         );
         ks.push(t);
+        if let Some(c) = creation_time(&boot) {
+            creation.push(c);
+        }
         exit_lines = boot
             .lines
             .iter()
             .map(|l| l.text.trim())
             .filter(|l| {
-                ["exits ", "fp:", "vmid:", "ipi:"]
+                ["exits ", "fp:", "vmid:", "ipi:", "mem:"]
                     .iter()
                     .any(|p| l.contains(p))
                     && !l.contains("LINUX-")
@@ -1272,6 +1290,14 @@ pub fn bench(args: &[String]) -> Result<(), String> {
                 spread(|t| t.result),
                 spread(|t| t.off)
             );
+            let lo = creation.iter().cloned().fold(f64::INFINITY, f64::min);
+            let hi = creation.iter().cloned().fold(0.0, f64::max);
+            match median(creation.clone()) {
+                Some(m) => println!(
+                    "kestrel VM creation (`guest memory: N MiB free` to `created`): median {m:.2} s ({lo:.2}-{hi:.2})"
+                ),
+                None => println!("kestrel VM creation: - (no `created` line)"),
+            }
             println!("kestrel exits by reason during the last boot:");
             if exit_lines.is_empty() {
                 println!("    (kestrel printed no `exits N: ...` line)");

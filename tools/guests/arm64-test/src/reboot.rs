@@ -1,11 +1,13 @@
 //! `mode=reboot cycles=N`: the VM reboot test (`docs/test-guest.md`).
 //!
 //! Each boot reads a boot counter from sector 0 of the VM's virtio disk,
-//! writes it back incremented, checks that its RAM is fresh (a word that
-//! the previous boot set is zero again) and prints one `REBOOT` line; it
-//! then resets the VM with PSCI SYSTEM_RESET, until the counter reaches
-//! `cycles`, when it prints `REBOOT done` and powers off. So the test sees
-//! both halves of a reboot: memory starts over, the disk does not.
+//! writes it back incremented, checks that its RAM is fresh (a word in
+//! each 2 MiB block that the previous boot set is zero again, seen by the
+//! disk first for one block, then by the CPU for all) and prints one
+//! `REBOOT` line; it then resets the VM with PSCI SYSTEM_RESET, until the
+//! counter reaches `cycles`, when it prints `REBOOT done` and powers off.
+//! So the test sees both halves of a reboot: memory starts over, the disk
+//! does not.
 
 use crate::hostile::virtio::{get, put, reg, Drv, DATA, ID_BLOCK, MAGIC, S_OK, T_IN, T_OUT};
 use crate::platform::Platform;
@@ -13,6 +15,8 @@ use crate::{cpu, println, smccc};
 
 /// Sector 0 after the first boot: this tag, then the boots so far (u32 LE).
 const TAG: [u8; 4] = *b"KRBT";
+/// kestrel's RAM block (and the guest's stage-2 mapping granule).
+const BLOCK: u64 = 2 << 20;
 /// What each boot leaves in RAM for the next one to find gone.
 const RAM_MARK: u64 = 0x5245_424f_4f54_4d4b;
 
@@ -24,14 +28,12 @@ fn fail(n: u64, why: &str) -> ! {
 
 pub fn run(p: &Platform) -> ! {
     let cycles = p.cycles.unwrap_or(100).max(1);
-    // A word in the second quarter of RAM: not the image, its stack or
-    // the DTB (in the first and last parts).
-    let mark = (p.ram_base + p.ram_size / 4) as *mut u64;
-    // SAFETY: inside this VM's RAM (from its DTB), identity mapped, used
-    // by nothing else.
-    let fresh = unsafe { mark.read_volatile() } == 0;
-    // SAFETY: as above.
-    unsafe { mark.write_volatile(RAM_MARK) };
+    // A word in the middle of every 2 MiB block but the first (the image
+    // and its stack) and the last (the DTB). kestrel zeroes a block at its
+    // first touch: the CPU's, or a device's on the guest's behalf.
+    let blocks = p.ram_size / BLOCK;
+    let marked = 1..blocks.saturating_sub(1);
+    let mark = |k: u64| (p.ram_base + k * BLOCK + BLOCK / 2) as *mut u64;
     let Some(mut drv) = p.virtio[..p.nvirtio].iter().find_map(|&base| {
         // SAFETY: a virtio-mmio region the DTB describes (Device memory).
         let (magic, id) = unsafe {
@@ -65,8 +67,29 @@ pub fn run(p: &Platform) -> ! {
     } else {
         0
     };
-    if !fresh {
-        fail(n, "RAM kept a word the previous boot wrote");
+    // The disk reads the last marked block before this boot's CPU touches
+    // it (into sector 1), and the CPU looks at what it got: zeroes.
+    if let Some(k) = marked.clone().last() {
+        match drv.blk_at(T_OUT, 1, mark(k) as u64, 512) {
+            Some((_, S_OK)) => {}
+            _ => fail(n, "writing sector 1 from an untouched block failed"),
+        }
+        match drv.blk(T_IN, 1, 512) {
+            Some((_, S_OK)) => {}
+            _ => fail(n, "reading sector 1 failed"),
+        }
+        if (0..512).any(|i| get::<u8>(DATA + i) != 0) {
+            fail(n, "the disk read RAM the previous boot wrote");
+        }
+    }
+    for k in marked.clone() {
+        // SAFETY: inside this VM's RAM (from its DTB), identity mapped,
+        // used by nothing else (not the image, its stack or the DTB).
+        if unsafe { mark(k).read_volatile() } != 0 {
+            fail(n, "RAM kept a word the previous boot wrote");
+        }
+        // SAFETY: as above.
+        unsafe { mark(k).write_volatile(RAM_MARK) };
     }
     for (i, b) in TAG.iter().enumerate() {
         put(DATA + i, *b);

@@ -11,7 +11,7 @@ use spin::{Mutex, MutexGuard};
 use kestrel_abi::package::ConsoleKind;
 
 use crate::board::{BoardInfo, IrqChip};
-use crate::frames::{FramePool, GuestRam};
+use crate::frames::FramePool;
 use crate::guest::arm64::idregs::IdConfig;
 use crate::passthrough::SpiRoute;
 use crate::stats::Stats;
@@ -21,17 +21,18 @@ use crate::vmconfig::{VmSpec, GUEST_GICC};
 use crate::vmm::{Built, Machine};
 
 use super::super::{mmu, platform, timer};
+use super::mem::{self, VmRam};
 use super::passthrough::{VmPassthrough, CLAIMS};
 use super::stage2::{self, Stage2};
 use super::vcpu::{VcpuShared, VcpuState};
-use super::{mem, Arm64Backend, VmState, NR_SPIS, VTIMER_PPI};
+use super::{Arm64Backend, VmState, NR_SPIS, VTIMER_PPI};
 use crate::passthrough as pt;
 
 /// Copies `spec`'s kernel and initrd and the guest DTB `dtb` into `ram`
-/// (zeroed), cleaned to the point of coherency, and drops stale
-/// instructions.
-fn load_images(ram: &GuestRam, spec: &VmSpec<'static>, dtb: &[u8]) -> Result<(), String> {
-    let copy = |gpa, data: &[u8]| mem::copy_to_guest(ram, spec.ram_base, gpa, data);
+/// (their blocks zeroed and mapped first), cleaned to the point of
+/// coherency, and drops stale instructions.
+fn load_images(ram: &VmRam, spec: &VmSpec<'static>, dtb: &[u8]) -> Result<(), String> {
+    let copy = |gpa, data: &[u8]| ram.copy_in(gpa, data);
     copy(spec.kernel_gpa, spec.kernel).map_err(|e| format!("kernel: {e}"))?;
     if let Some(initrd) = spec.initrd {
         copy(spec.initrd_gpa, initrd).map_err(|e| format!("initrd: {e}"))?;
@@ -79,24 +80,23 @@ impl Arm64Backend {
     }
 
     /// [`crate::vm::Backend::restart_vm`]: the VM keeps its frames and
-    /// stage 2 (and its passthrough regions); its RAM is zeroed and its
-    /// kernel, initrd and DTB copied in again, its vGIC, devices and vCPUs
-    /// are as at creation (a disk keeps its data), its forwarded SPIs are
-    /// disabled and deactivated until its first vCPU runs again, and no
-    /// translation of its old life survives in any TLB.
+    /// stage 2 (and its passthrough regions); its RAM blocks are unmapped
+    /// and untouched again (zeroed at their next first touch; identity RAM
+    /// is zeroed whole), no translation of its old life survives in any TLB,
+    /// its kernel, initrd and DTB are copied in again, its vGIC, devices and
+    /// vCPUs are as at creation (a disk keeps its data), and its forwarded
+    /// SPIs are disabled and deactivated until its first vCPU runs again.
     pub(super) fn restart(
         &self,
         vm: &Vm<Self>,
         vcpus: &mut [MutexGuard<'_, VcpuState>],
     ) -> Result<(), String> {
         let st = &vm.arch;
-        let ram = GuestRam {
-            frames: st.frames.clone(),
-            size: st.ram_size,
-        };
         super::passthrough::quiesce(vm);
-        mem::clear(&ram);
-        load_images(&ram, &st.spec, &st.dtb)?;
+        // Unmaps the blocks and flushes every TLB (the VM may keep its
+        // VMID: the core drops it, but it can come back before a rollover).
+        st.ram.reset();
+        load_images(&st.ram, &st.spec, &st.dtb)?;
         let pt = &st.passthrough;
         *st.vgic.lock() =
             self.new_vgic(vcpus.len(), !st.spec.passthrough.is_empty(), &pt.routes)?;
@@ -112,9 +112,10 @@ impl Arm64Backend {
         if let Some(boot) = vcpus.first_mut() {
             boot.reset(st.spec.entry_gpa, st.spec.dtb_gpa);
         }
-        // The VM may keep its VMID (the core drops it, but it can come
-        // back before a rollover): its old guest's translations go now.
-        stage2::flush_all_vmids();
+        if !st.ram.is_lazy() {
+            // Identity RAM stayed mapped: its old translations go now.
+            stage2::flush_all_vmids();
+        }
         Ok(())
     }
 }
@@ -214,11 +215,9 @@ impl Machine for Arm64Backend {
             forwarded.extend(fwd);
         }
         let vgic = self.new_vgic(vcpus, !regions.is_empty(), &forwarded)?;
-        mem::clear(&ram);
-        for (i, &f) in ram.frames.iter().enumerate() {
-            s2.map_ram_block(spec.ram_base + i as u64 * stage2::BLOCK, f)
-                .map_err(|e| format!("stage 2: {e:?}"))?;
-        }
+        // Zeroed and mapped block by block at first touch, but identity
+        // RAM, which a device may DMA into before the CPU touches it.
+        let ram = VmRam::new(&mut s2, spec.ram_base, ram, !spec.identity, stats)?;
         if !v3 {
             let gicv = match board.irqchip {
                 IrqChip::GicV2 { gicv: Some(v), .. } => v,
@@ -244,7 +243,7 @@ impl Machine for Arm64Backend {
             stage2: s2,
             ram_base: spec.ram_base,
             ram_size: spec.ram_size,
-            frames: ram.frames,
+            ram,
             spec: *spec,
             dtb,
             vgic: devices.vgic,

@@ -98,7 +98,9 @@ impl VmState {
     /// Calls `f(host address, offset in the range, length)` for each piece
     /// of `[gpa, gpa + len)` within one RAM frame, after checking that the
     /// whole range is this VM's RAM (so nothing is copied for a range that
-    /// is not: the frames cover all of it).
+    /// is not: the frames cover all of it). A block the guest never touched
+    /// is zeroed and mapped first, as its first touch would: a device sees
+    /// and leaves only what the guest may see.
     fn each_piece(
         &self,
         gpa: u64,
@@ -116,7 +118,10 @@ impl VmState {
         let mut done = 0usize;
         while done < len {
             let off = gpa - self.ram_base + done as u64;
-            let frame = *self.frames.get((off / stage2::BLOCK) as usize).ok_or(err)?;
+            let frame = self
+                .ram
+                .host_block((off / stage2::BLOCK) as usize)
+                .ok_or(err)?;
             let within = off % stage2::BLOCK;
             let n = ((stage2::BLOCK - within) as usize).min(len - done);
             f((frame + within) as usize, done, n);
@@ -130,8 +135,8 @@ impl GuestMemory for VmState {
     fn read(&self, gpa: u64, buf: &mut [u8]) -> Result<(), MemError> {
         self.each_piece(gpa, buf.len(), |src, at, n| {
             // SAFETY: `src..src + n` lies inside one 2 MiB frame owned by
-            // this VM (allocated by mem::alloc_frames, identity mapped at
-            // EL2 as Normal memory), and `buf[at..at + n]` is in bounds.
+            // this VM and zeroed for it (`each_piece`), identity mapped at
+            // EL2 as Normal memory, and `buf[at..at + n]` is in bounds.
             unsafe {
                 core::ptr::copy_nonoverlapping(src as *const u8, buf.as_mut_ptr().add(at), n)
             };

@@ -1,9 +1,11 @@
 //! Synchronous guest exits: every trapped instruction and access gets a
 //! defined answer. HVC/SMC go to PSCI/SMCCC or kestrel's hypercalls; system
 //! register traps to the vGIC (SGIs), the ID-register view, RAZ/WI (debug,
-//! PMU, ACTLR, LORegions, physical timer) or UNDEF; data aborts to the VM's
-//! MMIO bus (vGIC distributor and redistributors, PL011: `devices`) or,
-//! outside every region, a synchronous external abort injected into the guest.
+//! PMU, ACTLR, LORegions, physical timer) or UNDEF; a stage-2 translation
+//! fault on guest RAM zeroes and maps the block (its first touch); other
+//! data aborts go to the VM's MMIO bus (vGIC distributor and
+//! redistributors, PL011: `devices`) or, outside every region, a
+//! synchronous external abort injected into the guest.
 
 use alloc::format;
 
@@ -194,6 +196,7 @@ pub fn sync(env: &mut ExitCtx<'_, B>, ctx: &mut VcpuState, syn: Syndrome) -> Run
             call(env, ctx)
         }
         Exit::SysReg(acc) => sysreg_trap(env, ctx, acc),
+        Exit::DataAbort(a) | Exit::InstAbort(a) if first_touch(vm, &a) => RunExit::Continue,
         Exit::DataAbort(a) => data_abort(env, ctx, &a),
         Exit::InstAbort(a) => {
             vm.stats.exit(ExitReason::Abort);
@@ -211,6 +214,27 @@ pub fn sync(env: &mut ExitCtx<'_, B>, ctx: &mut VcpuState, syn: Syndrome) -> Run
             RunExit::Continue
         }
     }
+}
+
+/// A stage-2 translation fault on the VM's RAM (a data access, an
+/// instruction fetch or the guest's own table walk): the first touch of a
+/// block, which is zeroed and mapped now (or by the pCPU already at it).
+/// The guest retries the access (the PC is not moved). Returns whether it
+/// was one; anything else is for the MMIO bus or an abort.
+fn first_touch(vm: &Vm<B>, a: &Abort) -> bool {
+    if a.external || !esr::is_translation_fault(a.fsc) {
+        return false;
+    }
+    let ram = &vm.arch.ram;
+    if ram
+        .block_of(a.ipa)
+        .and_then(|i| ram.guest_fault(i))
+        .is_none()
+    {
+        return false;
+    }
+    vm.stats.exit(ExitReason::Abort);
+    true
 }
 
 /// The register of the WFIT at the loaded vCPU's PC, if that is one.
@@ -233,11 +257,12 @@ fn wfit_at_pc(vm: &Vm<B>, ctx: &VcpuState) -> Option<u8> {
     }
     let pa = (par & 0x000F_FFFF_FFFF_F000) | (pc & 0xFFF);
     let frame = pa & !(super::stage2::BLOCK - 1);
-    if !vm.arch.frames.contains(&frame) {
-        return None;
-    }
+    let ram = &vm.arch.ram;
+    let block = ram.frames().iter().position(|&f| f == frame)?;
+    ram.ready_block(block)?;
     // SAFETY: `pa` is a 4-byte aligned address inside a 2 MiB RAM frame
-    // owned by this VM, identity mapped at EL2 as Normal memory.
+    // owned by this VM and zeroed for it (touched), identity mapped at EL2
+    // as Normal memory.
     let insn = unsafe { core::ptr::read_volatile(pa as *const u32) };
     // WFIT Xt: 0xD503_1020 | Rt.
     (insn & !0x1F == 0xD503_1020).then_some((insn & 0x1F) as u8)

@@ -1,16 +1,21 @@
 //! Guest RAM on arm64: the frames come from the portable pool
 //! (`crate::frames`); here they are zeroed and cleaned to the point of
-//! coherency (a guest starts with its caches off), and images are copied
-//! in through the EL2 identity map. Stage 2 maps them (`stage2`).
+//! coherency (a guest starts with its caches off) at their first touch
+//! (`crate::lazyram`), mapped in stage 2 (`stage2`), and images are copied
+//! in through the EL2 identity map.
 
 use alloc::format;
 use alloc::string::String;
+use alloc::sync::Arc;
 use alloc::vec::Vec;
 
 use crate::board::MemRegion;
 use crate::frames::{FramePool, GuestRam, FRAME};
+use crate::lazyram::{Blocks, Touch};
+use crate::stats::{Counter, Stats};
 
 use super::super::mmu;
+use super::stage2::{RamSlot, Stage2};
 
 const _: () = assert!(FRAME == super::stage2::BLOCK);
 
@@ -20,59 +25,214 @@ pub fn pool(memory: &[MemRegion], reserved: &[(u64, u64)], limit: u64) -> FrameP
     FramePool::from_board(memory, reserved, limit)
 }
 
-/// Zeroes `ram`'s frames and cleans them to the point of coherency. With
-/// `DC ZVA` permitted (DCZID_EL0.DZP clear) a block at a time, which is
-/// several times faster than stores (under QEMU TCG most of all): zeroing
-/// the RAM of a VM is most of the time from power-on to its first
-/// instruction.
-pub fn clear(ram: &GuestRam) {
+/// Zeroes the 2 MiB frame at `f` and cleans it to the point of coherency.
+/// With `DC ZVA` permitted (DCZID_EL0.DZP clear) a block at a time, which
+/// is several times faster than stores (under QEMU TCG most of all).
+///
+/// The frame must belong to one VM (or be about to) and be mapped for
+/// nobody else: its old contents are destroyed.
+fn zero_frame(f: u64) {
     let dczid = super::regs::mrs!("dczid_el0");
     // Block size: 4 << BS bytes (BS in words).
     let block = 4u64 << (dczid & 0xf);
-    let zva = dczid & (1 << 4) == 0 && block <= FRAME;
-    for &f in &ram.frames {
-        if zva {
-            let mut a = f;
-            while a < f + FRAME {
-                // SAFETY: `a` is a block-aligned address (frames are 2 MiB
-                // aligned, the block a power of two below that) inside a
-                // frame that is RAM from the DTB, not used by kestrel,
-                // identity mapped as Normal memory and owned by this VM
-                // alone: zeroing it changes nothing else.
-                unsafe {
-                    core::arch::asm!("dc zva, {}", in(reg) a, options(nostack, preserves_flags))
-                };
-                a += block;
-            }
-        } else {
-            // SAFETY: as above, for the whole frame.
-            unsafe { core::ptr::write_bytes(f as *mut u8, 0, FRAME as usize) };
+    if dczid & (1 << 4) == 0 && block <= FRAME {
+        let mut a = f;
+        while a < f + FRAME {
+            // SAFETY: `a` is a block-aligned address (frames are 2 MiB
+            // aligned, the block a power of two below that) inside a frame
+            // that is RAM from the DTB, not used by kestrel, identity mapped
+            // as Normal memory and owned by one VM: zeroing it changes
+            // nothing else.
+            unsafe { core::arch::asm!("dc zva, {}", in(reg) a, options(nostack, preserves_flags)) };
+            a += block;
         }
-        mmu::clean_dcache_range(f as usize, (f + FRAME) as usize);
+    } else {
+        // SAFETY: as above, for the whole frame.
+        unsafe { core::ptr::write_bytes(f as *mut u8, 0, FRAME as usize) };
+    }
+    mmu::clean_dcache_range(f as usize, (f + FRAME) as usize);
+}
+
+/// Drops every CPU's instruction cache lines (unless CTR_EL0.DIC says the
+/// instruction cache needs no maintenance): a frame just zeroed or loaded
+/// may still have its previous contents there.
+fn invalidate_icache() {
+    if super::regs::mrs!("ctr_el0") & (1 << 29) == 0 {
+        // SAFETY: cache maintenance only: instructions are fetched again
+        // from memory.
+        unsafe { core::arch::asm!("ic ialluis", "dsb ish", options(nostack, preserves_flags)) };
     }
 }
 
-/// Copies `data` into guest RAM at guest physical `gpa` (RAM starting at
-/// `ram_base`), cleaned to the point of coherency.
-pub fn copy_to_guest(ram: &GuestRam, ram_base: u64, gpa: u64, data: &[u8]) -> Result<(), String> {
-    let end = gpa
-        .checked_add(data.len() as u64)
-        .ok_or_else(|| String::from("address overflow"))?;
-    let ram_end = ram_base + ram.size;
-    if gpa < ram_base || end > ram_end {
-        return Err(format!(
-            "[{gpa:#x}, {end:#x}) lies outside guest RAM [{ram_base:#x}, {ram_end:#x})"
-        ));
+/// A VM's RAM: its frames in IPA order, each block's stage-2 entry and its
+/// first-touch state ([`Blocks`]).
+///
+/// Lazy RAM (every VM but identity RAM) starts with nothing mapped: a
+/// block is zeroed, cleaned to PoC and mapped at its first touch, the
+/// guest's (a stage-2 translation fault: [`VmRam::guest_fault`]) or
+/// kestrel's on its behalf ([`VmRam::host_block`]: devices through guest
+/// memory, [`VmRam::copy_in`]: images), so a frame's old contents never
+/// reach the guest or a device acting for it. Identity RAM (a passthrough
+/// device may DMA into any block, touched or not) is zeroed and mapped
+/// whole at creation and at every restart.
+pub struct VmRam {
+    base: u64,
+    size: u64,
+    frames: Vec<u64>,
+    slots: Vec<RamSlot>,
+    blocks: Blocks,
+    lazy: bool,
+    stats: Arc<Stats>,
+}
+
+impl VmRam {
+    /// `ram` at IPA `base` in `s2`: its tables made, every block left
+    /// unmapped (`lazy`) or zeroed and mapped now. `stats` counts the
+    /// blocks zeroed lazily.
+    pub fn new(
+        s2: &mut Stage2,
+        base: u64,
+        ram: GuestRam,
+        lazy: bool,
+        stats: &Arc<Stats>,
+    ) -> Result<VmRam, String> {
+        let slots = (0..ram.frames.len() as u64)
+            .map(|i| s2.ram_slot(base + i * FRAME))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| format!("stage 2: {e:?}"))?;
+        let r = VmRam {
+            base,
+            size: ram.size,
+            blocks: Blocks::new(ram.frames.len(), !lazy),
+            frames: ram.frames,
+            slots,
+            lazy,
+            stats: stats.clone(),
+        };
+        if !lazy {
+            r.map_all();
+        }
+        Ok(r)
     }
-    for (h, at, n) in ram.chunks(gpa - ram_base, data.len())? {
-        let dst = h as usize;
-        // SAFETY: `dst..dst + n` lies inside one frame owned by this VM
-        // (`GuestRam::chunks` stops at frame ends), identity mapped as
-        // Normal memory, and `data[at..at + n]` is a valid source.
-        unsafe { core::ptr::copy_nonoverlapping(data.as_ptr().add(at), dst as *mut u8, n) };
-        mmu::clean_dcache_range(dst, dst + n);
+
+    /// Eager RAM: every frame zeroed and mapped.
+    fn map_all(&self) {
+        for &f in &self.frames {
+            zero_frame(f);
+        }
+        invalidate_icache();
+        for (slot, &f) in self.slots.iter().zip(&self.frames) {
+            slot.map(f);
+        }
     }
-    Ok(())
+
+    /// Blocks are zeroed and mapped at their first touch (not identity RAM).
+    pub fn is_lazy(&self) -> bool {
+        self.lazy
+    }
+
+    /// The host frames, in IPA order.
+    pub fn frames(&self) -> &[u64] {
+        &self.frames
+    }
+
+    /// The block holding IPA `ipa`, if it is RAM.
+    pub fn block_of(&self, ipa: u64) -> Option<usize> {
+        let off = ipa.checked_sub(self.base).filter(|&o| o < self.size)?;
+        Some((off / FRAME) as usize)
+    }
+
+    /// Claimant's work: zero block `i`'s frame (cleaned to PoC, stale
+    /// instructions dropped), then map it.
+    fn zero_and_map(&self, i: usize) {
+        let (Some(&f), Some(slot)) = (self.frames.get(i), self.slots.get(i)) else {
+            return;
+        };
+        zero_frame(f);
+        invalidate_icache();
+        slot.map(f);
+        self.stats.inc(Counter::LazyZero);
+    }
+
+    /// A stage-2 translation fault of the guest on block `i`: zeroes and
+    /// maps it if untouched; [`Touch::Busy`] while another pCPU does (the
+    /// guest retries the access either way). A block found ready was
+    /// mapped before the fault was seen: its entry is written again (the
+    /// same value), so the retry cannot fault forever. `None`: not RAM.
+    pub fn guest_fault(&self, i: usize) -> Option<Touch> {
+        let t = self.blocks.try_touch(i, || self.zero_and_map(i))?;
+        if t == Touch::Ready {
+            self.slots[i].map(self.frames[i]);
+        }
+        Some(t)
+    }
+
+    /// The host frame of block `i` for kestrel to read or write on the
+    /// guest's behalf, zeroed and mapped first if untouched (waiting while
+    /// another pCPU zeroes it). `None`: not RAM.
+    pub fn host_block(&self, i: usize) -> Option<u64> {
+        self.blocks
+            .touch(i, || self.zero_and_map(i), core::hint::spin_loop)?;
+        self.frames.get(i).copied()
+    }
+
+    /// The host frame of block `i` if it is ready (touched), else `None`:
+    /// for looking at guest memory without touching it.
+    pub fn ready_block(&self, i: usize) -> Option<u64> {
+        self.blocks
+            .is_ready(i)
+            .then(|| self.frames.get(i).copied())
+            .flatten()
+    }
+
+    /// For a restart (the VM's vCPUs stopped): lazy RAM is unmapped and
+    /// untouched again, then every TLB entry goes; identity RAM is zeroed
+    /// whole again (it stays mapped).
+    pub fn reset(&self) {
+        if self.lazy {
+            self.blocks
+                .forget_all(|i| self.slots[i].unmap(), core::hint::spin_loop);
+            super::stage2::flush_all_vmids();
+        } else {
+            for &f in &self.frames {
+                zero_frame(f);
+            }
+            invalidate_icache();
+        }
+    }
+
+    /// Copies `data` into guest RAM at IPA `gpa` (touching the blocks it
+    /// covers), cleaned to the point of coherency.
+    pub fn copy_in(&self, gpa: u64, data: &[u8]) -> Result<(), String> {
+        let end = gpa
+            .checked_add(data.len() as u64)
+            .ok_or_else(|| String::from("address overflow"))?;
+        let ram_end = self.base + self.size;
+        if gpa < self.base || end > ram_end {
+            return Err(format!(
+                "[{gpa:#x}, {end:#x}) lies outside guest RAM [{:#x}, {ram_end:#x})",
+                self.base
+            ));
+        }
+        let mut done = 0usize;
+        while done < data.len() {
+            let off = gpa - self.base + done as u64;
+            let i = (off / FRAME) as usize;
+            let f = self
+                .host_block(i)
+                .ok_or_else(|| String::from("outside guest RAM"))?;
+            let within = off % FRAME;
+            let n = ((FRAME - within) as usize).min(data.len() - done);
+            let dst = (f + within) as usize;
+            // SAFETY: `dst..dst + n` lies inside one zeroed frame owned by
+            // this VM, identity mapped as Normal memory, and
+            // `data[done..done + n]` is a valid source.
+            unsafe { core::ptr::copy_nonoverlapping(data.as_ptr().add(done), dst as *mut u8, n) };
+            mmu::clean_dcache_range(dst, dst + n);
+            done += n;
+        }
+        Ok(())
+    }
 }
 
 /// Private memory for a writable virtio disk of `bytes`: whole frames from

@@ -77,8 +77,9 @@ pub struct VmState {
     pub stage2: Stage2,
     pub ram_base: u64,
     pub ram_size: u64,
-    /// Host frames backing guest RAM, 2 MiB each, in IPA order.
-    pub frames: Vec<u64>,
+    /// Guest RAM: host frames, 2 MiB each, in IPA order, zeroed and
+    /// mapped at their first touch (`mem::VmRam`).
+    pub ram: mem::VmRam,
     /// What it was built from (a restart loads its images again).
     pub spec: VmSpec<'static>,
     /// Its device tree as built (a restart copies it in again).

@@ -4,14 +4,17 @@
 //! T0SZ = 24 at level 1), else the hardware's size (one level-1 table).
 //!
 //! Guest RAM is mapped with 2 MiB blocks (Normal write-back, inner
-//! shareable, read/write/execute); device frames passed through (the GICv2
+//! shareable, read/write/execute), each at its first touch (`mem::VmRam`:
+//! the tables exist from creation, the block entry is written while the
+//! VM runs, [`RamSlot`]); device frames passed through (the GICv2
 //! GICV frame) with 4 KiB Device-nGnRE, execute-never pages. Everything else
 //! faults to EL2, where kestrel emulates it or injects an abort.
 //!
 //! TLB maintenance: a VMID rollover invalidates every VMID at once
 //! ([`flush_all_vmids`]: `TLBI ALLE1IS`); a VM's entries are dropped when
-//! it ends ([`flush_all_vmids`] again: VMs end rarely and their tables are
-//! never reused).
+//! it ends or a restart unmaps its RAM ([`flush_all_vmids`] again: VMs end
+//! and restart rarely, and their tables are never reused). Mapping a RAM
+//! block at its first touch needs none: an invalid entry is never cached.
 
 use alloc::boxed::Box;
 use alloc::vec::Vec;
@@ -175,17 +178,18 @@ impl Stage2 {
         Ok(unsafe { &mut (*l2).0[((ipa >> 21) & 0x1ff) as usize] })
     }
 
-    /// Maps 2 MiB of RAM: IPA `ipa` to PA `pa`.
-    pub fn map_ram_block(&mut self, ipa: u64, pa: u64) -> Result<(), MapError> {
-        if !ipa.is_multiple_of(BLOCK) || !pa.is_multiple_of(BLOCK) {
+    /// The level-2 descriptor of the 2 MiB RAM block at IPA `ipa`, left
+    /// invalid (its tables made now): [`RamSlot::map`] maps it later, while
+    /// the VM runs.
+    pub fn ram_slot(&mut self, ipa: u64) -> Result<RamSlot, MapError> {
+        if !ipa.is_multiple_of(BLOCK) {
             return Err(MapError::Misaligned);
         }
         let slot = self.l2_slot(ipa)?;
         if *slot & DESC_VALID != 0 {
             return Err(MapError::Overlap);
         }
-        *slot = pa | NORMAL | DESC_BLOCK;
-        Ok(())
+        Ok(RamSlot(slot as *mut u64 as u64))
     }
 
     /// Maps one 4 KiB device page: IPA `ipa` to PA `pa`.
@@ -211,6 +215,43 @@ impl Stage2 {
     pub fn publish(&self) {
         // SAFETY: barriers only.
         unsafe { core::arch::asm!("dsb ishst", "isb", options(nostack, preserves_flags)) };
+    }
+}
+
+/// One 2 MiB RAM block's level-2 descriptor in a VM's stage 2 (the
+/// address of the entry, inside a table its [`Stage2`] owns: valid as long
+/// as that lives, and only the VM's `VmState`, which owns both, holds one).
+#[derive(Clone, Copy, Debug)]
+pub struct RamSlot(u64);
+
+impl RamSlot {
+    /// Maps the block to the 2 MiB frame at `pa`: the frame must hold
+    /// nothing but what the guest may see (zeroed, cleaned to PoC). The
+    /// walker sees it when this returns; an invalid entry was never cached
+    /// in a TLB, so no invalidation is needed.
+    pub fn map(self, pa: u64) {
+        debug_assert!(pa.is_multiple_of(BLOCK));
+        // SAFETY: `self.0` is an 8-byte aligned level-2 entry of a live
+        // stage-2 table (see the type); an aligned 64-bit store is
+        // single-copy atomic, so a concurrent walk sees the old or the new
+        // entry. The barrier before orders the frame's zeroing (cleaned to
+        // PoC, completed by the caller's DSB) before the entry; the one
+        // after makes the entry visible to the walker.
+        unsafe {
+            core::arch::asm!("dsb ish", options(nostack, preserves_flags));
+            core::ptr::write_volatile(self.0 as *mut u64, (pa & ADDR_MASK) | NORMAL | DESC_BLOCK);
+            core::arch::asm!("dsb ishst", options(nostack, preserves_flags));
+        }
+    }
+
+    /// Makes the entry invalid again. The caller invalidates the TLBs
+    /// ([`flush_all_vmids`]) before the frame is reused.
+    pub fn unmap(self) {
+        // SAFETY: as in `map`.
+        unsafe {
+            core::ptr::write_volatile(self.0 as *mut u64, 0);
+            core::arch::asm!("dsb ishst", options(nostack, preserves_flags));
+        }
     }
 }
 

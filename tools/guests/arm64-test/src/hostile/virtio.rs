@@ -267,13 +267,24 @@ impl Drv {
     /// DATA (device-writable for a read), status byte. Returns the used
     /// entry and the status byte.
     pub(crate) fn blk(&mut self, kind: u32, sector: u64, len: u32) -> Option<((u32, u32), u8)> {
+        self.blk_at(kind, sector, gpa(DATA), len)
+    }
+
+    /// [`Drv::blk`] with the data at guest physical `data` instead.
+    pub(crate) fn blk_at(
+        &mut self,
+        kind: u32,
+        sector: u64,
+        data_gpa: u64,
+        len: u32,
+    ) -> Option<((u32, u32), u8)> {
         put(HDR, kind);
         put(HDR + 4, 0u32);
         put(HDR + 8, sector);
         put(STATUS_BYTE, 0xffu8);
         let data = if kind == T_IN { F_WRITE } else { 0 };
         desc(DESC, 0, gpa(HDR), 16, F_NEXT, 1);
-        desc(DESC, 1, gpa(DATA), len, data | F_NEXT, 2);
+        desc(DESC, 1, data_gpa, len, data | F_NEXT, 2);
         desc(DESC, 2, gpa(STATUS_BYTE), 1, F_WRITE, 0);
         self.offer(0);
         let u = self.used()?;
