@@ -177,6 +177,28 @@ pub fn from_uefi_map(
     desc_size: usize,
     out: &mut Ranges,
 ) -> Result<usize, ReserveError> {
+    let (mut free, mut described) = (Ranges::new(), Ranges::new());
+    split_uefi_map(map, desc_size, out, &mut free, &mut described)
+}
+
+/// UEFI memory types that are not memory: unusable (8), memory-mapped I/O
+/// (11) and I/O port space (12).
+fn uefi_type_is_memory(ty: u32) -> bool {
+    !matches!(ty, 8 | 11 | 12)
+}
+
+/// [`from_uefi_map`] that also sorts the rest: the ranges the firmware
+/// keeps go to `firmware`, the free ones ([`uefi_type_is_free`]) to
+/// `free`, and every range that is memory (not MMIO, I/O ports or
+/// unusable) to `described` (where firmware tables may be read). Returns
+/// how many descriptors went to `firmware`.
+pub fn split_uefi_map(
+    map: &[u8],
+    desc_size: usize,
+    firmware: &mut Ranges,
+    free: &mut Ranges,
+    described: &mut Ranges,
+) -> Result<usize, ReserveError> {
     if desc_size < UEFI_DESC_MIN || !desc_size.is_multiple_of(8) {
         return Err(ReserveError::DescriptorSize(desc_size));
     }
@@ -200,11 +222,22 @@ pub fn from_uefi_map(
                 start,
                 pages,
             })?;
-        if !uefi_type_is_free(ty) && end > start {
-            out.add(start, end);
+        if end == start {
+            continue;
+        }
+        if uefi_type_is_memory(ty) {
+            described.add(start, end);
+        }
+        if uefi_type_is_free(ty) {
+            free.add(start, end);
+        } else {
+            firmware.add(start, end);
             n += 1;
         }
     }
+    // A range listed twice with different types (a firmware bug) is kept
+    // from guests: the reserved ranges are subtracted from the free ones
+    // by whoever uses both.
     Ok(n)
 }
 
@@ -400,5 +433,21 @@ mod tests {
             from_dtb(&wraps, &mut r),
             Err(ReserveError::MemReserve { index: 0 })
         );
+    }
+
+    #[test]
+    fn split_sorts_free_firmware_and_memory() {
+        let mut map = StdVec::new();
+        map.extend(desc(7, 0x20_0000, 0x100, 48)); // conventional
+        map.extend(desc(4, 0x30_0000, 0x10, 48)); // boot services data: free
+        map.extend(desc(9, 0x40_0000, 0x10, 48)); // ACPI reclaim
+        map.extend(desc(11, 0x1fe0_0000, 1, 48)); // MMIO
+        map.extend(desc(7, 0x8000_0000, 0, 48)); // empty: ignored
+        let (mut fw, mut free, mut mem) = (Ranges::new(), Ranges::new(), Ranges::new());
+        let n = split_uefi_map(&map, 48, &mut fw, &mut free, &mut mem).unwrap();
+        assert_eq!(n, 2);
+        assert_eq!(free.as_slice(), &[(0x20_0000, 0x31_0000)]);
+        assert_eq!(fw.as_slice(), &[(0x40_0000, 0x41_0000), (0x1fe0_0000, 0x1fe0_1000)]);
+        assert_eq!(mem.as_slice(), &[(0x20_0000, 0x31_0000), (0x40_0000, 0x41_0000)]);
     }
 }
