@@ -16,7 +16,9 @@ use kernel::reserve;
 pub type Status = usize;
 pub const SUCCESS: Status = 0;
 pub const ERROR_BIT: usize = 1 << 63;
-/// EFI_LOAD_ERROR: what an entry returns when kestrel cannot run.
+/// EFI_LOAD_ERROR: what an entry returns when kestrel cannot run (the
+/// arm64 entry returns to its assembly, which reports it).
+#[cfg_attr(target_arch = "aarch64", allow(dead_code))]
 pub const LOAD_ERROR: Status = ERROR_BIT | 1;
 const BUFFER_TOO_SMALL: Status = ERROR_BIT | 5;
 
@@ -67,8 +69,7 @@ const ST_TABLES: usize = 112;
 const BS_GET_MEMORY_MAP: usize = 56;
 const BS_HANDLE_PROTOCOL: usize = 152;
 const BS_EXIT_BOOT_SERVICES: usize = 232;
-type GetMemoryMap =
-    extern "C" fn(*mut usize, *mut u8, *mut usize, *mut usize, *mut u32) -> Status;
+type GetMemoryMap = extern "C" fn(*mut usize, *mut u8, *mut usize, *mut usize, *mut u32) -> Status;
 type ExitBootServices = extern "C" fn(usize, usize) -> Status;
 // EFI_LOADED_IMAGE_PROTOCOL offsets.
 const LI_OPTIONS_SIZE: usize = 48;
@@ -232,7 +233,9 @@ impl Uefi {
     pub fn is_system_table(st: usize) -> bool {
         // SAFETY: the first 8 bytes of the table the firmware passed (it
         // passes a valid pointer; 0 is checked first).
-        st != 0 && st.is_multiple_of(8) && unsafe { core::ptr::read_volatile(st as *const u64) } == ST_SIGNATURE
+        st != 0
+            && st.is_multiple_of(8)
+            && unsafe { core::ptr::read_volatile(st as *const u64) } == ST_SIGNATURE
     }
 
     /// Takes the memory map and exits boot services with its key, taking
@@ -291,8 +294,13 @@ impl Uefi {
         // most MAP_BUF, the size passed in).
         let map =
             unsafe { core::slice::from_raw_parts(buf.as_ptr().cast::<u8>(), size.min(MAP_BUF)) };
-        match reserve::split_uefi_map(map, desc_size, &mut h.firmware, &mut h.free, &mut h.described)
-        {
+        match reserve::split_uefi_map(
+            map,
+            desc_size,
+            &mut h.firmware,
+            &mut h.free,
+            &mut h.described,
+        ) {
             Ok(n) => h.descriptors = n,
             Err(e) => h.map_error = Some(e),
         }
@@ -300,4 +308,3 @@ impl Uefi {
         Ok(())
     }
 }
-

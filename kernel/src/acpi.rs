@@ -217,12 +217,7 @@ fn field(table: Sig, field: &'static str, value: u64) -> AcpiError {
     }
 }
 
-fn read<'m, M: Memory + ?Sized>(
-    mem: &'m M,
-    table: Sig,
-    pa: u64,
-    len: u64,
-) -> Result<&'m [u8], AcpiError> {
+fn read<M: Memory + ?Sized>(mem: &M, table: Sig, pa: u64, len: u64) -> Result<&[u8], AcpiError> {
     let bad = AcpiError::Unreadable { table, pa, len };
     if len > MAX_TABLE as u64 {
         return Err(bad);
@@ -234,11 +229,11 @@ fn read<'m, M: Memory + ?Sized>(
 
 /// A whole system description table at `pa`, header and checksum checked;
 /// `expect` is the signature wanted (the XSDT/RSDT), or `None` for any.
-fn table<'m, M: Memory + ?Sized>(
-    mem: &'m M,
+fn table<M: Memory + ?Sized>(
+    mem: &M,
     pa: u64,
     expect: Option<Sig>,
-) -> Result<(Sig, &'m [u8]), AcpiError> {
+) -> Result<(Sig, &[u8]), AcpiError> {
     let name = expect.unwrap_or(Sig(*b"SDT?"));
     let head = read(mem, name, pa, HEADER as u64)?;
     let sig = Sig([head[0], head[1], head[2], head[3]]);
@@ -358,7 +353,11 @@ impl<'a> Iterator for SubIter<'a> {
         let off = self.off;
         if self.t.len() - off < 2 {
             self.off = self.t.len();
-            return Some(Err(field(self.sig, "structure header (past the table)", off as u64)));
+            return Some(Err(field(
+                self.sig,
+                "structure header (past the table)",
+                off as u64,
+            )));
         }
         let len = self.t[off + 1] as usize;
         if len < 2 || off + len > self.t.len() {
@@ -388,12 +387,28 @@ fn madt(t: &[u8], info: &mut AcpiInfo) -> Result<(), AcpiError> {
             continue;
         }
         if info.cores.iter().any(|c| c.hw_id == hw_id) {
-            return Err(field(MADT, "Core PIC Physical Core ID (listed twice)", hw_id.into()));
+            return Err(field(
+                MADT,
+                "Core PIC Physical Core ID (listed twice)",
+                hw_id.into(),
+            ));
         }
         if info.cores.iter().any(|c| c.uid == uid) {
-            return Err(field(MADT, "Core PIC ACPI Processor UID (listed twice)", uid.into()));
+            return Err(field(
+                MADT,
+                "Core PIC ACPI Processor UID (listed twice)",
+                uid.into(),
+            ));
         }
-        if info.cores.push(Core { uid, hw_id, node: 0 }).is_err() {
+        if info
+            .cores
+            .push(Core {
+                uid,
+                hw_id,
+                node: 0,
+            })
+            .is_err()
+        {
             info.cpus_ignored += 1;
         }
     }
@@ -460,7 +475,11 @@ fn slit(t: &[u8], info: &mut AcpiInfo) -> Result<(), AcpiError> {
     let n = u64_at(t, 36);
     let cells = n.checked_mul(n).filter(|&c| c <= (t.len() - 44) as u64);
     let Some(cells) = cells else {
-        return Err(field(SLIT, "Number of System Localities (matrix past the table)", n));
+        return Err(field(
+            SLIT,
+            "Number of System Localities (matrix past the table)",
+            n,
+        ));
     };
     let m = &t[44..44 + cells as usize];
     for i in 0..n as usize {
@@ -502,7 +521,12 @@ fn spcr(t: &[u8], info: &mut AcpiInfo) -> Result<(), AcpiError> {
     if t.len() < 52 {
         return Err(field(SPCR, "Length", t.len() as u64));
     }
-    if let Some(reg) = gas(t, 40, SPCR, "Base Address (not system memory, or bad width)")? {
+    if let Some(reg) = gas(
+        t,
+        40,
+        SPCR,
+        "Base Address (not system memory, or bad width)",
+    )? {
         info.uart = Some(SpcrUart {
             interface: t[36],
             reg,
@@ -545,7 +569,11 @@ pub fn loongarch_board(info: &AcpiInfo, memory: &[MemRegion]) -> BoardInfo {
     let mut model: heapless::String<64> = heapless::String::new();
     let _ = model.push_str("ACPI ");
     for &b in &info.oem {
-        let c = if b.is_ascii_graphic() || b == b' ' { b as char } else { '?' };
+        let c = if b.is_ascii_graphic() || b == b' ' {
+            b as char
+        } else {
+            '?'
+        };
         let _ = model.push(c);
     }
     let mut cpus = Vec::new();
@@ -561,7 +589,8 @@ pub fn loongarch_board(info: &AcpiInfo, memory: &[MemRegion]) -> BoardInfo {
             base: u.reg.pa,
         }),
         Some(_) => {
-            let _ = warnings.push("the SPCR console is not a 16550; kestrel keeps its early console");
+            let _ =
+                warnings.push("the SPCR console is not a 16550; kestrel keeps its early console");
             None
         }
         None => None,
@@ -705,13 +734,13 @@ pub mod testdata {
             let mut bytes = std::vec![0u8; 48];
             let mut addrs = Vec::new();
             for t in tables {
-                while bytes.len() % 16 != 0 {
+                while !bytes.len().is_multiple_of(16) {
                     bytes.push(0);
                 }
                 addrs.push(base + bytes.len() as u64);
                 bytes.extend_from_slice(t);
             }
-            while bytes.len() % 16 != 0 {
+            while !bytes.len().is_multiple_of(16) {
                 bytes.push(0);
             }
             let xsdt_pa = base + bytes.len() as u64;
@@ -782,8 +811,11 @@ mod tests {
         let info = parse(&img, 0x1000).unwrap();
         assert_eq!(info.revision, 2);
         assert_eq!(&info.oem, b"KESTRL");
-        let ids: StdVec<(u32, u32, u32)> =
-            info.cores.iter().map(|c| (c.uid, c.hw_id, c.node)).collect();
+        let ids: StdVec<(u32, u32, u32)> = info
+            .cores
+            .iter()
+            .map(|c| (c.uid, c.hw_id, c.node))
+            .collect();
         assert_eq!(ids, [(0, 0, 0), (1, 1, 0), (2, 2, 1), (3, 3, 1)]);
         assert_eq!(info.core_nodes(), 2);
         assert_eq!(info.memory.len(), 3);
@@ -793,9 +825,30 @@ mod tests {
         assert_eq!(info.distance(2, 0), None);
         let uart = info.uart.unwrap();
         assert!(is_16550(uart.interface));
-        assert_eq!(uart.reg, Reg { pa: 0x1fe0_01e0, width: 1 });
-        assert_eq!(info.sleep_control, Some(Reg { pa: 0x100e_001c, width: 1 }));
-        assert_eq!(info.reset, Some((Reg { pa: 0x100e_001e, width: 1 }, 0x42)));
+        assert_eq!(
+            uart.reg,
+            Reg {
+                pa: 0x1fe0_01e0,
+                width: 1
+            }
+        );
+        assert_eq!(
+            info.sleep_control,
+            Some(Reg {
+                pa: 0x100e_001c,
+                width: 1
+            })
+        );
+        assert_eq!(
+            info.reset,
+            Some((
+                Reg {
+                    pa: 0x100e_001e,
+                    width: 1
+                },
+                0x42
+            ))
+        );
         assert_eq!(info.tables.len(), 5);
     }
 
@@ -825,7 +878,9 @@ mod tests {
 
     #[test]
     fn more_cores_than_kestrel_keeps_are_counted() {
-        let entries: StdVec<_> = (0..(MAX_CORES as u32 + 3)).map(|i| core_pic(i, i, 1)).collect();
+        let entries: StdVec<_> = (0..(MAX_CORES as u32 + 3))
+            .map(|i| core_pic(i, i, 1))
+            .collect();
         let img = Image::build(0, &[madt_table(&entries)]);
         let info = parse(&img, 0).unwrap();
         assert_eq!(info.cores.len(), MAX_CORES);
@@ -850,26 +905,45 @@ mod tests {
         let mut m = madt_table(&[core_pic(0, 0, 1)]);
         m[45] = 0;
         fix(&mut m, 9);
-        assert!(matches!(err(std::vec![m]), AcpiError::Field { table: MADT, .. }));
+        assert!(matches!(
+            err(std::vec![m]),
+            AcpiError::Field { table: MADT, .. }
+        ));
         // A short core PIC.
         let mut short = core_pic(0, 0, 1);
         short.truncate(10);
         short[1] = 10;
         assert!(matches!(
             err(std::vec![madt_table(&[short])]),
-            AcpiError::Field { table: MADT, field: "Core PIC Length", .. }
+            AcpiError::Field {
+                table: MADT,
+                field: "Core PIC Length",
+                ..
+            }
         ));
         // The same physical ID twice.
-        let e = err(std::vec![madt_table(&[core_pic(0, 5, 1), core_pic(1, 5, 1)])]);
+        let e = err(std::vec![madt_table(&[
+            core_pic(0, 5, 1),
+            core_pic(1, 5, 1)
+        ])]);
         assert!(std::format!("{e}").contains("Physical Core ID"), "{e}");
         // A bad checksum.
         let mut m = madt_table(&[core_pic(0, 0, 1)]);
         m[9] = m[9].wrapping_add(1);
-        assert!(matches!(err(std::vec![m]), AcpiError::Checksum { table: MADT, .. }));
+        assert!(matches!(
+            err(std::vec![m]),
+            AcpiError::Checksum { table: MADT, .. }
+        ));
         // A length below the header.
         let mut m = madt_table(&[]);
         m[4..8].copy_from_slice(&8u32.to_le_bytes());
-        assert!(matches!(err(std::vec![m]), AcpiError::Field { field: "Length", .. }));
+        assert!(matches!(
+            err(std::vec![m]),
+            AcpiError::Field {
+                field: "Length",
+                ..
+            }
+        ));
         // A SLIT whose matrix does not fit, and one with a bad diagonal.
         let s = slit_table(3, &[10, 20, 20, 10]);
         let e = err(std::vec![madt_table(&[core_pic(0, 0, 1)]), s]);
@@ -894,24 +968,39 @@ mod tests {
             AcpiError::Field { table: SPCR, .. }
         ));
         // No MADT at all.
-        assert!(matches!(err(std::vec![slit_table(1, &[10])]), AcpiError::Field { table: XSDT, .. }));
+        assert!(matches!(
+            err(std::vec![slit_table(1, &[10])]),
+            AcpiError::Field { table: XSDT, .. }
+        ));
     }
 
     #[test]
     fn bad_root_pointers() {
         let img = Image::build(0x1000, &[madt_table(&[core_pic(0, 0, 1)])]);
         // Wrong address: no signature.
-        assert!(matches!(parse(&img, 0x1010), Err(AcpiError::Signature { .. } | AcpiError::Unreadable { .. })));
+        assert!(matches!(
+            parse(&img, 0x1010),
+            Err(AcpiError::Signature { .. } | AcpiError::Unreadable { .. })
+        ));
         // Outside memory.
-        assert!(matches!(parse(&img, 0x10_0000), Err(AcpiError::Unreadable { table: RSDP, .. })));
+        assert!(matches!(
+            parse(&img, 0x10_0000),
+            Err(AcpiError::Unreadable { table: RSDP, .. })
+        ));
         // RSDP checksum.
         let mut bad = Image::build(0x1000, &[madt_table(&[core_pic(0, 0, 1)])]);
         bad.bytes[8] ^= 1;
-        assert!(matches!(parse(&bad, 0x1000), Err(AcpiError::Checksum { table: RSDP, .. })));
+        assert!(matches!(
+            parse(&bad, 0x1000),
+            Err(AcpiError::Checksum { table: RSDP, .. })
+        ));
         // Extended checksum.
         let mut bad = Image::build(0x1000, &[madt_table(&[core_pic(0, 0, 1)])]);
         bad.bytes[32] ^= 1;
-        assert!(matches!(parse(&bad, 0x1000), Err(AcpiError::Field { table: RSDP, .. })));
+        assert!(matches!(
+            parse(&bad, 0x1000),
+            Err(AcpiError::Field { table: RSDP, .. })
+        ));
         // XSDT pointing at a table with another signature.
         let mut bad = Image::build(0x1000, &[madt_table(&[core_pic(0, 0, 1)])]);
         bad.bytes[24..32].copy_from_slice(&0x1030u64.to_le_bytes());
@@ -923,7 +1012,10 @@ mod tests {
         bad.bytes[x..].copy_from_slice(&0xdead_0000u64.to_le_bytes());
         let xsdt = bad.bytes.len() - 44;
         fix(&mut bad.bytes[xsdt..], 9);
-        assert!(matches!(parse(&bad, 0x1000), Err(AcpiError::Unreadable { .. })));
+        assert!(matches!(
+            parse(&bad, 0x1000),
+            Err(AcpiError::Unreadable { .. })
+        ));
     }
 
     #[test]
@@ -950,12 +1042,24 @@ mod tests {
     fn board_from_tables() {
         let img = Image::build(0x1000, &qemu_like());
         let info = parse(&img, 0x1000).unwrap();
-        let mem = [MemRegion { base: 0x20_0000, size: 0x0fe0_0000 }];
+        let mem = [MemRegion {
+            base: 0x20_0000,
+            size: 0x0fe0_0000,
+        }];
         let b = loongarch_board(&info, &mem);
         assert_eq!(b.model.as_str(), "ACPI KESTRL");
-        assert_eq!(b.cpus.iter().map(|c| c.hw_id).collect::<StdVec<_>>(), [0, 1, 2, 3]);
+        assert_eq!(
+            b.cpus.iter().map(|c| c.hw_id).collect::<StdVec<_>>(),
+            [0, 1, 2, 3]
+        );
         assert_eq!(b.cpu_index(2), Some(2));
-        assert_eq!(b.uart, Some(Uart { kind: UartKind::Ns16550, base: 0x1fe0_01e0 }));
+        assert_eq!(
+            b.uart,
+            Some(Uart {
+                kind: UartKind::Ns16550,
+                base: 0x1fe0_01e0
+            })
+        );
         assert_eq!(b.memory_bytes(), 0x0fe0_0000);
         // An SPCR naming another kind of UART is left out, with a warning.
         let mut t = qemu_like();

@@ -118,7 +118,13 @@ mod tests {
         free.add(0x8000_0000, 0x9000_0000);
         let (r, gaps) = regions(&free);
         assert_eq!(r.len(), 2);
-        assert_eq!(r[1], MemRegion { base: 0x8000_0000, size: 0x1000_0000 });
+        assert_eq!(
+            r[1],
+            MemRegion {
+                base: 0x8000_0000,
+                size: 0x1000_0000
+            }
+        );
         assert!(gaps.is_empty());
     }
 

@@ -447,7 +447,13 @@ mod tests {
         let n = split_uefi_map(&map, 48, &mut fw, &mut free, &mut mem).unwrap();
         assert_eq!(n, 2);
         assert_eq!(free.as_slice(), &[(0x20_0000, 0x31_0000)]);
-        assert_eq!(fw.as_slice(), &[(0x40_0000, 0x41_0000), (0x1fe0_0000, 0x1fe0_1000)]);
-        assert_eq!(mem.as_slice(), &[(0x20_0000, 0x31_0000), (0x40_0000, 0x41_0000)]);
+        assert_eq!(
+            fw.as_slice(),
+            &[(0x40_0000, 0x41_0000), (0x1fe0_0000, 0x1fe0_1000)]
+        );
+        assert_eq!(
+            mem.as_slice(),
+            &[(0x20_0000, 0x31_0000), (0x40_0000, 0x41_0000)]
+        );
     }
 }

@@ -3,7 +3,7 @@
  * (operands: {stacks}, {stack_size}, {max_cpus}, {primary}, {secondary},
  * {dmw0}, {dmw1}, {pa_mask}, {hw_to_index}, {efi_main}).
  *
- * The image starts with a PE/COFF header (.text.head), so that the raw
+ * The image starts with a PE/COFF header (.kestrel_pe_head), so that the raw
  * image (llvm-objcopy -O binary: file offset = RVA) is also a UEFI
  * application for LoongArch64 (machine 0x6264), entered at
  * kestrel_efi_entry. The ELF is entered at _start (QEMU -kernel).
@@ -22,7 +22,7 @@
  * that address and the relocations are marked stripped, so a UEFI loader
  * places the image there (or refuses it) and never relocates it.
  */
-    .section .text.head, "a"
+    .section .kestrel_pe_head, "a"
 kestrel_la_pe_dos:
     .ascii  "MZ"
     .org    kestrel_la_pe_dos + 0x3c

@@ -6,7 +6,9 @@ use core::arch::global_asm;
 
 use alloc::string::String;
 use core::fmt::Write;
-use kernel::arch::loongarch64::{bootinfo, csr, dmw, exceptions, platform, platform::PLATFORM, smp};
+use kernel::arch::loongarch64::{
+    bootinfo, csr, dmw, exceptions, platform, platform::PLATFORM, smp,
+};
 use kernel::board::{Arch, Backend, BoardInfo, UartKind};
 use kernel::efiboot::EfiBoot;
 use log::{info, warn};
@@ -255,14 +257,22 @@ fn board_from_uefi(h: &EfiBoot) -> BoardInfo {
         info.core_nodes()
     );
     if info.cores_disabled > 0 {
-        info!("ACPI: {} core(s) listed as disabled, left alone", info.cores_disabled);
+        info!(
+            "ACPI: {} core(s) listed as disabled, left alone",
+            info.cores_disabled
+        );
     }
     if info.localities > 1 {
         let mut d = String::new();
         for a in 0..info.localities.min(kernel::acpi::MAX_NODES as u64) as u32 {
             let _ = write!(d, " [");
             for b in 0..info.localities.min(kernel::acpi::MAX_NODES as u64) as u32 {
-                let _ = write!(d, "{}{}", if b > 0 { " " } else { "" }, info.distance(a, b).unwrap_or(0));
+                let _ = write!(
+                    d,
+                    "{}{}",
+                    if b > 0 { " " } else { "" },
+                    info.distance(a, b).unwrap_or(0)
+                );
             }
             let _ = write!(d, "]");
         }
@@ -278,9 +288,9 @@ fn board_from_uefi(h: &EfiBoot) -> BoardInfo {
             PLATFORM.set_console(u.base);
             info!("console: 16550 at {:#x} (ACPI SPCR)", u.base);
         }
-        None => warn!(
-            "no 16550 console in the ACPI SPCR; keeping the console at {EARLY_UART_PA:#x}"
-        ),
+        None => {
+            warn!("no 16550 console in the ACPI SPCR; keeping the console at {EARLY_UART_PA:#x}")
+        }
     }
     match info.sleep_control {
         Some(r) => {

@@ -41,7 +41,11 @@ fn u64_at(b: &[u8], off: usize) -> u64 {
 /// Returns the table's offset and length.
 fn fold_table(b: &mut [u8], at: usize, wide: bool) -> Option<(usize, usize)> {
     let room = b.len().checked_sub(36)?;
-    let raw = if wide { u64_at(b, at) } else { u64::from(u32_at(b, at)) };
+    let raw = if wide {
+        u64_at(b, at)
+    } else {
+        u64::from(u32_at(b, at))
+    };
     let off = ((raw % (room as u64 + 1)) as usize) & !7;
     let pa = BASE + off as u64;
     if wide {

@@ -568,4 +568,17 @@ mod tests {
         d[0x44] = 0x4c;
         assert_eq!(pe_header(&d, PE_LOONGARCH64), None);
     }
+
+    #[test]
+    fn la64_judge_wants_acpi_nodes_and_every_core() {
+        // Nothing printed: every expectation is a problem.
+        let p = judge_la64("", false);
+        assert!(p.len() > LA_MUST_SAY.len(), "{p:?}");
+        // What kestrel says, but a core missing: that line is the problem.
+        let mut log: String = LA_MUST_SAY.iter().map(|l| format!("{l}\n")).collect();
+        log = log.replace(" cpus:     4 of 4 online", " cpus:     3 of 4 online");
+        let p = judge_la64(&log, false);
+        assert!(p.iter().any(|x| x.contains("4 of 4 online")), "{p:?}");
+        assert!(!p.iter().any(|x| x.contains("SLIT")), "{p:?}");
+    }
 }
