@@ -24,7 +24,9 @@
 //! on an ESP (virtio-blk-pci). kestrel reads the machine from ACPI (cores
 //! by physical ID from the MADT, nodes from the SRAT, distances from the
 //! SLIT, console from the SPCR), starts every core and runs one test-guest
-//! VM (`configs/test/la64-fwboot.toml`) whose every check must pass.
+//! VM (`configs/test/la64-fwboot.toml`) whose every check must pass. A
+//! third case boots kestrel alone from `-kernel` on 16 cores in 4 nodes
+//! (the 3C5000's topology): every core must come online.
 
 use std::io::{Cursor, Write};
 use std::path::Path;
@@ -83,7 +85,95 @@ pub fn tests_la64() -> Vec<Test<'static>> {
     ]
     .into_iter()
     .map(|(name, path)| Test::new(name, move || verdict_la64(path)))
+    .chain([Test::new(
+        "loongarch64 firmware UEFI -kernel: 16 cores in 4 nodes (the 3C5000's topology), every core started by physical ID",
+        verdict_la64_topology,
+    )])
     .collect()
+}
+
+/// What kestrel alone must print on [`la16_command`]'s machine.
+pub const LA16_MUST_SAY: &[&str] = &[
+    "boot services exited",
+    "ACPI: 16 core(s) on 4 node(s) (MADT core PIC, SRAT): cpu0=core0/node0 ",
+    " cpu4=core4/node1 ",
+    " cpu8=core8/node2 ",
+    " cpu15=core15/node3",
+    "ACPI: SLIT: 4 localities, distances [10 20 30 40] [20 10 20 30] [30 20 10 20] [40 30 20 10]",
+    " cpus:     16 of 16 online",
+    "kestrel: work done, powering off (status 0)",
+];
+
+/// 16 cores in 4 sockets and 4 NUMA nodes (as a 3C5000: 4 nodes of 4),
+/// distances growing with the node number difference.
+fn la16_command(firmware: &Path) -> Command {
+    let mut c = Command::new("qemu-system-loongarch64");
+    c.args(["-M", "virt", "-cpu", "la464"]).args([
+        "-smp",
+        "16,sockets=4,cores=4,threads=1",
+        "-m",
+        "4096",
+    ]);
+    for n in 0..4 {
+        c.args(["-object", &format!("memory-backend-ram,id=ram{n},size=1G")])
+            .args([
+                "-numa",
+                &format!("node,nodeid={n},cpus={}-{},memdev=ram{n}", n * 4, n * 4 + 3),
+            ]);
+    }
+    for a in 0..4 {
+        for b in a + 1..4 {
+            c.args([
+                "-numa",
+                &format!("dist,src={a},dst={b},val={}", 10 + 10 * (b - a)),
+            ]);
+        }
+    }
+    c.args(["-nic", "none", "-display", "none", "-monitor", "none"])
+        .args(["-serial", "stdio", "-no-reboot"])
+        .arg("-bios")
+        .arg(firmware);
+    c
+}
+
+/// Kestrel alone (no VM) started by edk2 from `-kernel` on [`la16_command`].
+fn verdict_la64_topology() -> Verdict {
+    let run = || -> Result<(Boot, String), String> {
+        let (firmware, version) = crate::assets::loong64::ensure_firmware(false)?;
+        crate::build_image_with(Arch::LoongArch64, &[], None)?;
+        let dir = root().join("build/loongarch64");
+        let image = dir.join("fwboot-uefi-16.efi");
+        std::fs::copy(dir.join("kestrel.efi"), &image)
+            .map_err(|e| format!("{}: {e}", image.display()))?;
+        let mut cmd = la16_command(&firmware);
+        cmd.arg("-kernel")
+            .arg(&image)
+            .args(["-append", "kestrel.exit=poweroff"]);
+        let runner =
+            Runner::new(cmd, Duration::from_secs(120)).log_to(dir.join("fwboot-uefi-16.log"));
+        Ok((runner.run()?, version))
+    };
+    let (boot, firmware) = match run() {
+        Ok(b) => b,
+        Err(e) => return Verdict::error(e),
+    };
+    let log = boot.text();
+    let mut problems = Vec::new();
+    if boot.timed_out {
+        problems.push("timed out".to_string());
+    }
+    for want in LA16_MUST_SAY {
+        if !log.contains(want) {
+            problems.push(format!("the log lacks {want:?}"));
+        }
+    }
+    Verdict {
+        echo: vec![format!("firmware: {firmware}")],
+        problems,
+        log,
+        saved: boot.saved,
+        ..Verdict::default()
+    }
 }
 
 /// The LoongArch VM config every firmware case runs.
