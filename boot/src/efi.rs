@@ -1,5 +1,7 @@
-//! The UEFI services both architectures' EFI entries use, with boot
-//! services still running: the system table, the configuration table, the
+//! The UEFI services an EFI entry uses, with boot services still running
+//! (the LoongArch entry today; taken from the arm64 entry's, which keeps
+//! its own copy in `aarch64/efi.rs` while it is being extended for ACPI,
+//! and can switch to this one): the system table, the configuration table, the
 //! image's load options, the firmware console, and the memory map taken at
 //! `ExitBootServices` (retried while the map key is stale). Only the few
 //! UEFI structures used are described here, by their offsets in the UEFI
@@ -7,8 +9,8 @@
 //! heap, no `klog`.
 
 // Firmware functions are called with the C calling convention: it is the
-// UEFI one on arm64 (AAPCS64) and on LoongArch64 (LP64, integer
-// arguments only here).
+// UEFI one on LoongArch64 (LP64, integer arguments only here) and on
+// arm64 (AAPCS64).
 
 use kernel::efiboot::{EfiBoot, EfiText};
 use kernel::reserve;
@@ -16,9 +18,7 @@ use kernel::reserve;
 pub type Status = usize;
 pub const SUCCESS: Status = 0;
 pub const ERROR_BIT: usize = 1 << 63;
-/// EFI_LOAD_ERROR: what an entry returns when kestrel cannot run (the
-/// arm64 entry returns to its assembly, which reports it).
-#[cfg_attr(target_arch = "aarch64", allow(dead_code))]
+/// EFI_LOAD_ERROR: what an entry returns when kestrel cannot run.
 pub const LOAD_ERROR: Status = ERROR_BIT | 1;
 const BUFFER_TOO_SMALL: Status = ERROR_BIT | 5;
 

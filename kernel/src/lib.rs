@@ -10,7 +10,7 @@
 extern crate alloc;
 
 // Boot-time plumbing shared by both architectures.
-pub mod acpi;
+pub mod acpi_loongarch;
 pub mod backend;
 pub mod banner;
 pub mod board;

@@ -177,8 +177,75 @@ pub fn from_uefi_map(
     desc_size: usize,
     out: &mut Ranges,
 ) -> Result<usize, ReserveError> {
-    let (mut free, mut described) = (Ranges::new(), Ranges::new());
-    split_uefi_map(map, desc_size, out, &mut free, &mut described)
+    if desc_size < UEFI_DESC_MIN || !desc_size.is_multiple_of(8) {
+        return Err(ReserveError::DescriptorSize(desc_size));
+    }
+    if !map.len().is_multiple_of(desc_size) {
+        return Err(ReserveError::MapSize {
+            size: map.len(),
+            descriptor: desc_size,
+        });
+    }
+    let mut n = 0;
+    for (index, d) in map.chunks_exact(desc_size).enumerate() {
+        let ty = le_u32(d, 0);
+        let start = le_u64(d, 8);
+        let pages = le_u64(d, 24);
+        let end = pages
+            .checked_mul(4096)
+            .and_then(|len| start.checked_add(len))
+            .filter(|_| start.is_multiple_of(4096))
+            .ok_or(ReserveError::Descriptor {
+                index,
+                start,
+                pages,
+            })?;
+        if !uefi_type_is_free(ty) && end > start {
+            out.add(start, end);
+            n += 1;
+        }
+    }
+    Ok(n)
+}
+
+/// Adds the device tree's reservations to `out`: the `/memreserve/` block
+/// (16-byte big-endian address/size pairs up to a 0/0 pair) and the `reg`
+/// of every child of `/reserved-memory`. `blob` must be a tree that
+/// `dtb::Tree::new` accepted.
+pub fn from_dtb(blob: &[u8], out: &mut Ranges) -> Result<(), ReserveError> {
+    let be = |off: usize| -> Option<u64> {
+        let w = blob.get(off..off.checked_add(8)?)?;
+        let mut a = [0u8; 8];
+        a.copy_from_slice(w);
+        Some(u64::from_be_bytes(a))
+    };
+    let rsv = blob
+        .get(16..20)
+        .map(|w| u32::from_be_bytes([w[0], w[1], w[2], w[3]]) as usize)
+        .ok_or(ReserveError::MemReserve { index: 0 })?;
+    for index in 0.. {
+        let off = rsv + index * 16;
+        let (Some(addr), Some(size)) = (be(off), be(off + 8)) else {
+            return Err(ReserveError::MemReserve { index });
+        };
+        if addr == 0 && size == 0 {
+            break;
+        }
+        let end = addr
+            .checked_add(size)
+            .ok_or(ReserveError::MemReserve { index })?;
+        out.add(addr, end);
+    }
+    if let Ok(tree) = crate::dtb::Tree::new(blob) {
+        if let Some(node) = tree.find("/reserved-memory") {
+            for child in node.children() {
+                for (base, size) in child.reg().into_iter().flatten() {
+                    out.add(base, base.saturating_add(size));
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// UEFI memory types that are not memory: unusable (8), memory-mapped I/O
@@ -241,46 +308,6 @@ pub fn split_uefi_map(
     Ok(n)
 }
 
-/// Adds the device tree's reservations to `out`: the `/memreserve/` block
-/// (16-byte big-endian address/size pairs up to a 0/0 pair) and the `reg`
-/// of every child of `/reserved-memory`. `blob` must be a tree that
-/// `dtb::Tree::new` accepted.
-pub fn from_dtb(blob: &[u8], out: &mut Ranges) -> Result<(), ReserveError> {
-    let be = |off: usize| -> Option<u64> {
-        let w = blob.get(off..off.checked_add(8)?)?;
-        let mut a = [0u8; 8];
-        a.copy_from_slice(w);
-        Some(u64::from_be_bytes(a))
-    };
-    let rsv = blob
-        .get(16..20)
-        .map(|w| u32::from_be_bytes([w[0], w[1], w[2], w[3]]) as usize)
-        .ok_or(ReserveError::MemReserve { index: 0 })?;
-    for index in 0.. {
-        let off = rsv + index * 16;
-        let (Some(addr), Some(size)) = (be(off), be(off + 8)) else {
-            return Err(ReserveError::MemReserve { index });
-        };
-        if addr == 0 && size == 0 {
-            break;
-        }
-        let end = addr
-            .checked_add(size)
-            .ok_or(ReserveError::MemReserve { index })?;
-        out.add(addr, end);
-    }
-    if let Ok(tree) = crate::dtb::Tree::new(blob) {
-        if let Some(node) = tree.find("/reserved-memory") {
-            for child in node.children() {
-                for (base, size) in child.reg().into_iter().flatten() {
-                    out.add(base, base.saturating_add(size));
-                }
-            }
-        }
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     extern crate std;
@@ -294,6 +321,28 @@ mod tests {
         d[16..24].copy_from_slice(&start.to_le_bytes());
         d[24..32].copy_from_slice(&pages.to_le_bytes());
         d
+    }
+
+    #[test]
+    fn split_sorts_free_firmware_and_memory() {
+        let mut map = StdVec::new();
+        map.extend(desc(7, 0x20_0000, 0x100, 48)); // conventional
+        map.extend(desc(4, 0x30_0000, 0x10, 48)); // boot services data: free
+        map.extend(desc(9, 0x40_0000, 0x10, 48)); // ACPI reclaim
+        map.extend(desc(11, 0x1fe0_0000, 1, 48)); // MMIO
+        map.extend(desc(7, 0x8000_0000, 0, 48)); // empty: ignored
+        let (mut fw, mut free, mut mem) = (Ranges::new(), Ranges::new(), Ranges::new());
+        let n = split_uefi_map(&map, 48, &mut fw, &mut free, &mut mem).unwrap();
+        assert_eq!(n, 2);
+        assert_eq!(free.as_slice(), &[(0x20_0000, 0x31_0000)]);
+        assert_eq!(
+            fw.as_slice(),
+            &[(0x40_0000, 0x41_0000), (0x1fe0_0000, 0x1fe0_1000)]
+        );
+        assert_eq!(
+            mem.as_slice(),
+            &[(0x20_0000, 0x31_0000), (0x40_0000, 0x41_0000)]
+        );
     }
 
     #[test]
@@ -432,28 +481,6 @@ mod tests {
         assert_eq!(
             from_dtb(&wraps, &mut r),
             Err(ReserveError::MemReserve { index: 0 })
-        );
-    }
-
-    #[test]
-    fn split_sorts_free_firmware_and_memory() {
-        let mut map = StdVec::new();
-        map.extend(desc(7, 0x20_0000, 0x100, 48)); // conventional
-        map.extend(desc(4, 0x30_0000, 0x10, 48)); // boot services data: free
-        map.extend(desc(9, 0x40_0000, 0x10, 48)); // ACPI reclaim
-        map.extend(desc(11, 0x1fe0_0000, 1, 48)); // MMIO
-        map.extend(desc(7, 0x8000_0000, 0, 48)); // empty: ignored
-        let (mut fw, mut free, mut mem) = (Ranges::new(), Ranges::new(), Ranges::new());
-        let n = split_uefi_map(&map, 48, &mut fw, &mut free, &mut mem).unwrap();
-        assert_eq!(n, 2);
-        assert_eq!(free.as_slice(), &[(0x20_0000, 0x31_0000)]);
-        assert_eq!(
-            fw.as_slice(),
-            &[(0x40_0000, 0x41_0000), (0x1fe0_0000, 0x1fe0_1000)]
-        );
-        assert_eq!(
-            mem.as_slice(),
-            &[(0x20_0000, 0x31_0000), (0x40_0000, 0x41_0000)]
         );
     }
 }

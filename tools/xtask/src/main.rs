@@ -15,6 +15,7 @@ mod bench_exits;
 mod bench_vm;
 mod config;
 mod fwboot;
+mod fwboot_la64;
 mod qemu;
 mod share;
 mod smoke;
@@ -265,7 +266,7 @@ pub fn build_image_with(
             if !status.success() {
                 return Err("llvm-objcopy failed".into());
             }
-            fwboot::check_efi_image(&efi, fwboot::PE_LOONGARCH64)?;
+            fwboot_la64::check_efi_image(&efi, fwboot_la64::PE_LOONGARCH64)?;
             Ok(out)
         }
     }
@@ -286,7 +287,14 @@ fn run() -> Result<(), String> {
         "image" => {
             let o = parse_opts(rest)?;
             let image = build_image_with(o.arch, &o.features, o.config.as_deref())?;
-            for p in fwboot::boot_paths(o.arch, &image)? {
+            let paths = match o.arch {
+                Arch::Aarch64 => fwboot::boot_paths(&image)?
+                    .into_iter()
+                    .map(String::from)
+                    .collect(),
+                Arch::LoongArch64 => fwboot_la64::boot_paths(&image)?,
+            };
+            for p in paths {
                 eprintln!("boots as: {p}");
             }
             println!("{}", image.display());

@@ -36,7 +36,53 @@ pub struct BootArgs {
     pub efi: Option<&'static EfiBoot>,
 }
 
-pub use crate::efiboot::{EfiBoot, EfiText};
+/// A bounded ASCII string taken from the firmware.
+pub type EfiText<const N: usize> = heapless::String<N>;
+
+/// What the UEFI entry (boot crate, `efi.rs`) leaves for the boot path
+/// after `ExitBootServices`: the RAM the firmware keeps, the command line
+/// from the image's load options, the firmware's name.
+#[derive(Debug)]
+pub struct EfiBoot {
+    /// Set last: the rest is meaningful.
+    pub valid: bool,
+    /// Ranges of the final UEFI memory map the firmware keeps (runtime
+    /// services, ACPI, reserved, ...), merged.
+    pub firmware: crate::reserve::Ranges,
+    /// How many descriptors were kept, of how many.
+    pub descriptors: usize,
+    pub map_entries: usize,
+    /// The memory map was malformed: reported, and kestrel stops.
+    pub map_error: Option<crate::reserve::ReserveError>,
+    /// The load options were a printable command line.
+    pub has_cmdline: bool,
+    pub cmdline: EfiText<256>,
+    pub vendor: EfiText<64>,
+    /// Where the firmware loaded the image.
+    pub load_addr: usize,
+}
+
+impl EfiBoot {
+    pub const fn new() -> EfiBoot {
+        EfiBoot {
+            valid: false,
+            firmware: crate::reserve::Ranges::new(),
+            descriptors: 0,
+            map_entries: 0,
+            map_error: None,
+            has_cmdline: false,
+            cmdline: heapless::String::new(),
+            vendor: heapless::String::new(),
+            load_addr: 0,
+        }
+    }
+}
+
+impl Default for EfiBoot {
+    fn default() -> Self {
+        EfiBoot::new()
+    }
+}
 
 /// Least RAM kestrel boots with.
 pub const MIN_MEMORY: u64 = 64 << 20;

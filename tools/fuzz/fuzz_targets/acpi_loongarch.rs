@@ -1,4 +1,4 @@
-//! The ACPI reader (`kernel::acpi`): arbitrary bytes as physical memory with
+//! The LoongArch ACPI reader (`kernel::acpi_loongarch`): arbitrary bytes as physical memory with
 //! the RSDP at its start are read or refused, never a panic. So that the
 //! fuzzer gets past the checksums, the input is fixed up first: the RSDP's
 //! signature, revision 2 and checksums, its XSDT pointer folded into the
@@ -8,7 +8,7 @@
 //! distances only for the localities kept, a board built from it.
 #![no_main]
 
-use kernel::acpi::{self, Memory, MAX_CORES, MAX_NODES};
+use kernel::acpi_loongarch::{self as acpi, Memory, MAX_CORES, MAX_NODES};
 use libfuzzer_sys::fuzz_target;
 
 const BASE: u64 = 0x10_0000;

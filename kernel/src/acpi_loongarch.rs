@@ -3,7 +3,9 @@
 //! (MADT), the NUMA nodes of cores and memory (SRAT) and their distances
 //! (SLIT), the console UART (SPCR) and the power-off and reset registers
 //! (FADT). Written for LoongArch (MADT core PIC entries, type 0x11); the
-//! table walk and checks are generic.
+//! table walk and checks (RSDP, XSDT/RSDT, lengths, checksums, MADT/SRAT
+//! structure walks) are not LoongArch-specific and can become the shared
+//! core of an arm64 reader's too.
 //!
 //! The tables lie in physical memory the firmware owns; the reader sees it
 //! through [`Memory`] (the arch maps it, host tests give byte arrays).
@@ -617,7 +619,7 @@ pub fn loongarch_board(info: &AcpiInfo, memory: &[MemRegion]) -> BoardInfo {
 
 #[cfg(test)]
 pub mod testdata {
-    //! Building ACPI tables for tests (also used by the fuzz target's seed).
+    //! Building ACPI tables for tests.
     extern crate std;
     use std::vec::Vec;
 
