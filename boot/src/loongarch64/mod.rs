@@ -256,6 +256,20 @@ fn board_from_uefi(h: &EfiBoot) -> BoardInfo {
         info.cores.len(),
         info.core_nodes()
     );
+    if !info.memory.is_empty() {
+        let mut m = String::new();
+        for r in &info.memory {
+            let _ = write!(
+                m,
+                " node{}=[{:#x}-{:#x}){}",
+                r.node,
+                r.base,
+                r.base + r.size,
+                if r.hotplug { "(hot-plug)" } else { "" }
+            );
+        }
+        info!("ACPI: SRAT memory:{m}");
+    }
     if info.cores_disabled > 0 {
         info!(
             "ACPI: {} core(s) listed as disabled, left alone",
