@@ -101,6 +101,21 @@ impl Ranges {
     }
 }
 
+impl Ranges {
+    /// [`Ranges::add`] for a set that must never grow beyond what was
+    /// added (free memory): when the set is full and `[start, end)` touches
+    /// none of its ranges, it is left out instead of joined over a gap.
+    /// Returns whether it was added.
+    pub fn add_exact(&mut self, start: u64, end: u64) -> bool {
+        let touches = self.list.iter().any(|&(s, e)| e >= start && s <= end);
+        if self.list.is_full() && !touches {
+            return false;
+        }
+        self.add(start, end);
+        true
+    }
+}
+
 /// What is wrong with a reservation source.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ReserveError {
@@ -257,8 +272,11 @@ fn uefi_type_is_memory(ty: u32) -> bool {
 /// [`from_uefi_map`] that also sorts the rest: the ranges the firmware
 /// keeps go to `firmware`, the free ones ([`uefi_type_is_free`]) to
 /// `free`, and every range that is memory (not MMIO, I/O ports or
-/// unusable) to `described` (where firmware tables may be read). Returns
-/// how many descriptors went to `firmware`.
+/// unusable) to `described` (where firmware tables may be read). The free
+/// and described sets only ever hold what the map lists (beyond
+/// [`MAX_RANGES`] separate ranges, the rest is left out); the firmware's
+/// set may be widened over gaps, which only keeps more from guests.
+/// Returns how many descriptors went to `firmware`.
 pub fn split_uefi_map(
     map: &[u8],
     desc_size: usize,
@@ -293,10 +311,12 @@ pub fn split_uefi_map(
             continue;
         }
         if uefi_type_is_memory(ty) {
-            described.add(start, end);
+            described.add_exact(start, end);
         }
         if uefi_type_is_free(ty) {
-            free.add(start, end);
+            // Never widened over a gap: a range that would not fit is
+            // left out (less guest RAM, never memory that is not free).
+            free.add_exact(start, end);
         } else {
             firmware.add(start, end);
             n += 1;
@@ -321,6 +341,22 @@ mod tests {
         d[16..24].copy_from_slice(&start.to_le_bytes());
         d[24..32].copy_from_slice(&pages.to_le_bytes());
         d
+    }
+
+    #[test]
+    fn free_ranges_never_grow_over_gaps() {
+        let mut r = Ranges::new();
+        for i in 0..MAX_RANGES as u64 {
+            assert!(r.add_exact(i * 0x2000, i * 0x2000 + 0x1000));
+        }
+        let before = r.bytes();
+        // A new separate range does not fit: left out, nothing joined.
+        assert!(!r.add_exact(0x100_0000, 0x100_1000));
+        assert_eq!(r.bytes(), before);
+        // One that touches an existing range still joins it.
+        assert!(r.add_exact(0x1000, 0x1800));
+        assert_eq!(r.bytes(), before + 0x800);
+        assert_eq!(r.len(), MAX_RANGES);
     }
 
     #[test]
