@@ -226,6 +226,12 @@ fn board_from_uefi(h: &EfiBoot) -> BoardInfo {
         let _ = write!(line, " [{:#x}-{:#x})", r.base, r.end());
     }
     info!("UEFI memory map: free RAM{line}");
+    if h.dtb != 0 {
+        info!(
+            "UEFI configuration table also names a device tree at {:#x} (not used: ACPI describes the board)",
+            h.dtb
+        );
+    }
     if h.rsdp == 0 {
         early_halt(format_args!(
             "UEFI firmware gave no ACPI 2.0 RSDP in its configuration table (device tree at {:#x}); \
