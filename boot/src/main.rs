@@ -8,6 +8,9 @@ mod heap;
 #[cfg(target_os = "none")]
 mod package;
 
+#[cfg(all(target_os = "none", target_arch = "loongarch64"))]
+mod efi;
+
 #[cfg(all(target_os = "none", target_arch = "aarch64"))]
 mod aarch64;
 

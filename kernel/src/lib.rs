@@ -11,12 +11,14 @@ extern crate alloc;
 
 // Boot-time plumbing shared by both architectures.
 pub mod acpi;
+pub mod acpi_loongarch;
 pub mod backend;
 pub mod banner;
 pub mod board;
 pub mod cmdline;
 pub mod console;
 pub mod dtb;
+pub mod efiboot;
 pub mod klog;
 pub mod platform;
 pub mod reserve;

@@ -101,6 +101,21 @@ impl Ranges {
     }
 }
 
+impl Ranges {
+    /// [`Ranges::add`] for a set that must never grow beyond what was
+    /// added (free memory): when the set is full and `[start, end)` touches
+    /// none of its ranges, it is left out instead of joined over a gap.
+    /// Returns whether it was added.
+    pub fn add_exact(&mut self, start: u64, end: u64) -> bool {
+        let touches = self.list.iter().any(|&(s, e)| e >= start && s <= end);
+        if self.list.is_full() && !touches {
+            return false;
+        }
+        self.add(start, end);
+        true
+    }
+}
+
 /// What is wrong with a reservation source.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ReserveError {
@@ -340,6 +355,71 @@ pub fn from_dtb(blob: &[u8], out: &mut Ranges) -> Result<(), ReserveError> {
     Ok(())
 }
 
+/// UEFI memory types that are not memory: unusable (8), memory-mapped I/O
+/// (11) and I/O port space (12).
+fn uefi_type_is_memory(ty: u32) -> bool {
+    !matches!(ty, 8 | 11 | 12)
+}
+
+/// [`from_uefi_map`] that also sorts the rest: the ranges the firmware
+/// keeps go to `firmware`, the free ones ([`uefi_type_is_free`]) to
+/// `free`, and every range that is memory (not MMIO, I/O ports or
+/// unusable) to `described` (where firmware tables may be read). The free
+/// and described sets only ever hold what the map lists (beyond
+/// [`MAX_RANGES`] separate ranges, the rest is left out); the firmware's
+/// set may be widened over gaps, which only keeps more from guests.
+/// Returns how many descriptors went to `firmware`.
+pub fn split_uefi_map(
+    map: &[u8],
+    desc_size: usize,
+    firmware: &mut Ranges,
+    free: &mut Ranges,
+    described: &mut Ranges,
+) -> Result<usize, ReserveError> {
+    if desc_size < UEFI_DESC_MIN || !desc_size.is_multiple_of(8) {
+        return Err(ReserveError::DescriptorSize(desc_size));
+    }
+    if !map.len().is_multiple_of(desc_size) {
+        return Err(ReserveError::MapSize {
+            size: map.len(),
+            descriptor: desc_size,
+        });
+    }
+    let mut n = 0;
+    for (index, d) in map.chunks_exact(desc_size).enumerate() {
+        let ty = le_u32(d, 0);
+        let start = le_u64(d, 8);
+        let pages = le_u64(d, 24);
+        let end = pages
+            .checked_mul(4096)
+            .and_then(|len| start.checked_add(len))
+            .filter(|_| start.is_multiple_of(4096))
+            .ok_or(ReserveError::Descriptor {
+                index,
+                start,
+                pages,
+            })?;
+        if end == start {
+            continue;
+        }
+        if uefi_type_is_memory(ty) {
+            described.add_exact(start, end);
+        }
+        if uefi_type_is_free(ty) {
+            // Never widened over a gap: a range that would not fit is
+            // left out (less guest RAM, never memory that is not free).
+            free.add_exact(start, end);
+        } else {
+            firmware.add(start, end);
+            n += 1;
+        }
+    }
+    // A range listed twice with different types (a firmware bug) is kept
+    // from guests: the reserved ranges are subtracted from the free ones
+    // by whoever uses both.
+    Ok(n)
+}
+
 #[cfg(test)]
 mod tests {
     extern crate std;
@@ -418,6 +498,44 @@ mod tests {
             ram_from_uefi_map(&map, 48),
             Err(ReserveError::Descriptor { index: 0, .. })
         ));
+    }
+
+    #[test]
+    fn free_ranges_never_grow_over_gaps() {
+        let mut r = Ranges::new();
+        for i in 0..MAX_RANGES as u64 {
+            assert!(r.add_exact(i * 0x2000, i * 0x2000 + 0x1000));
+        }
+        let before = r.bytes();
+        // A new separate range does not fit: left out, nothing joined.
+        assert!(!r.add_exact(0x100_0000, 0x100_1000));
+        assert_eq!(r.bytes(), before);
+        // One that touches an existing range still joins it.
+        assert!(r.add_exact(0x1000, 0x1800));
+        assert_eq!(r.bytes(), before + 0x800);
+        assert_eq!(r.len(), MAX_RANGES);
+    }
+
+    #[test]
+    fn split_sorts_free_firmware_and_memory() {
+        let mut map = StdVec::new();
+        map.extend(desc(7, 0x20_0000, 0x100, 48)); // conventional
+        map.extend(desc(4, 0x30_0000, 0x10, 48)); // boot services data: free
+        map.extend(desc(9, 0x40_0000, 0x10, 48)); // ACPI reclaim
+        map.extend(desc(11, 0x1fe0_0000, 1, 48)); // MMIO
+        map.extend(desc(7, 0x8000_0000, 0, 48)); // empty: ignored
+        let (mut fw, mut free, mut mem) = (Ranges::new(), Ranges::new(), Ranges::new());
+        let n = split_uefi_map(&map, 48, &mut fw, &mut free, &mut mem).unwrap();
+        assert_eq!(n, 2);
+        assert_eq!(free.as_slice(), &[(0x20_0000, 0x31_0000)]);
+        assert_eq!(
+            fw.as_slice(),
+            &[(0x40_0000, 0x41_0000), (0x1fe0_0000, 0x1fe0_1000)]
+        );
+        assert_eq!(
+            mem.as_slice(),
+            &[(0x20_0000, 0x31_0000), (0x40_0000, 0x41_0000)]
+        );
     }
 
     #[test]

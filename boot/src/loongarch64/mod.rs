@@ -4,9 +4,18 @@
 
 use core::arch::global_asm;
 
-use kernel::arch::loongarch64::{bootinfo, csr, dmw, exceptions, platform::PLATFORM, smp};
-use kernel::board::{Arch, Backend, UartKind};
+use alloc::string::String;
+use core::fmt::Write;
+use kernel::arch::loongarch64::{
+    bootinfo, csr, dmw, exceptions, platform, platform::PLATFORM, smp,
+};
+use kernel::board::{Arch, Backend, BoardInfo, UartKind};
+use kernel::efiboot::EfiBoot;
 use log::{info, warn};
+
+mod efi;
+
+extern crate alloc;
 
 /// Stack of each CPU; slot 0 is the boot CPU's, slot i + 1 logical CPU i's.
 const STACK_SIZE: usize = 64 << 10;
@@ -41,6 +50,9 @@ global_asm!(
     max_cpus = const kernel::MAX_CPUS,
     dmw0 = const dmw::DMW0_VALUE,
     dmw1 = const dmw::DMW1_VALUE,
+    pa_mask = const dmw::PA_MASK,
+    hw_to_index = sym smp::HW_TO_INDEX,
+    efi_main = sym efi::kestrel_la_efi_main,
     primary = sym primary_entry,
     secondary = sym secondary_entry,
 );
@@ -57,42 +69,32 @@ extern "C" fn primary_entry(a0: u64, a1: u64, a2: u64) -> ! {
     PLATFORM.set_console(EARLY_UART_PA);
     PLATFORM.set_counter_hz(csr::counter_hz());
     kernel::klog::init(&PLATFORM, log::LevelFilter::Info);
-    // The a1 string, read now so early failures know whether to power off.
-    let loader_cmdline = if a0 == 1 {
-        bootinfo::cmdline_at(a1)
-    } else {
-        None
+    let uefi = efi::handoff();
+    // The command line (the a1 string, or UEFI load options), read now so
+    // early failures know whether to power off.
+    let loader_cmdline = match uefi {
+        Some(h) => h.has_cmdline.then_some(h.cmdline.as_str()),
+        None if a0 == 1 => bootinfo::cmdline_at(a1),
+        None => None,
     };
     if let Some(s) = loader_cmdline {
         let on_exit = kernel::cmdline::BootOptions::parse(s).on_exit;
         PLATFORM.set_early_poweroff(on_exit == kernel::cmdline::OnExit::PowerOff);
     }
 
-    let Some((blob, fdt_pa, found_by)) = bootinfo::find_fdt(a2) else {
-        early_halt(format_args!(
-            "no device tree: none in the EFI system table (a2 = {a2:#x}) and no FDT magic at {:#x}; \
-             boot kestrel with QEMU -M virt or a loader that passes one",
-            bootinfo::QEMU_VIRT_FDT_PA
-        ))
+    let mut board = match uefi {
+        Some(h) => board_from_uefi(h),
+        None => board_from_fdt(a2),
     };
-    let mut board = match kernel::dtb::parse(blob, Arch::LoongArch64) {
-        Ok(b) => b,
-        Err(e) => early_halt(format_args!("{e} (FDT at {fdt_pa:#x})")),
-    };
-    if let Some(uart) = board.uart.filter(|u| u.kind == UartKind::Ns16550) {
-        PLATFORM.set_console(uart.base);
-    }
-    info!(
-        "device tree at {fdt_pa:#x} ({} bytes, from the {found_by})",
-        blob.len()
-    );
 
     // Command line: the a1 string (QEMU does not fill /chosen/bootargs on
     // LoongArch); /chosen/bootargs if a1 gave nothing.
     match loader_cmdline {
         Some(s) if !s.is_empty() => board.cmdline = kernel::board::bounded(s),
         Some(_) => {}
-        None if a0 == 1 => warn!("command line at {a1:#x} is not text; using /chosen/bootargs"),
+        None if a0 == 1 && uefi.is_none() => {
+            warn!("command line at {a1:#x} is not text; using /chosen/bootargs")
+        }
         None => {}
     }
     let on_exit = kernel::cmdline::BootOptions::parse(board.cmdline.as_str()).on_exit;
@@ -112,20 +114,6 @@ extern "C" fn primary_entry(a0: u64, a1: u64, a2: u64) -> ! {
         Backend::LoongArchTrapEmulate
     };
 
-    match bootinfo::fdt_poweroff(blob) {
-        Some(reg) => {
-            info!(
-                "power-off: syscon register {:#x} <- {:#x} (device tree)",
-                reg.pa, reg.value
-            );
-            PLATFORM.set_poweroff(reg);
-        }
-        None => warn!(
-            "no syscon-poweroff in the device tree; using QEMU virt's GED register {:#x}",
-            bootinfo::QEMU_VIRT_POWEROFF.pa
-        ),
-    }
-
     // Memory: enough of it, and the image inside it.
     let image = (
         dmw::to_phys(core::ptr::addr_of!(__image_start) as u64),
@@ -133,7 +121,7 @@ extern "C" fn primary_entry(a0: u64, a1: u64, a2: u64) -> ! {
     );
     if board.memory_bytes() < MIN_MEMORY {
         early_halt(format_args!(
-            "only {} MiB of RAM in the device tree; kestrel needs at least {} MiB",
+            "only {} MiB of RAM found; kestrel needs at least {} MiB",
             board.memory_bytes() >> 20,
             MIN_MEMORY >> 20
         ));
@@ -144,7 +132,7 @@ extern "C" fn primary_entry(a0: u64, a1: u64, a2: u64) -> ! {
         .any(|r| r.base <= image.0 && image.1 <= r.end())
     {
         early_halt(format_args!(
-            "kestrel's image [{:#x}-{:#x}) is not inside any RAM region of the device tree",
+            "kestrel's image [{:#x}-{:#x}) is not inside any RAM region the firmware lists",
             image.0, image.1
         ));
     }
@@ -153,7 +141,7 @@ extern "C" fn primary_entry(a0: u64, a1: u64, a2: u64) -> ! {
     let hw = csr::hw_cpu_id();
     let Some(me) = board.cpu_index(hw) else {
         early_halt(format_args!(
-            "boot CPU (hw id {hw}) is not in the device tree's /cpus"
+            "boot CPU (hw id {hw}) is not among the CPUs the firmware lists (device tree /cpus, ACPI MADT)"
         ))
     };
     // SAFETY: SAVE1 is kestrel's per-CPU index word; nothing else uses it.
@@ -172,6 +160,185 @@ extern "C" fn primary_entry(a0: u64, a1: u64, a2: u64) -> ! {
         PLATFORM.console_pa()
     );
     kernel::runtime::primary_main(board, &PLATFORM)
+}
+
+/// The board from the device tree QEMU's direct boot passes (a2 = its
+/// minimal EFI system table), with the power-off register it names.
+fn board_from_fdt(a2: u64) -> BoardInfo {
+    let Some((blob, fdt_pa, found_by)) = bootinfo::find_fdt(a2) else {
+        early_halt(format_args!(
+            "no device tree: none in the EFI system table (a2 = {a2:#x}) and no FDT magic at {:#x}; \
+             boot kestrel with QEMU -M virt, UEFI firmware, or a loader that passes one",
+            bootinfo::QEMU_VIRT_FDT_PA
+        ))
+    };
+    let board = match kernel::dtb::parse(blob, Arch::LoongArch64) {
+        Ok(b) => b,
+        Err(e) => early_halt(format_args!("{e} (FDT at {fdt_pa:#x})")),
+    };
+    if let Some(uart) = board.uart.filter(|u| u.kind == UartKind::Ns16550) {
+        PLATFORM.set_console(uart.base);
+    }
+    info!(
+        "device tree at {fdt_pa:#x} ({} bytes, from the {found_by})",
+        blob.len()
+    );
+    match bootinfo::fdt_poweroff(blob) {
+        Some(reg) => {
+            info!(
+                "power-off: syscon register {:#x} <- {:#x} (device tree)",
+                reg.pa, reg.value
+            );
+            PLATFORM.set_poweroff(reg);
+        }
+        None => warn!(
+            "no syscon-poweroff in the device tree; using QEMU virt's GED register {:#x}",
+            bootinfo::QEMU_VIRT_POWEROFF.pa
+        ),
+    }
+    board
+}
+
+/// The board UEFI firmware describes: RAM from the memory map taken at
+/// ExitBootServices (free ranges only; what the firmware keeps is kept from
+/// guests), cores, nodes, console and power-off from ACPI.
+fn board_from_uefi(h: &EfiBoot) -> BoardInfo {
+    info!(
+        "started by UEFI firmware \"{}\" (image at {:#x}), boot services exited; \
+         {} of {} memory map entries stay the firmware's ({} KiB, kept from guests)",
+        h.vendor,
+        h.load_addr,
+        h.descriptors,
+        h.map_entries,
+        h.firmware.bytes() >> 10
+    );
+    if let Some(e) = h.map_error {
+        early_halt(format_args!("{e}"));
+    }
+    let (regions, gaps) = h.memory_regions();
+    let mut reserved = h.firmware.clone();
+    for &(s, e) in gaps.as_slice() {
+        reserved.add(s, e);
+    }
+    platform::set_firmware_reserved(reserved);
+    let mut line = String::new();
+    for r in &regions {
+        let _ = write!(line, " [{:#x}-{:#x})", r.base, r.end());
+    }
+    info!("UEFI memory map: free RAM{line}");
+    if h.dtb != 0 {
+        info!(
+            "UEFI configuration table also names a device tree at {:#x} (not used: ACPI describes the board)",
+            h.dtb
+        );
+    }
+    if h.rsdp == 0 {
+        early_halt(format_args!(
+            "UEFI firmware gave no ACPI 2.0 RSDP in its configuration table (device tree at {:#x}); \
+             kestrel reads the machine from ACPI when UEFI starts it",
+            h.dtb
+        ));
+    }
+    let mem = bootinfo::FirmwareMemory::new(&h.described);
+    let info = match kernel::acpi_loongarch::parse(&mem, h.rsdp) {
+        Ok(i) => i,
+        Err(e) => early_halt(format_args!("{e} (RSDP at {:#x})", h.rsdp)),
+    };
+    let mut tables = String::new();
+    for t in &info.tables {
+        let _ = write!(tables, " {t}");
+    }
+    info!(
+        "ACPI: RSDP at {:#x} (revision {}), tables:{tables}",
+        h.rsdp, info.revision
+    );
+    let board = kernel::acpi_loongarch::loongarch_board(&info, &regions);
+    let mut cores = String::new();
+    for (i, c) in info.cores.iter().enumerate() {
+        let _ = write!(cores, " cpu{i}=core{}/node{}", c.hw_id, c.node);
+    }
+    info!(
+        "ACPI: {} core(s) on {} node(s) (MADT core PIC, SRAT):{cores}",
+        info.cores.len(),
+        info.core_nodes()
+    );
+    if !info.memory.is_empty() {
+        let mut m = String::new();
+        for r in &info.memory {
+            let _ = write!(
+                m,
+                " node{}=[{:#x}-{:#x}){}",
+                r.node,
+                r.base,
+                r.base + r.size,
+                if r.hotplug { "(hot-plug)" } else { "" }
+            );
+        }
+        info!("ACPI: SRAT memory:{m}");
+    }
+    if info.cores_disabled > 0 {
+        info!(
+            "ACPI: {} core(s) listed as disabled, left alone",
+            info.cores_disabled
+        );
+    }
+    if info.localities > 1 {
+        let mut d = String::new();
+        for a in 0..info
+            .localities
+            .min(kernel::acpi_loongarch::MAX_NODES as u64) as u32
+        {
+            let _ = write!(d, " [");
+            for b in 0..info
+                .localities
+                .min(kernel::acpi_loongarch::MAX_NODES as u64) as u32
+            {
+                let _ = write!(
+                    d,
+                    "{}{}",
+                    if b > 0 { " " } else { "" },
+                    info.distance(a, b).unwrap_or(0)
+                );
+            }
+            let _ = write!(d, "]");
+        }
+        info!("ACPI: SLIT: {} localities, distances{d}", info.localities);
+    }
+    if board.cpus.is_empty() {
+        early_halt(format_args!(
+            "ACPI MADT lists no enabled core (Core PIC structures, type 0x11)"
+        ));
+    }
+    match board.uart {
+        Some(u) => {
+            PLATFORM.set_console(u.base);
+            info!("console: 16550 at {:#x} (ACPI SPCR)", u.base);
+        }
+        None => {
+            warn!("no 16550 console in the ACPI SPCR; keeping the console at {EARLY_UART_PA:#x}")
+        }
+    }
+    match info.sleep_control {
+        Some(r) => {
+            // Hardware-reduced ACPI: S5 is SLP_TYP 5 | SLP_EN in the sleep
+            // control register (QEMU's \_S5; the DSDT is not read).
+            let reg = bootinfo::PowerOffReg {
+                pa: r.pa,
+                value: 0x34,
+                width: r.width.min(4),
+            };
+            info!(
+                "power-off: ACPI FADT sleep control register {:#x} <- {:#x}",
+                reg.pa, reg.value
+            );
+            PLATFORM.set_poweroff(reg);
+        }
+        None => warn!(
+            "no sleep control register in the ACPI FADT; using QEMU virt's GED register {:#x}",
+            bootinfo::QEMU_VIRT_POWEROFF.pa
+        ),
+    }
+    board
 }
 
 extern "C" fn secondary_entry(index: u64) -> ! {

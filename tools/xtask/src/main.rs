@@ -15,6 +15,7 @@ mod bench_exits;
 mod bench_vm;
 mod config;
 mod fwboot;
+mod fwboot_la64;
 mod qemu;
 mod share;
 mod smoke;
@@ -254,6 +255,18 @@ pub fn build_image_with(
         Arch::LoongArch64 => {
             let out = out_dir.join("kestrel.elf");
             std::fs::copy(&elf, &out).map_err(|e| format!("{}: {e}", out.display()))?;
+            // The raw image: a UEFI application (PE/COFF header first).
+            let efi = out_dir.join("kestrel.efi");
+            let status = Command::new(llvm_tool("llvm-objcopy")?)
+                .args(["-O", "binary"])
+                .arg(&elf)
+                .arg(&efi)
+                .status()
+                .map_err(|e| format!("cannot run llvm-objcopy: {e}"))?;
+            if !status.success() {
+                return Err("llvm-objcopy failed".into());
+            }
+            fwboot_la64::check_efi_image(&efi, fwboot_la64::PE_LOONGARCH64)?;
             Ok(out)
         }
     }
@@ -274,10 +287,15 @@ fn run() -> Result<(), String> {
         "image" => {
             let o = parse_opts(rest)?;
             let image = build_image_with(o.arch, &o.features, o.config.as_deref())?;
-            if o.arch == Arch::Aarch64 {
-                for p in fwboot::boot_paths(&image)? {
-                    eprintln!("boots as: {p}");
-                }
+            let paths = match o.arch {
+                Arch::Aarch64 => fwboot::boot_paths(&image)?
+                    .into_iter()
+                    .map(String::from)
+                    .collect(),
+                Arch::LoongArch64 => fwboot_la64::boot_paths(&image)?,
+            };
+            for p in paths {
+                eprintln!("boots as: {p}");
             }
             println!("{}", image.display());
             Ok(())

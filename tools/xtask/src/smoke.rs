@@ -228,6 +228,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
     tests.extend(crate::vmtests_linux::smoke_tests_la64(&sel));
     tests.extend(cases().into_iter().map(test));
     tests.extend(crate::fwboot::tests());
+    tests.extend(crate::fwboot_la64::tests());
     suite::run(&SUITE, &sel, tests)
 }
 

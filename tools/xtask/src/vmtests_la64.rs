@@ -121,7 +121,7 @@ fn check_bare(log: &str) -> Vec<String> {
     })
 }
 
-const ALL_CHECKS_4: &[&str] = &[
+pub const ALL_CHECKS_4: &[&str] = &[
     "exceptions",
     "paging",
     "timer",

@@ -146,3 +146,37 @@ pub fn fdt_poweroff(blob: &[u8]) -> Option<PowerOffReg> {
         width,
     })
 }
+
+/// Physical memory the UEFI memory map describes as memory (not MMIO),
+/// read through the cached window: where the ACPI reader may look.
+pub struct FirmwareMemory<'a> {
+    described: &'a crate::reserve::Ranges,
+}
+
+impl<'a> FirmwareMemory<'a> {
+    pub fn new(described: &'a crate::reserve::Ranges) -> Self {
+        FirmwareMemory { described }
+    }
+}
+
+impl crate::acpi_loongarch::Memory for FirmwareMemory<'_> {
+    fn bytes(&self, pa: u64, len: usize) -> Option<&[u8]> {
+        let end = pa.checked_add(len as u64)?;
+        if end > dmw::PA_MASK {
+            return None;
+        }
+        self.described
+            .as_slice()
+            .iter()
+            .any(|&(s, e)| s <= pa && end <= e)
+            .then(|| {
+                // SAFETY: [pa, end) lies inside one range the firmware's
+                // memory map lists as memory (RAM, ACPI, runtime or
+                // reserved, never MMIO), below the physical address limit,
+                // reached through the cached window; the firmware's tables
+                // there are not written after boot services end, and
+                // nothing of kestrel's lives in the ranges that are not free.
+                unsafe { core::slice::from_raw_parts(dmw::cached(pa) as *const u8, len) }
+            })
+    }
+}

@@ -3,6 +3,7 @@
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::platform::{ExitStatus, Platform, StartError};
+use crate::reserve::Ranges;
 use crate::MAX_CPUS;
 
 use super::super::mmio::Block;
@@ -65,6 +66,25 @@ pub fn image_end() -> u64 {
         static __image_end: u8;
     }
     dmw::to_phys(core::ptr::addr_of!(__image_end) as u64)
+}
+
+/// RAM guests must not get beyond `[0, image_end)`: what UEFI firmware
+/// keeps after ExitBootServices (set once by the boot CPU before any VM
+/// is built; empty when QEMU started kestrel directly).
+static FIRMWARE_RESERVED: spin::Once<Ranges> = spin::Once::new();
+
+/// Records the ranges UEFI firmware keeps (see [`reserved`]).
+pub fn set_firmware_reserved(r: Ranges) {
+    FIRMWARE_RESERVED.call_once(|| r);
+}
+
+/// Every range guests must not get: kestrel's image and everything below
+/// it (loader data, the image with its stacks and heap), and what the
+/// firmware keeps.
+pub fn reserved() -> Ranges {
+    let mut r = FIRMWARE_RESERVED.get().cloned().unwrap_or_default();
+    r.add(0, image_end());
+    r
 }
 
 pub struct LoongArchPlatform {

@@ -5,15 +5,28 @@
 //! wake-up it reads mailbox 0 (low word); once non-zero it clears the IPI
 //! and jumps to the 64-bit mailbox 0 value in direct-address mode.
 //!
-//! kestrel writes the CPU's logical index into mailbox 1, then the physical
-//! address of `kestrel_la_secondary_entry` into mailbox 0 (MAIL_SEND 0x1048),
-//! then raises IPI vector 0 (IPI_SEND 0x1040).
+//! edk2 parks them the same way, except that its IPI handler clears all
+//! four mailboxes before it jumps: a secondary cannot read anything from
+//! them. So kestrel records the CPU's logical index in [`HW_TO_INDEX`]
+//! (by physical core ID, read from CSR.CPUID by the entry code), then
+//! writes the physical address of `kestrel_la_secondary_entry` into the
+//! target's mailbox 0 (MAIL_SEND 0x1048) and raises IPI vector 0 (IPI_SEND
+//! 0x1040). Both carry the physical core ID in their cpu field [25:16],
+//! which addresses cores on every node (IOCSR IPI sends are routed by the
+//! interconnect).
 
-use core::sync::atomic::{AtomicU64, Ordering};
+use core::sync::atomic::{fence, AtomicU16, AtomicU64, Ordering};
 
 use crate::platform::StartError;
 
 use super::iocsr;
+
+/// Logical index + 1 of the CPU being started, by physical core ID (0:
+/// not started by kestrel; the entry code parks such a CPU). Read by
+/// `kestrel_la_secondary_entry` (boot crate) with the core's own CSR.CPUID.
+pub static HW_TO_INDEX: [AtomicU16; HW_IDS] = [const { AtomicU16::new(0) }; HW_IDS];
+/// Physical core IDs the IPI block addresses (10 bits).
+pub const HW_IDS: usize = iocsr::MAX_HW_CPU as usize + 1;
 
 /// Physical address of the secondary entry (set by the boot crate).
 static SECONDARY_ENTRY_PA: AtomicU64 = AtomicU64::new(0);
@@ -36,7 +49,9 @@ pub fn start(hw_id: u64, index: usize) -> Result<(), StartError> {
     if hw_id == super::csr::hw_cpu_id() {
         return Err(StartError::AlreadyOn);
     }
-    iocsr::mail_send(hw_id, 1, index as u64);
+    HW_TO_INDEX[hw_id as usize].store(index as u16 + 1, Ordering::Release);
+    // The index must be visible before the core can wake and read it.
+    fence(Ordering::SeqCst);
     iocsr::mail_send(hw_id, 0, entry);
     iocsr::ipi_send(hw_id, 0);
     Ok(())

@@ -202,12 +202,51 @@ fn check_static_loongarch_elf(path: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// The cached edk2 package's manifest, fetched when missing or `refresh`.
+fn firmware_manifest(refresh: bool) -> Result<(PathBuf, BTreeMap<String, String>), String> {
+    let fcache = cache_dir().join("edk2-loongarch64");
+    let fw = match (refresh, cached(&fcache, FIRMWARE_SUITE, &["firmware"])) {
+        (false, Some(m)) => m,
+        _ => {
+            let m = fetch_firmware(&fcache)?;
+            save_manifest(&fcache, &m)?;
+            m
+        }
+    };
+    Ok((fcache, fw))
+}
+
+/// Only the edk2 firmware for `qemu-system-loongarch64 -M virt` (the
+/// firmware boot cases of `cargo xtask smoke`): fetched like the guest
+/// assets (or reused from the cache) and extracted to
+/// `build/guests/linux-loong64/QEMU_EFI.fd`. Returns its path and
+/// "package version".
+pub fn ensure_firmware(refresh: bool) -> Result<(PathBuf, String), String> {
+    let why = |e: String| {
+        format!(
+            "the LoongArch edk2 firmware ({FIRMWARE} from Debian {FIRMWARE_SUITE}) is not cached \
+             and could not be fetched: {e}"
+        )
+    };
+    need_tools().map_err(why)?;
+    let (fcache, fw) = firmware_manifest(refresh).map_err(why)?;
+    let out = out_dir();
+    mkdir(&out)?;
+    let firmware = out.join("QEMU_EFI.fd");
+    let fdeb = fcache.join("debs").join(&fw["firmware_deb"]);
+    extract_member(&fdeb, FIRMWARE_MEMBER, &firmware).map_err(why)?;
+    let version = format!(
+        "{FIRMWARE} {}",
+        fw.get("firmware_version").map_or("?", String::as_str)
+    );
+    Ok((firmware, version))
+}
+
 /// Fetches (or reuses) the packages and builds the LoongArch guest files.
 pub fn ensure(refresh: bool) -> Result<Loong64Assets, String> {
     let t0 = Instant::now();
     need_tools()?;
     let gcache = cache_dir().join("loong64");
-    let fcache = cache_dir().join("edk2-loongarch64");
     let guest = match (refresh, cached(&gcache, SUITE, &["kernel", "busybox"])) {
         (false, Some(m)) => {
             say(&format!(
@@ -225,14 +264,7 @@ pub fn ensure(refresh: bool) -> Result<Loong64Assets, String> {
             m
         }
     };
-    let fw = match (refresh, cached(&fcache, FIRMWARE_SUITE, &["firmware"])) {
-        (false, Some(m)) => m,
-        _ => {
-            let m = fetch_firmware(&fcache)?;
-            save_manifest(&fcache, &m)?;
-            m
-        }
-    };
+    let (fcache, fw) = firmware_manifest(refresh)?;
     let out = out_dir();
     mkdir(&out)?;
     say("[3/4] extracting vmlinuz (unpacking its zboot payload), busybox and QEMU_EFI.fd");

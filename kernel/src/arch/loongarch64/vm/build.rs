@@ -27,7 +27,7 @@ use super::{mem, LaBackend, VcpuShared, VcpuState, VmState};
 
 impl Machine for LaBackend {
     fn guest_memory(&self, board: &BoardInfo) -> FramePool {
-        mem::pool(&board.memory, platform::image_end())
+        mem::pool(&board.memory, platform::reserved().as_slice())
     }
 
     fn build_vm(

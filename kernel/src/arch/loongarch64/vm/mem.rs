@@ -1,7 +1,7 @@
 //! Guest RAM on LoongArch: the frames come from the portable pool
-//! (`crate::frames`) over the device tree's RAM above kestrel's image (the
+//! (`crate::frames`) over the board's RAM above kestrel's image (the
 //! image holds .bss, stacks and heap; below it lie the loader's command
-//! line, EFI tables and FDT). kestrel reaches a VM's RAM through its cached
+//! line, EFI tables and FDT) and outside what UEFI firmware keeps. kestrel reaches a VM's RAM through its cached
 //! DMW window, the guest through shadow TLB entries.
 
 use alloc::string::String;
@@ -11,9 +11,10 @@ use crate::frames::{FramePool, GuestRam, FRAME};
 
 use super::super::dmw;
 
-/// The frames guests may have: `memory` above `reserved_end`.
-pub fn pool(memory: &[MemRegion], reserved_end: u64) -> FramePool {
-    FramePool::from_board(memory, &[(0, reserved_end)], u64::MAX)
+/// The frames guests may have: `memory` without the `reserved` ranges
+/// (kestrel's image and what lies below it, what UEFI firmware keeps).
+pub fn pool(memory: &[MemRegion], reserved: &[(u64, u64)]) -> FramePool {
+    FramePool::from_board(memory, reserved, u64::MAX)
 }
 
 /// Zeroes `ram`'s frames.
