@@ -1,9 +1,8 @@
-//! The UEFI services an EFI entry uses, with boot services still running
-//! (the LoongArch entry today; taken from the arm64 entry's, which keeps
-//! its own copy in `aarch64/efi.rs` while it is being extended for ACPI,
-//! and can switch to this one): the system table, the configuration table, the
-//! image's load options, the firmware console, and the memory map taken at
-//! `ExitBootServices` (retried while the map key is stale). Only the few
+//! The UEFI services the EFI entries of both architectures use, with boot
+//! services still running (`aarch64/efi.rs`, `loongarch64/efi.rs`): the
+//! system table, the configuration table, the image's load options, the
+//! firmware console, and the memory map taken at `ExitBootServices`
+//! (retried while the map key is stale). Only the few
 //! UEFI structures used are described here, by their offsets in the UEFI
 //! 2.10 specification. Runs with the firmware's MMU, caches and stack; no
 //! heap, no `klog`.
@@ -18,8 +17,6 @@ use kernel::reserve;
 pub type Status = usize;
 pub const SUCCESS: Status = 0;
 pub const ERROR_BIT: usize = 1 << 63;
-/// EFI_LOAD_ERROR: what an entry returns when kestrel cannot run.
-pub const LOAD_ERROR: Status = ERROR_BIT | 1;
 const BUFFER_TOO_SMALL: Status = ERROR_BIT | 5;
 
 /// An EFI_GUID as its 16 bytes in memory (the first three fields little
@@ -59,7 +56,7 @@ const LOADED_IMAGE_GUID: Guid = guid(
 );
 
 // EFI_SYSTEM_TABLE offsets.
-pub const ST_SIGNATURE: u64 = 0x5453_5953_2049_4249; // "IBI SYST"
+const ST_SIGNATURE: u64 = 0x5453_5953_2049_4249; // "IBI SYST"
 const ST_VENDOR: usize = 24;
 const ST_CON_OUT: usize = 64;
 const ST_BOOT_SERVICES: usize = 96;
@@ -239,11 +236,19 @@ impl Uefi {
     }
 
     /// Takes the memory map and exits boot services with its key, taking
-    /// the map again while the key is stale (up to 8 times). On success the
-    /// map is sorted into `h` (`firmware`, `free`, `described`; a malformed
-    /// map is kept in `map_error` for the boot path to report). On failure
-    /// (reason printed on the firmware console) boot services still run.
-    pub fn exit_boot_services(&self, h: &mut EfiBoot) -> Result<(), ()> {
+    /// the map again while the key is stale (up to 8 times). `before_exit`
+    /// sees each map taken (its bytes and descriptor size) just before
+    /// `ExitBootServices` is called with its key; it must neither print nor
+    /// allocate (that would make the key stale), and an error from it
+    /// stops here. On success the map is sorted into `h` (`firmware`,
+    /// `free`, `described`, `ram`; a malformed map is kept in `map_error`
+    /// for the boot path to report). On failure (reason printed on the
+    /// firmware console) boot services still run.
+    pub fn exit_boot_services(
+        &self,
+        h: &mut EfiBoot,
+        mut before_exit: impl FnMut(&[u8], usize) -> Result<(), ()>,
+    ) -> Result<(), ()> {
         let bs = self.boot_services();
         // SAFETY: GetMemoryMap and ExitBootServices of the boot services
         // table, with the signatures of UEFI 2.10 7.2 and 7.4.
@@ -277,6 +282,12 @@ impl Uefi {
                 self.print("kestrel: FATAL: GetMemoryMap failed\n");
                 return Err(());
             }
+            // SAFETY: `size` bytes of `buf` were written by GetMemoryMap
+            // (at most MAP_BUF, the size passed in).
+            let map = unsafe {
+                core::slice::from_raw_parts(buf.as_ptr().cast::<u8>(), size.min(MAP_BUF))
+            };
+            before_exit(map, desc_size)?;
             if exit_bs(self.image, key) == SUCCESS {
                 exited = true;
                 break;
@@ -290,8 +301,7 @@ impl Uefi {
         }
         // Boot services are gone: no more firmware calls, no console.
         // Errors are kept for kestrel to report on its own console.
-        // SAFETY: `size` bytes of `buf` were written by GetMemoryMap (at
-        // most MAP_BUF, the size passed in).
+        // SAFETY: as above, for the map ExitBootServices accepted.
         let map =
             unsafe { core::slice::from_raw_parts(buf.as_ptr().cast::<u8>(), size.min(MAP_BUF)) };
         match reserve::split_uefi_map(
@@ -303,6 +313,10 @@ impl Uefi {
         ) {
             Ok(n) => h.descriptors = n,
             Err(e) => h.map_error = Some(e),
+        }
+        // The same checks as the split: an error is already kept.
+        if let Ok(ram) = reserve::ram_from_uefi_map(map, desc_size) {
+            h.ram = ram;
         }
         h.map_entries = size.checked_div(desc_size).unwrap_or(0);
         Ok(())

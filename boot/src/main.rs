@@ -8,7 +8,7 @@ mod heap;
 #[cfg(target_os = "none")]
 mod package;
 
-#[cfg(all(target_os = "none", target_arch = "loongarch64"))]
+#[cfg(target_os = "none")]
 mod efi;
 
 #[cfg(all(target_os = "none", target_arch = "aarch64"))]

@@ -1,7 +1,8 @@
 //! What a UEFI entry (boot crate, `efi.rs` of each arch) leaves for the
 //! boot path after `ExitBootServices`, on either architecture: the RAM the
-//! firmware keeps, the RAM that is free, the configuration tables found,
-//! the command line from the image's load options, the firmware's name.
+//! firmware keeps, the RAM that is free, the RAM runs of the memory map,
+//! the configuration tables found, the command line from the image's load
+//! options, the firmware's name.
 //!
 //! The memory map is read by `reserve` (types, alignment, overflow);
 //! [`EfiBoot::memory_regions`] turns its free ranges into the few RAM
@@ -10,7 +11,7 @@
 use heapless::Vec;
 
 use crate::board::{MemRegion, MAX_MEM_REGIONS};
-use crate::reserve::{Ranges, ReserveError};
+use crate::reserve::{Ranges, ReserveError, UefiRam};
 
 /// A bounded ASCII string taken from the firmware.
 pub type EfiText<const N: usize> = heapless::String<N>;
@@ -28,6 +29,9 @@ pub struct EfiBoot {
     /// Every range the map describes as memory (not MMIO): where firmware
     /// tables may be read.
     pub described: Ranges,
+    /// The RAM runs of the memory map ([`crate::reserve::ram_from_uefi_map`]):
+    /// the machine's memory on arm64 when the board comes from ACPI.
+    pub ram: UefiRam,
     /// How many descriptors were kept, of how many.
     pub descriptors: usize,
     pub map_entries: usize,
@@ -40,7 +44,9 @@ pub struct EfiBoot {
     /// Where the firmware loaded the image.
     pub load_addr: usize,
     /// Physical address of the ACPI 2.0+ RSDP from the configuration
-    /// table (0: none).
+    /// table (0: none). On arm64 it is set only when there is no device
+    /// tree; the tables were then checked by the UEFI stage and cleaned to
+    /// the point of coherency.
     pub rsdp: u64,
     /// Physical address of the device tree from the configuration table
     /// (0: none).
@@ -54,6 +60,7 @@ impl EfiBoot {
             firmware: Ranges::new(),
             free: Ranges::new(),
             described: Ranges::new(),
+            ram: UefiRam::new(),
             descriptors: 0,
             map_entries: 0,
             map_error: None,

@@ -183,15 +183,24 @@ fn le_u64(b: &[u8], off: usize) -> u64 {
     u64::from_le_bytes(w)
 }
 
-/// Adds every range of the UEFI memory map `map` (as `GetMemoryMap`
-/// returned it, `desc_size` bytes per descriptor) that the firmware keeps
-/// after `ExitBootServices` to `out`. Returns how many descriptors were
-/// reserved.
-pub fn from_uefi_map(
+/// One descriptor of a UEFI memory map, checked: its type, `[start, end)`
+/// and its attributes.
+struct UefiDesc {
+    ty: u32,
+    start: u64,
+    end: u64,
+    attr: u64,
+}
+
+/// Checks the shape of the UEFI memory map `map` (`desc_size` bytes per
+/// descriptor) and calls `f` with each descriptor in order; the first
+/// descriptor that is not 4 KiB aligned or runs past the end of the
+/// address space stops the walk with its error.
+fn walk_uefi_map(
     map: &[u8],
     desc_size: usize,
-    out: &mut Ranges,
-) -> Result<usize, ReserveError> {
+    mut f: impl FnMut(UefiDesc),
+) -> Result<(), ReserveError> {
     if desc_size < UEFI_DESC_MIN || !desc_size.is_multiple_of(8) {
         return Err(ReserveError::DescriptorSize(desc_size));
     }
@@ -201,11 +210,8 @@ pub fn from_uefi_map(
             descriptor: desc_size,
         });
     }
-    let mut n = 0;
     for (index, d) in map.chunks_exact(desc_size).enumerate() {
-        let ty = le_u32(d, 0);
-        let start = le_u64(d, 8);
-        let pages = le_u64(d, 24);
+        let (ty, start, pages, attr) = (le_u32(d, 0), le_u64(d, 8), le_u64(d, 24), le_u64(d, 32));
         let end = pages
             .checked_mul(4096)
             .and_then(|len| start.checked_add(len))
@@ -215,11 +221,32 @@ pub fn from_uefi_map(
                 start,
                 pages,
             })?;
-        if !uefi_type_is_free(ty) && end > start {
-            out.add(start, end);
+        f(UefiDesc {
+            ty,
+            start,
+            end,
+            attr,
+        });
+    }
+    Ok(())
+}
+
+/// Adds every range of the UEFI memory map `map` (as `GetMemoryMap`
+/// returned it, `desc_size` bytes per descriptor) that the firmware keeps
+/// after `ExitBootServices` to `out`. Returns how many descriptors were
+/// reserved.
+pub fn from_uefi_map(
+    map: &[u8],
+    desc_size: usize,
+    out: &mut Ranges,
+) -> Result<usize, ReserveError> {
+    let mut n = 0;
+    walk_uefi_map(map, desc_size, |d| {
+        if !uefi_type_is_free(d.ty) && d.end > d.start {
+            out.add(d.start, d.end);
             n += 1;
         }
-    }
+    })?;
     Ok(n)
 }
 
@@ -259,33 +286,14 @@ impl UefiRam {
 /// device tree gives as the machine's memory. The firmware's own ranges
 /// among it are kept from guests by [`from_uefi_map`].
 pub fn ram_from_uefi_map(map: &[u8], desc_size: usize) -> Result<UefiRam, ReserveError> {
-    if desc_size < UEFI_DESC_MIN || !desc_size.is_multiple_of(8) {
-        return Err(ReserveError::DescriptorSize(desc_size));
-    }
-    if !map.len().is_multiple_of(desc_size) {
-        return Err(ReserveError::MapSize {
-            size: map.len(),
-            descriptor: desc_size,
-        });
-    }
     let mut runs: Vec<(u64, u64), MAX_RANGES> = Vec::new();
     let mut dropped = 0;
-    for (index, d) in map.chunks_exact(desc_size).enumerate() {
-        let (ty, start, pages, attr) = (le_u32(d, 0), le_u64(d, 8), le_u64(d, 24), le_u64(d, 32));
-        let end = pages
-            .checked_mul(4096)
-            .and_then(|len| start.checked_add(len))
-            .filter(|_| start.is_multiple_of(4096))
-            .ok_or(ReserveError::Descriptor {
-                index,
-                start,
-                pages,
-            })?;
-        if !uefi_type_is_ram(ty) || attr & EFI_MEMORY_WB == 0 || end == start {
-            continue;
+    walk_uefi_map(map, desc_size, |d| {
+        if !uefi_type_is_ram(d.ty) || d.attr & EFI_MEMORY_WB == 0 || d.end == d.start {
+            return;
         }
         // Join every run this one overlaps or touches.
-        let (mut s, mut e) = (start, end);
+        let (mut s, mut e) = (d.start, d.end);
         runs.retain(|&(rs, re)| {
             let joins = re >= s && rs <= e;
             if joins {
@@ -297,7 +305,7 @@ pub fn ram_from_uefi_map(map: &[u8], desc_size: usize) -> Result<UefiRam, Reserv
         if runs.push((s, e)).is_err() {
             dropped += 1;
         }
-    }
+    })?;
     // The largest runs, then by address.
     runs.sort_unstable_by_key(|&(s, e)| core::cmp::Reverse(e - s));
     let mut out = UefiRam::new();
@@ -376,44 +384,23 @@ pub fn split_uefi_map(
     free: &mut Ranges,
     described: &mut Ranges,
 ) -> Result<usize, ReserveError> {
-    if desc_size < UEFI_DESC_MIN || !desc_size.is_multiple_of(8) {
-        return Err(ReserveError::DescriptorSize(desc_size));
-    }
-    if !map.len().is_multiple_of(desc_size) {
-        return Err(ReserveError::MapSize {
-            size: map.len(),
-            descriptor: desc_size,
-        });
-    }
     let mut n = 0;
-    for (index, d) in map.chunks_exact(desc_size).enumerate() {
-        let ty = le_u32(d, 0);
-        let start = le_u64(d, 8);
-        let pages = le_u64(d, 24);
-        let end = pages
-            .checked_mul(4096)
-            .and_then(|len| start.checked_add(len))
-            .filter(|_| start.is_multiple_of(4096))
-            .ok_or(ReserveError::Descriptor {
-                index,
-                start,
-                pages,
-            })?;
-        if end == start {
-            continue;
+    walk_uefi_map(map, desc_size, |d| {
+        if d.end == d.start {
+            return;
         }
-        if uefi_type_is_memory(ty) {
-            described.add_exact(start, end);
+        if uefi_type_is_memory(d.ty) {
+            described.add_exact(d.start, d.end);
         }
-        if uefi_type_is_free(ty) {
+        if uefi_type_is_free(d.ty) {
             // Never widened over a gap: a range that would not fit is
             // left out (less guest RAM, never memory that is not free).
-            free.add_exact(start, end);
+            free.add_exact(d.start, d.end);
         } else {
-            firmware.add(start, end);
+            firmware.add(d.start, d.end);
             n += 1;
         }
-    }
+    })?;
     // A range listed twice with different types (a firmware bug) is kept
     // from guests: the reserved ranges are subtracted from the free ones
     // by whoever uses both.

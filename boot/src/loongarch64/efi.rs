@@ -11,7 +11,10 @@ use core::ptr::{addr_of, addr_of_mut};
 
 use kernel::efiboot::EfiBoot;
 
-use crate::efi::{Status, Uefi, ACPI_20_GUID, DEVICE_TREE_GUID, LOAD_ERROR};
+use crate::efi::{Status, Uefi, ACPI_20_GUID, DEVICE_TREE_GUID, ERROR_BIT};
+
+/// EFI_LOAD_ERROR: what the entry returns when kestrel cannot run.
+const LOAD_ERROR: Status = ERROR_BIT | 1;
 
 /// What the UEFI stage found, read by `primary_entry`. In `.data` (not
 /// `.bss`, which `_start` zeroes) so it survives the hand-over; `valid` is
@@ -72,7 +75,7 @@ pub extern "C" fn kestrel_la_efi_main(image: usize, st: usize) -> Status {
     *h = EfiBoot::new();
     h.has_cmdline = efi.load_options(&mut h.cmdline);
     efi.vendor(&mut h.vendor);
-    if efi.exit_boot_services(h).is_err() {
+    if efi.exit_boot_services(h, |_, _| Ok(())).is_err() {
         return LOAD_ERROR;
     }
     // Boot services are gone: no firmware call from here on.

@@ -11,6 +11,7 @@ use core::fmt;
 use crate::acpi::{self, arm64::Ppis, PhysMem};
 use crate::board::{Arch, BoardInfo, MemRegion, UartKind};
 use crate::dtb;
+use crate::efiboot::EfiBoot;
 
 use super::gic::Gic;
 use super::{exceptions, mmu, percpu, pl011, platform, timer};
@@ -35,64 +36,6 @@ pub struct BootArgs {
     pub heap_usage: fn() -> (usize, usize),
     /// What the UEFI stage found, when UEFI firmware started the image.
     pub efi: Option<&'static EfiBoot>,
-}
-
-/// A bounded ASCII string taken from the firmware.
-pub type EfiText<const N: usize> = heapless::String<N>;
-
-/// What the UEFI entry (boot crate, `efi.rs`) leaves for the boot path
-/// after `ExitBootServices`: the RAM the firmware keeps, the command line
-/// from the image's load options, the firmware's name, and when the
-/// firmware gave ACPI tables instead of a device tree, the RSDP and the
-/// RAM of the memory map.
-#[derive(Debug)]
-pub struct EfiBoot {
-    /// Set last: the rest is meaningful.
-    pub valid: bool,
-    /// Ranges of the final UEFI memory map the firmware keeps (runtime
-    /// services, ACPI, reserved, ...), merged.
-    pub firmware: crate::reserve::Ranges,
-    /// How many descriptors were kept, of how many.
-    pub descriptors: usize,
-    pub map_entries: usize,
-    /// The memory map was malformed: reported, and kestrel stops.
-    pub map_error: Option<crate::reserve::ReserveError>,
-    /// The load options were a printable command line.
-    pub has_cmdline: bool,
-    pub cmdline: EfiText<256>,
-    pub vendor: EfiText<64>,
-    /// Where the firmware loaded the image.
-    pub load_addr: usize,
-    /// The ACPI 2.0 RSDP, when there is no device tree (0: none). The
-    /// tables were checked by the UEFI stage and cleaned to the point of
-    /// coherency.
-    pub rsdp: u64,
-    /// The RAM of the memory map (only read when `rsdp` is set).
-    pub ram: crate::reserve::UefiRam,
-}
-
-impl EfiBoot {
-    pub const fn new() -> EfiBoot {
-        EfiBoot {
-            valid: false,
-            firmware: crate::reserve::Ranges::new(),
-            descriptors: 0,
-            map_entries: 0,
-            map_error: None,
-            has_cmdline: false,
-            cmdline: heapless::String::new(),
-            vendor: heapless::String::new(),
-            load_addr: 0,
-            rsdp: 0,
-            ram: crate::reserve::UefiRam::new(),
-        }
-    }
-}
-
-impl Default for EfiBoot {
-    fn default() -> Self {
-        EfiBoot::new()
-    }
 }
 
 /// The interrupts kestrel uses at fixed numbers, which ACPI tables must
