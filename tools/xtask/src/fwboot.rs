@@ -23,7 +23,7 @@
 //! every check must pass, and kestrel must say which firmware started it.
 
 use std::io::{Cursor, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
@@ -123,17 +123,40 @@ fn started_by(case: FwCase) -> &'static [&'static str] {
 }
 
 fn verdict(case: FwCase) -> Verdict {
-    let (boot, firmware) = match boot(case) {
+    verdict_of(boot(case), |log, timed_out| judge(case, log, timed_out))
+}
+
+/// The verdict of a firmware boot (`boot`: the run and the firmware's
+/// version, or why it could not run): `judge` reads the log and whether
+/// it timed out; the firmware version is echoed.
+pub fn verdict_of(
+    boot: Result<(Boot, String), String>,
+    judge: impl FnOnce(&str, bool) -> Vec<String>,
+) -> Verdict {
+    let (boot, firmware) = match boot {
         Ok(b) => b,
         Err(e) => return Verdict::error(e),
     };
     let log = boot.text();
     Verdict {
         echo: vec![format!("firmware: {firmware}")],
-        problems: judge(case, &log, boot.timed_out),
+        problems: judge(&log, boot.timed_out),
         log,
         saved: boot.saved,
         ..Verdict::default()
+    }
+}
+
+/// Adds a problem to `problems` for each of `wants` the log lacks.
+pub fn require<'a>(
+    problems: &mut Vec<String>,
+    log: &str,
+    wants: impl IntoIterator<Item = &'a str>,
+) {
+    for want in wants {
+        if !log.contains(want) {
+            problems.push(format!("the log lacks {want:?}"));
+        }
     }
 }
 
@@ -152,29 +175,28 @@ fn judge(case: FwCase, log: &str, timed_out: bool) -> Vec<String> {
     } else {
         " irqchip:  GICv3"
     };
-    for want in [firmware, irqchip]
-        .into_iter()
-        .chain(started_by(case).iter().copied())
-    {
-        if !log.contains(want) {
-            problems.push(format!("the log lacks {want:?}"));
-        }
-    }
+    require(
+        &mut problems,
+        log,
+        [firmware, irqchip]
+            .into_iter()
+            .chain(started_by(case).iter().copied()),
+    );
     if case.path == BootPath::UBoot && !log.contains("kestrel: loading kestrel.bin from boot.scr") {
         problems.push("U-Boot did not run kestrel's boot.scr".into());
     }
     if case.acpi {
         // Every CPU from the MADT, the console from the SPCR.
-        for want in [
-            "ACPI MADT: 4 CPU(s) enabled",
-            "ACPI SPCR: interface type 0x3 (Pl011) at 0x9000000",
-            "ACPI FADT: PSCI over SMC",
-            "cpus:     4 of 4 online",
-        ] {
-            if !log.contains(want) {
-                problems.push(format!("the log lacks {want:?}"));
-            }
-        }
+        require(
+            &mut problems,
+            log,
+            [
+                "ACPI MADT: 4 CPU(s) enabled",
+                "ACPI SPCR: interface type 0x3 (Pl011) at 0x9000000",
+                "ACPI FADT: PSCI over SMC",
+                "cpus:     4 of 4 online",
+            ],
+        );
     }
     problems
 }
@@ -204,10 +226,7 @@ fn boot(case: FwCase) -> Result<(Boot, String), String> {
     let built = crate::build_image_with(Arch::Aarch64, &[], Some(&root().join(CONFIG)))?;
     let dir = root().join("build/aarch64");
     let slug = case.slug();
-    // A private copy: another build may replace kestrel.bin meanwhile.
-    let image = dir.join(format!("fwboot-{slug}.bin"));
-    std::fs::copy(&built, &image).map_err(|e| format!("{}: {e}", image.display()))?;
-    let kestrel = std::fs::read(&image).map_err(|e| format!("{}: {e}", image.display()))?;
+    let (image, kestrel) = private_copy(&built, &dir, &slug, "bin")?;
     let mut cmd = command(&fw, case);
     match path {
         BootPath::UBoot => {
@@ -215,25 +234,63 @@ fn boot(case: FwCase) -> Result<(Boot, String), String> {
             let disk = disk_image(&[("boot.scr", &script), ("kestrel.bin", &kestrel)], 0x0c)?;
             attach_disk(&mut cmd, &dir.join(format!("fwboot-{slug}.img")), &disk)?;
         }
-        BootPath::UefiKernel => {
-            cmd.arg("-kernel")
-                .arg(&image)
-                .args(["-append", "kestrel.exit=poweroff"]);
-        }
+        BootPath::UefiKernel => kernel_args(&mut cmd, &image),
         BootPath::UefiEsp => {
             let disk = disk_image(&[("EFI/BOOT/BOOTAA64.EFI", &kestrel)], 0xef)?;
             attach_disk(&mut cmd, &dir.join(format!("fwboot-{slug}.img")), &disk)?;
         }
     }
-    let mut runner = Runner::new(cmd, vm_case(case.gic).timeout);
-    if path == BootPath::UefiEsp {
-        // Started with no options: kestrel idles once its VMs are done.
+    let boot = run(
+        cmd,
+        vm_case(case.gic).timeout,
+        &dir,
+        &slug,
+        path == BootPath::UefiEsp,
+    )?;
+    Ok((boot, fw.versions))
+}
+
+/// A private copy of the built image `built` in `dir`, as
+/// `fwboot-{slug}.{ext}` (another build may replace the original
+/// meanwhile): its path and its bytes.
+pub fn private_copy(
+    built: &Path,
+    dir: &Path,
+    slug: &str,
+    ext: &str,
+) -> Result<(PathBuf, Vec<u8>), String> {
+    let image = dir.join(format!("fwboot-{slug}.{ext}"));
+    std::fs::copy(built, &image).map_err(|e| format!("{}: {e}", image.display()))?;
+    let bytes = std::fs::read(&image).map_err(|e| format!("{}: {e}", image.display()))?;
+    Ok((image, bytes))
+}
+
+/// The firmware loads `image` from `-kernel` (fw_cfg) and passes the
+/// `-append` string as its load options.
+pub fn kernel_args(cmd: &mut Command, image: &Path) {
+    cmd.arg("-kernel")
+        .arg(image)
+        .args(["-append", "kestrel.exit=poweroff"]);
+}
+
+/// Runs a firmware boot within `timeout`, the log kept as
+/// `fwboot-{slug}.log` in `dir`. `esp`: kestrel was started from the EFI
+/// system partition with no options, so it idles once its VMs are done,
+/// and the run stops there.
+pub fn run(
+    cmd: Command,
+    timeout: Duration,
+    dir: &Path,
+    slug: &str,
+    esp: bool,
+) -> Result<Boot, String> {
+    let mut runner = Runner::new(cmd, timeout);
+    if esp {
         runner = runner
             .stop_after("all VMs have ended", 1)
             .grace(Duration::from_secs(1));
     }
-    runner = runner.log_to(dir.join(format!("fwboot-{slug}.log")));
-    Ok((runner.run()?, fw.versions))
+    runner.log_to(dir.join(format!("fwboot-{slug}.log"))).run()
 }
 
 /// The boot script U-Boot's distro boot runs: it loads kestrel from the
@@ -273,8 +330,8 @@ fn command(fw: &Firmware, case: FwCase) -> Command {
 }
 
 /// Writes `disk` to `file` and attaches it as a virtio block device (PCI:
-/// both U-Boot and edk2 drive it), writes discarded.
-fn attach_disk(cmd: &mut Command, file: &Path, disk: &[u8]) -> Result<(), String> {
+/// U-Boot and edk2 on both architectures drive it), writes discarded.
+pub fn attach_disk(cmd: &mut Command, file: &Path, disk: &[u8]) -> Result<(), String> {
     std::fs::write(file, disk).map_err(|e| format!("{}: {e}", file.display()))?;
     cmd.arg("-drive")
         .arg(format!(
@@ -391,7 +448,7 @@ pub fn boot_paths(image: &Path) -> Result<Vec<&'static str>, String> {
     if kestrel_abi::image::Arm64Image::parse(&d).is_ok() {
         paths.push("arm64 Image with DTB in x0 (QEMU -kernel, U-Boot booti)");
     }
-    if pe_header(&d).is_some() {
+    if pe_header(&d, PE_AARCH64).is_some() {
         paths.push(
             "EFI application (UEFI with a device tree or ACPI tables: -kernel with edk2, \\EFI\\BOOT\\BOOTAA64.EFI, UEFI shell)",
         );
@@ -399,14 +456,18 @@ pub fn boot_paths(image: &Path) -> Result<Vec<&'static str>, String> {
     Ok(paths)
 }
 
-/// The PE header offset of an image that starts with "MZ" and has "PE\0\0"
-/// for arm64 (machine 0xaa64) where offset 0x3c points.
-fn pe_header(d: &[u8]) -> Option<usize> {
+/// PE machine type of arm64.
+pub const PE_AARCH64: u16 = 0xaa64;
+
+/// The PE header offset of an image that starts with "MZ" and has
+/// "PE\0\0" for `machine` where offset 0x3c points.
+pub fn pe_header(d: &[u8], machine: u16) -> Option<usize> {
     if d.get(0..2)? != b"MZ" {
         return None;
     }
     let off = u32::from_le_bytes(d.get(0x3c..0x40)?.try_into().ok()?) as usize;
-    (d.get(off..off + 4)? == b"PE\0\0" && d.get(off + 4..off + 6)? == [0x64, 0xaa]).then_some(off)
+    (d.get(off..off + 4)? == b"PE\0\0" && d.get(off + 4..off + 6)? == machine.to_le_bytes())
+        .then_some(off)
 }
 
 #[cfg(test)]
@@ -459,8 +520,8 @@ mod tests {
         d[0x3c] = 0x40;
         d[0x40..0x44].copy_from_slice(b"PE\0\0");
         d[0x44..0x46].copy_from_slice(&[0x64, 0xaa]);
-        assert_eq!(pe_header(&d), Some(0x40));
+        assert_eq!(pe_header(&d, PE_AARCH64), Some(0x40));
         d[0x44] = 0x4c;
-        assert_eq!(pe_header(&d), None);
+        assert_eq!(pe_header(&d, PE_AARCH64), None);
     }
 }

@@ -22,8 +22,10 @@ use std::path::Path as FsPath;
 use std::process::Command;
 use std::time::Duration;
 
-use crate::fwboot::disk_image;
-use crate::qemu::{Boot, Runner};
+use crate::fwboot::{
+    attach_disk, disk_image, kernel_args, pe_header, private_copy, require, run, verdict_of,
+};
+use crate::qemu::Boot;
 use crate::suite::{Test, Verdict};
 use crate::vmtest::VmCase;
 use crate::{root, Arch};
@@ -102,42 +104,24 @@ fn la16_command(firmware: &FsPath) -> Command {
 
 /// Kestrel alone (no VM) started by edk2 from `-kernel` on [`la16_command`].
 fn verdict_la64_topology() -> Verdict {
-    let run = || -> Result<(Boot, String), String> {
+    let boot = || -> Result<(Boot, String), String> {
         let (firmware, version) = crate::assets::loong64::ensure_firmware(false)?;
         crate::build_image_with(Arch::LoongArch64, &[], None)?;
         let dir = root().join("build/loongarch64");
-        let image = dir.join("fwboot-uefi-16.efi");
-        std::fs::copy(dir.join("kestrel.efi"), &image)
-            .map_err(|e| format!("{}: {e}", image.display()))?;
+        let (image, _) = private_copy(&dir.join("kestrel.efi"), &dir, "uefi-16", "efi")?;
         let mut cmd = la16_command(&firmware);
-        cmd.arg("-kernel")
-            .arg(&image)
-            .args(["-append", "kestrel.exit=poweroff"]);
-        let runner =
-            Runner::new(cmd, Duration::from_secs(120)).log_to(dir.join("fwboot-uefi-16.log"));
-        Ok((runner.run()?, version))
+        kernel_args(&mut cmd, &image);
+        let boot = run(cmd, Duration::from_secs(120), &dir, "uefi-16", false)?;
+        Ok((boot, version))
     };
-    let (boot, firmware) = match run() {
-        Ok(b) => b,
-        Err(e) => return Verdict::error(e),
-    };
-    let log = boot.text();
-    let mut problems = Vec::new();
-    if boot.timed_out {
-        problems.push("timed out".to_string());
-    }
-    for want in LA16_MUST_SAY {
-        if !log.contains(want) {
-            problems.push(format!("the log lacks {want:?}"));
+    verdict_of(boot(), |log, timed_out| {
+        let mut problems = Vec::new();
+        if timed_out {
+            problems.push("timed out".to_string());
         }
-    }
-    Verdict {
-        echo: vec![format!("firmware: {firmware}")],
-        problems,
-        log,
-        saved: boot.saved,
-        ..Verdict::default()
-    }
+        require(&mut problems, log, LA16_MUST_SAY.iter().copied());
+        problems
+    })
 }
 
 /// The LoongArch VM config every firmware case runs.
@@ -175,27 +159,12 @@ pub const LA_MUST_SAY: &[&str] = &[
 /// suite judges them) and what kestrel must say.
 pub fn judge_la64(log: &str, timed_out: bool) -> Vec<String> {
     let mut problems = crate::vmtests_la64::judge_vm(&la_vm_case(), log, timed_out);
-    for want in LA_MUST_SAY {
-        if !log.contains(want) {
-            problems.push(format!("the log lacks {want:?}"));
-        }
-    }
+    require(&mut problems, log, LA_MUST_SAY.iter().copied());
     problems
 }
 
 fn verdict_la64(path: Path) -> Verdict {
-    let (boot, firmware) = match boot_la64(path) {
-        Ok(b) => b,
-        Err(e) => return Verdict::error(e),
-    };
-    let log = boot.text();
-    Verdict {
-        echo: vec![format!("firmware: {firmware}")],
-        problems: judge_la64(&log, boot.timed_out),
-        log,
-        saved: boot.saved,
-        ..Verdict::default()
-    }
+    verdict_of(boot_la64(path), judge_la64)
 }
 
 /// QEMU LoongArch `virt` with edk2 and two NUMA nodes: 2 sockets of 2
@@ -227,42 +196,16 @@ fn boot_la64(path: Path) -> Result<(Boot, String), String> {
         Path::UefiKernel => "uefi-kernel",
         Path::UefiEsp => "uefi-esp",
     };
-    // A private copy: another build may replace kestrel.efi meanwhile.
-    let image = dir.join(format!("fwboot-{slug}.efi"));
-    std::fs::copy(dir.join("kestrel.efi"), &image)
-        .map_err(|e| format!("{}: {e}", image.display()))?;
-    let kestrel = std::fs::read(&image).map_err(|e| format!("{}: {e}", image.display()))?;
+    let (image, kestrel) = private_copy(&dir.join("kestrel.efi"), &dir, slug, "efi")?;
     let mut cmd = la_command(&firmware);
     if path == Path::UefiKernel {
-        cmd.arg("-kernel")
-            .arg(&image)
-            .args(["-append", "kestrel.exit=poweroff"]);
+        kernel_args(&mut cmd, &image);
     } else {
         let disk = disk_image(&[("EFI/BOOT/BOOTLOONGARCH64.EFI", &kestrel)], 0xef)?;
         attach_disk(&mut cmd, &dir.join(format!("fwboot-{slug}.img")), &disk)?;
     }
-    let mut runner = Runner::new(cmd, la_vm_case().timeout);
-    if path == Path::UefiEsp {
-        // Started with no options: kestrel idles once its VMs are done.
-        runner = runner
-            .stop_after("all VMs have ended", 1)
-            .grace(Duration::from_secs(1));
-    }
-    runner = runner.log_to(dir.join(format!("fwboot-{slug}.log")));
-    Ok((runner.run()?, version))
-}
-
-/// Writes `disk` to `file` and attaches it as a virtio-blk-pci device
-/// (edk2 drives it), writes discarded.
-fn attach_disk(cmd: &mut Command, file: &FsPath, disk: &[u8]) -> Result<(), String> {
-    std::fs::write(file, disk).map_err(|e| format!("{}: {e}", file.display()))?;
-    cmd.arg("-drive")
-        .arg(format!(
-            "if=none,id=fwdisk,format=raw,snapshot=on,file={}",
-            file.display()
-        ))
-        .args(["-device", "virtio-blk-pci,drive=fwdisk"]);
-    Ok(())
+    let boot = run(cmd, la_vm_case().timeout, &dir, slug, path == Path::UefiEsp)?;
+    Ok((boot, version))
 }
 
 /// PE machine type of LoongArch64.
@@ -299,17 +242,6 @@ pub fn check_efi_image(file: &FsPath, machine: u16) -> Result<(), String> {
             file.display()
         )
     })
-}
-
-/// The PE header offset of an image that starts with "MZ" and has
-/// "PE\0\0" for `machine` where offset 0x3c points.
-fn pe_header(d: &[u8], machine: u16) -> Option<usize> {
-    if d.get(0..2)? != b"MZ" {
-        return None;
-    }
-    let off = u32::from_le_bytes(d.get(0x3c..0x40)?.try_into().ok()?) as usize;
-    (d.get(off..off + 4)? == b"PE\0\0" && d.get(off + 4..off + 6)? == machine.to_le_bytes())
-        .then_some(off)
 }
 
 #[cfg(test)]
