@@ -2,7 +2,9 @@
 //! table names the RSDP): the RSDP (ACPI 2.0 and later), the XSDT and the
 //! system description tables it lists, each checked before anything in it
 //! is trusted. The arm64 board (MADT, GTDT, SPCR, FADT) is read by
-//! [`arm64`]. Safe Rust, host-tested; see docs/arm64-boot.md, "ACPI".
+//! [`arm64`], the LoongArch one (MADT core PICs, SRAT, SLIT, SPCR, FADT)
+//! by [`loongarch`]. Safe Rust, host-tested; see docs/arm64-boot.md and
+//! docs/loongarch-boot.md, "ACPI".
 //!
 //! Physical memory is reached through [`PhysMem`], which the arch
 //! implements over the RAM the firmware described (and tests over a
@@ -21,6 +23,7 @@ use core::fmt;
 use heapless::Vec;
 
 pub mod arm64;
+pub mod loongarch;
 
 /// Largest table read (bytes): far beyond any MADT, GTDT, SPCR or FADT.
 pub const MAX_TABLE: u32 = 1 << 20;
@@ -48,6 +51,8 @@ impl Sig {
     pub const GTDT: Sig = Sig(*b"GTDT");
     pub const SPCR: Sig = Sig(*b"SPCR");
     pub const FADT: Sig = Sig(*b"FACP");
+    pub const SRAT: Sig = Sig(*b"SRAT");
+    pub const SLIT: Sig = Sig(*b"SLIT");
 }
 
 impl fmt::Display for Sig {

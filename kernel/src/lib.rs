@@ -11,7 +11,6 @@ extern crate alloc;
 
 // Boot-time plumbing shared by both architectures.
 pub mod acpi;
-pub mod acpi_loongarch;
 pub mod backend;
 pub mod banner;
 pub mod board;

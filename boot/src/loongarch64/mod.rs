@@ -240,7 +240,7 @@ fn board_from_uefi(h: &EfiBoot) -> BoardInfo {
         ));
     }
     let mem = bootinfo::FirmwareMemory::new(&h.described);
-    let info = match kernel::acpi_loongarch::parse(&mem, h.rsdp) {
+    let info = match kernel::acpi::loongarch::parse(&mem, h.rsdp) {
         Ok(i) => i,
         Err(e) => early_halt(format_args!("{e} (RSDP at {:#x})", h.rsdp)),
     };
@@ -252,7 +252,7 @@ fn board_from_uefi(h: &EfiBoot) -> BoardInfo {
         "ACPI: RSDP at {:#x} (revision {}), tables:{tables}",
         h.rsdp, info.revision
     );
-    let board = kernel::acpi_loongarch::loongarch_board(&info, &regions);
+    let board = kernel::acpi::loongarch::loongarch_board(&info, &regions);
     let mut cores = String::new();
     for (i, c) in info.cores.iter().enumerate() {
         let _ = write!(cores, " cpu{i}=core{}/node{}", c.hw_id, c.node);
@@ -286,12 +286,12 @@ fn board_from_uefi(h: &EfiBoot) -> BoardInfo {
         let mut d = String::new();
         for a in 0..info
             .localities
-            .min(kernel::acpi_loongarch::MAX_NODES as u64) as u32
+            .min(kernel::acpi::loongarch::MAX_NODES as u64) as u32
         {
             let _ = write!(d, " [");
             for b in 0..info
                 .localities
-                .min(kernel::acpi_loongarch::MAX_NODES as u64) as u32
+                .min(kernel::acpi::loongarch::MAX_NODES as u64) as u32
             {
                 let _ = write!(
                     d,

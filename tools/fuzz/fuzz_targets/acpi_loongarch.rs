@@ -1,4 +1,4 @@
-//! The LoongArch ACPI reader (`kernel::acpi_loongarch`): arbitrary bytes as physical memory with
+//! The LoongArch ACPI reader (`kernel::acpi::loongarch`): arbitrary bytes as physical memory with
 //! the RSDP at its start are read or refused, never a panic. So that the
 //! fuzzer gets past the checksums, the input is fixed up first: the RSDP's
 //! signature, revision 2 and checksums, its XSDT pointer folded into the
@@ -8,15 +8,16 @@
 //! distances only for the localities kept, a board built from it.
 #![no_main]
 
-use kernel::acpi_loongarch::{self as acpi, Memory, MAX_CORES, MAX_NODES};
+use kernel::acpi::loongarch::{self as acpi, MAX_CORES, MAX_NODES};
+use kernel::acpi::PhysMem;
 use libfuzzer_sys::fuzz_target;
 
 const BASE: u64 = 0x10_0000;
 
 struct Img(Vec<u8>);
 
-impl Memory for Img {
-    fn bytes(&self, pa: u64, len: usize) -> Option<&[u8]> {
+impl PhysMem for Img {
+    fn read(&self, pa: u64, len: usize) -> Option<&[u8]> {
         let off = usize::try_from(pa.checked_sub(BASE)?).ok()?;
         self.0.get(off..off.checked_add(len)?)
     }

@@ -159,8 +159,8 @@ impl<'a> FirmwareMemory<'a> {
     }
 }
 
-impl crate::acpi_loongarch::Memory for FirmwareMemory<'_> {
-    fn bytes(&self, pa: u64, len: usize) -> Option<&[u8]> {
+impl crate::acpi::PhysMem for FirmwareMemory<'_> {
+    fn read(&self, pa: u64, len: usize) -> Option<&[u8]> {
         let end = pa.checked_add(len as u64)?;
         if end > dmw::PA_MASK {
             return None;
