@@ -438,13 +438,19 @@ pub mod testdata {
         e
     }
 
-    pub fn madt_table(entries: &[Vec<u8>]) -> Vec<u8> {
-        let mut b = std::vec![0u8; 8];
-        b[4] = 1;
+    /// A table of `sig` and `revision` whose body is `fixed` (its fixed
+    /// part after the header), then `entries`.
+    fn with_entries(sig: &[u8; 4], revision: u8, fixed: &[u8], entries: &[Vec<u8>]) -> Vec<u8> {
+        let mut b = fixed.to_vec();
         for e in entries {
             b.extend_from_slice(e);
         }
-        table(b"APIC", 6, &b)
+        table(sig, revision, &b)
+    }
+
+    pub fn madt_table(entries: &[Vec<u8>]) -> Vec<u8> {
+        // Local APIC address 0, flags 1.
+        with_entries(b"APIC", 6, &[0, 0, 0, 0, 1, 0, 0, 0], entries)
     }
 
     pub fn cpu_affinity(hw: u8, node: u32) -> Vec<u8> {
@@ -470,12 +476,10 @@ pub mod testdata {
     }
 
     pub fn srat_table(entries: &[Vec<u8>]) -> Vec<u8> {
-        let mut b = std::vec![0u8; 12];
-        b[0] = 1;
-        for e in entries {
-            b.extend_from_slice(e);
-        }
-        table(b"SRAT", 3, &b)
+        // Reserved field 1 (as ACPI requires), then 8 reserved bytes.
+        let mut fixed = [0u8; 12];
+        fixed[0] = 1;
+        with_entries(b"SRAT", 3, &fixed, entries)
     }
 
     pub fn slit_table(n: usize, m: &[u8]) -> Vec<u8> {

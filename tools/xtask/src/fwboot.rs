@@ -521,7 +521,23 @@ mod tests {
         d[0x40..0x44].copy_from_slice(b"PE\0\0");
         d[0x44..0x46].copy_from_slice(&[0x64, 0xaa]);
         assert_eq!(pe_header(&d, PE_AARCH64), Some(0x40));
+        assert_eq!(pe_header(&d, crate::fwboot_la64::PE_LOONGARCH64), None);
+        d[0x44..0x46].copy_from_slice(&[0x64, 0x62]);
+        assert_eq!(
+            pe_header(&d, crate::fwboot_la64::PE_LOONGARCH64),
+            Some(0x40)
+        );
         d[0x44] = 0x4c;
         assert_eq!(pe_header(&d, PE_AARCH64), None);
+        d[0x3c] = 0xff;
+        assert_eq!(pe_header(&d, PE_AARCH64), None);
+        d[0x3c] = 0x40;
+        d[0x44] = 0x64;
+        assert_eq!(
+            pe_header(&d, crate::fwboot_la64::PE_LOONGARCH64),
+            Some(0x40)
+        );
+        d[0] = b'X';
+        assert_eq!(pe_header(&d, crate::fwboot_la64::PE_LOONGARCH64), None);
     }
 }

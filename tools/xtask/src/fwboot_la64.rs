@@ -249,22 +249,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn pe_detection() {
-        let mut d = vec![0u8; 0x100];
-        d[0..2].copy_from_slice(b"MZ");
-        d[0x3c] = 0x40;
-        d[0x40..0x44].copy_from_slice(b"PE\0\0");
-        d[0x44..0x46].copy_from_slice(&[0x64, 0x62]);
-        assert_eq!(pe_header(&d, PE_LOONGARCH64), Some(0x40));
-        assert_eq!(pe_header(&d, 0xaa64), None);
-        d[0x3c] = 0xff;
-        assert_eq!(pe_header(&d, PE_LOONGARCH64), None);
-        d[0x3c] = 0x40;
-        d[0] = b'X';
-        assert_eq!(pe_header(&d, PE_LOONGARCH64), None);
-    }
-
-    #[test]
     fn la64_judge_wants_acpi_nodes_and_every_core() {
         // Nothing printed: every expectation is a problem.
         let p = judge_la64("", false);
