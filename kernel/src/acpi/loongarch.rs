@@ -92,6 +92,9 @@ pub struct AcpiInfo {
     pub tables: Vec<Sig, MAX_TABLES>,
     /// SRAT processor affinity: (physical core ID, proximity domain).
     pub cpu_nodes: Vec<(u32, u32), 64>,
+    /// Listed tables with a bad checksum (a table kestrel reads is
+    /// refused for it; the others are only reported).
+    pub bad_checksums: usize,
 }
 
 impl AcpiInfo {
@@ -125,6 +128,7 @@ pub fn parse<M: PhysMem>(mem: &M, rsdp_pa: u64) -> Result<AcpiInfo, AcpiError> {
     let mut info = AcpiInfo {
         revision: t.rsdp.revision,
         oem: t.rsdp.oem_id,
+        bad_checksums: t.bad_checksums,
         ..AcpiInfo::default()
     };
     for r in &t.list {
@@ -389,6 +393,9 @@ pub fn loongarch_board(info: &AcpiInfo, memory: &[MemRegion]) -> BoardInfo {
         });
     }
     let mut warnings = Vec::new();
+    if info.bad_checksums > 0 {
+        let _ = warnings.push("ACPI: a table kestrel does not read has a bad checksum: ignored");
+    }
     let uart = match info.uart {
         Some(u) if is_16550(u.interface) => Some(Uart {
             kind: UartKind::Ns16550,
@@ -792,5 +799,14 @@ mod tests {
         let b = loongarch_board(&info, &mem);
         assert_eq!(b.uart, None);
         assert_eq!(b.warnings.len(), 1);
+        // A table kestrel does not read with a bad checksum: a warning.
+        let mut t = qemu_like();
+        let mut x = table(b"XYZW", 1, &[1, 2, 3]);
+        x[9] = x[9].wrapping_add(1);
+        t.push(x);
+        let info = parse(&with_tables(&t), RSDP).unwrap();
+        assert_eq!(info.bad_checksums, 1);
+        let b = loongarch_board(&info, &mem);
+        assert!(b.warnings.iter().any(|w| w.contains("bad checksum")));
     }
 }
