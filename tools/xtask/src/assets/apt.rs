@@ -56,13 +56,18 @@ pub(super) fn debian_suite() -> String {
     std::env::var("KESTREL_DEBIAN_SUITE").unwrap_or_else(|_| DEFAULT_SUITE.into())
 }
 
+/// The Debian mirror (`KESTREL_DEBIAN_MIRROR`).
+pub(super) fn debian_mirror() -> String {
+    std::env::var("KESTREL_DEBIAN_MIRROR").unwrap_or_else(|_| DEFAULT_MIRROR.into())
+}
+
 /// The private apt state under `cache` with the lists of [`debian_suite`]
 /// (`-updates` and `-security` too) for arm64, which include the `all`
 /// packages. Returns the apt options and the suite; `step` prefixes the
 /// progress message.
 pub(super) fn update_lists(cache: &Path, step: &str) -> Result<(Vec<String>, String), String> {
     let suite = debian_suite();
-    let mirror = std::env::var("KESTREL_DEBIAN_MIRROR").unwrap_or_else(|_| DEFAULT_MIRROR.into());
+    let mirror = debian_mirror();
     let sources = format!(
         "# written by `cargo xtask`\n\
          deb {mirror}/debian {suite} main\n\
@@ -80,21 +85,8 @@ pub(super) fn update_lists(cache: &Path, step: &str) -> Result<(Vec<String>, Str
 }
 
 pub(super) fn fetch(cache: &Path, debs: &Path) -> Result<BTreeMap<String, String>, String> {
-    let suite = debian_suite();
-    let mirror = std::env::var("KESTREL_DEBIAN_MIRROR").unwrap_or_else(|_| DEFAULT_MIRROR.into());
-    let sources = format!(
-        "# written by `cargo xtask guest-assets`\n\
-         deb {mirror}/debian {suite} main\n\
-         deb {mirror}/debian {suite}-updates main\n\
-         deb {mirror}/debian-security {suite}-security main\n"
-    );
-    let opts = update(
-        cache,
-        "arm64",
-        &sources,
-        "[1/4]",
-        &format!("Debian {suite} arm64"),
-    )?;
+    let (opts, suite) = update_lists(cache, "[1/4]")?;
+    let mirror = debian_mirror();
 
     say(&format!("[2/4] resolving {KERNEL_META} and {BUSYBOX}"));
     let meta = candidate(&opts, KERNEL_META)?;

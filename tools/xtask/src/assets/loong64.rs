@@ -21,9 +21,9 @@ use std::time::Instant;
 use kestrel_abi::image::{Elf, EM_LOONGARCH, ET_EXEC};
 
 use super::apt::{
-    candidate, check_cached_debs, deb_member_where, dependency, download, drop_other_debs,
-    extract_member, need_tools, parse_manifest, record, render_manifest, sha256, show, update,
-    DEFAULT_MIRROR,
+    candidate, check_cached_debs, deb_member_where, debian_mirror, dependency, download,
+    drop_other_debs, extract_member, need_tools, parse_manifest, record, render_manifest, sha256,
+    show, update,
 };
 use super::initramfs::build_initramfs;
 use super::{cache_dir, mkdir, say};
@@ -83,10 +83,6 @@ pub fn built() -> Option<Loong64Assets> {
         .then_some(a)
 }
 
-fn mirror() -> String {
-    std::env::var("KESTREL_DEBIAN_MIRROR").unwrap_or_else(|_| DEFAULT_MIRROR.into())
-}
-
 /// The cached manifest of `cache` if its `.deb` files are intact.
 fn cached(cache: &Path, suite: &str, keys: &[&str]) -> Option<BTreeMap<String, String>> {
     let text = std::fs::read_to_string(cache.join("manifest.txt")).ok()?;
@@ -112,7 +108,7 @@ fn save_manifest(cache: &Path, m: &BTreeMap<String, String>) -> Result<(), Strin
 fn fetch_guest(cache: &Path) -> Result<BTreeMap<String, String>, String> {
     let debs = cache.join("debs");
     mkdir(&debs)?;
-    let mirror = mirror();
+    let mirror = debian_mirror();
     let sources = format!(
         "# written by `cargo xtask guest-assets --arch loongarch64`\n\
          deb {mirror}/debian {SUITE} main\n"
@@ -156,7 +152,7 @@ fn fetch_guest(cache: &Path) -> Result<BTreeMap<String, String>, String> {
 fn fetch_firmware(cache: &Path) -> Result<BTreeMap<String, String>, String> {
     let debs = cache.join("debs");
     mkdir(&debs)?;
-    let mirror = mirror();
+    let mirror = debian_mirror();
     let sources = format!(
         "# written by `cargo xtask guest-assets --arch loongarch64`\n\
          deb {mirror}/debian {FIRMWARE_SUITE} main\n"
