@@ -799,10 +799,27 @@ fn passthrough_test(case: &KestrelCase) -> Verdict {
         "-device".to_string(),
         "virtio-blk-device,drive=pt0".to_string(),
     ];
-    match kestrel_boot_with(case, &extra) {
+    kestrel_verdict(case, kestrel_boot_with(case, &extra), |boot| {
+        judge_passthrough(boot, &disk, &nonce, &dir)
+    })
+}
+
+/// Boots Debian's kernel as VMs under kestrel (issue: Linux guests).
+fn kestrel_test(case: &KestrelCase) -> Verdict {
+    kestrel_verdict(case, kestrel_boot(case), |_| Vec::new())
+}
+
+/// The verdict on one kestrel Linux boot: [`judge_kestrel`]'s problems and
+/// the case's own (`extra`), the power-off time, the log.
+fn kestrel_verdict(
+    case: &KestrelCase,
+    boot: Result<Boot, String>,
+    extra: impl FnOnce(&Boot) -> Vec<String>,
+) -> Verdict {
+    match boot {
         Ok(boot) => {
             let mut problems = judge_kestrel(&boot, case);
-            problems.extend(judge_passthrough(&boot, &disk, &nonce, &dir));
+            problems.extend(extra(&boot));
             Verdict {
                 problems,
                 detail: Some(format!(
@@ -813,23 +830,6 @@ fn passthrough_test(case: &KestrelCase) -> Verdict {
                 ..Verdict::default()
             }
         }
-        Err(e) => Verdict::error(e),
-    }
-}
-
-/// Boots Debian's kernel as VMs under kestrel (issue: Linux guests).
-fn kestrel_test(case: &KestrelCase) -> Verdict {
-    let boot = kestrel_boot(case);
-    match boot {
-        Ok(boot) => Verdict {
-            problems: judge_kestrel(&boot, case),
-            detail: Some(format!(
-                "power-off at {:.1} s",
-                boot.ended.unwrap_or_default().as_secs_f64()
-            )),
-            log: boot.log(),
-            ..Verdict::default()
-        },
         Err(e) => Verdict::error(e),
     }
 }
