@@ -3,6 +3,9 @@
 #   - the Rust toolchain pinned in rust-toolchain.toml, with its targets and components
 #   - QEMU 10 (qemu-system-arm, qemu-system-misc) from Debian bookworm-backports
 #   - cargo-fuzz (from crates.io) for the fuzz targets in tools/fuzz
+#   - the LoongArch emulator with the virtualization extension (LVZ), which
+#     stock QEMU lacks (tools/qemu-lvz/README.md): unpacked from a prebuilt
+#     copy where one is present, else rebuilt from its pinned source
 #   - e2fsprogs and cpio (Debian) for the Linux guest's root filesystem image
 #     and initramfs (`cargo xtask guest-assets`)
 # Safe to run repeatedly; does nothing when everything is present.
@@ -93,6 +96,67 @@ install_fuzz() {
         die "could not install cargo-fuzz; run: cargo install cargo-fuzz --locked"
 }
 
+# The LVZ emulator: `qemu_lvz_dir`/qemu-system-loongarch64 (xtask asks
+# `setup.sh lvz-path`). It is the QEMU-LVZ fork with kestrel's patches
+# (tools/qemu-lvz/patches); the folder is named after the patch set, so a
+# new patch means a new build. A prebuilt copy is used when one is present
+# ($KESTREL_QEMU_LVZ_SRC, else ../shared/qemu-lvz beside the checkout) and
+# tools/qemu-lvz/prebuilt.sha256 lists its checksum for this patch set;
+# otherwise tools/qemu-lvz/build.sh rebuilds it from the pinned source (the
+# tarballs in that folder, or GitHub), about 25 minutes, once.
+lvz_id() { cat "$here"/tools/qemu-lvz/patches/*.patch | sha256sum | cut -c1-12; }
+qemu_lvz_dir() { printf '%s/kestrel/qemu-lvz-%s' "${XDG_CACHE_HOME:-$HOME/.cache}" "$(lvz_id)"; }
+
+lvz_build_deps() {
+    local pkgs=(build-essential ninja-build pkg-config python3-venv flex bison
+        libglib2.0-dev libpixman-1-dev libfdt-dev libslirp-dev zlib1g-dev git)
+    local missing=()
+    for p in "${pkgs[@]}"; do
+        dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+    done
+    [ ${#missing[@]} -eq 0 ] && return 0
+    if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+        say "installing what the LVZ emulator builds with (apt-get install ${missing[*]})"
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null ||
+            die "could not install ${missing[*]} (needed to build the LVZ emulator)"
+    else
+        die "the LVZ emulator must be built and needs: ${missing[*]} (install them as root, then re-run)"
+    fi
+}
+
+install_qemu_lvz() {
+    local dir bin src="" id
+    dir=$(qemu_lvz_dir)
+    bin=$dir/qemu-system-loongarch64
+    id=$(lvz_id)
+    if [ -x "$bin" ] && "$bin" --version >/dev/null 2>&1; then
+        return 0
+    fi
+    for d in "${KESTREL_QEMU_LVZ_SRC:-}" "$here/../shared/qemu-lvz" /work/shared/qemu-lvz; do
+        if [ -n "$d" ] && [ -f "$d/qemu-system-loongarch64.xz" ]; then src=$(cd "$d" && pwd); break; fi
+    done
+    mkdir -p "$dir"
+    if [ -n "$src" ]; then
+        xz -dc "$src/qemu-system-loongarch64.xz" >"$bin.tmp"
+        local sum
+        sum=$(sha256sum "$bin.tmp" | cut -d' ' -f1)
+        if grep -qs "^$sum $id\b" "$here/tools/qemu-lvz/prebuilt.sha256"; then
+            say "installing the LVZ emulator from $src/qemu-system-loongarch64.xz into $dir"
+            chmod +x "$bin.tmp" && mv "$bin.tmp" "$bin"
+        else
+            rm -f "$bin.tmp"
+            say "the prebuilt LVZ emulator in $src lacks kestrel's patches (tools/qemu-lvz/patches, set $id): rebuilding it from the pinned source there (once, about 25 minutes)"
+        fi
+    fi
+    if [ ! -x "$bin" ]; then
+        lvz_build_deps
+        KESTREL_QEMU_LVZ_SRC=$src bash "$here/tools/qemu-lvz/build.sh" "$dir" >"$dir/build.log" 2>&1 ||
+            die "could not build the LVZ emulator (log: $dir/build.log; tools/qemu-lvz/README.md says what it needs)"
+    fi
+    "$bin" --version >/dev/null 2>&1 ||
+        die "$bin does not run: it needs libglib2.0-0 libslirp0 libfdt1 zlib1g libpcre2-8-0 (QEMU 10 from bookworm-backports brings them)"
+}
+
 # A command in PATH or in /sbin, /usr/sbin (not in a user's PATH on Debian).
 have_cmd() {
     command -v "$1" >/dev/null 2>&1 || [ -x "/sbin/$1" ] || [ -x "/usr/sbin/$1" ]
@@ -116,9 +180,11 @@ install_guest_tools() {
 
 case "${1:-all}" in
     rust) install_rust ;;
-    qemu) install_qemu ;;
+    qemu) install_qemu; install_qemu_lvz ;;
+    lvz) install_qemu_lvz ;;
+    lvz-path) printf '%s/qemu-system-loongarch64\n' "$(qemu_lvz_dir)" ;;
     fuzz) install_rust; install_fuzz ;;
     guest) install_guest_tools ;;
-    all) install_rust; install_qemu; install_fuzz; install_guest_tools ;;
-    *) die "usage: $0 [all|rust|qemu|fuzz|guest]" ;;
+    all) install_rust; install_qemu; install_qemu_lvz; install_fuzz; install_guest_tools ;;
+    *) die "usage: $0 [all|rust|qemu|lvz|lvz-path|fuzz|guest]" ;;
 esac

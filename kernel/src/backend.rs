@@ -2,8 +2,9 @@
 //! (`BoardInfo::backend`), above `arch`. Each backend's hypervisor lives in
 //! one static of this module; `runtime` creates the VMs and runs them
 //! through [`create_vms`] and [`run_vms`], and the shared steps are
-//! `crate::vmm`'s. An LVZ backend would get its own slot beside the
-//! trap-and-emulate one and be picked in the LoongArch match below.
+//! `crate::vmm`'s. On LoongArch the LVZ backend and the trap-and-emulate
+//! one each have a slot; the boot path chose one (`BoardInfo::backend`,
+//! from CPUCFG2.LVZ and `kestrel.backend=`).
 
 use alloc::vec::Vec;
 
@@ -38,25 +39,51 @@ mod chosen {
 #[cfg(all(target_os = "none", target_arch = "loongarch64"))]
 mod chosen {
     use super::*;
+    use crate::arch::loongarch64::lvz::{self, LvzBackend};
     use crate::arch::loongarch64::vm::{self, LaBackend};
     use crate::board::Backend;
+    use crate::cmdline::{BackendChoice, BootOptions};
     use crate::vmm::{self, Slot};
+    use core::sync::atomic::{AtomicBool, Ordering};
 
     static TRAP_EMULATE: Slot<LaBackend> = Slot::new();
+    static LVZ: Slot<LvzBackend> = Slot::new();
+    /// Which of the two runs the VMs (set before any secondary runs them).
+    static USE_LVZ: AtomicBool = AtomicBool::new(false);
 
     pub fn create(board: &BoardInfo, specs: &[VmSpec<'static>]) -> usize {
         let online = super::online(board);
-        if board.backend == Backend::LoongArchLvz {
-            // The LVZ backend would be chosen here (its own slot); until it
-            // exists, trap-and-emulate runs on LVZ hardware too.
-            log::warn!("LVZ present, but kestrel has no LVZ backend yet: using trap-and-emulate");
+        let policy = vmm::fp_policy(crate::vmconfig::package());
+        let want = BootOptions::parse(board.cmdline.as_str()).backend;
+        if want == BackendChoice::Lvz && board.backend != Backend::LoongArchLvz {
+            log::error!(
+                "kestrel.backend=lvz: this CPU has no LVZ (CPUCFG2 bit 10 is 0): no VM can run \
+                 (use kestrel.backend=tne, or leave the option out)"
+            );
+            return 0;
         }
-        let backend = vm::probe(board, vmm::fp_policy(crate::vmconfig::package()));
+        if board.backend == Backend::LoongArchLvz {
+            match lvz::probe(board, policy) {
+                Ok(backend) => {
+                    USE_LVZ.store(true, Ordering::Release);
+                    return vmm::start(&LVZ, backend, board, specs, online);
+                }
+                Err(e) => {
+                    log::error!("LVZ backend: {e}: no VM can run");
+                    return 0;
+                }
+            }
+        }
+        let backend = vm::probe(board, policy);
         vmm::start(&TRAP_EMULATE, backend, board, specs, online)
     }
 
     pub fn run(cpu: usize) -> ExitStatus {
-        vmm::run_vms(&TRAP_EMULATE, cpu)
+        if USE_LVZ.load(Ordering::Acquire) {
+            vmm::run_vms(&LVZ, cpu)
+        } else {
+            vmm::run_vms(&TRAP_EMULATE, cpu)
+        }
     }
 }
 

@@ -5,6 +5,7 @@
 //! |--------------------------|------------------------------------------------------|
 //! | `kestrel.exit=poweroff`  | power the machine off with a status when work is done |
 //! | `kestrel.tick_hz=N`      | timer tick frequency (default 100, 1..=10000)          |
+//! | `kestrel.backend=lvz\|tne` | LoongArch: force the LVZ or the trap-and-emulate backend (default: LVZ when the CPU has it) |
 //!
 //! Unknown `kestrel.*` options are reported, never silently ignored.
 
@@ -19,10 +20,22 @@ pub enum OnExit {
     PowerOff,
 }
 
+/// Which LoongArch VM backend the user asked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BackendChoice {
+    /// LVZ when the CPU has it, else trap-and-emulate.
+    Auto,
+    /// LVZ; an error where the CPU has none.
+    Lvz,
+    /// Trap-and-emulate, even on a CPU with LVZ.
+    TrapEmulate,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BootOptions<'a> {
     pub on_exit: OnExit,
     pub tick_hz: u32,
+    pub backend: BackendChoice,
     /// `kestrel.*` words that were not understood, to be reported.
     pub unknown: Vec<&'a str, 8>,
 }
@@ -32,6 +45,7 @@ impl Default for BootOptions<'_> {
         BootOptions {
             on_exit: OnExit::Stay,
             tick_hz: 100,
+            backend: BackendChoice::Auto,
             unknown: Vec::new(),
         }
     }
@@ -55,6 +69,17 @@ impl<'a> BootOptions<'a> {
                     }
                     "stay" => {
                         opts.on_exit = OnExit::Stay;
+                        true
+                    }
+                    _ => false,
+                },
+                "backend" => match value {
+                    "lvz" => {
+                        opts.backend = BackendChoice::Lvz;
+                        true
+                    }
+                    "tne" => {
+                        opts.backend = BackendChoice::TrapEmulate;
                         true
                     }
                     _ => false,

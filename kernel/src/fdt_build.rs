@@ -499,12 +499,17 @@ pub struct LoongArchDtbSpec<'a> {
     pub initrd: Option<(u64, u64)>,
 }
 
+/// Phandles of the LoongArch guest tree.
+const LA_PHANDLE_CPUIC: u32 = 1;
+const LA_PHANDLE_GED: u32 = 2;
+
 /// The device tree kestrel generates for a LoongArch guest (unless the
 /// config gives one): memory from 0 (and above the device window when
 /// there is more than `layout::LOW_RAM`), one `cpu@N` per vCPU
-/// (reg = CPUID), the console 16550 and the power-off register, `/chosen`
-/// with the command line. Enough for kestrel's test guest and a description
-/// for others.
+/// (reg = CPUID), the console 16550, the power-off and reset registers
+/// (also as QEMU virt's GED syscon with `syscon-poweroff`/`syscon-reboot`,
+/// which Linux drives), the CPU interrupt controller, `/chosen` with the
+/// command line.
 pub fn guest_dtb_loongarch(spec: &LoongArchDtbSpec) -> Vec<u8> {
     use crate::guest::loongarch::layout;
     let mut w = FdtWriter::new();
@@ -557,6 +562,34 @@ pub fn guest_dtb_loongarch(spec: &LoongArchDtbSpec) -> Vec<u8> {
         .prop_str("compatible", "kestrel,reset-byte")
         .prop_reg("reg", &[(layout::POWEROFF + layout::RESET_OFFSET, 1)])
         .prop_u32("value", layout::RESET_VALUE as u32)
+        .end_node();
+    // The same two registers as Linux drives them on QEMU virt: a syscon
+    // with byte accesses and its power-off and reboot children.
+    w.begin_node(&format!("ged@{:x}", layout::POWEROFF))
+        .prop_str("compatible", "syscon")
+        .prop_reg("reg", &[(layout::POWEROFF, 4)])
+        .prop_u32("reg-io-width", 1)
+        .prop_u32("phandle", LA_PHANDLE_GED);
+    w.begin_node("poweroff")
+        .prop_str("compatible", "syscon-poweroff")
+        .prop_u32("regmap", LA_PHANDLE_GED)
+        .prop_u32("offset", 0)
+        .prop_u32("value", layout::POWEROFF_VALUE as u32)
+        .end_node();
+    w.begin_node("reboot")
+        .prop_str("compatible", "syscon-reboot")
+        .prop_u32("regmap", LA_PHANDLE_GED)
+        .prop_u32("offset", layout::RESET_OFFSET as u32)
+        .prop_u32("value", layout::RESET_VALUE as u32)
+        .end_node();
+    w.end_node();
+    // The CPU's own interrupt lines (SWI0-1, HWI0-7, PMI, TI, IPI): the
+    // controller Linux takes its timer and IPI interrupts from.
+    w.begin_node("cpuic")
+        .prop_str("compatible", "loongson,cpu-interrupt-controller")
+        .prop_empty("interrupt-controller")
+        .prop_u32("#interrupt-cells", 1)
+        .prop_u32("phandle", LA_PHANDLE_CPUIC)
         .end_node();
     w.end_node();
     // Balanced calls, one root, no NUL in any name: finish cannot fail.

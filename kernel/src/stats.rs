@@ -86,6 +86,8 @@ counters! {
     IpiCoalesced = stat::IPI_COALESCED, "ipi_coalesced";
     /// Guest RAM blocks zeroed at their first touch.
     LazyZero = stat::LAZY_ZERO, "lazy_zero";
+    /// Emulated IPIs sent (IOCSR IPI_SEND).
+    IpiEmulated = stat::IPI_EMULATED, "ipi_emulated";
 }
 
 // The table above must list every index of the ABI once, in order.

@@ -159,6 +159,7 @@ extern "C" fn primary_entry(a0: u64, a1: u64, a2: u64) -> ! {
         free >> 10,
         PLATFORM.console_pa()
     );
+    board.backend = kernel::arch::loongarch64::lvz::select(board.cmdline.as_str());
     kernel::runtime::primary_main(board, &PLATFORM)
 }
 

@@ -225,8 +225,11 @@ pub mod stat {
     pub const IPI_COALESCED: u64 = 19;
     /// Guest RAM blocks (2 MiB) zeroed at their first touch (arm64).
     pub const LAZY_ZERO: u64 = 20;
+    /// Emulated IPIs sent through the interrupt controller's registers
+    /// (LoongArch IOCSR IPI_SEND), the path PV IPIs replace.
+    pub const IPI_EMULATED: u64 = 21;
     /// Number of counters.
-    pub const COUNT: u64 = 21;
+    pub const COUNT: u64 = 22;
 }
 
 /// Guest side: packs ascending target ids into 128-wide IPI windows, the way

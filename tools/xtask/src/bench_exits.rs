@@ -91,6 +91,7 @@ fn boot_kestrel(arch: Arch, config: &str, gic: u32) -> Result<String, String> {
         features: Vec::new(),
         append: "kestrel.exit=poweroff".into(),
         config: Some(config),
+        lvz: false,
     };
     run_icount(qemu::command(&opts, &image, true), "kestrel", Some(log))
 }

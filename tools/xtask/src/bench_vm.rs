@@ -136,6 +136,7 @@ fn boot(arch: Arch, config: &Path, features: &[&str]) -> Result<String, String> 
         features,
         append: "kestrel.exit=poweroff".into(),
         config: Some(config.to_path_buf()),
+        lvz: false,
     };
     let b = Runner::new(qemu::command(&opts, &private, true), LIMIT).run()?;
     let log = b.text();

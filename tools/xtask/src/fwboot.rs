@@ -214,6 +214,7 @@ fn vm_case(gic: u32) -> VmCase {
         timeout: Duration::from_secs(240),
         qemu_args: &[],
         stop_after: None,
+        lvz: false,
     }
 }
 

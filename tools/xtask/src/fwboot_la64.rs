@@ -140,6 +140,7 @@ fn la_vm_case() -> VmCase {
         timeout: Duration::from_secs(300),
         qemu_args: &[],
         stop_after: None,
+        lvz: false,
     }
 }
 

@@ -114,6 +114,9 @@ pub struct Opts {
     pub append: String,
     /// VM config to pack into the image (docs/config.md).
     pub config: Option<PathBuf>,
+    /// LoongArch: boot on the emulator with the virtualization extension
+    /// (LVZ) that `tools/setup.sh` installs, instead of stock QEMU.
+    pub lvz: bool,
 }
 
 impl Default for Opts {
@@ -126,6 +129,7 @@ impl Default for Opts {
             features: Vec::new(),
             append: String::new(),
             config: None,
+            lvz: false,
         }
     }
 }
@@ -172,6 +176,7 @@ fn parse_opts(args: &[String]) -> Result<Opts, String> {
             }
             "--append" => o.append = val("--append")?,
             "--config" => o.config = Some(PathBuf::from(val("--config")?)),
+            "--lvz" => o.lvz = true,
             other => return Err(format!("unknown option '{other}'")),
         }
     }

@@ -26,7 +26,11 @@ pub fn command(opts: &Opts, image: &Path, headless: bool) -> Command {
             c
         }
         Arch::LoongArch64 => {
-            let mut c = Command::new("qemu-system-loongarch64");
+            let mut c = if opts.lvz {
+                lvz_command()
+            } else {
+                Command::new("qemu-system-loongarch64")
+            };
             c.args(["-M", "virt", "-cpu", "la464"]);
             c
         }
@@ -86,6 +90,32 @@ pub fn run_interactive(opts: &Opts, image: &Path, debug: bool) -> Result<(), Str
     } else {
         Err(format!("QEMU exited with {status}"))
     }
+}
+
+/// Where `tools/setup.sh` installs the LoongArch emulator with the
+/// virtualization extension (LVZ) for the current patch set
+/// (`tools/qemu-lvz/`); `$KESTREL_QEMU_LVZ` overrides it.
+pub fn lvz_binary() -> PathBuf {
+    if let Some(p) = std::env::var_os("KESTREL_QEMU_LVZ") {
+        return PathBuf::from(p);
+    }
+    let out = Command::new("bash")
+        .arg(crate::root().join("tools/setup.sh"))
+        .arg("lvz-path")
+        .output();
+    match out {
+        Ok(o) if o.status.success() => {
+            PathBuf::from(String::from_utf8_lossy(&o.stdout).trim().to_string())
+        }
+        _ => PathBuf::from("qemu-system-loongarch64-lvz"),
+    }
+}
+
+/// The LVZ emulator, its per-TLB-fill debug log sent nowhere (`-D`).
+pub fn lvz_command() -> Command {
+    let mut c = Command::new(lvz_binary());
+    c.args(["-D", "/dev/null"]);
+    c
 }
 
 /// A command line as a user would type it.

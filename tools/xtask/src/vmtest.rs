@@ -40,6 +40,9 @@ pub struct VmCase {
     /// Stop QEMU once the log has this many lines with this text (a case
     /// whose VM never ends by itself), instead of at its end.
     pub stop_after: Option<(&'static str, usize)>,
+    /// LoongArch: on the LVZ emulator (kestrel's LVZ backend) instead of
+    /// stock QEMU (trap-and-emulate).
+    pub lvz: bool,
 }
 
 /// What an architecture's VM suite does its own way.
@@ -106,6 +109,7 @@ fn boot(vs: &VmSuite, case: &VmCase) -> Result<Boot, String> {
         features,
         append: "kestrel.exit=poweroff".into(),
         config: Some(config),
+        lvz: case.lvz,
     };
     let mut cmd = qemu::command(&opts, &image, true);
     cmd.args(case.qemu_args);
@@ -218,6 +222,7 @@ pub fn share_case(
         timeout: Duration::from_secs(180),
         qemu_args: ICOUNT,
         stop_after: None,
+        lvz: false,
     }
 }
 
@@ -315,6 +320,7 @@ pub fn hostile_case(
         timeout,
         qemu_args,
         stop_after: None,
+        lvz: false,
     }
 }
 

@@ -167,6 +167,7 @@ pub fn vm_cases() -> Vec<VmCase> {
             timeout: Duration::from_secs(600),
             qemu_args: &[],
             stop_after: None,
+            lvz: false,
         },
         VmCase {
             name: "arm64-1vm-gicv2: one VM, 4 vCPUs on -smp 4, GICv2, every check + IPI benchmark",
@@ -180,6 +181,7 @@ pub fn vm_cases() -> Vec<VmCase> {
             timeout: Duration::from_secs(600),
             qemu_args: &[],
             stop_after: None,
+            lvz: false,
         },
         VmCase {
             name: "arm64-fp-shared: 3 VMs x 2-4 vCPUs sharing 4 pCPUs, lazy FP across switches",
@@ -193,6 +195,7 @@ pub fn vm_cases() -> Vec<VmCase> {
             timeout: Duration::from_secs(1200),
             qemu_args: &[],
             stop_after: None,
+            lvz: false,
         },
         vmtest::hostile_case(
             "arm64-hostile-gicv3: an attacker VM beside a victim VM on one pCPU, GICv3",
@@ -222,6 +225,7 @@ pub fn vm_cases() -> Vec<VmCase> {
             timeout: Duration::from_secs(900),
             qemu_args: &[],
             stop_after: None,
+            lvz: false,
         },
         VmCase {
             name: "arm64-rollover: 20 VMs x 2 vCPUs on 4 pCPUs with 4-bit VMIDs (vmid4)",
@@ -235,6 +239,7 @@ pub fn vm_cases() -> Vec<VmCase> {
             timeout: Duration::from_secs(1800),
             qemu_args: &[],
             stop_after: None,
+            lvz: false,
         },
         VmCase {
             name: "arm64-reboot: a VM reboots 100 times beside a VM running every check",
@@ -248,6 +253,7 @@ pub fn vm_cases() -> Vec<VmCase> {
             timeout: Duration::from_secs(600),
             qemu_args: &[],
             stop_after: None,
+            lvz: false,
         },
         vmtest::share_case(
             "arm64-share: 16 spinning vCPUs beside a 1-vCPU spinner on 4 pCPUs, each gets a fair share",
@@ -546,6 +552,7 @@ mod tests {
             timeout: Duration::from_secs(1),
             qemu_args: &[],
             stop_after: None,
+            lvz: false,
         };
         let good = "[a] PASS 6 timer (x)\n[a] RESULT: 12 passed, 0 failed\n\
                     [b] PASS 6 timer\n[b] RESULT: 12 passed, 0 failed\n\

@@ -155,6 +155,7 @@ pub fn vm_cases() -> Vec<VmCase> {
             timeout: Duration::from_secs(300),
             qemu_args: &[],
             stop_after: None,
+            lvz: false,
         },
         VmCase {
             name: "la64-fp-shared: 3 VMs x 4 vCPUs sharing 4 pCPUs, FP/LSX across switches",
@@ -174,6 +175,7 @@ pub fn vm_cases() -> Vec<VmCase> {
             timeout: Duration::from_secs(600),
             qemu_args: &[],
             stop_after: None,
+            lvz: false,
         },
         VmCase {
             name: "la64-rollover: 18 VMs on a 4-bit VMID space (vmid4), every VM passing",
@@ -193,6 +195,7 @@ pub fn vm_cases() -> Vec<VmCase> {
             timeout: Duration::from_secs(600),
             qemu_args: &[],
             stop_after: None,
+            lvz: false,
         },
         VmCase {
             name: "la64-reboot: a VM resets itself through the GED 40 times, each boot on fresh RAM",
@@ -206,6 +209,7 @@ pub fn vm_cases() -> Vec<VmCase> {
             timeout: Duration::from_secs(300),
             qemu_args: &[],
             stop_after: Some(("restarted (", LA_RESTARTS)),
+            lvz: false,
         },
         vmtest::share_case(
             "la64-share: 16 spinning vCPUs beside a 1-vCPU spinner on 4 pCPUs, each gets a fair share",
@@ -220,7 +224,83 @@ pub fn vm_cases() -> Vec<VmCase> {
             Duration::from_secs(180),
             &[],
         ),
+        // The same guests under the LVZ backend, on the LVZ emulator.
+        VmCase {
+            name: "la64-lvz-1vm: LVZ backend, one VM, 4 vCPUs on -smp 4, every check",
+            config: "configs/test/la64-1vm.toml",
+            features: &[],
+            gic: 3,
+            mem_mib: 1024,
+            vms: vec!["la64-test".into()],
+            must_pass: ALL_CHECKS_4,
+            check: Some(check_lvz_1vm),
+            timeout: Duration::from_secs(300),
+            qemu_args: &[],
+            stop_after: None,
+            lvz: true,
+        },
+        VmCase {
+            name: "la64-lvz-rollover: LVZ backend, 18 VMs on 4-bit GIDs (vmid4), every VM passing",
+            config: "configs/test/la64-rollover.toml",
+            features: &["vmid4"],
+            gic: 3,
+            mem_mib: 1024,
+            vms: (0..18).map(|i| format!("roll-{i:02}")).collect(),
+            must_pass: &[
+                "kestrel-probe",
+                "paging",
+                "fp-lsx",
+                "user-isolation",
+                "outside-ram",
+            ],
+            check: Some(check_lvz_rollover),
+            timeout: Duration::from_secs(600),
+            qemu_args: &[],
+            stop_after: None,
+            lvz: true,
+        },
+        VmCase {
+            lvz: true,
+            ..vmtest::hostile_case(
+                "la64-lvz-hostile: LVZ backend, an attacker VM and a victim VM sharing pCPU 0",
+                "configs/test/la64-hostile.toml",
+                3,
+                check_hostile_lvz,
+                Duration::from_secs(180),
+                &[],
+            )
+        },
     ]
+}
+
+/// The LVZ backend ran the VMs (not trap-and-emulate).
+fn check_lvz_backend(log: &str) -> Vec<String> {
+    let mut problems = Vec::new();
+    if !log.contains("backend:  LVZ") {
+        problems.push("the banner does not name the LVZ backend".into());
+    }
+    if !log.contains("LoongArch VMs: LVZ guest mode") {
+        problems.push("kestrel did not start its LVZ backend".into());
+    }
+    problems
+}
+
+fn check_lvz_1vm(log: &str) -> Vec<String> {
+    let mut problems = check_lvz_backend(log);
+    problems.extend(check_bench_lines(log));
+    problems
+}
+
+fn check_lvz_rollover(log: &str) -> Vec<String> {
+    let mut problems = check_lvz_backend(log);
+    problems.extend(vmtest::check_rollover(log));
+    problems
+}
+
+fn check_hostile_lvz(log: &str) -> Vec<String> {
+    let mut problems = check_lvz_backend(log);
+    problems.extend(check_hostile(log));
+    problems
 }
 
 /// Attack phases the attacker must pass (`PASS attack-<phase>`).

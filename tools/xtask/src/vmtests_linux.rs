@@ -479,23 +479,113 @@ fn bare_test_la64(assets: &assets::loong64::Loong64Assets) -> Verdict {
     }
 }
 
+/// Debian's loong64 kernel as one VM with 4 vCPUs under kestrel's LVZ
+/// backend, on the LVZ emulator.
+pub const LA64_LVZ_CASE: &str =
+    "linux-la64 on kestrel LVZ: 1 VM x 4 vCPUs, Debian vmlinuz as shipped, init test, IPIs by PV hypercall";
+/// Its config (the same kernel and initramfs as the bare case).
+const LA64_LVZ_CONFIG: &str = "configs/la64-linux-1vm.toml";
+/// IOCSR IPIs the guest may send: Linux starts each secondary with one
+/// (its mailbox boot action stays on the IOCSR path even with PV IPIs).
+const LA64_BOOT_IPIS: u64 = 3;
+
+/// Boots [`LA64_LVZ_CASE`].
+fn lvz_test_la64() -> Verdict {
+    let config = crate::root().join(LA64_LVZ_CONFIG);
+    let opts = Opts {
+        arch: Arch::LoongArch64,
+        smp: 4,
+        mem_mib: 2048,
+        append: "kestrel.exit=poweroff".into(),
+        config: Some(config.clone()),
+        lvz: true,
+        ..Opts::default()
+    };
+    let boot = crate::build_image_with(opts.arch, &opts.features, Some(&config))
+        .and_then(|image| Runner::new(qemu::command(&opts, &image, true), LA64_BOOT_LIMIT).run());
+    match boot {
+        Ok(boot) => Verdict {
+            problems: judge_lvz_la64(&boot),
+            detail: Some(format!(
+                "init at {:.1} s, power-off at {:.1} s",
+                boot.when(INIT_LINE).unwrap_or_default().as_secs_f64(),
+                boot.ended.unwrap_or_default().as_secs_f64()
+            )),
+            log: boot.log(),
+            ..Verdict::default()
+        },
+        Err(e) => Verdict::error(e),
+    }
+}
+
+/// The test passed in `linux0`, kestrel ended cleanly on its LVZ backend,
+/// and the VM's counters show its IPIs went by PV hypercall: PV IPIs sent,
+/// no IOCSR IPIs beyond the secondaries' start.
+fn judge_lvz_la64(boot: &Boot) -> Vec<String> {
+    let case = KestrelCase {
+        name: LA64_LVZ_CASE,
+        config: LA64_LVZ_CONFIG,
+        gic: 3,
+        vms: &["linux0"],
+        pass: PASS_4,
+        virtio: false,
+        reboots: 0,
+    };
+    let mut problems = judge_kestrel(boot, &case);
+    if !boot.has("backend:  LVZ") || !boot.has("LoongArch VMs: LVZ guest mode") {
+        problems.push("kestrel did not run the VM on its LVZ backend".into());
+    }
+    if !boot.has("Using paravirt steal-time") {
+        problems.push("the kernel did not find KVM's steal time (cpucfg 0x40000004)".into());
+    }
+    let stats = boot
+        .lines
+        .iter()
+        .find(|l| l.text.contains("VM \"linux0\"") && l.text.contains("stats: "));
+    let counter = |name: &str| {
+        stats.and_then(|l| {
+            l.text
+                .split_whitespace()
+                .find_map(|w| w.strip_prefix(name)?.strip_prefix('=')?.parse::<u64>().ok())
+        })
+    };
+    match (counter("ipi_sent"), counter("ipi_emulated")) {
+        (Some(pv), Some(iocsr)) => {
+            if pv == 0 {
+                problems.push("the kernel sent no PV IPI (ipi_sent=0)".into());
+            }
+            if iocsr > LA64_BOOT_IPIS {
+                problems.push(format!(
+                    "the kernel sent {iocsr} IPIs through IOCSR IPI_SEND (at most {LA64_BOOT_IPIS}, to start its secondaries)"
+                ));
+            }
+        }
+        _ => problems.push("no ipi_sent/ipi_emulated counters for linux0 in kestrel's log".into()),
+    }
+    problems
+}
+
 /// The LoongArch Linux cases of `cargo xtask smoke`: fetches or reuses the
 /// loong64 assets first (at most [`FETCH_LIMIT`]), or skips, saying why.
 pub fn smoke_tests_la64(sel: &Selection) -> Vec<Test<'static>> {
-    if !sel.matches(LA64_BARE_CASE) {
+    let names = [LA64_BARE_CASE, LA64_LVZ_CASE];
+    if !names.iter().any(|n| sel.matches(n)) {
         return Vec::new();
     }
     if sel.list {
-        return vec![Test::new(LA64_BARE_CASE, Verdict::default)];
+        return names.map(|n| Test::new(n, Verdict::default)).into();
     }
     eprintln!(
         "smoke: LoongArch linux guest assets (cargo xtask guest-assets --arch loongarch64, at most {} s) ...",
         FETCH_LIMIT.as_secs()
     );
     match assets::ensure_within_la64(FETCH_LIMIT) {
-        Ok(a) => vec![Test::new(LA64_BARE_CASE, move || bare_test_la64(&a))],
+        Ok(a) => vec![
+            Test::new(LA64_BARE_CASE, move || bare_test_la64(&a)),
+            Test::new(LA64_LVZ_CASE, lvz_test_la64),
+        ],
         Err(why) => {
-            println!("SKIP LoongArch linux case: no LoongArch guest assets: {why}");
+            println!("SKIP LoongArch linux cases: no LoongArch guest assets: {why}");
             Vec::new()
         }
     }

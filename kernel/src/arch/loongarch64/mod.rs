@@ -10,6 +10,7 @@ pub mod dmw;
 pub mod exceptions;
 pub mod fp;
 pub mod iocsr;
+pub mod lvz;
 pub mod ns16550;
 pub mod platform;
 pub mod smp;

@@ -86,6 +86,11 @@ pub mod ecode {
     pub const SXD: u8 = 16;
     pub const ASXD: u8 = 17;
     pub const FPE: u8 = 18;
+    /// LVZ, to the root only: a guest privileged resource to emulate,
+    /// a hypercall (`hvcl`), a guest CSR change trap.
+    pub const GSPR: u8 = 22;
+    pub const HVC: u8 = 23;
+    pub const GCM: u8 = 24;
     /// EsubCode of ADE for an instruction fetch / a memory access.
     pub const ADEF: u16 = 0;
     pub const ADEM: u16 = 1;

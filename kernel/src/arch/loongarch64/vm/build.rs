@@ -37,38 +37,8 @@ impl Machine for LaBackend {
         pool: &mut FramePool,
         stats: &Arc<Stats>,
     ) -> Result<Built<Self>, String> {
-        if spec.console != ConsoleKind::Ns16550 {
-            return Err(String::from(
-                "console: only the NS16550 is emulated on LoongArch (console = \"ns16550\")",
-            ));
-        }
-        if spec.virtio_console || !spec.devices.is_empty() {
-            // The config tool refuses these for LoongArch; a package that
-            // has them anyway is refused here.
-            return Err(String::from(
-                "virtio devices: not available on LoongArch yet (no device interrupt controller)",
-            ));
-        }
+        let (st, bus, boot) = new_vm_state(spec, pool)?;
         let vcpus = spec.vcpus as usize;
-        let ram = pool.alloc_ram(spec.ram_size)?;
-        mem::clear(&ram);
-        let devices = super::devices::build()?;
-        let st = VmState {
-            ram_size: spec.ram_size,
-            ram,
-            spec: *spec,
-            uart: devices.uart,
-            ipi: (0..vcpus).map(|_| VIpi::new()).collect(),
-            shared: (0..vcpus)
-                .map(|i| VcpuShared {
-                    swi: AtomicU32::new(0),
-                    running_on: AtomicUsize::new(usize::MAX),
-                    parked: AtomicBool::new(i != 0),
-                    boot: Mutex::new(None),
-                })
-                .collect(),
-        };
-        let boot = load_images(&st, spec)?;
         let mut states: Vec<VcpuState> = (0..vcpus).map(|i| VcpuState::new(i, stats)).collect();
         states[0].reset(0, boot.entry, boot.args);
         Ok(Built {
@@ -76,7 +46,7 @@ impl Machine for LaBackend {
             vcpus: states,
             entry: boot.entry,
             dtb: layout::gpa_of(spec.dtb_gpa),
-            bus: devices.bus,
+            bus,
             virtio: Default::default(),
         })
     }
@@ -90,10 +60,73 @@ impl Machine for LaBackend {
     }
 }
 
+/// A new VM's state for `spec` (shared by both LoongArch backends): its
+/// RAM from `pool`, zeroed, with the images loaded; its devices and IPI
+/// blocks; and where its boot vCPU starts.
+pub(in crate::arch::loongarch64) fn new_vm_state(
+    spec: &VmSpec<'static>,
+    pool: &mut FramePool,
+) -> Result<(VmState, crate::vdev::bus::Bus, BootRegs), String> {
+    if spec.console != ConsoleKind::Ns16550 {
+        return Err(String::from(
+            "console: only the NS16550 is emulated on LoongArch (console = \"ns16550\")",
+        ));
+    }
+    if spec.virtio_console || !spec.devices.is_empty() {
+        // The config tool refuses these for LoongArch; a package that
+        // has them anyway is refused here.
+        return Err(String::from(
+            "virtio devices: not available on LoongArch yet (no device interrupt controller)",
+        ));
+    }
+    let vcpus = spec.vcpus as usize;
+    let ram = pool.alloc_ram(spec.ram_size)?;
+    mem::clear(&ram);
+    let devices = super::devices::build()?;
+    let st = VmState {
+        ram_size: spec.ram_size,
+        ram,
+        spec: *spec,
+        uart: devices.uart,
+        ipi: (0..vcpus).map(|_| VIpi::new()).collect(),
+        shared: (0..vcpus)
+            .map(|i| VcpuShared {
+                swi: AtomicU32::new(0),
+                running_on: AtomicUsize::new(usize::MAX),
+                parked: AtomicBool::new(i != 0),
+                boot: Mutex::new(None),
+            })
+            .collect(),
+    };
+    let boot = load_images(&st, spec)?;
+    Ok((st, devices.bus, boot))
+}
+
+/// A restart's VM part (shared by both LoongArch backends): RAM zeroed with
+/// its images loaded again, devices and IPI blocks at power-on, secondaries
+/// parked. Returns where the boot vCPU starts.
+pub(in crate::arch::loongarch64) fn restart_vm_state(
+    st: &VmState,
+    bus: &crate::vdev::bus::Bus,
+) -> Result<BootRegs, String> {
+    mem::clear(&st.ram);
+    let boot = load_images(st, &st.spec)?;
+    bus.reset_all();
+    for ipi in &st.ipi {
+        ipi.reset();
+    }
+    for (i, sh) in st.shared.iter().enumerate() {
+        sh.swi.store(0, Ordering::Release);
+        sh.parked.store(i != 0, Ordering::Release);
+        *sh.boot.lock() = None;
+    }
+    Ok(boot)
+}
+
 /// Where the boot vCPU starts: its PC and a0-a2.
-struct BootRegs {
-    entry: u64,
-    args: [u64; 3],
+pub(in crate::arch::loongarch64) struct BootRegs {
+    pub entry: u64,
+    pub args: [u64; 3],
 }
 
 /// Copies `spec`'s kernel, initrd, DTB and command line into `st`'s RAM
@@ -169,18 +202,7 @@ impl LaBackend {
         vm: &Vm<Self>,
         vcpus: &mut [MutexGuard<'_, VcpuState>],
     ) -> Result<(), String> {
-        let st = &vm.arch;
-        mem::clear(&st.ram);
-        let boot = load_images(st, &st.spec)?;
-        vm.bus.reset_all();
-        for ipi in &st.ipi {
-            ipi.reset();
-        }
-        for (i, sh) in st.shared.iter().enumerate() {
-            sh.swi.store(0, Ordering::Release);
-            sh.parked.store(i != 0, Ordering::Release);
-            *sh.boot.lock() = None;
-        }
+        let boot = restart_vm_state(&vm.arch, &vm.bus)?;
         for (i, ctx) in vcpus.iter_mut().enumerate() {
             let epoch = ctx.epoch;
             // A new FP state too: the old one may still be live in some

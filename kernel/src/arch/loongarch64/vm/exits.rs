@@ -378,6 +378,9 @@ fn privileged(env: &ExitCtx<'_, B>, ctx: &mut VcpuState, i: Insn, w: u32) -> Run
         Effect::Retranslate => ctx.invalidate_shadows(cpu),
         Effect::Inval(inv) => apply_inval(ctx, cpu, inv),
         Effect::Iocsr(fx @ (viocsr::Effect::Ipi(t) | viocsr::Effect::Mail(t))) => {
+            if matches!(fx, viocsr::Effect::Ipi(_)) {
+                vm.stats.inc(crate::stats::Counter::IpiEmulated);
+            }
             if !try_start(env, t) && matches!(fx, viocsr::Effect::Ipi(_)) {
                 env.wake(t);
             }
@@ -406,8 +409,11 @@ fn idle(env: &ExitCtx<'_, B>, ctx: &mut VcpuState) -> RunExit {
 
 /// The firmware's part of the mailbox start: a parked secondary with an
 /// IPI pending and a non-zero mailbox 0 starts there (DA mode, PLV0,
-/// a0 = 0). Returns whether it started.
-fn try_start(env: &ExitCtx<'_, B>, t: usize) -> bool {
+/// a0 = 0). Returns whether it started. (Both LoongArch backends.)
+pub(in crate::arch::loongarch64) fn try_start<A>(env: &ExitCtx<'_, A>, t: usize) -> bool
+where
+    A: ExitArch<VmState = super::VmState>,
+{
     use core::sync::atomic::Ordering;
     let vm = env.vm;
     let (Some(sh), Some(ipi)) = (vm.arch.shared.get(t), vm.arch.ipi.get(t)) else {

@@ -254,16 +254,21 @@ impl LaBackend {
     }
 }
 
-/// The trap-and-emulate backend for `board`.
-pub fn probe(board: &BoardInfo, policy: FpPolicy) -> LaBackend {
+/// The FP width the CPU has (CPUCFG2): 1 FP64, 2 LSX, 3 LASX.
+pub fn fp_level() -> u8 {
     let c2 = csr::cpucfg(2);
-    let fp_level = if c2 & (1 << 7) != 0 {
+    if c2 & (1 << 7) != 0 {
         3
     } else if c2 & (1 << 6) != 0 {
         2
     } else {
         1
-    };
+    }
+}
+
+/// The trap-and-emulate backend for `board`.
+pub fn probe(board: &BoardInfo, policy: FpPolicy) -> LaBackend {
+    let fp_level = fp_level();
     let backend = LaBackend {
         vmids: VmidAllocator::new(ASID_BITS - 2, board.cpus.len().clamp(1, MAX_CPUS)),
         policy,

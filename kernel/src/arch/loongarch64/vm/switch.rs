@@ -174,3 +174,14 @@ pub unsafe fn enter(frame: &mut GuestFrame) {
     // SAFETY: forwarded to the caller; the frame outlives the call.
     unsafe { kestrel_la_vm_enter(frame) }
 }
+
+/// Runs the guest of `frame` with the PRMD the frame already holds (the
+/// LVZ backend enters guest mode through this world switch too).
+///
+/// # Safety
+/// As for [`enter`], and `frame.prmd` must be a PRMD that returns to the
+/// guest (the caller sets up whatever else that needs).
+pub unsafe fn enter_raw(frame: &mut GuestFrame) {
+    // SAFETY: forwarded to the caller; the frame outlives the call.
+    unsafe { kestrel_la_vm_enter(frame) }
+}

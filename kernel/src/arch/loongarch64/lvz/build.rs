@@ -1,0 +1,107 @@
+//! Building and restarting an LVZ VM: the VM part is the one both
+//! LoongArch backends share (`vm::build`: RAM, images, devices, IPI
+//! blocks); this backend adds its vCPU state, and what the core's device
+//! environment needs from it.
+
+use alloc::string::String;
+use alloc::sync::Arc;
+use alloc::vec::Vec;
+use spin::MutexGuard;
+
+use crate::board::BoardInfo;
+use crate::frames::FramePool;
+use crate::guest::loongarch::layout;
+use crate::stats::Stats;
+use crate::vdev::bus::GuestMemory;
+use crate::vdev::env::DeviceHost;
+use crate::vdev::ns16550::Ns16550;
+use crate::vdev::uart::Uart;
+use crate::vgic::VcpuSet;
+use crate::vm::{Hypervisor, Vm};
+use crate::vmconfig::VmSpec;
+use crate::vmm::{Built, Machine};
+
+use super::super::vm::build::{new_vm_state, restart_vm_state};
+use super::super::vm::mem;
+use super::super::{csr, platform};
+use super::{LvzBackend, VcpuState};
+
+impl Machine for LvzBackend {
+    fn guest_memory(&self, board: &BoardInfo) -> FramePool {
+        mem::pool(&board.memory, platform::reserved().as_slice())
+    }
+
+    fn build_vm(
+        &self,
+        _board: &BoardInfo,
+        spec: &VmSpec<'static>,
+        pool: &mut FramePool,
+        stats: &Arc<Stats>,
+    ) -> Result<Built<Self>, String> {
+        let (st, bus, boot) = new_vm_state(spec, pool)?;
+        let mut vcpus: Vec<VcpuState> = (0..spec.vcpus as usize)
+            .map(|i| VcpuState::new(i, stats))
+            .collect();
+        vcpus[0].reset(0, boot.entry, boot.args);
+        Ok(Built {
+            arch: st,
+            vcpus,
+            entry: boot.entry,
+            dtb: layout::gpa_of(spec.dtb_gpa),
+            bus,
+            virtio: Default::default(),
+        })
+    }
+
+    fn init_cpu(&self, hv: &Hypervisor<Self>, cpu: usize) {
+        self.init_cpu_state(hv, cpu);
+    }
+
+    fn leave_cpu(&self, _cpu: usize) {
+        csr::irq_enable();
+    }
+}
+
+impl LvzBackend {
+    /// [`crate::vm::Backend::restart_vm`]: the VM keeps its frames (so its
+    /// second-stage entries stay right); RAM, devices and IPI blocks are
+    /// as at creation, and so are its vCPUs, each with a new epoch (its
+    /// old guest TLB entries are dropped at its next load anywhere).
+    pub(super) fn restart(
+        &self,
+        vm: &Vm<Self>,
+        vcpus: &mut [MutexGuard<'_, VcpuState>],
+    ) -> Result<(), String> {
+        let boot = restart_vm_state(&vm.arch, &vm.bus)?;
+        for (i, ctx) in vcpus.iter_mut().enumerate() {
+            let epoch = ctx.epoch;
+            **ctx = VcpuState::new(i, &vm.stats);
+            ctx.epoch = epoch + 1;
+        }
+        if let Some(v0) = vcpus.first_mut() {
+            v0.reset(0, boot.entry, boot.args);
+        }
+        Ok(())
+    }
+}
+
+impl DeviceHost for LvzBackend {
+    type ConsoleUart = Ns16550;
+
+    fn device_irq(&self, _vm: &Vm<Self>, _line: u32, _level: bool) -> VcpuSet {
+        // No device interrupt controller is emulated yet: the guest polls.
+        VcpuSet::EMPTY
+    }
+
+    fn guest_memory(vm: &Vm<Self>) -> &dyn GuestMemory {
+        &vm.arch
+    }
+
+    fn console_uart(vm: &Vm<Self>) -> &Uart<Ns16550> {
+        &vm.arch.uart
+    }
+
+    fn console_read(&self) -> Option<u8> {
+        platform::PLATFORM.console_read()
+    }
+}

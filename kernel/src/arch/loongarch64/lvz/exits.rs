@@ -1,0 +1,401 @@
+//! What the LVZ backend does with each exit. The world switch saved the
+//! guest's GPRs and the root exception CSRs in the frame; the guest's own
+//! CSRs stay in the hardware while it is loaded, so an exit handler reads
+//! and writes them one at a time (`gcsr`).
+//!
+//! | exit (root ECODE) | action |
+//! |---|---|
+//! | TLB refill (a second-stage miss; GPA in TLBRBADV) | the pair of 16 KiB pages around the GPA is filled under the VM's GID: RAM maps to its frames, anything else gets an invalid half |
+//! | PIL / PIS (a second-stage invalid half) | MMIO: the load or store in BADI is sent to the VM's bus; nothing there, or an instruction kestrel does not emulate there, gets the guest's ADE |
+//! | PIF (a fetch from no RAM) | the guest's ADEF |
+//! | ADE | the guest's ADE |
+//! | PME, PNR, PNX, PPI | cannot happen with kestrel's entries: the VM is stopped with a message |
+//! | INT | kestrel's tick and kicks |
+//! | GSPR (BADI) | `cpucfg` (the CPU's words with LVZ, LBT and the PMU hidden; KVM's range at 0x4000_0000), IOCSR (the shared IPI block and identification words), `idle`, `cacop` (no effect), CSRs the guest has no copy of (kept in software); anything else: the guest's INE |
+//! | HVC | KVM's hypercall ABI; steal time is this backend's |
+//! | GCM | as a CSR access under GSPR |
+//! | FPD / SXD / ASXD | the lazy FP engine's trap |
+//! | anything else | the VM is stopped with a message (LVZ raises nothing else to the root) |
+
+use alloc::format;
+
+use crate::exitctx::{ExitArch, ExitCtx};
+use crate::guest::loongarch::csr::ecode;
+use crate::guest::loongarch::insn::{self, Insn};
+use crate::guest::loongarch::iocsr as viocsr;
+use crate::hypercall::{Abi, HypercallArgs};
+use crate::stats::ExitReason;
+use crate::vdev::env::VmDeviceEnv;
+use crate::vdev::Width;
+use crate::vm::{RunExit, Vm, VmEnd};
+use kestrel_abi::loongarch as la;
+
+use super::super::vm::exits::try_start;
+use super::super::{csr, exceptions};
+use super::gcsr::{self, g, gcsr_read, gcsr_write, gcsr_xchg};
+use super::{LvzBackend, VcpuState, PCPU};
+
+type B = LvzBackend;
+
+/// Second-stage page size (log2): 16 KiB, the guest pages Linux uses,
+/// one entry for a pair.
+const S2_PS: u64 = 14;
+const S2_PAGE: u64 = 1 << S2_PS;
+
+/// Whether an exit's ESTAT says a hardware interrupt caused it.
+pub fn is_interrupt(estat: u64) -> bool {
+    ((estat >> 16) & 0x3f) as u8 == ecode::INT
+}
+
+fn count(env: &ExitCtx<'_, B>, r: ExitReason) {
+    env.vm.stats.exit(r);
+    env.vcpu.stats.exit(r);
+}
+
+/// Handles the exit `env`'s vCPU just took (registers in `ctx`).
+pub fn handle(env: &mut ExitCtx<'_, B>, ctx: &mut VcpuState) -> RunExit {
+    let f = &ctx.frame;
+    if f.kind == 1 {
+        // TLBRERA: bit 0 is IsTLBR, not part of the PC.
+        ctx.frame.pc &= !3;
+        count(env, ExitReason::Abort);
+        return stage2_fill(env.vm, ctx.frame.badv);
+    }
+    let (estat, badv, badi) = (f.estat, f.badv, f.badi as u32);
+    let code = ((estat >> 16) & 0x3f) as u8;
+    match code {
+        ecode::INT => {
+            count(env, ExitReason::Irq);
+            exceptions::host_interrupts(estat);
+            RunExit::Continue
+        }
+        ecode::PIL | ecode::PIS => mmio(env, ctx, badv, badi),
+        ecode::PIF => {
+            count(env, ExitReason::Abort);
+            inject(ctx, ecode::ADE, ecode::ADEF, Some(ctx.frame.pc), 0)
+        }
+        ecode::ADE => {
+            count(env, ExitReason::Abort);
+            let sub = ((estat >> 22) & 0x1ff) as u16;
+            inject(ctx, ecode::ADE, sub, Some(badv), badi)
+        }
+        ecode::FPD | ecode::SXD | ecode::ASXD => {
+            count(env, ExitReason::FpTrap);
+            if let Some(e) = PCPU[env.cpu].fp.lock().as_mut() {
+                e.fp_trap();
+            }
+            RunExit::Continue
+        }
+        ecode::GSPR => gspr(env, ctx, badi),
+        ecode::HVC => hvcl(env, ctx, badi),
+        ecode::GCM => {
+            count(env, ExitReason::Sysreg);
+            match insn::decode(badi) {
+                Some(i @ (Insn::CsrRd { .. } | Insn::CsrWr { .. } | Insn::CsrXchg { .. })) => {
+                    soft_csr(ctx, i);
+                    ctx.frame.pc = ctx.frame.pc.wrapping_add(4);
+                    RunExit::Continue
+                }
+                _ => inject(ctx, ecode::INE, 0, None, badi),
+            }
+        }
+        _ => RunExit::VmEnd(VmEnd::Fatal(format!(
+            "unexpected exit (ECODE {code}, ESTAT {estat:#x}, BADV {badv:#x}, BADI {badi:#010x}) \
+             at guest PC {:#x}",
+            ctx.frame.pc
+        ))),
+    }
+}
+
+/// A second-stage miss at `gpa`: fills the entry for the pair of pages
+/// around it under the VM's GID. A half that is not RAM is invalid, so an
+/// access there comes back as PIL/PIS (MMIO) or PIF.
+fn stage2_fill(vm: &Vm<B>, gpa: u64) -> RunExit {
+    let base = gpa & !(2 * S2_PAGE - 1) & ((1 << 48) - 1);
+    let mut elo = [0u64; 2];
+    for (half, e) in elo.iter_mut().enumerate() {
+        let page = base + half as u64 * S2_PAGE;
+        // The whole 16 KiB must be RAM (frames are 2 MiB, so one frame).
+        if let (Some(h), Some(_)) = (vm.arch.hpa(page), vm.arch.hpa(page + S2_PAGE - 1)) {
+            // V, D, PLV0, MAT 1 (coherent cached), G (any root ASID).
+            *e = (h & 0x0000_ffff_ffff_f000) | 1 | 1 << 1 | 1 << 4 | 1 << 6;
+        }
+    }
+    let gid = u64::from(gcsr::gstat() >> gcsr::GSTAT_GID_SHIFT & 0xff);
+    // SAFETY: writes one root TLB entry tagged with the running VM's GID
+    // (GTLBC.USETGID + TGID for this one instruction) mapping only this
+    // VM's frames; kestrel's own translations are DMWs. TLBRERA.IsTLBR is
+    // 0 (the exit path cleared it), so `tlbfill` takes TLBEHI/TLBELO*/TLBIDX.
+    unsafe {
+        let gtlbc = gcsr::gtlbc();
+        gcsr::write_gtlbc(
+            gtlbc & !(0xff << gcsr::GTLBC_TGID_SHIFT)
+                | gcsr::GTLBC_USETGID
+                | gid << gcsr::GTLBC_TGID_SHIFT,
+        );
+        core::arch::asm!(
+            "csrwr {ehi}, 0x11",
+            "csrwr {lo0}, 0x12",
+            "csrwr {lo1}, 0x13",
+            "csrwr {idx}, 0x10",
+            "tlbfill",
+            ehi = inout(reg) base => _,
+            lo0 = inout(reg) elo[0] => _,
+            lo1 = inout(reg) elo[1] => _,
+            idx = inout(reg) S2_PS << 24 => _,
+            options(nostack),
+        );
+        gcsr::write_gtlbc(gtlbc);
+    }
+    RunExit::Continue
+}
+
+/// Gives the guest exception `code` (subcode `sub`) at its PC, as its own
+/// CPU would: PRMD <- PLV/IE, PLV0 with interrupts off, ERA, ESTAT, BADV
+/// (if given), BADI, and on to its handler (EENTRY, vectored by ECFG.VS).
+fn inject(ctx: &mut VcpuState, code: u8, sub: u16, badv: Option<u64>, insn: u32) -> RunExit {
+    let crmd = gcsr_read!(g::CRMD);
+    let prmd = gcsr_read!(g::PRMD);
+    gcsr_write!(g::PRMD, (prmd & !7) | (crmd & 7));
+    gcsr_write!(g::CRMD, crmd & !7);
+    gcsr_write!(g::ERA, ctx.frame.pc);
+    gcsr_xchg!(
+        g::ESTAT,
+        u64::from(code) << 16 | u64::from(sub) << 22,
+        0x7fff_0000
+    );
+    if let Some(v) = badv {
+        gcsr_write!(g::BADV, v);
+    }
+    gcsr_write!(g::BADI, u64::from(insn));
+    let vs = (gcsr_read!(g::ECFG) >> 16) & 7;
+    let step = if vs == 0 { 0 } else { (1u64 << vs) * 4 };
+    ctx.frame.pc = gcsr_read!(g::EENTRY).wrapping_add(u64::from(code) * step);
+    RunExit::Continue
+}
+
+/// A load or store (BADI `w`) at guest physical `gpa` that is not RAM: a
+/// device on the VM's bus, else the guest's ADE.
+fn mmio(env: &ExitCtx<'_, B>, ctx: &mut VcpuState, gpa: u64, w: u32) -> RunExit {
+    let vm = env.vm;
+    let (rd, size, store, signed) = match insn::decode(w) {
+        Some(Insn::Load {
+            rd, size, signed, ..
+        }) => (rd, size, false, signed),
+        Some(Insn::Store { rd, size, .. }) => (rd, size, true, false),
+        _ => {
+            count(env, ExitReason::Abort);
+            return inject(ctx, ecode::ADE, ecode::ADEM, Some(gpa), w);
+        }
+    };
+    let (Some(hit), Some(width)) = (vm.bus.find(gpa), Width::new(size.bytes() as u8)) else {
+        count(env, ExitReason::Abort);
+        return inject(ctx, ecode::ADE, ecode::ADEM, Some(gpa), w);
+    };
+    count(env, ExitReason::Mmio);
+    let value = ctx.frame.reg(rd) & size.mask();
+    let mut dev = VmDeviceEnv::new(env.hv, vm, env.index(), env.cpu);
+    // A width or offset the device's registers do not take reads as 0 and
+    // is not written.
+    let read = hit
+        .access(&mut dev, width, store.then_some(value))
+        .unwrap_or(Some(0));
+    ctx.frame.pc = ctx.frame.pc.wrapping_add(4);
+    if let Some(end) = dev.end() {
+        return RunExit::VmEnd(end);
+    }
+    if let (Some(v), false) = (read, store) {
+        let v = if signed {
+            size.sign_extend(v)
+        } else {
+            v & size.mask()
+        };
+        ctx.frame.set_reg(rd, v);
+    }
+    RunExit::Continue
+}
+
+/// `cpucfg` word `index` as the guest sees it: the CPU's, with LVZ, LBT
+/// and the PMU hidden (kestrel switches neither LBT nor PMU state), KVM's
+/// signature and feature bits in its range, 0 elsewhere.
+pub fn cpucfg(index: u32) -> u32 {
+    if let Some(v) = crate::hypercall::cpucfg(index) {
+        return if index == la::CPUCFG_KVM_FEATURE {
+            v | la::KVM_FEATURE_STEAL_TIME
+        } else {
+            v
+        };
+    }
+    match index {
+        // LVZ (bit 10) and its version (13:11); LBT x86/ARM/MIPS (20:18).
+        2 => csr::cpucfg(2) & !(0xf << 10) & !(7 << 18),
+        // The PMU.
+        6 => 0,
+        0..=0x14 => csr::cpucfg(index),
+        _ => 0,
+    }
+}
+
+/// A CSR access the guest has no hardware copy of: kept in software.
+fn soft_csr(ctx: &mut VcpuState, i: Insn) {
+    match i {
+        Insn::CsrRd { rd, csr } => {
+            let v = ctx.soft.get(u32::from(csr));
+            ctx.frame.set_reg(rd, v);
+        }
+        Insn::CsrWr { rd, csr } => {
+            let old = ctx.soft.get(u32::from(csr));
+            ctx.soft.set(u32::from(csr), ctx.frame.reg(rd));
+            ctx.frame.set_reg(rd, old);
+        }
+        Insn::CsrXchg { rd, rj, csr } => {
+            let old = ctx.soft.get(u32::from(csr));
+            let mask = ctx.frame.reg(rj);
+            let v = (ctx.frame.reg(rd) & mask) | (old & !mask);
+            ctx.soft.set(u32::from(csr), v);
+            ctx.frame.set_reg(rd, old);
+        }
+        _ => {}
+    }
+}
+
+/// A guest privileged instruction LVZ leaves to the root (BADI `w`).
+fn gspr(env: &mut ExitCtx<'_, B>, ctx: &mut VcpuState, w: u32) -> RunExit {
+    let vm = env.vm;
+    let index = env.index();
+    let Some(i) = insn::decode(w) else {
+        count(env, ExitReason::Other);
+        return inject(ctx, ecode::INE, 0, None, w);
+    };
+    match i {
+        Insn::Cpucfg { rd, rj } => {
+            count(env, ExitReason::Sysreg);
+            let v = cpucfg(ctx.frame.reg(rj) as u32);
+            ctx.frame.set_reg(rd, u64::from(v));
+        }
+        Insn::CsrRd { .. } | Insn::CsrWr { .. } | Insn::CsrXchg { .. } => {
+            count(env, ExitReason::Sysreg);
+            soft_csr(ctx, i);
+        }
+        Insn::IocsrRd { rd, rj, size } => {
+            count(env, ExitReason::Ipi);
+            let v = viocsr::read(&vm.arch.ipi, index, ctx.frame.reg(rj), size);
+            ctx.frame.set_reg(rd, v);
+        }
+        Insn::IocsrWr { rd, rj, size } => {
+            count(env, ExitReason::Ipi);
+            let fx = viocsr::write(
+                &vm.arch.ipi,
+                index,
+                ctx.frame.reg(rj),
+                size,
+                ctx.frame.reg(rd),
+            );
+            match fx {
+                viocsr::Effect::Ipi(t) => {
+                    vm.stats.inc(crate::stats::Counter::IpiEmulated);
+                    if !try_start(env, t) {
+                        env.wake(t);
+                    }
+                }
+                viocsr::Effect::Mail(t) => {
+                    try_start(env, t);
+                }
+                // The caller's own line is written into its ESTAT before
+                // its next entry.
+                viocsr::Effect::SelfLine | viocsr::Effect::None => {}
+            }
+        }
+        Insn::Idle { .. } => {
+            count(env, ExitReason::Idle);
+            ctx.frame.pc = ctx.frame.pc.wrapping_add(4);
+            return idle(env, ctx);
+        }
+        Insn::Cacop { .. } => count(env, ExitReason::Other),
+        _ => {
+            count(env, ExitReason::Other);
+            return inject(ctx, ecode::INE, 0, None, w);
+        }
+    }
+    ctx.frame.pc = ctx.frame.pc.wrapping_add(4);
+    RunExit::Continue
+}
+
+/// `idle` (the PC is past it): go on if an interrupt the guest enables is
+/// pending or becomes so while polling, else block until one is.
+fn idle(env: &ExitCtx<'_, B>, ctx: &mut VcpuState) -> RunExit {
+    let b = env.backend();
+    if b.wake_pending(env.vm, env.index()) || b.halt_poll(env, ctx) {
+        return RunExit::Continue;
+    }
+    ctx.idle = true;
+    ctx.blocked_at = Some(csr::rdtime());
+    RunExit::Block
+}
+
+/// `hvcl` (BADI `w`): Linux KVM's ABI (a0 function, a1-a5 arguments, a0
+/// result, PC + 4), from the guest kernel only. Steal time (NOTIFY) is
+/// answered here: it registers this vCPU's record.
+fn hvcl(env: &mut ExitCtx<'_, B>, ctx: &mut VcpuState, w: u32) -> RunExit {
+    count(env, ExitReason::Hypercall);
+    let code = w & 0x7fff;
+    let r = ctx.frame.regs;
+    let ret = if gcsr_read!(g::CRMD) & 3 != 0 {
+        kestrel_abi::ret::INVALID_CODE as u64
+    } else if code == la::SERVICE_KVM && r[4] == la::FN_NOTIFY {
+        steal_time(env.vm, ctx, r[5], r[6]) as u64
+    } else {
+        let args = HypercallArgs {
+            code,
+            function: r[4],
+            args: [r[5], r[6], r[7], r[8], r[9]],
+        };
+        env.hypercall(Abi::LoongArch, &args).x0()
+    };
+    ctx.frame.regs[4] = ret;
+    ctx.frame.pc = ctx.frame.pc.wrapping_add(4);
+    RunExit::Continue
+}
+
+/// KVM's NOTIFY for steal time: `feature` = BIT(2), `arg` = the record's
+/// guest physical address | 1 (valid), or 0 to stop.
+fn steal_time(vm: &Vm<B>, ctx: &mut VcpuState, feature: u64, arg: u64) -> i64 {
+    if feature != u64::from(la::KVM_FEATURE_STEAL_TIME) {
+        return kestrel_abi::ret::INVALID_PARAMETER;
+    }
+    if arg & 1 == 0 {
+        ctx.steal_gpa = None;
+        return kestrel_abi::ret::SUCCESS;
+    }
+    let gpa = arg & !0x3f;
+    // The 64-byte record must be RAM, within one page.
+    if vm.arch.hpa(gpa).is_none() || vm.arch.hpa(gpa + 63).is_none() || (gpa & 0xfff) > 0xfc0 {
+        return kestrel_abi::ret::INVALID_PARAMETER;
+    }
+    ctx.steal_gpa = Some(gpa);
+    B::write_steal(vm, ctx);
+    kestrel_abi::ret::SUCCESS
+}
+
+impl ExitArch for B {
+    /// SWI0 in the target's shared state; its next entry writes it into
+    /// its guest ESTAT.
+    fn raise_pv_ipi(&self, vm: &Vm<B>, _sender: usize, target: usize) -> bool {
+        let Some(sh) = vm.arch.shared.get(target) else {
+            return true;
+        };
+        sh.swi.fetch_or(1, core::sync::atomic::Ordering::AcqRel) & 1 != 0
+    }
+
+    fn set_entry(&self, vm: &Vm<B>, index: usize, entry: Option<(u64, u64)>) -> bool {
+        let Some(sh) = vm.arch.shared.get(index) else {
+            return false;
+        };
+        *sh.boot.lock() = entry;
+        true
+    }
+
+    fn is_guest_ram(&self, vm: &Vm<B>, addr: u64) -> bool {
+        vm.arch.ram_offset(addr).is_some()
+    }
+}

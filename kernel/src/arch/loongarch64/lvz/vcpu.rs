@@ -1,0 +1,134 @@
+//! An LVZ vCPU's state while it is not on a pCPU: its GPRs and PC (the
+//! world switch's frame), its guest CSRs, the guest timer as a deadline on
+//! the stable counter, its FP registers, and what the backend keeps about
+//! it (the GID of its load, a pending `idle`, halt polling, steal time).
+
+use alloc::sync::Arc;
+
+use crate::fpu::{LoongArchFpState, VcpuFp};
+use crate::haltpoll::HaltPoll;
+use crate::sched::VcpuKey;
+use crate::stats::Stats;
+
+use super::super::csr;
+use super::super::vm::switch::GuestFrame;
+use super::gcsr::{g, GuestCsrs};
+use super::HALT_POLL_US;
+
+/// TCFG fields.
+pub const TCFG_EN: u64 = 1;
+pub const TCFG_PERIODIC: u64 = 2;
+pub const TCFG_INIT: u64 = !3 & ((1 << 48) - 1);
+/// ESTAT.IS bits.
+pub const IS_SWI: u64 = 3;
+pub const IS_TI: u64 = 1 << 11;
+pub const IS_IPI: u64 = 1 << 12;
+
+/// A guest CSR LVZ does not give the guest (GSPR on access): kestrel keeps
+/// it in software. Reads return what was last written.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SoftCsrs {
+    /// IMPCTL1/2 (0x80, 0x81), MERRCTL..MERRSAVE (0x90-0x95), CTAG (0x98),
+    /// DBG/DERA/DSAVE (0x500-0x502).
+    vals: [u64; 12],
+}
+
+impl SoftCsrs {
+    fn slot(n: u32) -> Option<usize> {
+        Some(match n {
+            0x80 | 0x81 => (n - 0x80) as usize,
+            0x90..=0x95 => 2 + (n - 0x90) as usize,
+            0x98 => 8,
+            0x500..=0x502 => 9 + (n - 0x500) as usize,
+            _ => return None,
+        })
+    }
+
+    /// CSR `n`: the value kept (0 for a number the architecture does not
+    /// define for a guest: reads 0, writes ignored).
+    pub fn get(&self, n: u32) -> u64 {
+        Self::slot(n).map_or(0, |i| self.vals[i])
+    }
+
+    pub fn set(&mut self, n: u32, v: u64) {
+        if let Some(i) = Self::slot(n) {
+            self.vals[i] = v;
+        }
+    }
+}
+
+pub struct VcpuState {
+    pub frame: GuestFrame,
+    /// Guest CSRs, valid while the vCPU is not loaded.
+    pub gcsr: GuestCsrs,
+    pub soft: SoftCsrs,
+    /// When the guest timer fires, on the stable counter (TCFG.EN set),
+    /// valid while the vCPU is not loaded.
+    pub timer_at: Option<u64>,
+    pub fp: Arc<VcpuFp<LoongArchFpState>>,
+    /// Bumped whenever its guest TLB entries on other pCPUs are stale.
+    pub epoch: u64,
+    pub gid: u16,
+    pub key: VcpuKey,
+    /// Waiting in `idle` for an interrupt it enables.
+    pub idle: bool,
+    pub halt: HaltPoll,
+    pub blocked_at: Option<u64>,
+    /// KVM steal time: the guest physical address of its record, and
+    /// when the vCPU was last preempted (not blocked).
+    pub steal_gpa: Option<u64>,
+    pub preempted_at: Option<u64>,
+    pub steal: u64,
+}
+
+impl VcpuState {
+    pub fn new(index: usize, stats: &Arc<Stats>) -> VcpuState {
+        let mut s = VcpuState {
+            frame: GuestFrame::default(),
+            gcsr: GuestCsrs::zeroed(),
+            soft: SoftCsrs::default(),
+            timer_at: None,
+            fp: Arc::new(VcpuFp::counted(
+                LoongArchFpState::default(),
+                Arc::clone(stats),
+            )),
+            epoch: 0,
+            gid: 0,
+            key: VcpuKey {
+                vm: 0,
+                vcpu: index as u16,
+            },
+            idle: false,
+            halt: HaltPoll::new(csr::counter_hz() / 1_000_000 * HALT_POLL_US),
+            blocked_at: None,
+            steal_gpa: None,
+            preempted_at: None,
+            steal: 0,
+        };
+        s.reset(index, 0, [0; 3]);
+        s
+    }
+
+    /// Architectural reset for an entry at `pc` with a0-a2 = `args`: DA
+    /// mode, PLV0, interrupts off, every other guest CSR 0 but the
+    /// identification ones (CPUID = the vCPU index, PRCFG1-3 as the CPU's).
+    pub fn reset(&mut self, index: usize, pc: u64, args: [u64; 3]) {
+        self.frame = GuestFrame::default();
+        self.frame.pc = pc;
+        self.frame.regs[4..7].copy_from_slice(&args);
+        self.gcsr = GuestCsrs::zeroed();
+        // CRMD: DA = 1, DATF = DATM = 1 (coherent cached), PLV0, IE = 0.
+        self.gcsr.set(g::CRMD, 1 << 3 | 1 << 5 | 1 << 7);
+        self.gcsr.set(g::CPUID, index as u64);
+        for (n, v) in super::host_prcfg() {
+            self.gcsr.set(n, v);
+        }
+        // The STLB page size a fresh CPU has (Linux sets its own).
+        self.gcsr.set(0x1e, 12);
+        self.soft = SoftCsrs::default();
+        self.timer_at = None;
+        self.idle = false;
+        self.steal_gpa = None;
+        self.epoch += 1;
+    }
+}
