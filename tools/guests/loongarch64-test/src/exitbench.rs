@@ -25,7 +25,7 @@ use kestrel_abi::stat;
 
 use crate::console::println;
 use crate::cpu::{self, csr, csr_read, csr_write, iocsr};
-use crate::{mmu, smp, trap, COUNTER_HZ};
+use crate::{mmu, smp, trap, COUNTER_HZ, RAM_TOP};
 
 /// Operations per case.
 const N: u64 = 2000;
@@ -36,6 +36,17 @@ static MODE: AtomicU8 = AtomicU8::new(0);
 const REFILL_PAIRS: usize = 256;
 /// Where they are mapped (all onto one physical page).
 const REFILL_VA: usize = 0x7000_0000;
+/// The stage-2 case's blocks: 4 MiB apart in the high RAM of its VM
+/// (`configs/bench/la64-exits.toml` gives it 768 MiB, so guest physical
+/// 0x8000_0000-0xa000_0000; the guest's image and stacks are in the low
+/// RAM, its DTB in the last 2 MiB, beyond these 400 MiB). On a VM without
+/// such RAM the loads hit nothing kestrel maps: the case is skipped there
+/// (its one-VM configs have 32 MiB: `blocks` says how many fit).
+const S2_RAM_START: u64 = 0x8000_0000;
+const S2_RAM_END: u64 = 0x8000_0000 + 100 * S2_BLOCK;
+const S2_BLOCK: u64 = 4 << 20;
+/// Where the guest maps them (one page each).
+const S2_VA: usize = 0x6000_0000;
 
 /// The physical page behind every page of the refill case.
 #[repr(C, align(4096))]
@@ -180,6 +191,32 @@ fn exits_mode() -> ! {
         // SAFETY: mapped above onto REFILL_PAGE.
         let _ = unsafe { core::ptr::read_volatile(va as *const u64) };
     });
+    case("cpucfg", kestrel, N, || {
+        // Word 2 (the ISA features): traps under LVZ, not without it.
+        let _ = cpu::cpucfg(2);
+    });
+    // A second-stage fill: each operation loads from a 4 MiB block of this
+    // VM's RAM nobody touched yet (under kestrel's LVZ backend, one miss
+    // filling a pair of 2 MiB pages; the guest's own TLB refill runs
+    // natively there), through its own page tables like the refill case.
+    let blocks = S2_RAM_END.saturating_sub(S2_RAM_START) / S2_BLOCK;
+    if kestrel && blocks > 1 && RAM_TOP.load(Ordering::Relaxed) >= S2_RAM_END + (2 << 20) {
+        for i in 0..blocks {
+            mmu::map(
+                S2_VA + i as usize * 8192,
+                S2_RAM_START + i * S2_BLOCK,
+                mmu::KERNEL_RW,
+            );
+        }
+        mmu::flush_tlb();
+        let mut next = 0;
+        case("stage2-fill", kestrel, blocks - 1, || {
+            let va = S2_VA + next * 8192;
+            next += 1;
+            // SAFETY: mapped above onto this VM's RAM, which nothing else uses.
+            let _ = unsafe { core::ptr::read_volatile(va as *const u64) };
+        });
+    }
     let me = cpu::cpu();
     cpu::set_irqs(true);
     if kestrel {

@@ -39,9 +39,13 @@ impl Machine for LvzBackend {
         stats: &Arc<Stats>,
     ) -> Result<Built<Self>, String> {
         let (st, bus, boot) = new_vm_state(spec, pool)?;
+        let offset = csr::rdtime().wrapping_neg();
         let mut vcpus: Vec<VcpuState> = (0..spec.vcpus as usize)
             .map(|i| VcpuState::new(i, stats))
             .collect();
+        for v in &mut vcpus {
+            v.counter_offset = offset;
+        }
         vcpus[0].reset(0, boot.entry, boot.args);
         Ok(Built {
             arch: st,
@@ -73,10 +77,12 @@ impl LvzBackend {
         vcpus: &mut [MutexGuard<'_, VcpuState>],
     ) -> Result<(), String> {
         let boot = restart_vm_state(&vm.arch, &vm.bus)?;
+        let offset = csr::rdtime().wrapping_neg();
         for (i, ctx) in vcpus.iter_mut().enumerate() {
             let epoch = ctx.epoch;
             **ctx = VcpuState::new(i, &vm.stats);
             ctx.epoch = epoch + 1;
+            ctx.counter_offset = offset;
         }
         if let Some(v0) = vcpus.first_mut() {
             v0.reset(0, boot.entry, boot.args);

@@ -5,7 +5,7 @@
 //!
 //! | exit (root ECODE) | action |
 //! |---|---|
-//! | TLB refill (a second-stage miss; GPA in TLBRBADV) | the pair of 16 KiB pages around the GPA is filled under the VM's GID: RAM maps to its frames, anything else gets an invalid half |
+//! | TLB refill (a second-stage miss; GPA in TLBRBADV) | the pair of 2 MiB pages around the GPA is filled under the VM's GID: RAM maps to its frames, anything else gets an invalid half |
 //! | PIL / PIS (a second-stage invalid half) | MMIO: the load or store in BADI is sent to the VM's bus; nothing there, or an instruction kestrel does not emulate there, gets the guest's ADE |
 //! | PIF (a fetch from no RAM) | the guest's ADEF |
 //! | ADE | the guest's ADE |
@@ -37,9 +37,11 @@ use super::{LvzBackend, VcpuState, PCPU};
 
 type B = LvzBackend;
 
-/// Second-stage page size (log2): 16 KiB, the guest pages Linux uses,
-/// one entry for a pair.
-const S2_PS: u64 = 14;
+/// Second-stage page size (log2): 2 MiB, the size of the frames guest RAM
+/// is made of, so one entry maps 4 MiB; kestrel sets the root STLB to this
+/// page size ([`super::LvzBackend`]'s per-CPU set-up), so the entries go
+/// to the large STLB, not the 64-entry MTLB.
+pub const S2_PS: u64 = 21;
 const S2_PAGE: u64 = 1 << S2_PS;
 
 /// Whether an exit's ESTAT says a hardware interrupt caused it.
@@ -115,7 +117,7 @@ fn stage2_fill(vm: &Vm<B>, gpa: u64) -> RunExit {
     let mut elo = [0u64; 2];
     for (half, e) in elo.iter_mut().enumerate() {
         let page = base + half as u64 * S2_PAGE;
-        // The whole 16 KiB must be RAM (frames are 2 MiB, so one frame).
+        // The whole page must be RAM (one 2 MiB frame).
         if let (Some(h), Some(_)) = (vm.arch.hpa(page), vm.arch.hpa(page + S2_PAGE - 1)) {
             // V, D, PLV0, MAT 1 (coherent cached), G (any root ASID).
             *e = (h & 0x0000_ffff_ffff_f000) | 1 | 1 << 1 | 1 << 4 | 1 << 6;

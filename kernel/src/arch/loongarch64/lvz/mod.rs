@@ -185,6 +185,10 @@ impl LvzBackend {
     fn init_cpu_state(&self, hv: &Hypervisor<Self>, cpu: usize) {
         csr::irq_disable();
         super::vm::hwtlb::init_cpu();
+        // SAFETY: the STLB page size only decides which root entries go to
+        // the STLB; kestrel's own translations are DMWs, and the root TLB
+        // holds only second-stage entries (2 MiB: `exits::S2_PS`).
+        unsafe { asm!("csrwr {0}, 0x1e", inout(reg) exits::S2_PS => _, options(nostack)) };
         // SAFETY: no guest runs on this CPU yet. GCFG 0: no optional traps
         // (the guest keeps its timer, exceptions and PLVs); GINTC 0: no
         // injected or passed-through lines; TLB instructions act on root
@@ -332,8 +336,10 @@ impl Backend for LvzBackend {
         }
         ctx.gid = l.vmid;
         ctx.key = vcpu.key;
-        // SAFETY: no guest runs here now; the GID takes effect at the entry.
+        // SAFETY: no guest runs here now; the GID and the counter offset
+        // take effect at the entry.
         unsafe {
+            gcsr::write_gcntc(ctx.counter_offset);
             gcsr::xchg_gstat(
                 u64::from(ctx.gid) << gcsr::GSTAT_GID_SHIFT,
                 0xff << gcsr::GSTAT_GID_SHIFT,

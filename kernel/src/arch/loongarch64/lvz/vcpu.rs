@@ -79,6 +79,10 @@ pub struct VcpuState {
     pub steal_gpa: Option<u64>,
     pub preempted_at: Option<u64>,
     pub steal: u64,
+    /// GCNTC: what the guest's stable counter adds to the CPU's, so that it
+    /// counts from 0 at the VM's creation (or restart), the same for all
+    /// of its vCPUs wherever they run.
+    pub counter_offset: u64,
 }
 
 impl VcpuState {
@@ -104,6 +108,7 @@ impl VcpuState {
             steal_gpa: None,
             preempted_at: None,
             steal: 0,
+            counter_offset: 0,
         };
         s.reset(index, 0, [0; 3]);
         s
