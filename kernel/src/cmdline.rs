@@ -140,4 +140,23 @@ mod tests {
             ]
         );
     }
+
+    #[test]
+    fn backend_choice() {
+        assert_eq!(BootOptions::parse("").backend, BackendChoice::Auto);
+        assert_eq!(
+            BootOptions::parse("kestrel.backend=lvz").backend,
+            BackendChoice::Lvz
+        );
+        assert_eq!(
+            BootOptions::parse("kestrel.backend=lvz kestrel.backend=tne").backend,
+            BackendChoice::TrapEmulate
+        );
+        let o = BootOptions::parse("kestrel.backend=kvm kestrel.backend=");
+        assert_eq!(o.backend, BackendChoice::Auto);
+        assert_eq!(
+            o.unknown.as_slice(),
+            ["kestrel.backend=kvm", "kestrel.backend="]
+        );
+    }
 }
