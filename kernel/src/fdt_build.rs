@@ -565,24 +565,26 @@ pub fn guest_dtb_loongarch(spec: &LoongArchDtbSpec) -> Vec<u8> {
         .end_node();
     // The same two registers as Linux drives them on QEMU virt: a syscon
     // with byte accesses and its power-off and reboot children.
+    // (The power-off and reboot nodes are the syscon's siblings: Linux
+    // makes platform devices of the root's children only.)
     w.begin_node(&format!("ged@{:x}", layout::POWEROFF))
         .prop_str("compatible", "syscon")
         .prop_reg("reg", &[(layout::POWEROFF, 4)])
         .prop_u32("reg-io-width", 1)
-        .prop_u32("phandle", LA_PHANDLE_GED);
-    w.begin_node("poweroff")
+        .prop_u32("phandle", LA_PHANDLE_GED)
+        .end_node();
+    w.begin_node("syscon-poweroff")
         .prop_str("compatible", "syscon-poweroff")
         .prop_u32("regmap", LA_PHANDLE_GED)
         .prop_u32("offset", 0)
         .prop_u32("value", layout::POWEROFF_VALUE as u32)
         .end_node();
-    w.begin_node("reboot")
+    w.begin_node("syscon-reboot")
         .prop_str("compatible", "syscon-reboot")
         .prop_u32("regmap", LA_PHANDLE_GED)
         .prop_u32("offset", layout::RESET_OFFSET as u32)
         .prop_u32("value", layout::RESET_VALUE as u32)
         .end_node();
-    w.end_node();
     // The CPU's own interrupt lines (SWI0-1, HWI0-7, PMI, TI, IPI): the
     // controller Linux takes its timer and IPI interrupts from.
     w.begin_node("cpuic")

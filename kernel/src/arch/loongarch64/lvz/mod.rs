@@ -121,6 +121,20 @@ fn flush_all_gids() {
     }
 }
 
+/// The guest timer's TVAL as read from root mode, for TCFG `tcfg`. TVAL
+/// counts down from the initial value, so it is never above it; a larger
+/// value means a timer that already expired (the emulator in tools/qemu-lvz
+/// computes TVAL from its host timer and returns the negative remainder as
+/// a huge number when the expiry is overdue but not yet processed, which
+/// would put the vCPU's deadline at the end of time): 0, due now.
+fn tval_of(tval: u64, tcfg: u64) -> u64 {
+    if tval > (tcfg & TCFG_INIT) {
+        0
+    } else {
+        tval
+    }
+}
+
 /// Arms this CPU's one-shot timer for kestrel's next tick or the earliest
 /// deadline of a vCPU that is not loaded.
 fn arm_timer(hv: &Hypervisor<LvzBackend>, cpu: usize) {
@@ -226,7 +240,7 @@ impl LvzBackend {
         let tcfg = gcsr_read!(g::TCFG);
         let lie_ti = gcsr_read!(g::ECFG) & IS_TI != 0;
         let timer_at = (tcfg & TCFG_EN != 0 && lie_ti)
-            .then(|| csr::rdtime().saturating_add(gcsr_read!(g::TVAL)));
+            .then(|| csr::rdtime().saturating_add(tval_of(gcsr_read!(g::TVAL), tcfg)));
         let halt = ctx.halt;
         let end = halt.poll(
             csr::rdtime,
@@ -410,7 +424,9 @@ impl Backend for LvzBackend {
         gcsr::save(&mut ctx.gcsr.regs);
         let now = csr::rdtime();
         let tcfg = ctx.gcsr.get(g::TCFG);
-        ctx.timer_at = (tcfg & TCFG_EN != 0).then(|| now.saturating_add(ctx.gcsr.get(g::TVAL)));
+        let tval = tval_of(ctx.gcsr.get(g::TVAL), tcfg);
+        ctx.gcsr.set(g::TVAL, tval);
+        ctx.timer_at = (tcfg & TCFG_EN != 0).then(|| now.saturating_add(tval));
         // A vCPU put away wakes at its timer deadline if TI can wake it.
         let lie = ctx.gcsr.get(g::ECFG) & IS_TI != 0;
         if let Some(at) = ctx.timer_at.filter(|_| lie) {
