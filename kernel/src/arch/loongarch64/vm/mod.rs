@@ -339,7 +339,7 @@ impl Backend for LaBackend {
             return RunExit::Block;
         }
         csr::irq_disable();
-        arm_timer(hv, cpu, ctx.csr.timer_deadline());
+        arm_timer(hv, cpu, ctx.csr.timer_wake_deadline());
         // SAFETY: interrupts are masked; the TLB holds only this vCPU's
         // shadows under its ASIDs (load flushed others' of this VM); EUEN
         // exposes the FP unit only if this vCPU owns it.
@@ -367,7 +367,7 @@ impl Backend for LaBackend {
         // A vCPU put away wakes at its timer deadline, if the timer line is
         // one that can wake it (ECFG.LIE.TI).
         let lie = ctx.csr.get(vcsr::num::ECFG) & (1 << vcsr::IRQ_TI) != 0;
-        if let Some(at) = ctx.csr.timer_deadline().filter(|_| lie) {
+        if let Some(at) = ctx.csr.timer_wake_deadline().filter(|_| lie) {
             vcpu.deadlines.set(0, at);
         }
     }
