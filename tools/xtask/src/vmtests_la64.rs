@@ -221,7 +221,8 @@ pub fn vm_cases() -> Vec<VmCase> {
             vms: vec!["attacker".into(), "victim".into()],
             must_pass: &[],
             check: Some(check_resetstorm),
-            timeout: Duration::from_secs(180),
+            // Under -icount a loaded host only slows it (33-70 s here).
+            timeout: Duration::from_secs(300),
             qemu_args: vmtest::ICOUNT,
             // The attacker storms on; the victim's result ends the case.
             stop_after: Some(("[victim] RESULT: ", 1)),
