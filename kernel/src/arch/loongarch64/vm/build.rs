@@ -18,7 +18,7 @@ use crate::guest::loongarch::efi;
 use crate::guest::loongarch::iocsr::VIpi;
 use crate::guest::loongarch::layout;
 use crate::stats::Stats;
-use crate::vm::{Hypervisor, Vm};
+use crate::vm::{Hypervisor, RunExit, Vm, VmEnd};
 use crate::vmconfig::VmSpec;
 use crate::vmm::{Built, Machine};
 
@@ -67,6 +67,7 @@ impl Machine for LaBackend {
                     boot: Mutex::new(None),
                 })
                 .collect(),
+            rebuild: AtomicUsize::new(0),
         };
         let boot = load_images(&st, spec)?;
         let mut states: Vec<VcpuState> = (0..vcpus).map(|i| VcpuState::new(i, stats)).collect();
@@ -159,9 +160,10 @@ fn load_images(st: &VmState, spec: &VmSpec<'static>) -> Result<BootRegs, String>
 }
 
 impl LaBackend {
-    /// [`crate::vm::Backend::restart_vm`]: the VM keeps its frames; its RAM
-    /// is zeroed and its images copied in again, its devices, IPI blocks
-    /// and vCPUs are as at creation. Shadow TLB entries of its old life
+    /// [`crate::vm::Backend::restart_vm`]: the VM keeps its frames; its
+    /// devices, IPI blocks and vCPUs are as at creation, and its RAM is to
+    /// be zeroed and its images copied in again by vCPU 0 before it runs
+    /// ([`LaBackend::rebuild_step`]). Shadow TLB entries of its old life
     /// are dropped at each vCPU's next load (a new epoch, and the core
     /// gives the VM a new VMID).
     pub(super) fn restart(
@@ -170,18 +172,6 @@ impl LaBackend {
         vcpus: &mut [MutexGuard<'_, VcpuState>],
     ) -> Result<(), String> {
         let st = &vm.arch;
-        // Frame by frame, serving the FP write-backs other pCPUs ask this
-        // one for in between: a vCPU of another VM whose FP registers are
-        // live here waits for them, and zeroing all of this VM's RAM in
-        // one go made it wait that long (a reset storm from a second vCPU
-        // cost a victim 235 ms of its timer: issue 22, item 8).
-        let cpu = platform::current_cpu();
-        for f in &st.ram.frames {
-            mem::clear_frame(*f);
-            self.service_fp(cpu);
-        }
-        let boot = load_images(st, &st.spec)?;
-        self.service_fp(cpu);
         vm.bus.reset_all();
         for ipi in &st.ipi {
             ipi.reset();
@@ -198,10 +188,37 @@ impl LaBackend {
             **ctx = VcpuState::new(i, &vm.stats);
             ctx.epoch = epoch + 1;
         }
-        if let Some(v0) = vcpus.first_mut() {
-            v0.reset(0, boot.entry, boot.args);
-        }
+        // vCPU 0, the only one started, zeroes the RAM and loads the
+        // images in its own time (the restarting pCPU did it all at once,
+        // not serving the FP write-backs other pCPUs waited for: a reset
+        // storm from a second vCPU cost a victim VM 235 ms of its timer,
+        // issue 22 item 8; and a VM sharing only this pCPU waited for all
+        // of it).
+        st.rebuild.store(1, Ordering::Release);
         Ok(())
+    }
+
+    /// One step of a restart's rebuild, on vCPU 0 (registers `ctx`) before
+    /// it enters the guest: zeroes the next 2 MiB frame of the VM's RAM,
+    /// then, after the last, loads its images and points vCPU 0 at their
+    /// entry. Each step is one [`crate::vm::Backend::run`] of vCPU 0: the
+    /// run loop preempts it at the end of its slice like any vCPU, so the
+    /// rebuild costs the restarting VM its own time and nobody else's.
+    pub(super) fn rebuild_step(&self, vm: &Vm<Self>, ctx: &mut VcpuState) -> RunExit {
+        let st = &vm.arch;
+        let next = st.rebuild.load(Ordering::Acquire);
+        if let Some(&f) = st.ram.frames.get(next - 1) {
+            mem::clear_frame(f);
+            st.rebuild.store(next + 1, Ordering::Release);
+            return RunExit::Continue;
+        }
+        let boot = match load_images(st, &st.spec) {
+            Ok(b) => b,
+            Err(e) => return RunExit::VmEnd(VmEnd::Fatal(format!("restart failed: {e}"))),
+        };
+        ctx.reset(0, boot.entry, boot.args);
+        st.rebuild.store(0, Ordering::Release);
+        RunExit::Continue
     }
 }
 

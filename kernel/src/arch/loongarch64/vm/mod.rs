@@ -86,6 +86,11 @@ pub struct VmState {
     /// The IOCSR IPI block of each vCPU.
     pub ipi: Vec<VIpi>,
     pub shared: Vec<VcpuShared>,
+    /// A restart's rebuild still to do (0: none): its RAM is zeroed and its
+    /// images loaded by vCPU 0, frame `rebuild - 1` next, a frame per
+    /// [`LaBackend::run`], before it enters the guest (see
+    /// [`LaBackend::rebuild_step`]).
+    pub rebuild: AtomicUsize,
 }
 
 impl VmState {
@@ -332,6 +337,9 @@ impl Backend for LaBackend {
     fn run(&self, env: &mut ExitCtx<'_, Self>, ctx: &mut VcpuState) -> RunExit {
         let (hv, cpu, vm, vcpu) = (env.hv, env.cpu, env.vm, env.vcpu);
         self.service_fp(cpu);
+        if vcpu.index == 0 && vm.arch.rebuild.load(Ordering::Acquire) != 0 {
+            return self.rebuild_step(vm, ctx);
+        }
         self.prepare_entry(cpu, vm, vcpu, ctx);
         if !ctx.csr.idle_over() {
             // Woken while waiting in `idle` with nothing pending (a stale
