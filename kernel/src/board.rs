@@ -41,6 +41,29 @@ impl MemRegion {
     }
 }
 
+/// Sorts `regions` by base and merges those that overlap (a range listed
+/// twice, or inside another): every byte of RAM once. Ranges that only
+/// touch stay apart. Returns whether any overlapped.
+pub fn merge_regions<const N: usize>(regions: &mut heapless::Vec<MemRegion, N>) -> bool {
+    regions.sort_unstable_by_key(|r| r.base);
+    let mut merged: heapless::Vec<MemRegion, N> = heapless::Vec::new();
+    let mut overlapped = false;
+    for r in regions.iter() {
+        match merged.last_mut() {
+            Some(last) if r.base < last.end() => {
+                overlapped = true;
+                last.size = last.end().max(r.end()) - last.base;
+            }
+            // Cannot fail: no more regions than there were.
+            _ => {
+                let _ = merged.push(*r);
+            }
+        }
+    }
+    *regions = merged;
+    overlapped
+}
+
 /// One CPU as the firmware names it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CpuDesc {

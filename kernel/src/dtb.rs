@@ -106,7 +106,11 @@ pub fn parse(blob: &[u8], arch: Arch) -> Result<BoardInfo, DtbError> {
     if memory.is_empty() {
         return Err(DtbError::NoMemory);
     }
-    memory.sort_unstable_by_key(|r| r.base);
+    // One owner per frame: a tree may list a range twice or nest one
+    // inside another; the frame pool must see each byte once.
+    if crate::board::merge_regions(&mut memory) {
+        warn("device tree: memory ranges overlap: merged");
+    }
 
     let mut cpus: Vec<CpuDesc, { crate::MAX_CPUS }> = Vec::new();
     let mut cpus_ignored = 0;
@@ -472,6 +476,47 @@ mod tests {
 
     /// Issue 13 C9: an empty or unterminated root `compatible` without a
     /// `model` panicked inside the `fdt` crate.
+    /// Issue 22 item 5: a tree listing 256 MiB twice read as 512 MiB of
+    /// RAM and two VMs shared frames. Repeated and nested ranges are
+    /// merged (with a warning); touching ones stay as listed.
+    #[test]
+    fn overlapping_memory_ranges_are_merged() {
+        let g = 0x4000_0000u64;
+        let m = 0x10_0000u64;
+        for (regs, want) in [
+            (
+                std::vec![(g, 256 * m), (g, 256 * m)],
+                std::vec![(g, 256 * m)],
+            ),
+            (
+                std::vec![(g + 300 * m, 8 * m), (g, 512 * m), (g + 16 * m, m)],
+                std::vec![(g, 512 * m)],
+            ),
+            (
+                std::vec![(g + 100 * m, 100 * m), (g, 128 * m)],
+                std::vec![(g, 200 * m)],
+            ),
+        ] {
+            let blob = board_dtb(cells22, true, &reg22(&regs));
+            let b = parse(&blob, Arch::Aarch64).unwrap();
+            let got: std::vec::Vec<(u64, u64)> =
+                b.memory.iter().map(|r| (r.base, r.size)).collect();
+            assert_eq!(got, want, "{regs:x?}");
+            assert!(
+                b.warnings
+                    .iter()
+                    .any(|w| w.contains("memory ranges overlap")),
+                "{:?}",
+                b.warnings
+            );
+        }
+        let blob = board_dtb(cells22, true, &reg22(&[(g + 64 * m, 64 * m), (g, 64 * m)]));
+        let b = parse(&blob, Arch::Aarch64).unwrap();
+        assert_eq!(b.memory.len(), 2, "touching: both kept");
+        assert_eq!(b.memory[0].base, g);
+        assert!(!b.warnings.iter().any(|w| w.contains("overlap")));
+    }
+
     #[test]
     fn empty_or_unterminated_root_compatible_is_unknown_board() {
         for compat in [&b""[..], b"acme,board", b"\0", b"\0\0"] {
@@ -625,9 +670,10 @@ mod tests {
             ]),
         );
         let b = parse(&blob, Arch::Aarch64).unwrap();
-        assert_eq!(b.memory.len(), 2, "the wrapping range is dropped");
+        // The wrapping range is dropped, the overlapping two merged.
+        assert_eq!(b.memory.len(), 1);
         assert!(b.warnings.iter().any(|w| w.contains("wraps")));
-        assert_eq!(b.memory_bytes(), u64::MAX);
+        assert_eq!(b.memory_bytes(), 0xf000_0000_0000_1000);
         assert!(b.memory.iter().all(|r| r.end() >= r.base));
     }
 

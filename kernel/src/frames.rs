@@ -14,49 +14,162 @@ use crate::board::MemRegion;
 /// The size (and alignment) of one frame.
 pub const FRAME: u64 = 2 << 20;
 
-/// Free physical ranges (start, end), `FRAME` aligned.
+/// Free physical ranges (start, end), `FRAME` aligned, sorted, disjoint;
+/// and the ranges handed out, the same way.
+///
+/// One owner per frame: the board's memory may list a range twice or
+/// overlapping (a device tree's memory nodes, a UEFI map, ACPI ranges,
+/// merged by whoever read them or not), so [`FramePool::from_board`]
+/// merges it before cutting it into frames. And the pool keeps what it
+/// handed out: a frame already out is never handed out again (a cheap
+/// look-up in a few ranges), and only frames it handed out come back.
 #[derive(Debug, Default)]
 pub struct FramePool {
     free: Vec<(u64, u64)>,
+    out: Vec<(u64, u64)>,
+    /// Frames found both free and handed out (never handed out again).
+    refused: u64,
+}
+
+/// Sorts `ranges` and merges those that overlap or touch; empty ones go.
+pub fn merge_ranges(ranges: &mut Vec<(u64, u64)>) {
+    ranges.retain(|&(s, e)| s < e);
+    ranges.sort_unstable();
+    let mut merged: Vec<(u64, u64)> = Vec::with_capacity(ranges.len());
+    for &(s, e) in ranges.iter() {
+        match merged.last_mut() {
+            Some(last) if s <= last.1 => last.1 = last.1.max(e),
+            _ => merged.push((s, e)),
+        }
+    }
+    *ranges = merged;
+}
+
+/// Adds `[s, e)` to the sorted, disjoint, merged `set`.
+fn range_add(set: &mut Vec<(u64, u64)>, s: u64, e: u64) {
+    let i = set.partition_point(|&(_, re)| re < s);
+    let mut j = i;
+    let (mut ns, mut ne) = (s, e);
+    while j < set.len() && set[j].0 <= e {
+        ns = ns.min(set[j].0);
+        ne = ne.max(set[j].1);
+        j += 1;
+    }
+    set.splice(i..j, core::iter::once((ns, ne)));
+}
+
+/// Takes `[s, e)` out of the sorted, disjoint `set`.
+fn range_remove(set: &mut Vec<(u64, u64)>, s: u64, e: u64) {
+    let mut i = set.partition_point(|&(_, re)| re <= s);
+    while i < set.len() && set[i].0 < e {
+        let (rs, re) = set[i];
+        let mut keep: heapless::Vec<(u64, u64), 2> = heapless::Vec::new();
+        if rs < s {
+            let _ = keep.push((rs, s));
+        }
+        if e < re {
+            let _ = keep.push((e, re));
+        }
+        let n = keep.len();
+        set.splice(i..=i, keep);
+        i += n;
+    }
+}
+
+/// Whether `[s, e)` overlaps the sorted, disjoint `set`.
+fn range_overlaps(set: &[(u64, u64)], s: u64, e: u64) -> bool {
+    let i = set.partition_point(|&(_, re)| re <= s);
+    i < set.len() && set[i].0 < e
+}
+
+/// Whether the sorted, disjoint `set` holds all of `[s, e)`.
+fn range_holds(set: &[(u64, u64)], s: u64, e: u64) -> bool {
+    let i = set.partition_point(|&(_, re)| re <= s);
+    i < set.len() && set[i].0 <= s && e <= set[i].1
 }
 
 impl FramePool {
     /// An empty pool.
     pub const fn new() -> FramePool {
-        FramePool { free: Vec::new() }
+        FramePool {
+            free: Vec::new(),
+            out: Vec::new(),
+            refused: 0,
+        }
     }
 
     /// The pool of `memory` minus the `reserved` (start, end) ranges, below
     /// `limit` (the highest address kestrel can reach), cut to whole frames.
+    /// Regions that overlap, nest or repeat count once.
     pub fn from_board(memory: &[MemRegion], reserved: &[(u64, u64)], limit: u64) -> FramePool {
+        let mut ram: Vec<(u64, u64)> = memory
+            .iter()
+            .map(|r| (r.base, r.end().min(limit)))
+            .collect();
+        merge_ranges(&mut ram);
+        let mut reserved = reserved.to_vec();
+        merge_ranges(&mut reserved);
         let mut free = Vec::new();
-        for r in memory {
-            let mut pieces = alloc::vec![(r.base, r.end().min(limit))];
-            for &(rs, re) in reserved {
-                let mut next = Vec::new();
-                for (s, e) in pieces {
-                    if re <= s || e <= rs {
-                        next.push((s, e));
-                        continue;
-                    }
-                    if s < rs {
-                        next.push((s, rs));
-                    }
-                    if re < e {
-                        next.push((re, e));
-                    }
+        for (rs, re) in ram {
+            // Sorted, disjoint reservations: one pass.
+            let mut at = rs;
+            for &(s, e) in &reserved {
+                if e <= at || s >= re {
+                    continue;
                 }
-                pieces = next;
+                if at < s {
+                    free.push((at, s));
+                }
+                at = at.max(e);
+                if at >= re {
+                    break;
+                }
             }
-            for (s, e) in pieces {
-                let s = s.div_ceil(FRAME).saturating_mul(FRAME);
-                let e = e / FRAME * FRAME;
-                if s < e {
-                    free.push((s, e));
-                }
+            if at < re {
+                free.push((at, re));
             }
         }
-        FramePool { free }
+        let free = free
+            .into_iter()
+            .filter_map(|(s, e)| {
+                let s = s.div_ceil(FRAME).checked_mul(FRAME)?;
+                let e = e / FRAME * FRAME;
+                (s < e).then_some((s, e))
+            })
+            .collect();
+        FramePool {
+            free,
+            out: Vec::new(),
+            refused: 0,
+        }
+    }
+
+    /// Frames the pool found both free and handed out, and so kept back
+    /// (0 unless its bookkeeping broke).
+    pub fn refused(&self) -> u64 {
+        self.refused
+    }
+
+    /// Marks `[s, s + n * FRAME)`, just taken from the free list, as
+    /// handed out; returns the frames that were out already (kept back,
+    /// never handed out twice).
+    fn hand_out(&mut self, s: u64, n: u64, frames: &mut Vec<u64>) {
+        let e = s + n * FRAME;
+        if !range_overlaps(&self.out, s, e) {
+            range_add(&mut self.out, s, e);
+            frames.extend((0..n).map(|k| s + k * FRAME));
+            return;
+        }
+        for k in 0..n {
+            let f = s + k * FRAME;
+            if range_overlaps(&self.out, f, f + FRAME) {
+                self.refused += 1;
+                log::error!("frames: frame {f:#x} is free and handed out: kept back");
+            } else {
+                range_add(&mut self.out, f, f + FRAME);
+                frames.push(f);
+            }
+        }
     }
 
     /// Bytes left for guests.
@@ -74,15 +187,18 @@ impl FramePool {
         }
         let mut frames = Vec::with_capacity(n);
         while frames.len() < n {
-            let (s, e) = self.free.last_mut()?;
-            let take = (((*e - *s) / FRAME) as usize).min(n - frames.len());
-            for i in 0..take as u64 {
-                frames.push(*s + i * FRAME);
-            }
-            *s += take as u64 * FRAME;
-            if *s == *e {
+            let Some(&mut (ref mut s, e)) = self.free.last_mut() else {
+                // Only when frames were kept back: give back what was taken.
+                self.free(&frames);
+                return None;
+            };
+            let take = ((e - *s) / FRAME).min((n - frames.len()) as u64);
+            let at = *s;
+            *s += take * FRAME;
+            if *s == e {
                 self.free.pop();
             }
+            self.hand_out(at, take, &mut frames);
         }
         Some(frames)
     }
@@ -90,8 +206,8 @@ impl FramePool {
     /// Gives `frames` back (a VM's RAM at its restart or end). Each goes
     /// into the free ranges in address order, joined with its neighbours,
     /// so freeing what [`FramePool::alloc`] took restores the pool it took
-    /// it from. A frame that is misaligned or already free is left out (it
-    /// was never handed out: taking it twice would give one frame to two
+    /// it from. A frame that is misaligned, already free or never handed
+    /// out is left out (taking it twice would give one frame to two
     /// owners). Returns how many frames came back.
     pub fn free(&mut self, frames: &[u64]) -> usize {
         let mut n = 0;
@@ -102,6 +218,10 @@ impl FramePool {
             let Some(end) = f.checked_add(FRAME) else {
                 continue;
             };
+            if !range_holds(&self.out, f, end) {
+                continue; // not handed out (or already back)
+            }
+            range_remove(&mut self.out, f, end);
             // The first range that starts after `f`.
             let i = self.free.partition_point(|&(s, _)| s <= f);
             if i > 0 && self.free[i - 1].1 > f {
@@ -164,6 +284,16 @@ impl FramePool {
         if *s == *e {
             self.free.remove(i);
         }
+        if range_overlaps(&self.out, base, base + need) {
+            // Never handed out twice: keep them back and refuse.
+            let mut none = Vec::new();
+            self.hand_out(base, n, &mut none);
+            self.free(&none);
+            return Err(format!(
+                "memory: frames at {base:#x} are both free and handed out (kept back)"
+            ));
+        }
+        range_add(&mut self.out, base, base + need);
         Ok(GuestRam {
             frames: (0..n).map(|k| base + k * FRAME).collect(),
             size: bytes,
@@ -322,6 +452,116 @@ mod tests {
         assert_eq!(q.free, [(0, 2 * MB), (4 * MB, 8 * MB)]);
         assert_eq!(q.free(&y), 1);
         assert_eq!(q.free, [(0, 8 * MB)]);
+    }
+
+    /// Every frame handed out by `p` until it is empty: each once, inside
+    /// `mem`, outside `reserved`.
+    fn drain_and_check(p: &mut FramePool, mem: &[(u64, u64)], reserved: &[(u64, u64)]) -> usize {
+        let mut seen = std::collections::BTreeSet::new();
+        while let Some(fs) = p.alloc(3 * FRAME).or_else(|| p.alloc(FRAME)) {
+            for f in fs {
+                assert!(seen.insert(f), "frame {f:#x} handed out twice");
+                assert!(mem.iter().any(|&(s, e)| s <= f && f + FRAME <= e));
+                assert!(!reserved.iter().any(|&(s, e)| s < f + FRAME && f < e));
+            }
+        }
+        assert_eq!(p.free_bytes(), 0);
+        seen.len()
+    }
+
+    /// Issue 22 item 5: a tree listing 256 MiB twice gave 508 MiB and two
+    /// VMs shared frames. Overlapping, repeated, nested and adjacent
+    /// regions count once.
+    #[test]
+    fn overlapping_nested_and_adjacent_regions_count_once() {
+        let g = 0x4000_0000;
+        for (mem, frames) in [
+            // The same 256 MiB twice.
+            (alloc::vec![region(g, 256 * MB), region(g, 256 * MB)], 128),
+            // Overlapping by 64 MiB.
+            (
+                alloc::vec![region(g, 256 * MB), region(g + 192 * MB, 128 * MB)],
+                160,
+            ),
+            // Nested, listed outer last.
+            (
+                alloc::vec![region(g + 32 * MB, 16 * MB), region(g, 256 * MB)],
+                128,
+            ),
+            // Adjacent: joined, a frame straddling the seam included.
+            (
+                alloc::vec![
+                    region(g + 128 * MB + MB, 127 * MB),
+                    region(g, 128 * MB + MB)
+                ],
+                128,
+            ),
+        ] {
+            let mut ranges: Vec<(u64, u64)> = mem.iter().map(|r| (r.base, r.end())).collect();
+            merge_ranges(&mut ranges);
+            let mut p = FramePool::from_board(&mem, &[], u64::MAX);
+            assert_eq!(p.free_bytes(), frames * FRAME, "{mem:?}");
+            assert_eq!(drain_and_check(&mut p, &ranges, &[]), frames as usize);
+            assert_eq!(p.refused(), 0);
+        }
+        // Reservations that overlap each other and the regions.
+        let mem = [region(g, 64 * MB), region(g + 32 * MB, 64 * MB)];
+        let reserved = [
+            (g + 3 * MB, g + 9 * MB),
+            (g + 8 * MB, g + 10 * MB),
+            (g, g + MB),
+        ];
+        let mut p = FramePool::from_board(&mem, &reserved, u64::MAX);
+        assert_eq!(p.free, [(g + 10 * MB, g + 96 * MB)]);
+        drain_and_check(&mut p, &[(g, g + 96 * MB)], &reserved);
+    }
+
+    #[test]
+    fn merging_ranges() {
+        let mut r = alloc::vec![(5, 9), (0, 2), (2, 3), (7, 8), (20, 20), (10, 12), (1, 2)];
+        merge_ranges(&mut r);
+        assert_eq!(r, [(0, 3), (5, 9), (10, 12)]);
+        let mut set = alloc::vec![(0, 10), (20, 30)];
+        range_add(&mut set, 10, 20);
+        assert_eq!(set, [(0, 30)]);
+        range_remove(&mut set, 5, 25);
+        assert_eq!(set, [(0, 5), (25, 30)]);
+        range_remove(&mut set, 0, 100);
+        assert!(set.is_empty());
+    }
+
+    /// The pool's own check: a frame that is free and out at once (its
+    /// free list broken by hand here) is never handed out again, and
+    /// frames it never handed out do not come back.
+    #[test]
+    fn a_frame_already_handed_out_is_refused() {
+        let mut p = FramePool::from_board(&[region(0, 8 * MB)], &[], u64::MAX);
+        let a = p.alloc(2 * MB).unwrap();
+        assert_eq!(a, [0]);
+        // Corrupt the free list: frame 0 is free again, without a free.
+        p.free = alloc::vec![(0, 8 * MB)];
+        let b = p.alloc(8 * MB);
+        assert_eq!(b, None, "only 3 frames are really free");
+        assert_eq!(p.refused(), 1);
+        let b = p.alloc(6 * MB).unwrap();
+        assert!(!b.contains(&0));
+        assert_eq!(b.len(), 3);
+        // Contiguous: refused when its run holds a frame already out.
+        let mut q = FramePool::from_board(&[region(0, 8 * MB)], &[], u64::MAX);
+        let c = q.alloc_contiguous(2 * MB).unwrap();
+        q.free = alloc::vec![(0, 8 * MB)];
+        let e = q.alloc_contiguous(4 * MB).unwrap_err();
+        assert!(e.contains("both free and handed out"), "{e}");
+        assert!(!q
+            .free
+            .iter()
+            .any(|&(s, e)| s < c.frames[0] + FRAME && c.frames[0] < e));
+        // Never handed out: not taken back.
+        let mut r = FramePool::from_board(&[region(0, 8 * MB)], &[], u64::MAX);
+        let _ = r.alloc(2 * MB).unwrap();
+        assert_eq!(r.free(&[4 * MB]), 0);
+        assert_eq!(r.free(&[0, 0]), 1, "once");
+        assert_eq!(r.free_bytes(), 8 * MB);
     }
 
     #[test]

@@ -249,6 +249,18 @@ impl Scheduler {
             charged_to: 0,
             on_cpu: None,
         });
+        // Each queue this vCPU may wait on can hold every vCPU from now on:
+        // a queue allocated at its first use (32 bytes at 4 entries) would
+        // raise the heap's floor whenever a vCPU first waits on a new pCPU,
+        // which the reboot cases would take for a leak (issue 22, item 6:
+        // a 32-byte rise after 146 restarts).
+        let n = s.entries.len();
+        for c in affinity.iter() {
+            let q = &mut s.queues[c];
+            if q.capacity() < n {
+                q.reserve_exact(n - q.len());
+            }
+        }
         if start {
             s.make_runnable(idx);
         }
@@ -681,6 +693,37 @@ mod tests {
         }
         assert_eq!(order, [0, 1, 2, 0, 1, 2]);
         assert_eq!(s.counters().0, 6, "every pick switched vCPU");
+    }
+
+    /// Issue 22 item 6: a run queue was allocated the first time a vCPU
+    /// waited on its pCPU, at any point of a run (the reboot case saw the
+    /// heap's floor rise by 32 bytes at restart 146). Every queue a vCPU
+    /// may wait on holds all vCPUs from `add` on, so none grows later.
+    #[test]
+    fn run_queues_never_grow_after_add() {
+        let s = Scheduler::new(CpuMask::first(4));
+        for v in 0..6 {
+            s.add(key(0, v), CpuMask::first(4), v == 0).unwrap();
+        }
+        let caps = |s: &Scheduler| -> Vec<usize> {
+            s.inner.lock().queues.iter().map(|q| q.capacity()).collect()
+        };
+        let before = caps(&s);
+        assert!(before[..4].iter().all(|&c| c >= 6), "{before:?}");
+        // Every vCPU runnable, moved across every pCPU, stopped, restarted.
+        for v in 1..6 {
+            s.power_on(key(0, v), 0).unwrap();
+        }
+        for round in 0..50u64 {
+            for cpu in 0..4 {
+                if let Some(k) = s.pick(cpu, round) {
+                    s.put(cpu, k, PutReason::Preempted, round).unwrap();
+                }
+            }
+        }
+        let _ = s.stop_vm(0);
+        let _ = s.restart_vm(0, 1, 0);
+        assert_eq!(caps(&s), before);
     }
 
     #[test]

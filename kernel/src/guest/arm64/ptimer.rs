@@ -53,6 +53,15 @@ impl PhysTimer {
         (self.enabled() && self.ctl & IMASK == 0).then_some(self.cval)
     }
 
+    /// When the host must force an exit for this timer (its output rising),
+    /// at counter value `now`: never while it is high already or cannot
+    /// rise (masked, disabled). A level stays high until the guest moves
+    /// CVAL or masks it (trapped writes), so however close the guest
+    /// programs CVAL this arms at most one exit per write, never a loop.
+    pub fn backing_deadline(&self, now: u64) -> Option<u64> {
+        self.deadline().filter(|&at| at > now)
+    }
+
     /// A read of `reg` at counter value `now` (`None`: not a timer register).
     pub fn read(&self, reg: SysReg, now: u64) -> Option<u64> {
         match reg {
@@ -117,6 +126,28 @@ mod tests {
         t.write(CNTP_CTL_EL0, 0, 200);
         assert_eq!(t.read(CNTP_CTL_EL0, 200), Some(0), "disabled: no ISTATUS");
         assert!(!t.level(u64::MAX));
+    }
+
+    /// Issue 22 item 7's class on arm64: a timer due at once, or masked
+    /// while pending, arms no host deadline (the output is high or cannot
+    /// rise); one due later arms exactly its CVAL.
+    #[test]
+    fn a_high_or_masked_timer_arms_no_host_deadline() {
+        let mut t = PhysTimer::default();
+        t.write(CNTP_CVAL_EL0, 1001, 1000);
+        t.write(CNTP_CTL_EL0, 1, 1000);
+        assert_eq!(t.backing_deadline(1000), Some(1001));
+        for now in 1001..1100 {
+            assert!(t.level(now));
+            assert_eq!(t.backing_deadline(now), None, "high at {now}");
+        }
+        // TVAL 0: due now.
+        t.write(CNTP_TVAL_EL0, 0, 2000);
+        assert_eq!(t.backing_deadline(2000), None);
+        // Masked while pending: ISTATUS set, nothing armed.
+        t.write(CNTP_CTL_EL0, 0b011, 2000);
+        assert_eq!(t.read(CNTP_CTL_EL0, 2000), Some(0b111));
+        assert_eq!(t.backing_deadline(0), None);
     }
 
     #[test]

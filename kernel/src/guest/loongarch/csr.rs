@@ -371,17 +371,41 @@ impl CsrFile {
         (self.asid & ((1 << ASID_BITS) - 1)) as u16
     }
 
-    /// TVAL at counter value `now`.
+    /// TVAL at counter value `now`. A periodic timer whose deadline passed
+    /// without [`CsrFile::update_timer`] counts on from its period.
     pub fn tval(&self, now: u64) -> u64 {
         if !self.counting {
             return 0;
         }
+        if now >= self.deadline && self.tcfg & TCFG_PERIODIC != 0 {
+            let period = self.period();
+            return (period - (now - self.deadline) % period) & TCFG_MASK;
+        }
         self.deadline.saturating_sub(now) & TCFG_MASK
+    }
+
+    /// The timer's period (or one-shot delay): TCFG.InitVal, at least 4.
+    fn period(&self) -> u64 {
+        (self.tcfg & TIMER_INIT_MASK).max(4)
     }
 
     /// When the timer fires next, if it is counting.
     pub fn timer_deadline(&self) -> Option<u64> {
         self.counting.then_some(self.deadline)
+    }
+
+    /// When the timer's firing next changes what the vCPU sees: its
+    /// deadline while counting, but none while ESTAT.TI is pending (a
+    /// firing only sets TI again, however short the period; the guest
+    /// clears TI through TICLR, a trapped write). The host timer is armed
+    /// for this, so a masked, pending timer interrupt never re-arms it in
+    /// a loop: a periodic timer of 4 ticks would otherwise end every entry
+    /// before the guest ran an instruction.
+    pub fn timer_wake_deadline(&self) -> Option<u64> {
+        if self.estat & Irqs::TI.bits() != 0 {
+            return None;
+        }
+        self.timer_deadline()
     }
 
     /// Advances the virtual timer to `now`: sets ESTAT.TI when it fired.
@@ -391,7 +415,7 @@ impl CsrFile {
             return false;
         }
         self.estat |= Irqs::TI.bits();
-        let period = (self.tcfg & TIMER_INIT_MASK).max(4);
+        let period = self.period();
         if self.tcfg & TCFG_PERIODIC != 0 {
             let late = now - self.deadline;
             self.deadline = self
@@ -505,7 +529,7 @@ impl CsrFile {
             num::TCFG => {
                 self.tcfg = v & TCFG_MASK;
                 self.counting = self.tcfg & TCFG_EN != 0;
-                self.deadline = now.saturating_add((self.tcfg & TIMER_INIT_MASK).max(4));
+                self.deadline = now.saturating_add(self.period());
                 fx.timer = true;
             }
             num::TICLR => {

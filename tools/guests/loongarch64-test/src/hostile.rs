@@ -41,20 +41,21 @@ use crate::cpu::{self, csr, csr_read, csr_write, iocsr};
 use crate::trap::{self, ecode_of, Frame};
 use crate::{us, COUNTER_HZ, LSX, RAM_TOP};
 
-/// 0 = normal checks, 1 = attacker, 2 = victim.
+/// 0 = normal checks, 1 = attacker, 2 = victim, 3 = reset storm.
 static MODE: AtomicU8 = AtomicU8::new(0);
 
 /// The attack phases, in order.
 /// `memory` comes early, inside the victim's window (see
 /// [`MEMORY_NOT_BEFORE_S`]), so its probes meet the victim's pattern.
-const PHASES: [&str; 9] = [
-    "iocsr", "insn", "user", "console", "memory", "csr", "tlb", "hvcl", "storm",
+const PHASES: [&str; 10] = [
+    "iocsr", "insn", "user", "console", "memory", "csr", "tlb", "hvcl", "storm", "timer0",
 ];
 /// Bit i: run phase `PHASES[i]` (all by default).
 static PHASE_MASK: AtomicU64 = AtomicU64::new(u64::MAX);
 
 /// `mode=attack`, `mode=attack:PHASE,PHASE...` (only those phases, e.g. to
-/// check the architectural ones on bare QEMU), `mode=victim` (from the
+/// check the architectural ones on bare QEMU), `mode=victim`,
+/// `mode=victim:MS` (a window of MS ms), `mode=resetstorm` (from the
 /// command line).
 pub fn set_mode(m: &str) {
     if let Some(list) = m.strip_prefix("attack:") {
@@ -66,9 +67,13 @@ pub fn set_mode(m: &str) {
         }
         PHASE_MASK.store(mask, Ordering::Relaxed);
     }
+    if let Some(ms) = m.strip_prefix("victim:").and_then(|w| w.parse().ok()) {
+        VICTIM_WINDOW.store(ms, Ordering::Relaxed);
+    }
     match m.split(':').next() {
         Some("attack") => MODE.store(1, Ordering::Relaxed),
         Some("victim") => MODE.store(2, Ordering::Relaxed),
+        Some("resetstorm") => MODE.store(3, Ordering::Relaxed),
         _ => {}
     }
 }
@@ -79,6 +84,7 @@ pub fn run_mode() {
     match MODE.load(Ordering::Relaxed) {
         1 => attack(),
         2 => victim(),
+        3 => reset_storm(),
         _ => {}
     }
 }
@@ -528,7 +534,7 @@ fn attack() -> ! {
         RAM_TOP.load(Ordering::Relaxed)
     );
     cpu::set_irqs(false);
-    let phases: [Phase; 9] = [
+    let phases: [Phase; 10] = [
         attack_iocsr,
         attack_insn,
         attack_user,
@@ -538,6 +544,7 @@ fn attack() -> ! {
         attack_tlb,
         attack_hvcl,
         attack_storm,
+        attack_timer0,
     ];
     let mask = PHASE_MASK.load(Ordering::Relaxed);
     for (i, (name, phase)) in PHASES.into_iter().zip(phases).enumerate() {
@@ -559,8 +566,12 @@ fn attack() -> ! {
     // The rest of the window: busy with interrupts masked (only kestrel's
     // tick can take the pCPU back).
     cpu::set_irqs(false);
-    // (Only beside a victim, i.e. on kestrel.)
-    let window = if kestrel { ATTACK_WINDOW_MS } else { 0 };
+    // (Only beside a victim, i.e. on kestrel with every phase.)
+    let window = if kestrel && mask == u64::MAX {
+        ATTACK_WINDOW_MS
+    } else {
+        0
+    };
     let end = start + us(window * 1000);
     let spun = cpu::now();
     while cpu::now() < end {
@@ -1767,9 +1778,122 @@ fn attack_storm(_kestrel: bool) -> Tally {
     t
 }
 
+/// Loops of counter reads each masked zero-period timer must let run.
+const ZERO_TIMER_LOOPS: u64 = 20_000;
+
+/// The shortest timers with their interrupt masked: periodic with InitVal
+/// 0 (TCFG = 0x3, raised to 4 ticks) masked by ECFG, then by CRMD.IE
+/// alone, and a one-shot one. Under each the vCPU runs `ZERO_TIMER_LOOPS`
+/// counter reads and then finds TI pending, as on hardware; the interrupt
+/// is never taken. On kestrel the physical-interrupt exits meanwhile stay
+/// at the rate of its tick (a host deadline re-armed in a loop ends every
+/// entry at once; under `-icount` the vCPU then never runs another
+/// instruction: issue 22, item 7; `la64-resetstorm` runs it under -icount).
+fn attack_timer0(kestrel: bool) -> Tally {
+    const ECFG: u32 = 0x4;
+    const ESTAT: u32 = 0x5;
+    const TCFG: u32 = 0x41;
+    const TICLR: u32 = 0x44;
+    const TI: u64 = 1 << 11;
+    let mut t = Tally::new();
+    let irq_exits = || {
+        if kestrel {
+            trap::hvcl(FN_KESTREL_STATS, kestrel_abi::stat::EXIT_IRQ, 0, 0)
+        } else {
+            0
+        }
+    };
+    cpu::set_irqs(false);
+    let ecfg = rd(ECFG);
+    let ticks0 = trap::TICKS[0].load(Ordering::Relaxed);
+    let mut loops = 0;
+    let mut exits = 0;
+    let t0 = cpu::now();
+    for (tcfg, lie) in [(3, 0), (3, ecfg | TI), (1, 0)] {
+        wr(ECFG, lie);
+        let (e0, c0) = (irq_exits(), cpu::now());
+        wr(TCFG, tcfg);
+        for _ in 0..ZERO_TIMER_LOOPS {
+            core::hint::black_box(cpu::now());
+            loops += 1;
+        }
+        t.probes += 1;
+        let pending = rd(ESTAT) & TI != 0;
+        wr(TCFG, 0);
+        wr(TICLR, 1);
+        let (e, took) = (irq_exits().wrapping_sub(e0), ms(cpu::now() - c0));
+        exits += e;
+        if !pending {
+            t.bad(format_args!(
+                "TCFG {tcfg:#x}, ECFG {lie:#x}: no TI pending after {ZERO_TIMER_LOOPS} loops"
+            ));
+        }
+        // kestrel's tick is 100 Hz: allow 40 times that, and some.
+        if e > 10 + 4 * took {
+            t.bad(format_args!(
+                "TCFG {tcfg:#x}, ECFG {lie:#x}: {e} interrupt exits in {took} ms"
+            ));
+        }
+    }
+    wr(ECFG, ecfg);
+    let taken = trap::TICKS[0].load(Ordering::Relaxed) - ticks0;
+    if taken != 0 {
+        t.bad(format_args!(
+            "masked zero-period timers: {taken} timer interrupts taken with CRMD.IE = 0"
+        ));
+    }
+    println!(
+        "ATTACK timer0: {loops} loops under masked zero-period timers in {} ms, {exits} interrupt exits",
+        ms(cpu::now() - t0)
+    );
+    t
+}
+
+// ---- the reset storm -----------------------------------------------------
+
+/// `mode=resetstorm` (a VM of two vCPUs): vCPU 0 runs the masked
+/// zero-period timers ([`attack_timer0`]), then vCPU 1 writes the GED
+/// reset register in a loop while vCPU 0 holds FP/LSX registers live and
+/// spins with interrupts masked; every restart boots into the same again. A
+/// victim VM beside it must keep its timer (`la64-resetstorm`). The storm
+/// stops once the counter passes `RESETSTORM_UNTIL_S` seconds, then the VM
+/// reports and powers off.
+const RESETSTORM_UNTIL_S: u64 = 30;
+
+fn reset_storm() -> ! {
+    let hz = COUNTER_HZ.load(Ordering::Relaxed);
+    if cpu::now() / hz.max(1) >= RESETSTORM_UNTIL_S {
+        report(
+            "reset-storm",
+            pass!("storm over at counter second {RESETSTORM_UNTIL_S}"),
+        );
+        crate::finish()
+    }
+    // Every boot first runs the masked zero-period timers (a vCPU frozen
+    // there never gets to the storm).
+    report("attack-timer0", attack_timer0(true).outcome("timer0"));
+    // The secondaries turn paging on: the tables first.
+    report("paging", crate::checks::paging());
+    report("smp", crate::smp::bring_up(2));
+    // FP/LSX live in this vCPU's unit from here on.
+    let mut fp = FpState::ZERO;
+    for (i, r) in fp.regs.iter_mut().enumerate() {
+        *r = [ATTACK_TAG << 32 | i as u64, !(i as u64)];
+    }
+    let lsx = LSX.load(Ordering::Relaxed);
+    // SAFETY: loads this vCPU's own FP/LSX registers (EUEN has them on).
+    unsafe { asm::guest_fp_load(&fp, lsx) };
+    cpu::set_irqs(false);
+    crate::smp::post(crate::smp::Cmd::ResetLoop);
+    loop {
+        cpu::relax();
+    }
+}
+
 // ---- the victim ----------------------------------------------------------
 
-const VICTIM_WINDOW_MS: u64 = 8_000;
+/// The victim's window in ms (`mode=victim:MS`; whole seconds).
+static VICTIM_WINDOW: AtomicU64 = AtomicU64::new(8_000);
 const VICTIM_PERIOD_MS: u64 = 10;
 /// A counter delta below this is time the victim ran (kestrel's slices are
 /// 10 ms: a longer gap is another vCPU's turn, a shorter one host noise).
@@ -1848,7 +1972,8 @@ fn victim() -> ! {
     let swis0 = trap::SWIS[0].load(Ordering::Relaxed);
     cpu::set_irqs(true);
 
-    let window = hz / 1000 * VICTIM_WINDOW_MS;
+    let window_ms = VICTIM_WINDOW.load(Ordering::Relaxed).max(1000) / 1000 * 1000;
+    let window = hz / 1000 * window_ms;
     let threshold = us(RAN_THRESHOLD_US);
     // The window starts on a whole second of the counter, so the test can
     // add up the attacker's run time over the same seconds.
@@ -1976,7 +2101,7 @@ fn victim() -> ! {
     );
     println!(
         "VICTIM: counter seconds {first_second}-{}",
-        first_second + VICTIM_WINDOW_MS / 1000
+        first_second + window_ms / 1000
     );
     println!(
         "VICTIM: the largest tick gap ended at counter {} ms",

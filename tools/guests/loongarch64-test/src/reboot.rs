@@ -54,3 +54,14 @@ pub fn run_mode() {
         cpu::idle();
     }
 }
+
+/// Writes the reset value to the GED reset register again and again (a
+/// reset storm from a vCPU other than the boot one: `mode=resetstorm`).
+pub fn reset_for_ever() -> ! {
+    loop {
+        // SAFETY: as in `run_mode`: the GED register page is device memory
+        // (direct-address mode, or mapped uncached by the page tables).
+        unsafe { core::ptr::write_volatile(RESET_REG as *mut u8, RESET_VALUE) };
+        cpu::relax();
+    }
+}

@@ -32,6 +32,8 @@ pub enum Cmd {
     /// Spin until the counter reaches `SPIN_END`, counting iterations of a
     /// fixed loop into `SPIN_ITERS` (the fairness window).
     SpinCount = 4,
+    /// Write the GED reset register for ever (`mode=resetstorm`).
+    ResetLoop = 5,
 }
 
 #[allow(clippy::declare_interior_mutable_const)] // array initialiser only
@@ -115,6 +117,7 @@ pub fn secondary_loop(me: usize) -> ! {
                     FP_ERRORS[me].store(errs, Ordering::Release);
                 }
                 x if x == Cmd::SpinCount as u64 => spin_count(me),
+                x if x == Cmd::ResetLoop as u64 => crate::reboot::reset_for_ever(),
                 x if x == Cmd::SpinIrqsOn as u64 || x == Cmd::SpinIrqsOff as u64 => {
                     let on = x == Cmd::SpinIrqsOn as u64;
                     cpu::set_irqs(on);

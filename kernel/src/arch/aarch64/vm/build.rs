@@ -95,7 +95,8 @@ impl Arm64Backend {
         super::passthrough::quiesce(vm);
         // Unmaps the blocks and flushes every TLB (the VM may keep its
         // VMID: the core drops it, but it can come back before a rollover).
-        st.ram.reset();
+        let cpu = super::super::percpu::index();
+        st.ram.reset(|| self.service_fp(cpu));
         load_images(&st.ram, &st.spec, &st.dtb)?;
         let pt = &st.passthrough;
         *st.vgic.lock() =

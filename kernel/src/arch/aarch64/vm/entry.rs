@@ -34,8 +34,8 @@ pub fn set_vtimer_phys(gic: &Gic, cpu: usize, enable: bool) {
 /// output rises; off when it cannot rise or is high already (the model then
 /// drives PPI 30 directly).
 pub fn ptimer_backing(t: &PhysTimer, now: u64) {
-    match t.deadline() {
-        Some(at) if at > now => {
+    match t.backing_deadline(now) {
+        Some(at) => {
             msr!("cntp_cval_el0", at);
             msr!("cntp_ctl_el0", 1);
         }

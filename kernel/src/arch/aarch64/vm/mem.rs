@@ -188,14 +188,25 @@ impl VmRam {
     /// For a restart (the VM's vCPUs stopped): lazy RAM is unmapped and
     /// untouched again, then every TLB entry goes; identity RAM is zeroed
     /// whole again (it stays mapped).
-    pub fn reset(&self) {
+    ///
+    /// `between` runs after each frame zeroed and while waiting for a block
+    /// another pCPU zeroes: the caller serves what other pCPUs wait for
+    /// from it (their vCPUs' FP registers), so that none waits for all of
+    /// this VM's RAM.
+    pub fn reset(&self, mut between: impl FnMut()) {
         if self.lazy {
-            self.blocks
-                .forget_all(|i| self.slots[i].unmap(), core::hint::spin_loop);
+            self.blocks.forget_all(
+                |i| self.slots[i].unmap(),
+                || {
+                    between();
+                    core::hint::spin_loop();
+                },
+            );
             super::stage2::flush_all_vmids();
         } else {
             for &f in &self.frames {
                 zero_frame(f);
+                between();
             }
             invalidate_icache();
         }

@@ -21,7 +21,7 @@ use crate::vm::{Hypervisor, Vm};
 use crate::vmconfig::VmSpec;
 use crate::vmm::{Built, Machine};
 
-use super::super::vm::build::{new_vm_state, restart_vm_state};
+use super::super::vm::build::{new_vm_state, rebuild_step, restart_vm_state};
 use super::super::vm::mem;
 use super::super::{csr, platform};
 use super::{LvzBackend, VcpuState};
@@ -68,15 +68,16 @@ impl Machine for LvzBackend {
 
 impl LvzBackend {
     /// [`crate::vm::Backend::restart_vm`]: the VM keeps its frames (so its
-    /// second-stage entries stay right); RAM, devices and IPI blocks are
-    /// as at creation, and so are its vCPUs, each with a new epoch (its
-    /// old guest TLB entries are dropped at its next load anywhere).
+    /// second-stage entries stay right); devices and IPI blocks are as at
+    /// creation, and so are its vCPUs, each with a new epoch (its old guest
+    /// TLB entries are dropped at its next load anywhere); vCPU 0 zeroes
+    /// the RAM and loads the images again before it runs.
     pub(super) fn restart(
         &self,
         vm: &Vm<Self>,
         vcpus: &mut [MutexGuard<'_, VcpuState>],
     ) -> Result<(), String> {
-        let boot = restart_vm_state(&vm.arch, &vm.bus)?;
+        restart_vm_state(&vm.arch, &vm.bus);
         let offset = csr::rdtime().wrapping_neg();
         for (i, ctx) in vcpus.iter_mut().enumerate() {
             let epoch = ctx.epoch;
@@ -84,10 +85,21 @@ impl LvzBackend {
             ctx.epoch = epoch + 1;
             ctx.counter_offset = offset;
         }
-        if let Some(v0) = vcpus.first_mut() {
-            v0.reset(0, boot.entry, boot.args);
-        }
         Ok(())
+    }
+
+    /// A step of a restart's rebuild on vCPU 0 (`vm::build::rebuild_step`);
+    /// after the last, vCPU 0 starts at the images' entry.
+    pub(super) fn rebuild_step(&self, vm: &Vm<Self>, ctx: &mut VcpuState) -> crate::vm::RunExit {
+        use crate::vm::{RunExit, VmEnd};
+        match rebuild_step(&vm.arch) {
+            Ok(None) => RunExit::Continue,
+            Ok(Some(boot)) => {
+                ctx.reset(0, boot.entry, boot.args);
+                RunExit::Continue
+            }
+            Err(e) => RunExit::VmEnd(VmEnd::Fatal(alloc::format!("restart failed: {e}"))),
+        }
     }
 }
 

@@ -390,6 +390,9 @@ impl Backend for LvzBackend {
     fn run(&self, env: &mut ExitCtx<'_, Self>, ctx: &mut VcpuState) -> RunExit {
         let (hv, cpu, vm) = (env.hv, env.cpu, env.vm);
         PCPU[cpu].fp.service();
+        if env.index() == 0 && vm.arch.rebuild.load(Ordering::Acquire) != 0 {
+            return self.rebuild_step(vm, ctx);
+        }
         self.prepare_entry(cpu, vm, env.index());
         if ctx.idle {
             if !self.wake_pending(vm, env.index()) {

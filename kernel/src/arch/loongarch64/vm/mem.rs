@@ -20,10 +20,16 @@ pub fn pool(memory: &[MemRegion], reserved: &[(u64, u64)]) -> FramePool {
 /// Zeroes `ram`'s frames.
 pub fn clear(ram: &GuestRam) {
     for &f in &ram.frames {
-        // SAFETY: the frame is RAM from the device tree above kestrel's
-        // image, owned by this VM alone, reached through the cached window.
-        unsafe { core::ptr::write_bytes(dmw::cached(f) as *mut u8, 0, FRAME as usize) };
+        clear_frame(f);
     }
+}
+
+/// Zeroes one frame `f` of a VM's RAM.
+pub fn clear_frame(f: u64) {
+    // SAFETY: the frame is RAM from the device tree above kestrel's image,
+    // owned by one VM alone (the pool hands each frame to one owner),
+    // reached through the cached window.
+    unsafe { core::ptr::write_bytes(dmw::cached(f) as *mut u8, 0, FRAME as usize) };
 }
 
 /// Copies `data` to offset `off` of the VM's RAM.

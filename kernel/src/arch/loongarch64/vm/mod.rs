@@ -86,6 +86,11 @@ pub struct VmState {
     /// The IOCSR IPI block of each vCPU.
     pub ipi: Vec<VIpi>,
     pub shared: Vec<VcpuShared>,
+    /// A restart's rebuild still to do (0: none): its RAM is zeroed and its
+    /// images loaded by vCPU 0, frame `rebuild - 1` next, a frame per
+    /// [`LaBackend::run`], before it enters the guest (see
+    /// [`LaBackend::rebuild_step`]).
+    pub rebuild: AtomicUsize,
 }
 
 impl VmState {
@@ -337,6 +342,9 @@ impl Backend for LaBackend {
     fn run(&self, env: &mut ExitCtx<'_, Self>, ctx: &mut VcpuState) -> RunExit {
         let (hv, cpu, vm, vcpu) = (env.hv, env.cpu, env.vm, env.vcpu);
         self.service_fp(cpu);
+        if vcpu.index == 0 && vm.arch.rebuild.load(Ordering::Acquire) != 0 {
+            return self.rebuild_step(vm, ctx);
+        }
         self.prepare_entry(cpu, vm, vcpu, ctx);
         if !ctx.csr.idle_over() {
             // Woken while waiting in `idle` with nothing pending (a stale
@@ -344,7 +352,7 @@ impl Backend for LaBackend {
             return RunExit::Block;
         }
         csr::irq_disable();
-        arm_timer(hv, cpu, ctx.csr.timer_deadline());
+        arm_timer(hv, cpu, ctx.csr.timer_wake_deadline());
         // SAFETY: interrupts are masked; the TLB holds only this vCPU's
         // shadows under its ASIDs (load flushed others' of this VM); EUEN
         // exposes the FP unit only if this vCPU owns it.
@@ -372,7 +380,7 @@ impl Backend for LaBackend {
         // A vCPU put away wakes at its timer deadline, if the timer line is
         // one that can wake it (ECFG.LIE.TI).
         let lie = ctx.csr.get(vcsr::num::ECFG) & (1 << vcsr::IRQ_TI) != 0;
-        if let Some(at) = ctx.csr.timer_deadline().filter(|_| lie) {
+        if let Some(at) = ctx.csr.timer_wake_deadline().filter(|_| lie) {
             vcpu.deadlines.set(0, at);
         }
     }

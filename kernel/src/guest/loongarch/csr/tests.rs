@@ -264,6 +264,50 @@ fn timer_one_shot_and_periodic() {
     assert!(!c.update_timer(u64::MAX));
 }
 
+/// Issue 22 item 7: a periodic timer of InitVal 0 (raised to 4 ticks) with
+/// its interrupt masked (TCFG = 0x3, ECFG = 0, CRMD.IE = 0). The host timer
+/// was armed for the guest deadline at every entry, 4 ticks ahead: it fired
+/// before the guest ran an instruction, for ever. Once TI is pending no
+/// deadline is left to arm until the guest clears TI.
+#[test]
+fn a_pending_timer_interrupt_arms_no_host_deadline() {
+    for tcfg in [
+        TCFG_EN | TCFG_PERIODIC,
+        TCFG_EN,
+        4 | TCFG_EN | TCFG_PERIODIC,
+    ] {
+        let mut c = CsrFile::new(0);
+        c.write(num::ECFG, 0, 0);
+        c.write(num::TCFG, tcfg, 1000);
+        assert_eq!(c.timer_wake_deadline(), Some(1004), "{tcfg:#x}");
+        // Entries at every tick: the timer fires once; after that nothing
+        // is armed, however many entries follow.
+        assert!(c.update_timer(1004));
+        for now in 1005..1100 {
+            c.update_timer(now);
+            assert_eq!(c.timer_wake_deadline(), None, "{tcfg:#x} at {now}");
+            assert_eq!(c.pending_irq(), None, "masked");
+        }
+        // TVAL still counts (periodic) or reads 0 (one-shot, stopped).
+        let tval = c.read(num::TVAL, 1101);
+        if tcfg & TCFG_PERIODIC != 0 {
+            assert!((1..=4).contains(&tval), "{tcfg:#x}: TVAL {tval}");
+        } else {
+            assert_eq!(tval, 0);
+        }
+        // The guest clears TI: a periodic timer is armed again, ahead of now.
+        c.update_timer(1101);
+        c.write(num::TICLR, 1, 1101);
+        match c.timer_wake_deadline() {
+            Some(at) => {
+                assert!(tcfg & TCFG_PERIODIC != 0);
+                assert!((1102..=1105).contains(&at), "{at}");
+            }
+            None => assert_eq!(tcfg & TCFG_PERIODIC, 0, "one-shot stopped"),
+        }
+    }
+}
+
 #[test]
 fn flag_types_match_the_architected_masks() {
     assert_eq!(Crmd::all().bits(), 0x3ff);
