@@ -48,8 +48,7 @@
 //! ```
 
 use alloc::sync::Arc;
-use core::sync::atomic::{AtomicUsize, Ordering};
-use spin::Mutex;
+use crate::sync::{AtomicUsize, Mutex, Ordering};
 
 use crate::stats::{Counter, Stats};
 

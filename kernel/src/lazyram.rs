@@ -20,7 +20,7 @@
 //! machine, host-tested with racing threads.
 
 use alloc::vec::Vec;
-use core::sync::atomic::{AtomicU8, Ordering};
+use crate::sync::{AtomicU8, Ordering};
 
 const UNTOUCHED: u8 = 0;
 const ZEROING: u8 = 1;

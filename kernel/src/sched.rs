@@ -53,7 +53,7 @@
 
 use alloc::collections::VecDeque;
 use alloc::vec::Vec;
-use spin::Mutex;
+use crate::sync::Mutex;
 
 use crate::MAX_CPUS;
 
