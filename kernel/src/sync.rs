@@ -21,7 +21,9 @@ pub use spin::{Mutex, MutexGuard};
 #[cfg(loom)]
 pub use loom::hint::spin_loop;
 #[cfg(loom)]
-pub use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+pub use loom::sync::atomic::Ordering;
+#[cfg(loom)]
+pub use loom_atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize};
 #[cfg(loom)]
 pub use loom::sync::MutexGuard;
 
@@ -44,6 +46,87 @@ impl<T> Mutex<T> {
     pub fn try_lock(&self) -> Option<MutexGuard<'_, T>> {
         self.0.try_lock().ok()
     }
+}
+
+/// loom's atomics, with `SeqCst` as the language defines it.
+///
+/// loom treats a `SeqCst` load, store or read-modify-write as `AcqRel`
+/// (loom issue #180), so it reports outcomes that `SeqCst` forbids, such
+/// as a load missing a store that the single total order puts before it
+/// (the VMID fast path relies on that order: `vmid.rs`, "Why SeqCst").
+/// It does model `fence(SeqCst)` (more strongly than the language: its
+/// fences also synchronise with each other). So here a `SeqCst` access is
+/// a `SeqCst` fence, the access, and another `SeqCst` fence, which gives
+/// every `SeqCst` access the total order it has in the language (and on
+/// arm64 and LoongArch). The price: `SeqCst` accesses also create
+/// happens-before edges they do not have, so a plain-memory race
+/// that only `SeqCst` atomics appear to order would go unreported; the
+/// protocols checked this way keep their plain data under locks (VMIDs)
+/// or behind acquire/release pairs, which are modelled exactly.
+#[cfg(loom)]
+mod loom_atomic {
+    use loom::sync::atomic::{fence, Ordering};
+
+    fn seq_cst<R>(strong: bool, access: impl FnOnce() -> R) -> R {
+        if strong {
+            fence(Ordering::SeqCst);
+        }
+        let r = access();
+        if strong {
+            fence(Ordering::SeqCst);
+        }
+        r
+    }
+
+    macro_rules! atomic {
+        ($name:ident, $t:ty) => {
+            #[derive(Debug, Default)]
+            pub struct $name(loom::sync::atomic::$name);
+
+            impl $name {
+                pub fn new(v: $t) -> Self {
+                    $name(loom::sync::atomic::$name::new(v))
+                }
+                pub fn load(&self, o: Ordering) -> $t {
+                    seq_cst(o == Ordering::SeqCst, || self.0.load(o))
+                }
+                pub fn store(&self, v: $t, o: Ordering) {
+                    seq_cst(o == Ordering::SeqCst, || self.0.store(v, o))
+                }
+                pub fn swap(&self, v: $t, o: Ordering) -> $t {
+                    seq_cst(o == Ordering::SeqCst, || self.0.swap(v, o))
+                }
+                pub fn compare_exchange(
+                    &self,
+                    current: $t,
+                    new: $t,
+                    success: Ordering,
+                    failure: Ordering,
+                ) -> Result<$t, $t> {
+                    let strong = success == Ordering::SeqCst || failure == Ordering::SeqCst;
+                    seq_cst(strong, || {
+                        self.0.compare_exchange(current, new, success, failure)
+                    })
+                }
+            }
+        };
+    }
+
+    macro_rules! atomic_int {
+        ($name:ident, $t:ty) => {
+            atomic!($name, $t);
+            impl $name {
+                pub fn fetch_add(&self, v: $t, o: Ordering) -> $t {
+                    seq_cst(o == Ordering::SeqCst, || self.0.fetch_add(v, o))
+                }
+            }
+        };
+    }
+
+    atomic!(AtomicBool, bool);
+    atomic_int!(AtomicU8, u8);
+    atomic_int!(AtomicU64, u64);
+    atomic_int!(AtomicUsize, usize);
 }
 
 /// A `const fn` normally; a plain `fn` under loom, whose atomics and locks
