@@ -53,17 +53,17 @@ use std::sync::Mutex as StdMutex;
 /// Runs `f` under every interleaving within the preemption bound
 /// (`LOOM_MAX_PREEMPTIONS` overrides `bound`); returns how many.
 fn check(bound: usize, f: impl Fn() + Sync + Send + 'static) -> usize {
-    static RUNS: AtomicUsize = AtomicUsize::new(0);
-    RUNS.store(0, Ordering::Relaxed);
+    let runs = std::sync::Arc::new(AtomicUsize::new(0));
     let mut b = loom::model::Builder::new();
     if b.preemption_bound.is_none() {
         b.preemption_bound = Some(bound);
     }
+    let counter = runs.clone();
     b.check(move || {
-        RUNS.fetch_add(1, Ordering::Relaxed);
+        counter.fetch_add(1, Ordering::Relaxed);
         f()
     });
-    RUNS.load(Ordering::Relaxed)
+    runs.load(Ordering::Relaxed)
 }
 
 /// The ghost state: who runs what where, and each pCPU's TLB.
