@@ -47,8 +47,8 @@
 //! switch out: engine.vcpu_put()
 //! ```
 
-use alloc::sync::Arc;
 use crate::sync::{AtomicUsize, Mutex, Ordering};
+use alloc::sync::Arc;
 
 use crate::stats::{Counter, Stats};
 

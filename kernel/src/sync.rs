@@ -23,9 +23,9 @@ pub use loom::hint::spin_loop;
 #[cfg(loom)]
 pub use loom::sync::atomic::Ordering;
 #[cfg(loom)]
-pub use loom_atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize};
-#[cfg(loom)]
 pub use loom::sync::MutexGuard;
+#[cfg(loom)]
+pub use loom_atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize};
 
 /// `spin::Mutex`'s interface over loom's mutex (which cannot be poisoned
 /// here: a panic ends the model).
@@ -40,7 +40,9 @@ impl<T> Mutex<T> {
     }
 
     pub fn lock(&self) -> MutexGuard<'_, T> {
-        self.0.lock().expect("a loom mutex is poisoned only by a panic")
+        self.0
+            .lock()
+            .expect("a loom mutex is poisoned only by a panic")
     }
 
     pub fn try_lock(&self) -> Option<MutexGuard<'_, T>> {

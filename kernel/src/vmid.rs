@@ -64,9 +64,9 @@
 //! that Linux uses for ASIDs); the fast path checks that flag too, because a
 //! `vcpu_put` after the rollover may have replaced the 0 it left in `active`.
 
+use crate::sync::{AtomicBool, AtomicU64, Mutex, Ordering};
 use alloc::vec;
 use alloc::vec::Vec;
-use crate::sync::{AtomicBool, AtomicU64, Mutex, Ordering};
 
 #[cfg(test)]
 mod tests;

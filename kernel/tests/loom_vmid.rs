@@ -179,7 +179,13 @@ impl Machine {
 
 /// Runs `programs[0]` on cpu0 and `programs[1]` on cpu1 after `setup` (one
 /// thread, in order: `(cpu, step)`), for both flush variants.
-fn scenario(name: &str, bound: usize, vms: usize, setup: &'static [(usize, Option<usize>)], programs: [Program; 2]) {
+fn scenario(
+    name: &str,
+    bound: usize,
+    vms: usize,
+    setup: &'static [(usize, Option<usize>)],
+    programs: [Program; 2],
+) {
     for broadcast in [true, false] {
         let runs = check(bound, move || {
             let m = Arc::new(Machine::new(vms, broadcast));

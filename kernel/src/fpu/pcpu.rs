@@ -5,9 +5,9 @@
 //! ([`load_waiting`]); this pCPU answers at its next exit or idle
 //! ([`PcpuFp::service`]).
 
+use crate::sync::{AtomicBool, Mutex, MutexGuard, Ordering};
 use alloc::sync::Arc;
 use alloc::vec::Vec;
-use crate::sync::{AtomicBool, Mutex, MutexGuard, Ordering};
 
 use super::{FpEngine, FpHw, FpLoad, FpPolicy, VcpuFp};
 
