@@ -81,7 +81,7 @@ impl Ram {
 /// contents, and only after the zeroing.
 #[test]
 fn one_claimant_zeroes_and_everyone_sees_it() {
-    let runs = check(3, || {
+    let runs = check(5, || {
         let ram = Arc::new(Ram {
             blocks: Blocks::new(1, false),
             mem: UnsafeCell::new(GARBAGE),
