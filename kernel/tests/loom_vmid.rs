@@ -3,9 +3,9 @@
 //! `RUSTFLAGS="--cfg loom"` (`make test-loom`, docs/concurrency.md); the
 //! real `VmidAllocator` runs on loom's atomics and mutex.
 //!
-//! Each thread is a pCPU running a list of loads and puts on a 2-bit
-//! allocator (indices 1-3, 2 pCPUs) that is full, so the next new VM rolls
-//! over. After every load the thread checks, in a ghost table outside the
+//! Each thread is a pCPU running a list of loads and puts on an allocator
+//! that is full, so the next new VM rolls over: 2-bit VMIDs (indices 1-3)
+//! on 2 pCPUs, and 3-bit ones on 3 pCPUs. After every load the thread checks, in a ghost table outside the
 //! model (a std mutex, taken with no loom operation inside), what
 //! `vmid::tests` checks without weak memory: no two pCPUs run different
 //! VMs under one VMID, no VM runs under two VMIDs at once, and no pCPU's
@@ -26,7 +26,8 @@
 //!   (`active.store(id, SeqCst)` and success): `fast_path_against_rollover`
 //!   fails, "vm3 on cpu1 and vm0 on cpu0 share VMID 1" (the rollover's
 //!   swap to 0 came between the fast path's read and its store, so the
-//!   index it runs under was not reserved).
+//!   index it runs under was not reserved); `three_pcpus_through_a_rollover`
+//!   fails too, "vm1 runs under VMIDs 2 and 3 at once".
 //! - the rollover's two steps swapped (the generation bumped after the
 //!   `active` swaps instead of before): `fast_path_against_rollover`
 //!   fails, "vm3 on cpu1 and vm1 on cpu0 share VMID 2" (cpu0's fast path
@@ -128,6 +129,7 @@ const BOUND: usize = 10;
 type Program = &'static [Option<usize>];
 
 struct Machine {
+    bits: u32,
     alloc: VmidAllocator,
     vms: Vec<VmVmid>,
     world: StdMutex<World>,
@@ -135,9 +137,10 @@ struct Machine {
 }
 
 impl Machine {
-    fn new(vms: usize, broadcast: bool) -> Self {
+    fn new(bits: u32, cpus: usize, vms: usize, broadcast: bool) -> Self {
         Machine {
-            alloc: VmidAllocator::new(2, 2),
+            bits,
+            alloc: VmidAllocator::new(bits, cpus),
             vms: (0..vms).map(|_| VmVmid::new()).collect(),
             world: StdMutex::new(World::default()),
             broadcast,
@@ -173,31 +176,37 @@ impl Machine {
         if self.broadcast {
             assert_eq!(self.world.lock().unwrap().flushes, c.rollovers);
         }
-        assert_eq!(self.alloc.generation(), (1 + c.rollovers) << 2);
+        assert_eq!(self.alloc.generation(), (1 + c.rollovers) << self.bits);
     }
 }
 
-/// Runs `programs[0]` on cpu0 and `programs[1]` on cpu1 after `setup` (one
-/// thread, in order: `(cpu, step)`), for both flush variants.
+/// Runs `programs[c]` on pCPU `c` (pCPU 0 on the model's main thread)
+/// after `setup` (one thread, in order: `(cpu, step)`), on a `bits`-bit
+/// allocator, for both flush variants.
 fn scenario(
     name: &str,
     bound: usize,
+    bits: u32,
     vms: usize,
     setup: &'static [(usize, Option<usize>)],
-    programs: [Program; 2],
+    programs: &'static [Program],
 ) {
     for broadcast in [true, false] {
         let runs = check(bound, move || {
-            let m = Arc::new(Machine::new(vms, broadcast));
+            let m = Arc::new(Machine::new(bits, programs.len(), vms, broadcast));
             for &(cpu, step) in setup {
                 m.run(cpu, &[step]);
             }
-            let other = {
-                let m = m.clone();
-                thread::spawn(move || m.run(1, programs[1]))
-            };
+            let others: Vec<_> = (1..programs.len())
+                .map(|cpu| {
+                    let m = m.clone();
+                    thread::spawn(move || m.run(cpu, programs[cpu]))
+                })
+                .collect();
             m.run(0, programs[0]);
-            other.join().unwrap();
+            for t in others {
+                t.join().unwrap();
+            }
             m.finish();
         });
         println!("vmid {name} (broadcast {broadcast}): {runs} interleavings");
@@ -224,9 +233,10 @@ fn fast_path_against_rollover() {
     scenario(
         "fast path against rollover",
         BOUND,
+        2,
         4,
         FULL,
-        [&[None, Some(0), None, Some(1)], &[Some(3)]],
+        &[&[None, Some(0), None, Some(1)], &[Some(3)]],
     );
 }
 
@@ -236,9 +246,10 @@ fn one_vm_on_two_cpus_through_a_rollover() {
     scenario(
         "one VM on two pCPUs",
         BOUND,
+        2,
         4,
         FULL,
-        [&[None, Some(0)], &[Some(3), None, Some(0)]],
+        &[&[None, Some(0)], &[Some(3), None, Some(0)]],
     );
 }
 
@@ -252,6 +263,7 @@ fn put_after_rollover_still_flushes() {
     scenario(
         "put after rollover",
         BOUND,
+        2,
         4,
         &[
             (0, Some(0)),
@@ -262,6 +274,41 @@ fn put_after_rollover_still_flushes() {
             (1, Some(0)),
             (1, None),
         ],
-        [&[None, Some(3)], &[Some(3)]],
+        &[&[None, Some(3)], &[Some(3)]],
+    );
+}
+
+/// Three pCPUs, 3-bit VMIDs (indices 1-7, all taken; vm0 has 1 and runs
+/// on cpu0, vm1 has 2 and runs on cpu2): cpu0 reloads vm0 and cpu2
+/// reloads vm1 on their fast paths (a rollover hands index 1 to vm7
+/// unless cpu0 holds it) while cpu1 brings in vm7,
+/// which rolls over, then runs vm1 too. Three preemptions per schedule
+/// (about 3,000 interleavings; four give 20,000).
+#[test]
+fn three_pcpus_through_a_rollover() {
+    scenario(
+        "three pCPUs",
+        3,
+        3,
+        8,
+        &[
+            (0, Some(0)),
+            (2, Some(1)),
+            (1, Some(2)),
+            (1, None),
+            (1, Some(3)),
+            (1, None),
+            (1, Some(4)),
+            (1, None),
+            (1, Some(5)),
+            (1, None),
+            (1, Some(6)),
+            (1, None),
+        ],
+        &[
+            &[None, Some(0)],
+            &[Some(7), None, Some(1)],
+            &[None, Some(1)],
+        ],
     );
 }
