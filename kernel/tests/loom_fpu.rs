@@ -12,7 +12,8 @@
 //! requests at its exits. At the end V's registers are 8 and W's are W's,
 //! wherever they live, and neither vCPU ever saw the other's. A second
 //! model leaves W out, so only pCPU 1's answer to the request frees V's
-//! registers.
+//! registers; a third has each pCPU load the vCPU whose registers the
+//! other holds, at the same time.
 //!
 //! Shown to fail when the protocol is broken (each change made by hand in
 //! `fpu.rs` / `fpu/pcpu.rs`, the model run, the change reverted):
@@ -28,6 +29,11 @@
 //!   "Model exceeded maximum number of branches. This is often caused by
 //!   an algorithm requiring the processor to make progress, e.g. spin
 //!   locks."
+//! - `load_waiting` not serving its own pCPU's requests while it waits
+//!   (`me.service()` removed from its wait loop):
+//!   `two_pcpus_loading_each_others_vcpus_both_go_on` (each pCPU loads the
+//!   vCPU whose registers the other holds) deadlocks, the same "Model
+//!   exceeded maximum number of branches".
 #![cfg(loom)]
 
 use kernel::fpu::pcpu::{load_waiting, PcpuFp};
@@ -197,4 +203,73 @@ fn a_write_back_request_is_always_answered() {
     let runs = model(false);
     println!("fpu request: {runs} interleavings");
     assert!(runs > 20, "only {runs} interleavings explored");
+}
+
+/// Cross loads: V's registers are live on pCPU 1 and U's on pCPU 0, and
+/// each pCPU loads the other's vCPU at the same time. Each asks the other
+/// and waits, serving the requests addressed to itself meanwhile, so both
+/// go on; each finds the registers the other pCPU held.
+#[test]
+fn two_pcpus_loading_each_others_vcpus_both_go_on() {
+    let runs = check(10, || {
+        let pcpus: Vec<PcpuFp<Unit>> = (0..2).map(|_| PcpuFp::new()).collect();
+        for (i, p) in pcpus.iter().enumerate() {
+            p.init(i, FpPolicy::Lazy, Unit::default());
+        }
+        let world = Arc::new(World {
+            pcpus,
+            v: Shared::new(VcpuFp::new([0; 2])),
+            w: Shared::new(VcpuFp::new([0; 2])),
+            done: AtomicBool::new(false),
+        });
+        // V (7s) is live on pCPU 1, U (here `w`: 3s) on pCPU 0.
+        world.run(1, &world.v.clone(), [0; 2], [7; 2], "V");
+        world.run(0, &world.w.clone(), [0; 2], [3; 2], "U");
+        let take = |world: &World, cpu: usize, vcpu: &Shared, expect: Regs, new: Regs| {
+            assert!(load_waiting(
+                |c| world.pcpus.get(c),
+                cpu,
+                vcpu,
+                |_| {},
+                || false
+            ));
+            let mut e = world.pcpus[cpu].lock();
+            let e = e.as_mut().unwrap();
+            e.fp_trap();
+            assert_eq!(
+                e.hw().regs.get(),
+                expect,
+                "pCPU {cpu} loaded {:?}, not the {expect:?} the other pCPU held",
+                e.hw().regs.get()
+            );
+            e.hw().regs.set(new);
+            e.vcpu_put();
+        };
+        let done1 = Arc::new(AtomicBool::new(false));
+        let pcpu1 = {
+            let world = world.clone();
+            let done1 = done1.clone();
+            thread::spawn(move || {
+                take(&world, 1, &world.w.clone(), [3; 2], [4; 2]);
+                done1.swap(true, Ordering::AcqRel);
+                // Serve requests until pCPU 0 is done.
+                while !world.done.load(Ordering::Acquire) {
+                    world.pcpus[1].service();
+                    thread::yield_now();
+                }
+            })
+        };
+        take(&world, 0, &world.v.clone(), [7; 2], [8; 2]);
+        world.done.swap(true, Ordering::AcqRel);
+        // pCPU 1 may still wait for U: answer it until it is done.
+        while !done1.load(Ordering::Acquire) {
+            world.pcpus[0].service();
+            thread::yield_now();
+        }
+        pcpu1.join().unwrap();
+        assert_eq!(world.regs_of(&world.v), [8; 2], "V lost a write");
+        assert_eq!(world.regs_of(&world.w), [4; 2], "U lost a write");
+    });
+    println!("fpu cross loads: {runs} interleavings");
+    assert!(runs > 100, "only {runs} interleavings explored");
 }
