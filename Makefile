@@ -9,7 +9,7 @@
 #   make image|run CONFIG=f   ... with the VMs of config file f packed in (docs/config.md)
 #   make debug [ARCH=...]     boot under QEMU waiting for gdb on :1234
 #   make bench                benchmark tables: host simulations, VMs under kestrel, Linux boot
-#   make lint                 cargo fmt --check + clippy (host and both targets)
+#   make lint                 cargo fmt --check + clippy (host, the loom build and both targets)
 #   make fuzz [FUZZ_SECONDS=60] every cargo-fuzz target for FUZZ_SECONDS each (docs/fuzzing.md)
 #   make setup                install what is missing (toolchain targets, QEMU 10)
 #   make clean
@@ -111,6 +111,8 @@ bench: setup
 lint: setup-rust
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --all-targets -- -D warnings
+	RUSTFLAGS="--cfg loom" $(CARGO) clippy --profile loom -p kestrel-kernel --target-dir target/loom \
+	    --lib --test 'loom_*' -- -D warnings
 	$(CARGO) clippy -p kestrel-boot --target aarch64-unknown-none-softfloat -- -D warnings
 	$(LA_BUILD) -- -D warnings
 	$(CARGO) clippy -p kestrel-guest-arm64-test --target aarch64-unknown-none -- -D warnings
