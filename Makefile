@@ -3,12 +3,13 @@
 #   make run   [ARCH=aarch64|loongarch64] [SMP=N] [GIC=2|3] [APPEND="kestrel.exit=poweroff"]
 #                             arm64 default: two Debian Linux VMs to busybox shells (Ctrl-] N
 #                             switches the console; CONFIG=none boots kestrel alone)
-#   make test                 host unit tests, FP check, QEMU smoke tests, VM tests (both arches)
+#   make test                 host unit tests, loom models, FP check, QEMU smoke tests, VM tests (both arches)
+#   make test-loom            the loom models of the lock-free and cross-pCPU protocols (docs/concurrency.md)
 #   make image [ARCH=...]     build the bootable image and print its path
 #   make image|run CONFIG=f   ... with the VMs of config file f packed in (docs/config.md)
 #   make debug [ARCH=...]     boot under QEMU waiting for gdb on :1234
 #   make bench                benchmark tables: host simulations, VMs under kestrel, Linux boot
-#   make lint                 cargo fmt --check + clippy (host and both targets)
+#   make lint                 cargo fmt --check + clippy (host, the loom build and both targets)
 #   make fuzz [FUZZ_SECONDS=60] every cargo-fuzz target for FUZZ_SECONDS each (docs/fuzzing.md)
 #   make setup                install what is missing (toolchain targets, QEMU 10)
 #   make clean
@@ -35,7 +36,7 @@ RUN_CONFIG  = $(if $(CONFIG),$(filter-out none,$(CONFIG)),$(if $(filter aarch64 
 LA_BUILD = RUSTC_BOOTSTRAP=1 $(CARGO) clippy -p kestrel-boot --target loongarch64-unknown-none-softfloat \
            -Zbuild-std=core,alloc -Zbuild-std-features=compiler-builtins-mem
 
-.PHONY: all setup setup-rust run test test-host test-qemu test-vm test-fuzz fuzz image debug bench lint check-fp clean
+.PHONY: all setup setup-rust run test test-host test-loom test-qemu test-vm test-fuzz fuzz image debug bench lint check-fp clean
 
 # Seconds per fuzz target: `make fuzz`, and the short run of `make test`.
 FUZZ_SECONDS      ?= 60
@@ -63,6 +64,7 @@ debug: setup
 
 test: setup
 	@$(MAKE) --no-print-directory test-host
+	@$(MAKE) --no-print-directory test-loom
 	@$(MAKE) --no-print-directory test-fuzz
 	@$(MAKE) --no-print-directory check-fp
 	@$(MAKE) --no-print-directory test-qemu
@@ -70,6 +72,13 @@ test: setup
 
 test-host: setup-rust
 	$(CARGO) test
+
+# Every interleaving (within a preemption bound) of the VMID, lazy FP,
+# first-touch, scheduler and PV IPI protocols under loom (docs/concurrency.md).
+# Its own target dir: the loom build does not disturb the normal one.
+test-loom: setup-rust
+	RUSTFLAGS="--cfg loom" $(CARGO) test --profile loom -p kestrel-kernel \
+	    --target-dir target/loom --test 'loom_*'
 
 test-qemu: setup
 	$(CARGO) xtask smoke
@@ -102,6 +111,8 @@ bench: setup
 lint: setup-rust
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --all-targets -- -D warnings
+	RUSTFLAGS="--cfg loom" $(CARGO) clippy --profile loom -p kestrel-kernel --target-dir target/loom \
+	    --lib --test 'loom_*' -- -D warnings
 	$(CARGO) clippy -p kestrel-boot --target aarch64-unknown-none-softfloat -- -D warnings
 	$(LA_BUILD) -- -D warnings
 	$(CARGO) clippy -p kestrel-guest-arm64-test --target aarch64-unknown-none -- -D warnings

@@ -36,7 +36,7 @@
 use crate::hypercall::{self, Abi, HypercallArgs, HypercallEnv, HypercallRet};
 use crate::ipi::{self, IpiError, IpiOutcome, IpiTarget, IpiWindow};
 use crate::psci::{self, Effect, PsciVm};
-use crate::sched::{Kick, RunState, VcpuKey};
+use crate::sched::{Kick, RunState, Scheduler, VcpuKey};
 use crate::vgic::VcpuSet;
 use crate::vm::{Backend, Hypervisor, RunExit, Vcpu, Vm, VmEnd};
 
@@ -179,28 +179,35 @@ impl<B: ExitArch> PsciVm for ExitCtx<'_, B> {
     }
 }
 
+impl<'a, B: ExitArch> ExitCtx<'a, B> {
+    /// The PV IPI steps for this caller: [`PvIpiRoute`] over the
+    /// hypervisor's scheduler and this backend's hooks.
+    pub fn pv_ipi(&self) -> PvIpiRoute<'a, CtxPvIpi<'a, B>> {
+        PvIpiRoute {
+            sched: &self.hv.sched,
+            vm: self.vm.slot,
+            vcpus: self.vm.vcpus.len(),
+            sender: self.index(),
+            cpu: self.cpu,
+            arch: CtxPvIpi {
+                hv: self.hv,
+                vm: self.vm,
+            },
+        }
+    }
+}
+
 impl<B: ExitArch> IpiTarget for ExitCtx<'_, B> {
     fn vcpu_count(&self) -> usize {
         self.vm.vcpus.len()
     }
 
     fn set_pending(&self, vcpu: usize) -> bool {
-        if self.hv.backend.raise_pv_ipi(self.vm, self.index(), vcpu) {
-            return true;
-        }
-        if vcpu != self.index() {
-            if let Ok(Kick::Cpu(c)) = self.hv.sched.wake_quiet(self.key(vcpu), self.cpu) {
-                self.hv.backend.kick(c);
-            }
-        }
-        false
+        self.pv_ipi().set_pending(vcpu)
     }
 
     fn running_on(&self, vcpu: usize) -> Option<usize> {
-        match self.hv.sched.state(self.key(vcpu)) {
-            Some(RunState::Running(c)) if c != self.cpu => Some(c),
-            _ => None,
-        }
+        self.pv_ipi().running_on(vcpu)
     }
 
     fn kick(&self, pcpu: usize) {
@@ -208,9 +215,92 @@ impl<B: ExitArch> IpiTarget for ExitCtx<'_, B> {
     }
 }
 
+/// What the PV IPI steps need from the architecture: marking the IPI
+/// pending on a target ([`ExitArch::raise_pv_ipi`]) and a physical IPI
+/// ([`Backend::kick`]).
+pub trait PvIpiArch {
+    /// Marks the PV IPI from vCPU `sender` pending on vCPU `target`,
+    /// published before it returns; whether it was pending already.
+    fn raise(&self, sender: usize, target: usize) -> bool;
+    /// A physical IPI to `pcpu`.
+    fn kick(&self, pcpu: usize);
+}
+
+/// The backend's hooks for one VM, as [`ExitCtx::pv_ipi`] uses them.
+pub struct CtxPvIpi<'a, B: Backend> {
+    hv: &'a Hypervisor<B>,
+    vm: &'a Vm<B>,
+}
+
+impl<B: ExitArch> PvIpiArch for CtxPvIpi<'_, B> {
+    fn raise(&self, sender: usize, target: usize) -> bool {
+        self.hv.backend.raise_pv_ipi(self.vm, sender, target)
+    }
+
+    fn kick(&self, pcpu: usize) {
+        self.hv.backend.kick(pcpu);
+    }
+}
+
+/// The PV IPI steps of the module documentation, over the scheduler, for
+/// vCPU `sender` of VM `vm` running on pCPU `cpu`: the [`IpiTarget`]
+/// that [`crate::ipi::send`] routes through. [`ExitCtx`] uses it with the
+/// backend's hooks; the loom model of the pending-then-kick ordering
+/// (`kernel/tests/loom_exitctx.rs`) with its own.
+pub struct PvIpiRoute<'a, A: PvIpiArch> {
+    pub sched: &'a Scheduler,
+    /// The VM's scheduler slot.
+    pub vm: u16,
+    /// Its number of vCPUs.
+    pub vcpus: usize,
+    /// The calling vCPU.
+    pub sender: usize,
+    /// The pCPU running it.
+    pub cpu: usize,
+    pub arch: A,
+}
+
+impl<A: PvIpiArch> PvIpiRoute<'_, A> {
+    fn key(&self, index: usize) -> VcpuKey {
+        VcpuKey {
+            vm: self.vm,
+            vcpu: index as u16,
+        }
+    }
+}
+
+impl<A: PvIpiArch> IpiTarget for PvIpiRoute<'_, A> {
+    fn vcpu_count(&self) -> usize {
+        self.vcpus
+    }
+
+    fn set_pending(&self, vcpu: usize) -> bool {
+        if self.arch.raise(self.sender, vcpu) {
+            return true;
+        }
+        if vcpu != self.sender {
+            if let Ok(Kick::Cpu(c)) = self.sched.wake_quiet(self.key(vcpu), self.cpu) {
+                self.arch.kick(c);
+            }
+        }
+        false
+    }
+
+    fn running_on(&self, vcpu: usize) -> Option<usize> {
+        match self.sched.state(self.key(vcpu)) {
+            Some(RunState::Running(c)) if c != self.cpu => Some(c),
+            _ => None,
+        }
+    }
+
+    fn kick(&self, pcpu: usize) {
+        self.arch.kick(pcpu);
+    }
+}
+
 impl<B: ExitArch> HypercallEnv for ExitCtx<'_, B> {
     fn send_ipi(&mut self, window: &IpiWindow) -> Result<IpiOutcome, IpiError> {
-        let out = ipi::send(&*self, self.index(), window)?;
+        let out = ipi::send(&self.pv_ipi(), self.index(), window)?;
         self.vm.stats.record_ipi(&out);
         Ok(out)
     }

@@ -47,9 +47,8 @@
 //! switch out: engine.vcpu_put()
 //! ```
 
+use crate::sync::{AtomicUsize, Mutex, Ordering};
 use alloc::sync::Arc;
-use core::sync::atomic::{AtomicUsize, Ordering};
-use spin::Mutex;
 
 use crate::stats::{Counter, Stats};
 

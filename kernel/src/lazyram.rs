@@ -19,8 +19,8 @@
 //! The backend (arch) does the zeroing and mapping; this is only the state
 //! machine, host-tested with racing threads.
 
+use crate::sync::{AtomicU8, Ordering};
 use alloc::vec::Vec;
-use core::sync::atomic::{AtomicU8, Ordering};
 
 const UNTOUCHED: u8 = 0;
 const ZEROING: u8 = 1;

@@ -36,6 +36,7 @@ pub mod passthrough;
 pub mod psci;
 pub mod sched;
 pub mod stats;
+pub mod sync;
 pub mod vdev;
 pub mod vgic;
 pub mod virtio;

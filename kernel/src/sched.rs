@@ -51,9 +51,9 @@
 //! A wake that arrives while the vCPU runs is remembered (`wake_pending`), so
 //! a `put(Blocked)` racing with it leaves the vCPU runnable: no lost wake-ups.
 
+use crate::sync::Mutex;
 use alloc::collections::VecDeque;
 use alloc::vec::Vec;
-use spin::Mutex;
 
 use crate::MAX_CPUS;
 

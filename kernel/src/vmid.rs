@@ -64,10 +64,9 @@
 //! that Linux uses for ASIDs); the fast path checks that flag too, because a
 //! `vcpu_put` after the rollover may have replaced the 0 it left in `active`.
 
+use crate::sync::{AtomicBool, AtomicU64, Mutex, Ordering};
 use alloc::vec;
 use alloc::vec::Vec;
-use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use spin::Mutex;
 
 #[cfg(test)]
 mod tests;
@@ -98,9 +97,11 @@ impl<F: Fn()> TlbFlush for F {
 pub struct VmVmid(AtomicU64);
 
 impl VmVmid {
-    /// A VM that has never run.
-    pub const fn new() -> Self {
-        Self(AtomicU64::new(0))
+    crate::sync::const_fn! {
+        /// A VM that has never run.
+        pub fn new() -> Self {
+            Self(AtomicU64::new(0))
+        }
     }
 
     /// The raw id (`generation | index`), 0 if never assigned.

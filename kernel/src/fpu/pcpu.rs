@@ -5,10 +5,9 @@
 //! ([`load_waiting`]); this pCPU answers at its next exit or idle
 //! ([`PcpuFp::service`]).
 
+use crate::sync::{AtomicBool, Mutex, MutexGuard, Ordering};
 use alloc::sync::Arc;
 use alloc::vec::Vec;
-use core::sync::atomic::{AtomicBool, Ordering};
-use spin::{Mutex, MutexGuard};
 
 use super::{FpEngine, FpHw, FpLoad, FpPolicy, VcpuFp};
 
@@ -22,11 +21,13 @@ pub struct PcpuFp<H: FpHw> {
 }
 
 impl<H: FpHw> PcpuFp<H> {
-    pub const fn new() -> Self {
-        PcpuFp {
-            engine: Mutex::new(None),
-            requests: Mutex::new(Vec::new()),
-            asked: AtomicBool::new(false),
+    crate::sync::const_fn! {
+        pub fn new() -> Self {
+            PcpuFp {
+                engine: Mutex::new(None),
+                requests: Mutex::new(Vec::new()),
+                asked: AtomicBool::new(false),
+            }
         }
     }
 
@@ -102,7 +103,7 @@ pub fn load_waiting<'a, H: FpHw + 'a>(
                         return false;
                     }
                     me.service();
-                    core::hint::spin_loop();
+                    crate::sync::spin_loop();
                 }
             }
             _ => return true,
