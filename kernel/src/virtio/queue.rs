@@ -20,9 +20,9 @@ pub const MAX_QUEUE_SIZE: u16 = 256;
 pub const MAX_INDIRECT: u32 = 256;
 
 const DESC_SIZE: u64 = 16;
-const F_NEXT: u16 = 1;
-const F_WRITE: u16 = 2;
-const F_INDIRECT: u16 = 4;
+pub(crate) const F_NEXT: u16 = 1;
+pub(crate) const F_WRITE: u16 = 2;
+pub(crate) const F_INDIRECT: u16 = 4;
 /// VIRTQ_AVAIL_F_NO_INTERRUPT: the driver does not want used-buffer
 /// interrupts (a hint, without EVENT_IDX).
 const AVAIL_F_NO_INTERRUPT: u16 = 1;
@@ -71,9 +71,18 @@ pub struct Chain {
     pub head: u16,
     /// Readable buffers first, then writable ones.
     pub bufs: Vec<Buf>,
+    /// Descriptors read to take it (direct and indirect; at most
+    /// [`MAX_QUEUE_SIZE`] + [`MAX_INDIRECT`]).
+    pub descs: u32,
 }
 
 impl Chain {
+    /// What taking it cost, in budget bytes ([`crate::virtio::Budget`]):
+    /// the descriptors read and the avail and used ring entries.
+    pub fn cost(&self) -> u64 {
+        u64::from(self.descs) * DESC_SIZE + 16
+    }
+
     /// Total bytes of the readable (`write == false`) or writable buffers.
     pub fn len(&self, write: bool) -> u64 {
         self.bufs
@@ -315,6 +324,7 @@ impl Queue {
                 let mut count = 0u32;
                 loop {
                     count += 1;
+                    seen += 1;
                     if count > n {
                         return Err(QueueError::ChainTooLong);
                     }
@@ -346,7 +356,11 @@ impl Queue {
             }
             (buf, flags, next) = Self::read_desc(mem, self.desc, next)?;
         }
-        Ok(Chain { head, bufs })
+        Ok(Chain {
+            head,
+            bufs,
+            descs: seen,
+        })
     }
 
     /// Returns a chain to the driver with `written` bytes written into its
@@ -357,6 +371,10 @@ impl Queue {
         head: u16,
         written: u32,
     ) -> Result<bool, QueueError> {
+        if !self.ready || self.size == 0 {
+            // Reset meanwhile: nothing to hand back to.
+            return Ok(false);
+        }
         let slot = u64::from(self.used_idx % self.size);
         let mut e = [0u8; 8];
         e[0..4].copy_from_slice(&u32::from(head).to_le_bytes());

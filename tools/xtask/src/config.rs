@@ -119,6 +119,11 @@ struct RawDisk {
 struct RawNet {
     network: String,
     mac: Option<String>,
+    #[serde(default)]
+    allow_mac_spoofing: bool,
+    #[serde(default)]
+    learn: i64,
+    broadcast_rate: Option<i64>,
 }
 
 /// A disk or network port of a VM, checked.
@@ -131,6 +136,10 @@ pub enum DeviceConfig {
     Net {
         network: String,
         mac: Option<[u8; 6]>,
+        allow_mac_spoofing: bool,
+        learn: u16,
+        /// 0: kestrel's default.
+        broadcast_rate: u32,
     },
 }
 
@@ -141,7 +150,19 @@ impl DeviceConfig {
                 image,
                 read_only: *read_only,
             },
-            DeviceConfig::Net { network, mac } => Device::Net { network, mac: *mac },
+            DeviceConfig::Net {
+                network,
+                mac,
+                allow_mac_spoofing,
+                learn,
+                broadcast_rate,
+            } => Device::Net {
+                network,
+                mac: *mac,
+                allow_mac_spoofing: *allow_mac_spoofing,
+                learn: *learn,
+                broadcast_rate: *broadcast_rate,
+            },
         }
     }
 }
@@ -770,9 +791,49 @@ fn devices(
             .map(parse_mac)
             .transpose()
             .map_err(|p| err(&f(&format!("net[{i}].mac")), p))?;
+        let learn = u16::try_from(n.learn)
+            .ok()
+            .filter(|&l| l <= package::MAX_LEARN)
+            .ok_or_else(|| {
+                err(
+                    &f(&format!("net[{i}].learn")),
+                    format!(
+                        "{}: the MACs the switch learns for this port, 0..={}",
+                        n.learn,
+                        package::MAX_LEARN
+                    ),
+                )
+            })?;
+        if learn > 0 && !n.allow_mac_spoofing {
+            return Err(err(
+                &f(&format!("net[{i}].learn")),
+                String::from(
+                    "learning needs allow_mac_spoofing = true (a port that may only use \
+                     its own MAC has nothing to learn)",
+                ),
+            ));
+        }
+        let broadcast_rate = match n.broadcast_rate {
+            None => 0,
+            Some(r) => u32::try_from(r)
+                .ok()
+                .filter(|&r| (1..=package::MAX_BROADCAST_RATE).contains(&r))
+                .ok_or_else(|| {
+                    err(
+                        &f(&format!("net[{i}].broadcast_rate")),
+                        format!(
+                            "{r}: broadcast and multicast frames a second, 1..={}",
+                            package::MAX_BROADCAST_RATE
+                        ),
+                    )
+                })?,
+        };
         out.push(DeviceConfig::Net {
             network: n.network.clone(),
             mac,
+            allow_mac_spoofing: n.allow_mac_spoofing,
+            learn,
+            broadcast_rate,
         });
     }
     Ok(out)

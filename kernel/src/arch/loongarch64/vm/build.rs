@@ -172,7 +172,9 @@ impl LaBackend {
         let st = &vm.arch;
         mem::clear(&st.ram);
         let boot = load_images(st, &st.spec)?;
-        vm.bus.reset_all();
+        vm.bus
+            .reset_all()
+            .map_err(|d| format!("{d} is not at power-on after the reset"))?;
         for ipi in &st.ipi {
             ipi.reset();
         }
