@@ -180,8 +180,9 @@ impl Block {
         let data_in = writable - 1;
         let mut r = c.reader();
         let mut hdr = [0u8; 16];
-        budget.spend(hdr.len() as u64);
-        let status = if r.read(mem, &mut hdr)? < hdr.len() {
+        let got = r.read(mem, &mut hdr)?;
+        budget.spend(r.cost());
+        let status = if got < hdr.len() {
             S_IOERR
         } else {
             let kind = u32::from_le_bytes([hdr[0], hdr[1], hdr[2], hdr[3]]);
@@ -219,8 +220,9 @@ impl Block {
                     if data_in < ID_LEN as u64 {
                         S_IOERR
                     } else {
-                        budget.spend(ID_LEN as u64);
-                        c.writer().write(mem, &self.serial)?;
+                        let mut w = c.writer();
+                        w.write(mem, &self.serial)?;
+                        budget.spend(w.cost());
                         let used = self.finish(&c, env, data_in, ID_LEN as u64, S_OK)?;
                         return Ok(Err((c, used)));
                     }
@@ -232,31 +234,34 @@ impl Block {
         Ok(Err((c, used)))
     }
 
-    /// Moves as much of request `f` as `budget` allows.
+    /// Moves as much of request `f` as `budget` allows, a sector at most
+    /// at a time (each step charges its bytes and its guest-memory calls).
     fn copy(
         &mut self,
         f: &mut InFlight,
         mem: &dyn GuestMemory,
         budget: &mut Budget,
     ) -> Result<(), QueueError> {
-        let n = (f.len - f.done).min(budget.bytes());
-        if n == 0 {
-            return Ok(());
-        }
-        let at = f.start + f.done;
+        let (mut r, mut w) = (f.chain.reader(), f.chain.writer());
         if f.write {
-            let mut r = f.chain.reader();
             r.skip(16 + f.done as usize);
-            if let Some(res) = self.disk.pieces_mut(at, n, |p| r.read(mem, p).map(|_| ())) {
-                res?;
-            }
         } else {
-            let mut w = f.chain.writer();
             w.skip(f.done as usize);
-            self.disk.pieces(at, n, |p| w.write(mem, p).map(|_| ()))?;
         }
-        f.done += n;
-        budget.spend(n);
+        while f.done < f.len && budget.bytes() > 0 {
+            let n = (f.len - f.done).min(SECTOR);
+            let at = f.start + f.done;
+            let before = r.cost() + w.cost();
+            if f.write {
+                if let Some(res) = self.disk.pieces_mut(at, n, |p| r.read(mem, p).map(|_| ())) {
+                    res?;
+                }
+            } else {
+                self.disk.pieces(at, n, |p| w.write(mem, p).map(|_| ()))?;
+            }
+            f.done += n;
+            budget.spend(r.cost() + w.cost() - before);
+        }
         Ok(())
     }
 

@@ -109,7 +109,7 @@ impl Console {
             if n == a.len() {
                 n += w.write(mem, b)?;
             }
-            budget.spend(n as u64);
+            budget.spend(w.cost());
             input.bytes.drain(..n);
             work.interrupt |= q.push_used(mem, c.head, n as u32)?;
         }
@@ -143,6 +143,7 @@ impl Console {
                     env.console_out(b);
                 }
                 budget.spend(n as u64 * TX_COST);
+                budget.spend(core::mem::take(&mut r.calls) * super::CALL_COST);
                 self.tx_bytes += n as u64;
                 left -= n;
             }

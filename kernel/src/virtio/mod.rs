@@ -50,12 +50,18 @@ pub mod status {
 pub const BUDGET_BYTES: u64 = 64 << 10;
 /// Chains one exit serves at most.
 pub const BUDGET_CHAINS: u32 = 64;
+/// What one guest-memory call costs beyond its bytes, in budget bytes (the
+/// range check and translation): a chain of many tiny buffers costs its
+/// calls, not only its bytes.
+pub const CALL_COST: u64 = 64;
 /// The most one indivisible step of device work costs beyond what the
 /// budget had left: a chain walk (a full direct chain and a full indirect
-/// table, 16 bytes a descriptor), a console transmit chain at its byte
-/// cost ([`console::TX_COST`]) or a frame with its header, and the ring
-/// indices.
-pub const MAX_STEP: u64 = 2 * 256 * 16 + 4096 * console::TX_COST + 64;
+/// table: 512 descriptors of 16 bytes, a call each), or one step of
+/// copying with its calls (a console transmit chain at its byte cost
+/// [`console::TX_COST`]; a frame with its header; a sector of a block
+/// request), over buffers of a byte each at worst; and the ring indices.
+pub const MAX_STEP: u64 =
+    512 * (16 + CALL_COST) + 4096 * console::TX_COST + 4096 * CALL_COST + 1024;
 
 /// What one exit may still do on a VM's devices. See the module
 /// documentation.

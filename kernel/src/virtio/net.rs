@@ -214,7 +214,7 @@ impl Net {
                 let mut w = c.writer();
                 w.write(mem, &hdr)?;
                 w.write(mem, frame)?;
-                budget.spend((HDR_LEN + frame.len()) as u64);
+                budget.spend(w.cost());
                 self.stats.rx_frames += 1;
                 self.stats.rx_bytes += frame.len() as u64;
                 (HDR_LEN + frame.len()) as u32
@@ -253,7 +253,7 @@ impl Net {
                 r.skip(HDR_LEN);
                 let mut frame = alloc::vec![0u8; frame_len];
                 r.read(mem, &mut frame)?;
-                budget.spend(len);
+                budget.spend(r.cost());
                 self.stats.tx_frames += 1;
                 self.stats.tx_bytes += frame_len as u64;
                 self.outbox.push_back(frame);

@@ -77,10 +77,13 @@ pub struct Chain {
 }
 
 impl Chain {
-    /// What taking it cost, in budget bytes ([`crate::virtio::Budget`]):
-    /// the descriptors read and the avail and used ring entries.
+    /// What taking it and handing it back cost, in budget bytes
+    /// ([`crate::virtio::Budget`]): the descriptors read and the avail and
+    /// used ring entries, with [`crate::virtio::CALL_COST`] for each
+    /// guest-memory call.
     pub fn cost(&self) -> u64 {
-        u64::from(self.descs) * DESC_SIZE + 16
+        let calls = u64::from(self.descs) + 5;
+        u64::from(self.descs) * DESC_SIZE + 16 + calls * crate::virtio::CALL_COST
     }
 
     /// Total bytes of the readable (`write == false`) or writable buffers.
@@ -111,6 +114,8 @@ pub struct Cursor<'a> {
     off: u32,
     /// Bytes moved so far.
     pub done: u64,
+    /// Guest-memory calls made so far (one per buffer piece).
+    pub calls: u64,
 }
 
 impl<'a> Cursor<'a> {
@@ -120,7 +125,15 @@ impl<'a> Cursor<'a> {
             at: 0,
             off: 0,
             done: 0,
+            calls: 0,
         }
+    }
+
+    /// What the copies so far cost in budget bytes
+    /// ([`crate::virtio::Budget`]): the bytes and
+    /// [`crate::virtio::CALL_COST`] a call.
+    pub fn cost(&self) -> u64 {
+        self.done + self.calls * crate::virtio::CALL_COST
     }
 
     /// Bytes left.
@@ -135,23 +148,26 @@ impl<'a> Cursor<'a> {
     /// Fills `out` from the chain (readable side); returns how many bytes
     /// were there (fewer than `out.len()` at the end of the chain).
     pub fn read(&mut self, mem: &dyn GuestMemory, out: &mut [u8]) -> Result<usize, QueueError> {
-        self.step(out.len(), |gpa, range| mem.read(gpa, &mut out[range]))
+        self.step(out.len(), true, |gpa, range| mem.read(gpa, &mut out[range]))
     }
 
     /// Copies `data` into the chain (writable side); returns how many bytes
     /// fitted.
     pub fn write(&mut self, mem: &dyn GuestMemory, data: &[u8]) -> Result<usize, QueueError> {
-        self.step(data.len(), |gpa, range| mem.write(gpa, &data[range]))
+        self.step(data.len(), true, |gpa, range| mem.write(gpa, &data[range]))
     }
 
     /// Skips `n` bytes; returns how many there were.
     pub fn skip(&mut self, n: usize) -> usize {
-        self.step(n, |_, _| Ok(())).unwrap_or(0)
+        let moved = self.step(n, false, |_, _| Ok(())).unwrap_or(0);
+        self.done -= moved as u64;
+        moved
     }
 
     fn step(
         &mut self,
         want: usize,
+        count: bool,
         mut copy: impl FnMut(u64, core::ops::Range<usize>) -> Result<(), MemError>,
     ) -> Result<usize, QueueError> {
         let mut moved = 0usize;
@@ -167,6 +183,9 @@ impl<'a> Cursor<'a> {
             }
             let n = left.min(want - moved);
             // Cannot overflow: checked when the chain was taken.
+            if count {
+                self.calls += 1;
+            }
             copy(b.addr + u64::from(self.off), moved..moved + n)?;
             moved += n;
             self.off += n as u32;

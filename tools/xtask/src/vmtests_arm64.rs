@@ -309,6 +309,7 @@ const HOSTILE_PASS: &[(&str, &str)] = &[
     ("attacker", "attack-virtio-registers"),
     ("attacker", "attack-virtio-left-broken"),
     ("attacker", "attack-hold"),
+    ("attacker", "attack-virtio-budget"),
     ("victim", "victim-memory"),
     ("victim", "victim-registers"),
     ("victim", "victim-heartbeat"),
