@@ -306,6 +306,7 @@ const HOSTILE_PASS: &[(&str, &str)] = &[
     ("attacker", "attack-virtio-setup"),
     ("attacker", "attack-virtio-rings"),
     ("attacker", "attack-virtio-block"),
+    ("attacker", "attack-virtio-switch"),
     ("attacker", "attack-virtio-registers"),
     ("attacker", "attack-virtio-left-broken"),
     ("attacker", "attack-hold"),
@@ -526,7 +527,7 @@ pub static VM_SUITE: VmSuite = VmSuite {
     cases: vm_cases,
     judge: judge_vm,
     stop_at_results: false,
-    save_log: false,
+    save_log: true,
 };
 
 #[cfg(test)]
