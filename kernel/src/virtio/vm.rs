@@ -95,7 +95,17 @@ impl VmVirtio {
                         broadcast_rate,
                     }) => {
                         let net = network(name);
-                        let mac = mac.unwrap_or_else(|| derived_mac(name, spec.name));
+                        // A second port of this VM on the same network
+                        // gets a MAC of its own.
+                        let earlier = v
+                            .nets
+                            .iter()
+                            .filter(|n| Arc::ptr_eq(&n.network, &net))
+                            .count();
+                        let mac = mac.unwrap_or_else(|| match earlier {
+                            0 => derived_mac(name, spec.name),
+                            k => derived_mac(name, &format!("{}#{k}", spec.name)),
+                        });
                         let port = net.add_port(PortConfig {
                             mac,
                             allow_mac_spoofing,

@@ -360,6 +360,8 @@ pub fn parse(text: &str, file: &Path, arch: Arch) -> Result<Config, ConfigError>
     // Passthrough claims so far: (VM, region index, base, end) and (VM, SPI).
     let mut regions: Vec<(usize, usize, u64, u64)> = Vec::new();
     let mut spi_owner: HashMap<u32, usize> = HashMap::new();
+    // Configured MACs per network: (network, MAC) -> the port naming it.
+    let mut macs: HashMap<(String, [u8; 6]), String> = HashMap::new();
     for (i, v) in raw.vm.iter().enumerate() {
         let f = |name: &str| format!("vm[{i}].{name}");
 
@@ -577,6 +579,23 @@ pub fn parse(text: &str, file: &Path, arch: Arch) -> Result<Config, ConfigError>
 
         // virtio devices
         let devices = devices(v, arch, &dir, &f, &err)?;
+        let nets = devices.iter().filter_map(|d| match d {
+            DeviceConfig::Net { network, mac, .. } => Some((network, *mac)),
+            _ => None,
+        });
+        for (j, (network, mac)) in nets.enumerate() {
+            let Some(mac) = mac else { continue };
+            let field = f(&format!("net[{j}].mac"));
+            if let Some(other) = macs.insert((network.clone(), mac), field.clone()) {
+                return Err(err(
+                    &field,
+                    format!(
+                        "{} is already {other}'s on network \"{network}\": the switch gives each MAC to one port",
+                        v.net[j].mac.as_deref().unwrap_or_default()
+                    ),
+                ));
+            }
+        }
         let passthrough = passthrough(v, i, arch, &mut regions, &mut spi_owner, &f, &err)?;
         if v.identity && arch != Arch::Aarch64 {
             return Err(err(

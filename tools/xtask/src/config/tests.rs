@@ -649,6 +649,14 @@ fn virtio_device_checks() {
     ] {
         expect(&text, field, needle);
     }
+    expect(
+        &with(
+            "network = \"lan\"\nallow",
+            "network = \"lan\"\nmac = \"02:00:00:00:00:01\"\nallow",
+        ),
+        "vm[0].net[1].mac",
+        "already vm[0].net[0].mac's",
+    );
     let e = error(&with("[[vm.disk]]", "[[vm.disk]]\nsize = 1"));
     assert!(e.field.starts_with("vm[0].disk[0]"), "{e}");
     let many = format!("{DEVICES}{}", "\n[[vm.net]]\nnetwork = \"x\"\n".repeat(5));
