@@ -54,6 +54,14 @@ pub fn set_heap_usage(f: fn() -> (usize, usize)) {
     HEAP_USAGE.call_once(|| f);
 }
 
+/// Nanoseconds on the platform counter (0 before boot set the platform up).
+pub fn now_ns() -> u64 {
+    PLATFORM.get().map_or(0, |p| {
+        let hz = u128::from(p.counter_hz().max(1));
+        (u128::from(p.counter()) * 1_000_000_000 / hz) as u64
+    })
+}
+
 /// The heap's (bytes used, bytes free), if [`set_heap_usage`] was called.
 pub fn heap_usage() -> Option<(usize, usize)> {
     HEAP_USAGE.get().map(|f| f())

@@ -120,6 +120,15 @@ pub trait Backend: Sync + Sized {
         let _ = (vm, vcpus);
         Err(String::from("this backend cannot restart a VM"))
     }
+    /// Continues device work `vm`'s devices left pending (a virtio
+    /// notification whose work exceeded one exit's budget), within one
+    /// exit's budget: the run loop calls it before a guest entry of a vCPU
+    /// of `vm` while [`crate::virtio::vm::VmVirtio::pending`] says so
+    /// (`crate::virtio::vm::resume` does it for every backend with
+    /// devices). The default: nothing (a backend without such devices).
+    fn device_work(hv: &Hypervisor<Self>, vm: &Vm<Self>, cpu: usize) {
+        let _ = (hv, vm, cpu);
+    }
     /// Called while `cpu` waits for other pCPUs (a restart waiting for the
     /// VM's vCPUs to be put): serve what they may wait for from this pCPU
     /// (FP write-back requests). The default: a spin-loop hint.
@@ -582,10 +591,26 @@ impl<B: Backend> Hypervisor<B> {
                 if vm.is_stopping() {
                     break PutReason::Preempted;
                 }
+                // Device work a notification left: one budget before each
+                // entry, in this VM's own time.
+                if vm.virtio.pending() {
+                    B::device_work(self, &vm, cpu);
+                }
                 match self
                     .backend
                     .run(&mut ExitCtx::new(self, &vm, cpu, vcpu), &mut ctx)
                 {
+                    // A vCPU waiting for its devices' work keeps running
+                    // (its wait ends early, as a WFI may): the work goes on
+                    // at its entries, within its slice.
+                    RunExit::Block if vm.virtio.pending() => {
+                        if self.backend.slice_expired(cpu) {
+                            if self.sched.slice_end(cpu, self.backend.now()) {
+                                break PutReason::Preempted;
+                            }
+                            self.backend.slice_start(cpu);
+                        }
+                    }
                     RunExit::Continue => {
                         if self.backend.slice_expired(cpu) {
                             if self.sched.slice_end(cpu, self.backend.now()) {

@@ -6,7 +6,7 @@
 //! hypervisor reads it in place with [`Package`], which never panics and
 //! never trusts a number it has not checked against the buffer.
 //!
-//! # Format (version 3, all integers little-endian)
+//! # Format (version 4, all integers little-endian)
 //!
 //! ```text
 //! offset  size                 what
@@ -63,15 +63,17 @@
 //! | off | type | field |
 //! |-----|------|-------|
 //! | 0 | u8 | kind: [`DEV_DISK`], [`DEV_NET`] or [`DEV_PASSTHROUGH`] |
-//! | 1 | u8 | flags: disk [`DISK_READ_ONLY`]; net [`NET_MAC`] (the MAC field is set); passthrough 0 |
+//! | 1 | u8 | flags: disk [`DISK_READ_ONLY`]; net [`NET_MAC`] (the MAC field is set), [`NET_ALLOW_SPOOFING`]; passthrough 0 |
 //! | 2 | `[u8; 6]` | net: MAC address (unicast); passthrough: byte 2 = number of SPIs (0..=[`MAX_PT_SPIS`]), the rest 0; disk: 0 |
-//! | 8 | 2 x u64 | disk: image blob (offset, length), 4 KiB-aligned, whole 512-byte sectors; passthrough: host physical (base, size) of the MMIO region, both 4 KiB-aligned, size > 0; net: 0 |
+//! | 8 | 2 x u64 | disk: image blob (offset, length), 4 KiB-aligned, whole 512-byte sectors; passthrough: host physical (base, size) of the MMIO region, both 4 KiB-aligned, size > 0; net: u32 broadcast budget in frames a second (0 = kestrel's default, at most [`MAX_BROADCAST_RATE`]), u16 learning quota in MACs (0 = no learning, at most [`MAX_LEARN`]), then 10 bytes 0 |
 //! | 24 | `[u8; 32]` | net: network name (`[a-z0-9_-]{1,32}`, NUL-padded); passthrough: 8 x u32 SPI numbers (0..=987, INTID - 32), the unused ones 0; disk: 0 |
 //! | 56 | u32 | disk: CRC-32 of the image; others: 0 |
 //! | 60 | 4 bytes | reserved, 0 |
 //!
-//! Version 3 added the passthrough entries and [`FLAG_IDENTITY`]; a
-//! version 2 package is refused as a whole (rebuild it with `make image`).
+//! Version 4 added the network ports' security settings (spoofing,
+//! learning, broadcast budget); version 3 added the passthrough entries and
+//! [`FLAG_IDENTITY`]. An older package is refused as a whole (rebuild it
+//! with `make image`).
 //!
 //! Offsets are from the start of the package. Blobs lie after the record
 //! table and inside the package; kernel, initrd and DTB start on a 4 KiB
@@ -98,7 +100,7 @@ use core::fmt;
 /// The magic at offset 0.
 pub const MAGIC: [u8; 8] = *b"KSTRLPKG";
 /// The format version this module reads and writes.
-pub const VERSION: u16 = 3;
+pub const VERSION: u16 = 4;
 /// Size of the header in bytes.
 pub const HEADER_SIZE: usize = 64;
 /// Size of one VM record in bytes.
@@ -151,6 +153,13 @@ pub const PT_PAGE: u64 = 4096;
 pub const DISK_READ_ONLY: u8 = 1 << 0;
 /// Net flag: the entry names a MAC (else kestrel derives one).
 pub const NET_MAC: u8 = 1 << 0;
+/// Net flag: the switch forwards this port's frames whatever their source
+/// MAC (config `allow_mac_spoofing = true`).
+pub const NET_ALLOW_SPOOFING: u8 = 1 << 1;
+/// Most MACs the switch learns for one port.
+pub const MAX_LEARN: u16 = 256;
+/// Highest broadcast budget of a port, frames a second.
+pub const MAX_BROADCAST_RATE: u32 = 1_000_000;
 
 /// FP/SIMD switching policy for the whole hypervisor.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -357,7 +366,11 @@ impl fmt::Display for PackageError {
             }
             PackageError::BadMagic => f.write_str("not a kestrel package (bad magic, want \"KSTRLPKG\")"),
             PackageError::UnsupportedVersion { found } => {
-                write!(f, "package version {found} is not supported (this kestrel reads version {VERSION})")
+                write!(
+                    f,
+                    "package version {found} is not supported (this kestrel reads version {VERSION}): \
+                     rebuild the image from its config with this kestrel (`make image`)"
+                )
             }
             PackageError::BadLayout { header_size, record_size } => write!(
                 f,
@@ -784,6 +797,14 @@ pub enum Device<'a> {
         network: &'a str,
         /// `None`: kestrel derives one from the network and VM names.
         mac: Option<[u8; 6]>,
+        /// Frames with a source MAC not the port's are forwarded.
+        allow_mac_spoofing: bool,
+        /// MACs the switch learns from the port (0: none), at most
+        /// [`MAX_LEARN`].
+        learn: u16,
+        /// Broadcast and multicast frames a second (0: kestrel's default),
+        /// at most [`MAX_BROADCAST_RATE`].
+        broadcast_rate: u32,
     },
 }
 
@@ -1316,11 +1337,29 @@ impl<'a> Package<'a> {
                 }
                 DEV_NET => {
                     let f = Field::Net;
-                    if flags & !NET_MAC != 0
-                        || e[D_BLOB..D_NETWORK].iter().any(|&b| b != 0)
+                    if flags & !(NET_MAC | NET_ALLOW_SPOOFING) != 0
+                        || e[D_BLOB + 6..D_NETWORK].iter().any(|&b| b != 0)
                         || le32(e, D_CRC) != 0
                     {
                         return Err(err(f, Problem::NonZero));
+                    }
+                    let broadcast_rate = le32(e, D_BLOB);
+                    if broadcast_rate > MAX_BROADCAST_RATE {
+                        return Err(err(
+                            f,
+                            Problem::Unknown {
+                                value: broadcast_rate.into(),
+                            },
+                        ));
+                    }
+                    let learn = le16(e, D_BLOB + 4);
+                    if learn > MAX_LEARN {
+                        return Err(err(
+                            f,
+                            Problem::Unknown {
+                                value: learn.into(),
+                            },
+                        ));
                     }
                     let raw: &[u8; NAME_LEN] = e[D_NETWORK..D_CRC]
                         .try_into()
@@ -1343,7 +1382,13 @@ impl<'a> Package<'a> {
                     } else {
                         None
                     };
-                    Device::Net { network, mac }
+                    Device::Net {
+                        network,
+                        mac,
+                        allow_mac_spoofing: flags & NET_ALLOW_SPOOFING != 0,
+                        learn,
+                        broadcast_rate,
+                    }
                 }
                 k => return Err(err(Field::Devices, Problem::Unknown { value: k.into() })),
             };
@@ -1559,7 +1604,13 @@ mod writer {
                             put(&mut e, D_CRC, &crc32(image).to_le_bytes());
                             out.extend_from_slice(image);
                         }
-                        Device::Net { network, mac } => {
+                        Device::Net {
+                            network,
+                            mac,
+                            allow_mac_spoofing,
+                            learn,
+                            broadcast_rate,
+                        } => {
                             e[D_KIND] = DEV_NET;
                             assert!(network.len() <= NAME_LEN, "network name too long");
                             put(&mut e, D_NETWORK, network.as_bytes());
@@ -1567,6 +1618,11 @@ mod writer {
                                 e[D_FLAGS] = NET_MAC;
                                 put(&mut e, D_MAC, &m);
                             }
+                            if allow_mac_spoofing {
+                                e[D_FLAGS] |= NET_ALLOW_SPOOFING;
+                            }
+                            put(&mut e, D_BLOB, &broadcast_rate.to_le_bytes());
+                            put(&mut e, D_BLOB + 4, &learn.to_le_bytes());
                         }
                     }
                     table.extend_from_slice(&e);

@@ -49,6 +49,9 @@ pub trait DeviceEnv {
     fn reset(&mut self);
     /// Guest RAM, for devices that move data by DMA (virtio rings).
     fn memory(&self) -> &dyn GuestMemory;
+    /// Host time in nanoseconds (monotonic, the same on every pCPU), for
+    /// rate limits (the switch's broadcast budget).
+    fn now_ns(&self) -> u64;
 }
 
 /// Guest RAM as a device reaches it: checked copies by guest physical
@@ -88,6 +91,12 @@ pub trait MmioDevice: Send + Sync {
     /// outlives a reset on a real machine (a disk's data) stays. The
     /// default: a device with no state.
     fn reset(&self) {}
+    /// Whether the device is in the state [`MmioDevice::reset`] leaves (a
+    /// VM restart checks every device after resetting the bus). The
+    /// default: a device with no state.
+    fn at_power_on(&self) -> bool {
+        true
+    }
 }
 
 /// Why a region could not be added.
@@ -136,11 +145,30 @@ impl Hit<'_> {
 }
 
 impl Bus {
-    /// Resets every device ([`MmioDevice::reset`]): the VM restarts.
-    pub fn reset_all(&self) {
+    /// Resets every device ([`MmioDevice::reset`]): the VM restarts. Then
+    /// checks that every device is at power-on ([`MmioDevice::at_power_on`]);
+    /// one that is not is named in the error (and logged), and the restart
+    /// fails rather than run the VM on a device that kept old state.
+    pub fn reset_all(&self) -> Result<(), &'static str> {
         for r in &self.regions {
             r.dev.reset();
         }
+        match self.not_at_power_on().next() {
+            None => Ok(()),
+            Some(name) => {
+                log::error!("{name}: not at power-on after a reset");
+                Err(name)
+            }
+        }
+    }
+
+    /// The devices not at power-on ([`MmioDevice::at_power_on`]): none
+    /// right after [`Bus::reset_all`].
+    pub fn not_at_power_on(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.regions
+            .iter()
+            .filter(|r| !r.dev.at_power_on())
+            .map(|r| r.dev.name())
     }
 
     pub fn new() -> Bus {
@@ -292,6 +320,9 @@ mod tests {
         fn reset(&mut self) {}
         fn memory(&self) -> &dyn GuestMemory {
             &NoRam
+        }
+        fn now_ns(&self) -> u64 {
+            0
         }
     }
 

@@ -115,6 +115,10 @@ impl<B: DeviceHost> DeviceEnv for VmDeviceEnv<'_, B> {
     fn memory(&self) -> &dyn GuestMemory {
         B::guest_memory(self.vm)
     }
+
+    fn now_ns(&self) -> u64 {
+        crate::runtime::now_ns()
+    }
 }
 
 #[cfg(test)]

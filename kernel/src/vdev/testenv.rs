@@ -90,4 +90,7 @@ impl DeviceEnv for Recorder {
     fn memory(&self) -> &dyn GuestMemory {
         &self.ram
     }
+    fn now_ns(&self) -> u64 {
+        0
+    }
 }

@@ -12,9 +12,9 @@
 
 use alloc::vec::Vec;
 
-use super::queue::{Queue, QueueError};
-use super::{id, VirtioDevice, Work};
-use crate::vdev::bus::DeviceEnv;
+use super::queue::{Chain, Queue, QueueError};
+use super::{id, Budget, Progress, VirtioDevice, Work};
+use crate::vdev::bus::{DeviceEnv, GuestMemory};
 
 pub const SECTOR: u64 = 512;
 /// Feature bits (device-specific).
@@ -111,6 +111,8 @@ pub struct BlockStats {
 
 pub struct Block {
     disk: Backing,
+    /// The data request under way, if one is.
+    inflight: Option<InFlight>,
     /// GET_ID's answer, NUL padded.
     serial: [u8; ID_LEN],
     pub stats: BlockStats,
@@ -125,6 +127,7 @@ impl Block {
         s[..n].copy_from_slice(&serial.as_bytes()[..n]);
         Block {
             disk,
+            inflight: None,
             serial: s,
             stats: BlockStats::default(),
         }
@@ -159,8 +162,15 @@ impl Block {
         (end <= self.sectors() * SECTOR).then_some(start)
     }
 
-    /// Serves one request chain; returns the bytes written into it.
-    fn request(&mut self, c: &super::queue::Chain, env: &dyn DeviceEnv) -> Result<u32, QueueError> {
+    /// Starts one request chain: a data request within the disk becomes
+    /// the request under way (its bytes move within later budgets); any
+    /// other is answered at once (returns the used length).
+    fn start(
+        &mut self,
+        c: Chain,
+        env: &dyn DeviceEnv,
+        budget: &mut Budget,
+    ) -> Result<Result<InFlight, (Chain, u32)>, QueueError> {
         let mem = env.memory();
         let writable = c.len(true);
         if writable == 0 {
@@ -170,7 +180,9 @@ impl Block {
         let data_in = writable - 1;
         let mut r = c.reader();
         let mut hdr = [0u8; 16];
-        let status = if r.read(mem, &mut hdr)? < hdr.len() {
+        let got = r.read(mem, &mut hdr)?;
+        budget.spend(r.cost());
+        let status = if got < hdr.len() {
             S_IOERR
         } else {
             let kind = u32::from_le_bytes([hdr[0], hdr[1], hdr[2], hdr[3]]);
@@ -178,29 +190,29 @@ impl Block {
             match kind {
                 T_IN => match self.range(sector, data_in) {
                     Some(start) => {
-                        let mut w = c.writer();
-                        self.disk
-                            .pieces(start, data_in, |p| w.write(mem, p).map(|_| ()))?;
-                        self.stats.reads += 1;
-                        self.stats.read_bytes += data_in;
-                        return self.finish(c, env, data_in, S_OK);
+                        return Ok(Ok(InFlight {
+                            chain: c,
+                            write: false,
+                            start,
+                            len: data_in,
+                            done: 0,
+                        }))
                     }
                     None => S_IOERR,
                 },
                 T_OUT => {
                     let len = r.remaining();
-                    let done = self.range(sector, len).and_then(|start| {
-                        self.disk
-                            .pieces_mut(start, len, |p| r.read(mem, p).map(|_| ()))
-                    });
-                    match done {
-                        Some(res) => {
-                            res?;
-                            self.stats.writes += 1;
-                            self.stats.written_bytes += len;
-                            S_OK
+                    match self.range(sector, len) {
+                        Some(start) if !self.read_only() => {
+                            return Ok(Ok(InFlight {
+                                chain: c,
+                                write: true,
+                                start,
+                                len,
+                                done: 0,
+                            }))
                         }
-                        None => S_IOERR,
+                        _ => S_IOERR,
                     }
                 }
                 T_FLUSH => S_OK,
@@ -208,23 +220,60 @@ impl Block {
                     if data_in < ID_LEN as u64 {
                         S_IOERR
                     } else {
-                        c.writer().write(mem, &self.serial)?;
-                        return self.finish(c, env, data_in, S_OK);
+                        let mut w = c.writer();
+                        w.write(mem, &self.serial)?;
+                        budget.spend(w.cost());
+                        let used = self.finish(&c, env, data_in, ID_LEN as u64, S_OK)?;
+                        return Ok(Err((c, used)));
                     }
                 }
                 _ => S_UNSUPP,
             }
         };
-        self.finish(c, env, data_in, status)
+        let used = self.finish(&c, env, data_in, 0, status)?;
+        Ok(Err((c, used)))
+    }
+
+    /// Moves as much of request `f` as `budget` allows, a sector at most
+    /// at a time (each step charges its bytes and its guest-memory calls).
+    fn copy(
+        &mut self,
+        f: &mut InFlight,
+        mem: &dyn GuestMemory,
+        budget: &mut Budget,
+    ) -> Result<(), QueueError> {
+        let (mut r, mut w) = (f.chain.reader(), f.chain.writer());
+        if f.write {
+            r.skip(16 + f.done as usize);
+        } else {
+            w.skip(f.done as usize);
+        }
+        while f.done < f.len && budget.bytes() > 0 {
+            let n = (f.len - f.done).min(SECTOR);
+            let at = f.start + f.done;
+            let before = r.cost() + w.cost();
+            if f.write {
+                if let Some(res) = self.disk.pieces_mut(at, n, |p| r.read(mem, p).map(|_| ())) {
+                    res?;
+                }
+            } else {
+                self.disk.pieces(at, n, |p| w.write(mem, p).map(|_| ()))?;
+            }
+            f.done += n;
+            budget.spend(r.cost() + w.cost() - before);
+        }
+        Ok(())
     }
 
     /// Writes the status byte, the last writable byte of the chain, and
-    /// returns the used length (data written + status).
+    /// returns the used length: the bytes written (`written` of data, then
+    /// the status).
     fn finish(
         &mut self,
-        c: &super::queue::Chain,
+        c: &Chain,
         env: &dyn DeviceEnv,
         data_in: u64,
+        written: u64,
         status: u8,
     ) -> Result<u32, QueueError> {
         if status != S_OK {
@@ -233,9 +282,21 @@ impl Block {
         let mut w = c.writer();
         w.skip(data_in as usize);
         w.write(env.memory(), &[status])?;
-        let used = if status == S_OK { data_in + 1 } else { 1 };
+        let used = if status == S_OK { written + 1 } else { 1 };
         Ok(u32::try_from(used).unwrap_or(u32::MAX))
     }
+}
+
+/// A data request under way: its chain, which way its bytes go, and how
+/// far they got.
+struct InFlight {
+    chain: Chain,
+    /// Guest to disk (OUT); else disk to guest (IN).
+    write: bool,
+    /// Byte offset on the disk and length.
+    start: u64,
+    len: u64,
+    done: u64,
 }
 
 impl VirtioDevice for Block {
@@ -256,25 +317,64 @@ impl VirtioDevice for Block {
         super::read_config_bytes(&self.sectors().to_le_bytes(), offset, out);
     }
 
+    /// Requests in ring order; the one under way first. A request's data
+    /// moves within the budget, so a request larger than the budget spans
+    /// several exits (and the queue waits behind it).
     fn notify(
         &mut self,
         index: usize,
         queues: &mut [Queue],
         env: &mut dyn DeviceEnv,
-    ) -> Result<Work, QueueError> {
-        let mut work = Work::default();
-        let Some(q) = queues.get_mut(index) else {
-            return Ok(work);
+        budget: &mut Budget,
+        work: &mut Work,
+    ) -> Result<Progress, QueueError> {
+        let Some(q) = queues.get_mut(index).filter(|q| q.ready) else {
+            // Reset meanwhile: what was under way is dropped.
+            self.inflight = None;
+            return Ok(Progress::Done);
         };
-        for _ in 0..q.size {
-            let Some(c) = q.pop(env.memory())? else { break };
-            let used = self.request(&c, env)?;
-            work.interrupt |= q.push_used(env.memory(), c.head, used)?;
+        loop {
+            if let Some(mut f) = self.inflight.take() {
+                self.copy(&mut f, env.memory(), budget)?;
+                if f.done < f.len {
+                    self.inflight = Some(f);
+                    return Ok(Progress::More);
+                }
+                if f.write {
+                    self.stats.writes += 1;
+                    self.stats.written_bytes += f.len;
+                } else {
+                    self.stats.reads += 1;
+                    self.stats.read_bytes += f.len;
+                }
+                let data_in = f.chain.len(true) - 1;
+                let written = if f.write { 0 } else { f.len };
+                let used = self.finish(&f.chain, env, data_in, written, S_OK)?;
+                work.interrupt |= q.push_used(env.memory(), f.chain.head, used)?;
+                continue;
+            }
+            if !budget.chain() {
+                return Ok(Progress::More);
+            }
+            let Some(c) = q.pop(env.memory())? else {
+                return Ok(Progress::Done);
+            };
+            budget.spend(c.cost());
+            match self.start(c, env, budget)? {
+                Ok(f) => self.inflight = Some(f),
+                Err((c, used)) => work.interrupt |= q.push_used(env.memory(), c.head, used)?,
+            }
         }
-        Ok(work)
     }
 
-    fn reset(&mut self) {}
+    /// What was under way is dropped (a disk keeps its data).
+    fn reset(&mut self) {
+        self.inflight = None;
+    }
+
+    fn at_power_on(&self) -> bool {
+        self.inflight.is_none()
+    }
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ use alloc::sync::Arc;
 use spin::Mutex;
 
 use super::queue::{Queue, QueueError};
-use super::{id, VirtioDevice, Work};
+use super::{id, Budget, Progress, VirtioDevice, Work};
 use crate::vdev::bus::DeviceEnv;
 
 /// Receive queue (host -> guest) and transmit queue (guest -> host).
@@ -23,6 +23,10 @@ pub const INPUT_MAX: usize = 4096;
 /// at a time (Linux's hvc does); the cap bounds the work of one exit, whose
 /// chains could otherwise name the VM's whole RAM many times over.
 pub const TX_CHAIN_MAX: usize = 4096;
+/// What printing one byte costs in budget bytes ([`crate::virtio::Budget`]):
+/// a console byte goes through the multiplexer to the physical UART, far
+/// dearer than copying it.
+pub const TX_COST: u64 = 16;
 
 /// Host input waiting for the guest's receive buffers (bounded). Shared
 /// between the console multiplexer, which fills it, and the device, which
@@ -76,44 +80,56 @@ impl Console {
         self.input.clone()
     }
 
-    /// Moves held input into the receive buffers the driver offered.
+    /// Moves held input into the receive buffers the driver offered,
+    /// within `budget`.
     pub fn deliver(
         &mut self,
         queues: &mut [Queue],
         env: &mut dyn DeviceEnv,
-    ) -> Result<Work, QueueError> {
-        let mut work = Work::default();
+        budget: &mut Budget,
+        work: &mut Work,
+    ) -> Result<Progress, QueueError> {
         let q = &mut queues[RX];
         let mem = env.memory();
         let mut input = self.input.lock();
-        for _ in 0..q.size {
+        loop {
             if input.bytes.is_empty() {
-                break;
+                return Ok(Progress::Done);
             }
-            let Some(c) = q.pop(mem)? else { break };
+            if !budget.chain() {
+                return Ok(Progress::More);
+            }
+            let Some(c) = q.pop(mem)? else {
+                return Ok(Progress::Done);
+            };
+            budget.spend(c.cost());
             let mut w = c.writer();
             let (a, b) = input.bytes.as_slices();
             let mut n = w.write(mem, a)?;
             if n == a.len() {
                 n += w.write(mem, b)?;
             }
+            budget.spend(w.cost());
             input.bytes.drain(..n);
             work.interrupt |= q.push_used(mem, c.head, n as u32)?;
         }
-        Ok(work)
     }
 
     fn transmit(
         &mut self,
         queues: &mut [Queue],
         env: &mut dyn DeviceEnv,
-    ) -> Result<Work, QueueError> {
-        let mut work = Work::default();
-        let size = queues[TX].size;
-        for _ in 0..size {
+        budget: &mut Budget,
+        work: &mut Work,
+    ) -> Result<Progress, QueueError> {
+        loop {
+            if !budget.chain() {
+                return Ok(Progress::More);
+            }
             let Some(c) = queues[TX].pop(env.memory())? else {
-                break;
+                return Ok(Progress::Done);
             };
+            budget.spend(c.cost());
             let mut r = c.reader();
             let mut buf = [0u8; 128];
             let mut left = TX_CHAIN_MAX;
@@ -126,6 +142,8 @@ impl Console {
                 for &b in &buf[..n] {
                     env.console_out(b);
                 }
+                budget.spend(n as u64 * TX_COST);
+                budget.spend(core::mem::take(&mut r.calls) * super::CALL_COST);
                 self.tx_bytes += n as u64;
                 left -= n;
             }
@@ -134,7 +152,6 @@ impl Console {
             self.tx_dropped += c.len(false).saturating_sub(TX_CHAIN_MAX as u64);
             work.interrupt |= queues[TX].push_used(env.memory(), c.head, 0)?;
         }
-        Ok(work)
     }
 }
 
@@ -161,11 +178,13 @@ impl VirtioDevice for Console {
         index: usize,
         queues: &mut [Queue],
         env: &mut dyn DeviceEnv,
-    ) -> Result<Work, QueueError> {
+        budget: &mut Budget,
+        work: &mut Work,
+    ) -> Result<Progress, QueueError> {
         match index {
-            RX => self.deliver(queues, env),
-            TX => self.transmit(queues, env),
-            _ => Ok(Work::default()),
+            RX => self.deliver(queues, env, budget, work),
+            TX => self.transmit(queues, env, budget, work),
+            _ => Ok(Progress::Done),
         }
     }
 
@@ -252,8 +271,10 @@ mod tests {
         assert_eq!(d.used(&env.ram).0, 2);
         // Input from the host side fills it.
         input.lock().receive(b'x');
-        let r = t.with_live(&mut env, |c, q, env| c.deliver(q, env).map(|w| ((), w)));
-        assert_eq!(r, Some(()));
+        let r = t.with_live(&mut env, |c, q, env, w| {
+            c.deliver(q, env, &mut Budget::exit(), w)
+        });
+        assert_eq!(r, Some(Progress::Done));
         assert_eq!(d.used(&env.ram).0, 3);
         // Bounded input.
         let mut i = input.lock();

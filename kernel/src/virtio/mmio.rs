@@ -3,17 +3,21 @@
 //! queues, in front of a [`VirtioDevice`].
 //!
 //! The transport is an [`MmioDevice`] on the VM's bus. A notification runs
-//! the device's queue work at once, in the trapping vCPU's exit, bounded by
-//! the queue size (a ring holds at most that many chains). A ring the
-//! device finds malformed puts the device in DEVICE_NEEDS_RESET with a
-//! configuration-change interrupt, as the spec asks; the device does no
-//! more work until the driver resets it.
+//! the device's queue work at once, in the trapping vCPU's exit, within one
+//! exit's [`Budget`]; what the budget did not cover stays pending (a bit
+//! per queue) and continues at the VM's next exits ([`Transport::resume`]),
+//! in ring order, the transport lock held for one budget at a time. A ring
+//! the device finds malformed puts the device in DEVICE_NEEDS_RESET with a
+//! configuration-change interrupt, as the spec asks (and a used-buffer
+//! interrupt for the chains completed before it); the device does no more
+//! work until the driver resets it.
 
 use alloc::vec::Vec;
+use core::sync::atomic::{AtomicBool, Ordering};
 use spin::Mutex;
 
 use super::queue::{Queue, QueueError, MAX_QUEUE_SIZE};
-use super::{status, VirtioDevice, Work, F_VERSION_1};
+use super::{status, Budget, Progress, VirtioDevice, Work, F_VERSION_1};
 use crate::vdev::bus::{DeviceEnv, MmioDevice};
 use crate::vdev::{MmioError, Width};
 
@@ -78,6 +82,10 @@ struct State<D> {
     /// Malformed rings so far (across resets): the log says the 1st, 2nd,
     /// 4th, 8th, ... so a guest cannot flood it.
     breaks: u64,
+    /// Queues with work a budget did not cover (bit i = queue i).
+    pending: u32,
+    /// The queue pending work starts with next (turns rotate).
+    next: usize,
 }
 
 /// One virtio-mmio transport. See the module documentation.
@@ -86,6 +94,11 @@ pub struct Transport<D> {
     /// The interrupt line the guest's device description names.
     line: u32,
     state: Mutex<State<D>>,
+    /// `state.pending != 0`, readable without the lock.
+    pending: AtomicBool,
+    /// A notification did work in the current exit: the continuation
+    /// before the next guest entry skips this round (one budget per exit).
+    fresh: AtomicBool,
 }
 
 impl<D: VirtioDevice> Transport<D> {
@@ -107,8 +120,74 @@ impl<D: VirtioDevice> Transport<D> {
                 line_level: false,
                 broken: None,
                 breaks: 0,
+                pending: 0,
+                next: 0,
             }),
+            pending: AtomicBool::new(false),
+            fresh: AtomicBool::new(false),
         }
+    }
+
+    /// Whether queue work is pending ([`Transport::resume`] continues it).
+    pub fn has_pending(&self) -> bool {
+        self.pending.load(Ordering::Acquire)
+    }
+
+    /// Whether a notification did work since the last call (and clears it).
+    pub fn take_fresh(&self) -> bool {
+        self.fresh.swap(false, Ordering::AcqRel)
+    }
+
+    /// Continues pending queue work within `budget`, raising the interrupt
+    /// for what completes. Returns whether work is still pending.
+    pub fn resume(&self, env: &mut dyn DeviceEnv, budget: &mut Budget) -> bool {
+        if !self.has_pending() {
+            return false;
+        }
+        let mut st = self.state.lock();
+        self.run(&mut st, env, budget);
+        st.pending != 0
+    }
+
+    /// Marks queue `index` as having work (host side: frames held for the
+    /// receive queue) without doing it; [`Transport::resume`] does it.
+    /// Nothing if the device is not live.
+    pub fn mark_pending(&self, index: usize) {
+        let mut st = self.state.lock();
+        if st.live() && index < st.queues.len() {
+            st.pending |= 1 << index;
+            self.pending.store(true, Ordering::Release);
+        }
+    }
+
+    /// Serves the pending queues in turn within `budget`.
+    fn run(&self, st: &mut State<D>, env: &mut dyn DeviceEnv, budget: &mut Budget) {
+        let n = st.queues.len();
+        let mut work = Work::default();
+        let mut err = None;
+        if st.live() {
+            for k in 0..n {
+                let i = (st.next + k) % n;
+                if st.pending & (1 << i) == 0 {
+                    continue;
+                }
+                if budget.exhausted() {
+                    break;
+                }
+                match st.dev.notify(i, &mut st.queues, env, budget, &mut work) {
+                    Ok(Progress::Done) => st.pending &= !(1 << i),
+                    Ok(Progress::More) => {}
+                    Err(e) => {
+                        err = Some(e);
+                        break;
+                    }
+                }
+            }
+            st.next = (st.next + 1) % n.max(1);
+        } else {
+            st.pending = 0;
+        }
+        self.finish(st, env, work, err);
     }
 
     pub fn line(&self) -> u32 {
@@ -119,24 +198,26 @@ impl<D: VirtioDevice> Transport<D> {
     /// broken), from outside a guest access: host console input, frames from
     /// another VM. Raises the interrupt if `f` used buffers. Returns `None`
     /// if the driver has not brought the device up.
+    /// `f` records in its `Work` what it did, also when it fails.
     pub fn with_live<R>(
         &self,
         env: &mut dyn DeviceEnv,
-        f: impl FnOnce(&mut D, &mut [Queue], &mut dyn DeviceEnv) -> Result<(R, Work), QueueError>,
+        f: impl FnOnce(&mut D, &mut [Queue], &mut dyn DeviceEnv, &mut Work) -> Result<R, QueueError>,
     ) -> Option<R> {
         let mut st = self.state.lock();
         if !st.live() {
             return None;
         }
         let st = &mut *st;
-        let r = f(&mut st.dev, &mut st.queues, env);
+        let mut work = Work::default();
+        let r = f(&mut st.dev, &mut st.queues, env, &mut work);
         match r {
-            Ok((r, work)) => {
-                self.finish(st, env, Ok(work));
+            Ok(r) => {
+                self.finish(st, env, work, None);
                 Some(r)
             }
             Err(e) => {
-                self.finish(st, env, Err(e));
+                self.finish(st, env, work, Some(e));
                 None
             }
         }
@@ -145,6 +226,23 @@ impl<D: VirtioDevice> Transport<D> {
     /// Runs `f` on the device whatever its state (configuration, stats).
     pub fn with_device<R>(&self, f: impl FnOnce(&mut D) -> R) -> R {
         f(&mut self.state.lock().dev)
+    }
+
+    /// Whether the transport and its device are as at power-on: status 0,
+    /// no queue configured, no interrupt, no work pending or held. A VM
+    /// restart checks it for every transport ([`MmioDevice::reset`]).
+    pub fn at_power_on(&self) -> bool {
+        let st = self.state.lock();
+        st.status == 0
+            && st.interrupt == 0
+            && !st.line_level
+            && st.pending == 0
+            && st.broken.is_none()
+            && st.driver_features == 0
+            && st.queue_sel == 0
+            && st.queues.iter().all(|q| *q == Queue::default())
+            && !self.has_pending()
+            && st.dev.at_power_on()
     }
 
     /// Whether the driver has the device up (DRIVER_OK, not broken).
@@ -157,18 +255,19 @@ impl<D: VirtioDevice> Transport<D> {
         self.state.lock().broken
     }
 
-    fn finish(&self, st: &mut State<D>, env: &mut dyn DeviceEnv, r: Result<Work, QueueError>) {
-        match r {
-            Ok(w) => {
-                if w.interrupt {
-                    st.interrupt |= INT_USED;
-                }
-                if w.config_changed {
-                    st.config_generation = st.config_generation.wrapping_add(1);
-                    st.interrupt |= INT_CONFIG;
-                }
-            }
-            Err(e) => {
+    /// Raises what `w` did; `err` breaks the device (after the chains
+    /// completed before it got their used-buffer interrupt).
+    fn finish(&self, st: &mut State<D>, env: &mut dyn DeviceEnv, w: Work, err: Option<QueueError>) {
+        if w.interrupt {
+            st.interrupt |= INT_USED;
+        }
+        if w.config_changed {
+            st.config_generation = st.config_generation.wrapping_add(1);
+            st.interrupt |= INT_CONFIG;
+        }
+        match err {
+            None => {}
+            Some(e) => {
                 st.breaks += 1;
                 if st.breaks.is_power_of_two() {
                     log::warn!(
@@ -180,8 +279,10 @@ impl<D: VirtioDevice> Transport<D> {
                 st.broken = Some(e);
                 st.status |= status::DEVICE_NEEDS_RESET;
                 st.interrupt |= INT_CONFIG;
+                st.pending = 0;
             }
         }
+        self.pending.store(st.pending != 0, Ordering::Release);
         self.drive_line(st, env);
     }
 
@@ -195,6 +296,7 @@ impl<D: VirtioDevice> Transport<D> {
 
     fn reset(&self, st: &mut State<D>, env: &mut dyn DeviceEnv) {
         Self::clear(st);
+        self.pending.store(false, Ordering::Release);
         self.drive_line(st, env);
     }
 
@@ -209,6 +311,8 @@ impl<D: VirtioDevice> Transport<D> {
         st.queues.iter_mut().for_each(Queue::reset);
         st.interrupt = 0;
         st.broken = None;
+        st.pending = 0;
+        st.next = 0;
     }
 
     fn offered(st: &State<D>) -> u64 {
@@ -248,7 +352,7 @@ impl<D: VirtioDevice> Transport<D> {
         }
     }
 
-    fn notify(&self, st: &mut State<D>, env: &mut dyn DeviceEnv, index: u32) {
+    fn notify(&self, st: &mut State<D>, env: &mut dyn DeviceEnv, index: u32, budget: &mut Budget) {
         if !st.live() {
             return;
         }
@@ -256,8 +360,9 @@ impl<D: VirtioDevice> Transport<D> {
         if st.queues.get(i).is_none_or(|q| !q.ready) {
             return;
         }
-        let r = st.dev.notify(i, &mut st.queues, env);
-        self.finish(st, env, r);
+        st.pending |= 1 << i;
+        self.fresh.store(true, Ordering::Release);
+        self.run(st, env, budget);
     }
 }
 
@@ -290,6 +395,12 @@ impl<D: VirtioDevice> MmioDevice for Transport<D> {
         let mut st = self.state.lock();
         Self::clear(&mut st);
         st.line_level = false;
+        self.pending.store(false, Ordering::Release);
+        self.fresh.store(false, Ordering::Release);
+    }
+
+    fn at_power_on(&self) -> bool {
+        Transport::at_power_on(self)
     }
 
     fn read(&self, _env: &mut dyn DeviceEnv, off: u64, width: Width) -> Result<u64, MmioError> {
@@ -343,6 +454,21 @@ impl<D: VirtioDevice> MmioDevice for Transport<D> {
         width: Width,
         value: u64,
     ) -> Result<(), MmioError> {
+        self.write_within(env, off, width, value, &mut Budget::exit())
+    }
+}
+
+impl<D: VirtioDevice> Transport<D> {
+    /// A register write whose queue work (a notification) spends `budget`
+    /// (shared with what the caller does in the same exit).
+    pub fn write_within(
+        &self,
+        env: &mut dyn DeviceEnv,
+        off: u64,
+        width: Width,
+        value: u64,
+        budget: &mut Budget,
+    ) -> Result<(), MmioError> {
         let mut guard = self.state.lock();
         let st = &mut *guard;
         if off >= reg::CONFIG {
@@ -386,7 +512,7 @@ impl<D: VirtioDevice> MmioDevice for Transport<D> {
                     }
                 }
             }
-            reg::QUEUE_NOTIFY => self.notify(st, env, v as u32),
+            reg::QUEUE_NOTIFY => self.notify(st, env, v as u32, budget),
             reg::INTERRUPT_ACK => {
                 st.interrupt &= !(v as u32);
                 self.drive_line(st, env);

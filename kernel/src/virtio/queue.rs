@@ -20,9 +20,9 @@ pub const MAX_QUEUE_SIZE: u16 = 256;
 pub const MAX_INDIRECT: u32 = 256;
 
 const DESC_SIZE: u64 = 16;
-const F_NEXT: u16 = 1;
-const F_WRITE: u16 = 2;
-const F_INDIRECT: u16 = 4;
+pub(crate) const F_NEXT: u16 = 1;
+pub(crate) const F_WRITE: u16 = 2;
+pub(crate) const F_INDIRECT: u16 = 4;
 /// VIRTQ_AVAIL_F_NO_INTERRUPT: the driver does not want used-buffer
 /// interrupts (a hint, without EVENT_IDX).
 const AVAIL_F_NO_INTERRUPT: u16 = 1;
@@ -71,9 +71,21 @@ pub struct Chain {
     pub head: u16,
     /// Readable buffers first, then writable ones.
     pub bufs: Vec<Buf>,
+    /// Descriptors read to take it (direct and indirect; at most
+    /// [`MAX_QUEUE_SIZE`] + [`MAX_INDIRECT`]).
+    pub descs: u32,
 }
 
 impl Chain {
+    /// What taking it and handing it back cost, in budget bytes
+    /// ([`crate::virtio::Budget`]): the descriptors read and the avail and
+    /// used ring entries, with [`crate::virtio::CALL_COST`] for each
+    /// guest-memory call.
+    pub fn cost(&self) -> u64 {
+        let calls = u64::from(self.descs) + 5;
+        u64::from(self.descs) * DESC_SIZE + 16 + calls * crate::virtio::CALL_COST
+    }
+
     /// Total bytes of the readable (`write == false`) or writable buffers.
     pub fn len(&self, write: bool) -> u64 {
         self.bufs
@@ -102,6 +114,8 @@ pub struct Cursor<'a> {
     off: u32,
     /// Bytes moved so far.
     pub done: u64,
+    /// Guest-memory calls made so far (one per buffer piece).
+    pub calls: u64,
 }
 
 impl<'a> Cursor<'a> {
@@ -111,7 +125,15 @@ impl<'a> Cursor<'a> {
             at: 0,
             off: 0,
             done: 0,
+            calls: 0,
         }
+    }
+
+    /// What the copies so far cost in budget bytes
+    /// ([`crate::virtio::Budget`]): the bytes and
+    /// [`crate::virtio::CALL_COST`] a call.
+    pub fn cost(&self) -> u64 {
+        self.done + self.calls * crate::virtio::CALL_COST
     }
 
     /// Bytes left.
@@ -126,23 +148,26 @@ impl<'a> Cursor<'a> {
     /// Fills `out` from the chain (readable side); returns how many bytes
     /// were there (fewer than `out.len()` at the end of the chain).
     pub fn read(&mut self, mem: &dyn GuestMemory, out: &mut [u8]) -> Result<usize, QueueError> {
-        self.step(out.len(), |gpa, range| mem.read(gpa, &mut out[range]))
+        self.step(out.len(), true, |gpa, range| mem.read(gpa, &mut out[range]))
     }
 
     /// Copies `data` into the chain (writable side); returns how many bytes
     /// fitted.
     pub fn write(&mut self, mem: &dyn GuestMemory, data: &[u8]) -> Result<usize, QueueError> {
-        self.step(data.len(), |gpa, range| mem.write(gpa, &data[range]))
+        self.step(data.len(), true, |gpa, range| mem.write(gpa, &data[range]))
     }
 
     /// Skips `n` bytes; returns how many there were.
     pub fn skip(&mut self, n: usize) -> usize {
-        self.step(n, |_, _| Ok(())).unwrap_or(0)
+        let moved = self.step(n, false, |_, _| Ok(())).unwrap_or(0);
+        self.done -= moved as u64;
+        moved
     }
 
     fn step(
         &mut self,
         want: usize,
+        count: bool,
         mut copy: impl FnMut(u64, core::ops::Range<usize>) -> Result<(), MemError>,
     ) -> Result<usize, QueueError> {
         let mut moved = 0usize;
@@ -158,6 +183,9 @@ impl<'a> Cursor<'a> {
             }
             let n = left.min(want - moved);
             // Cannot overflow: checked when the chain was taken.
+            if count {
+                self.calls += 1;
+            }
             copy(b.addr + u64::from(self.off), moved..moved + n)?;
             moved += n;
             self.off += n as u32;
@@ -315,6 +343,7 @@ impl Queue {
                 let mut count = 0u32;
                 loop {
                     count += 1;
+                    seen += 1;
                     if count > n {
                         return Err(QueueError::ChainTooLong);
                     }
@@ -346,7 +375,11 @@ impl Queue {
             }
             (buf, flags, next) = Self::read_desc(mem, self.desc, next)?;
         }
-        Ok(Chain { head, bufs })
+        Ok(Chain {
+            head,
+            bufs,
+            descs: seen,
+        })
     }
 
     /// Returns a chain to the driver with `written` bytes written into its
@@ -357,6 +390,10 @@ impl Queue {
         head: u16,
         written: u32,
     ) -> Result<bool, QueueError> {
+        if !self.ready || self.size == 0 {
+            // Reset meanwhile: nothing to hand back to.
+            return Ok(false);
+        }
         let slot = u64::from(self.used_idx % self.size);
         let mut e = [0u8; 8];
         e[0..4].copy_from_slice(&u32::from(head).to_le_bytes());

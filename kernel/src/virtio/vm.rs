@@ -15,8 +15,9 @@ use kestrel_abi::package::Device;
 use super::block::{Backing, Block};
 use super::console::{Console, Input};
 use super::mmio::{Transport, REGION_SIZE};
-use super::net::{derived_mac, Net, NetPort, Network, PortSink};
-use crate::vdev::bus::Bus;
+use super::net::{derived_mac, Net, NetPort, Network, PortConfig, PortSink};
+use super::{Budget, Progress};
+use crate::vdev::bus::{Bus, DeviceEnv};
 use crate::vdev::env::{DeviceHost, VmDeviceEnv};
 use crate::vm::{Hypervisor, Vm};
 use crate::vmconfig::{VirtioSlotKind, VmSpec};
@@ -86,18 +87,36 @@ impl VmVirtio {
                         bus.add(slot.base, slot.size, t.clone()).map_err(err)?;
                         v.disks.push(t);
                     }
-                    Some(&Device::Net { network: name, mac }) => {
+                    Some(&Device::Net {
+                        network: name,
+                        mac,
+                        allow_mac_spoofing,
+                        learn,
+                        broadcast_rate,
+                    }) => {
                         let net = network(name);
-                        let mac = mac.unwrap_or_else(|| derived_mac(name, spec.name));
-                        let port = Arc::new(NetPort {
-                            transport: Arc::new(Transport::new(
-                                "virtio-net",
-                                slot.spi,
-                                Net::new(mac),
-                            )),
-                            port: net.add_port(),
-                            network: net,
+                        // A second port of this VM on the same network
+                        // gets a MAC of its own.
+                        let earlier = v
+                            .nets
+                            .iter()
+                            .filter(|n| Arc::ptr_eq(&n.network, &net))
+                            .count();
+                        let mac = mac.unwrap_or_else(|| match earlier {
+                            0 => derived_mac(name, spec.name),
+                            k => derived_mac(name, &format!("{}#{k}", spec.name)),
                         });
+                        let port = net.add_port(PortConfig {
+                            mac,
+                            allow_mac_spoofing,
+                            learn,
+                            broadcast_rate,
+                        });
+                        let port = Arc::new(NetPort::new(
+                            Arc::new(Transport::new("virtio-net", slot.spi, Net::new(mac))),
+                            net,
+                            port,
+                        ));
                         bus.add(slot.base, slot.size, port.clone()).map_err(err)?;
                         v.nets.push(port);
                     }
@@ -130,16 +149,32 @@ impl VmVirtio {
         }
         for (i, n) in self.nets.iter().enumerate() {
             let st = n.transport.with_device(|n| n.stats);
+            let sw = n.network.stats(n.port);
             let _ = write!(
                 s,
-                " net{i}: {} frames out, {} in, {} dropped;",
-                st.tx_frames, st.rx_frames, st.dropped
+                " net{i}: {} frames out, {} in, {} dropped, switch dropped {} spoofed, {} unknown, {} over the broadcast budget;",
+                st.tx_frames, st.rx_frames, st.dropped, sw.spoofed, sw.unknown, sw.rate_limited
             );
         }
         for (name, broken) in self.broken() {
             let _ = write!(s, " {name} needs reset ({broken:?});");
         }
         (!s.is_empty()).then(|| String::from(s.trim_end_matches(';').trim_start()))
+    }
+
+    /// Whether any device has work a budget did not cover.
+    pub fn pending(&self) -> bool {
+        self.console.iter().any(|c| c.has_pending())
+            || self.disks.iter().any(|d| d.has_pending())
+            || self.nets.iter().any(|n| n.has_pending())
+    }
+
+    /// Every transport, for per-exit bookkeeping.
+    fn transports(&self) -> impl Iterator<Item = &dyn Fresh> + '_ {
+        let c = self.console.iter().map(|t| &**t as &dyn Fresh);
+        let d = self.disks.iter().map(|t| &**t as &dyn Fresh);
+        let n = self.nets.iter().map(|n| &*n.transport as &dyn Fresh);
+        c.chain(d).chain(n)
     }
 
     /// The devices a malformed ring put in DEVICE_NEEDS_RESET, and why.
@@ -164,6 +199,17 @@ impl VmVirtio {
     pub fn live_console_input(&self) -> Option<&Arc<Mutex<Input>>> {
         let t = self.console.as_ref()?;
         t.live().then_some(self.console_input.as_ref()?)
+    }
+}
+
+/// A transport's "a notification did this exit's work" flag.
+trait Fresh {
+    fn take_fresh(&self) -> bool;
+}
+
+impl<D: super::VirtioDevice> Fresh for Transport<D> {
+    fn take_fresh(&self) -> bool {
+        Transport::take_fresh(self)
     }
 }
 
@@ -204,7 +250,36 @@ pub fn deliver_console_input<B: DeviceHost>(hv: &Hypervisor<B>, vm: &Vm<B>, cpu:
         return;
     }
     let mut env = VmDeviceEnv::host(hv, vm, cpu);
-    t.with_live(&mut env, |c, q, env| c.deliver(q, env).map(|w| ((), w)));
+    let r = t.with_live(&mut env, |c, q, env, w| {
+        c.deliver(q, env, &mut Budget::exit(), w)
+    });
+    if r == Some(Progress::More) {
+        // Continued by the VM's own exits.
+        t.mark_pending(super::console::RX);
+    }
+}
+
+/// Continues `vm`'s pending device work on pCPU `cpu` within one exit's
+/// budget ([`crate::vm::Backend::device_work`]): called before a guest
+/// entry of one of its vCPUs. A round right after a notification that did
+/// its own budget's work is skipped, so an exit does one budget at most.
+pub fn resume<B: DeviceHost>(hv: &Hypervisor<B>, vm: &Vm<B>, cpu: usize) {
+    let v = &vm.virtio;
+    let fresh = v.transports().fold(false, |f, t| t.take_fresh() | f);
+    if fresh {
+        return;
+    }
+    let mut env = VmDeviceEnv::host(hv, vm, cpu);
+    let mut budget = Budget::exit();
+    if let Some(c) = &v.console {
+        c.resume(&mut env, &mut budget);
+    }
+    for d in &v.disks {
+        d.resume(&mut env, &mut budget);
+    }
+    for n in &v.nets {
+        n.resume(&mut env, &mut budget);
+    }
 }
 
 /// A VM's port as the switch sees it: a frame goes into the VM's receive
@@ -217,15 +292,30 @@ struct VmPort<B: DeviceHost + 'static> {
 }
 
 impl<B: DeviceHost + 'static> PortSink for VmPort<B> {
-    fn receive(&self, frame: &[u8], cpu: usize) {
-        let Some(vm) = self.vm.upgrade() else { return };
+    /// Holds the frame and moves at most one frame into the ring at once;
+    /// more held frames are the receiving VM's own work (its vCPUs are
+    /// woken to do it).
+    fn receive(&self, frame: &[u8], from: usize, share: usize, cpu: usize) -> u64 {
+        let Some(vm) = self.vm.upgrade() else {
+            return 0;
+        };
         if vm.has_ended() {
-            return;
+            return 0;
         }
         let mut env = VmDeviceEnv::host(self.hv, &vm, cpu);
-        self.transport.with_live(&mut env, |n, q, env| {
-            n.receive(frame);
-            n.deliver(q, env).map(|w| ((), w))
+        let r = self.transport.with_live(&mut env, |n, q, env, w| {
+            if !n.receive(frame, from, share) {
+                return Ok(Progress::Done);
+            }
+            let mut one = Budget::new((super::net::HDR_LEN + super::net::MAX_FRAME) as u64, 1);
+            n.deliver(q, env, &mut one, w)
         });
+        if r == Some(Progress::More) {
+            self.transport.mark_pending(super::net::RX);
+            for i in 0..vm.vcpus.len() {
+                env.wake(i);
+            }
+        }
+        2 * frame.len() as u64
     }
 }

@@ -22,6 +22,8 @@ enum Op {
     /// Ask for a reset until the VM has restarted this many times, then
     /// power off.
     ResetUntil(u64),
+    /// Wait (block) until the VM's devices have no pending work.
+    WaitDevices,
 }
 
 struct Ctx {
@@ -42,6 +44,11 @@ impl Ctx {
         }
     }
 }
+
+/// Guest RAM and interrupt recorder of the one test with devices
+/// ([`Fake::device_work`] continues its work there).
+static DEVICE_ENV: StdMutex<Option<crate::virtio::mmio::tests::Env>> = StdMutex::new(None);
+static DEVICE_WORK: AtomicUsize = AtomicUsize::new(0);
 
 struct VmArch {
     /// IPIs received and not yet consumed, per vCPU (a count, so pings
@@ -139,7 +146,23 @@ impl Backend for Fake {
             Op::Fatal => RunExit::VmEnd(VmEnd::Fatal("guest did something bad".into())),
             Op::ResetUntil(n) if vm.restarts() < n => RunExit::VmEnd(VmEnd::Reset),
             Op::ResetUntil(_) => RunExit::VmEnd(VmEnd::PowerOff),
+            Op::WaitDevices if vm.virtio.pending() => RunExit::Block,
+            Op::WaitDevices => {
+                ctx.pc += 1;
+                RunExit::Continue
+            }
         }
+    }
+
+    fn device_work(_: &Hypervisor<Self>, vm: &Vm<Self>, _: usize) {
+        let mut env = DEVICE_ENV.lock().unwrap();
+        let env = env
+            .as_mut()
+            .expect("device work without the test's devices");
+        if let Some(c) = &vm.virtio.console {
+            c.resume(env, &mut crate::virtio::Budget::exit());
+        }
+        DEVICE_WORK.fetch_add(1, Ordering::Relaxed);
     }
 
     fn can_restart(&self) -> bool {
@@ -564,4 +587,66 @@ fn all_ended_waits_for_the_last_report() {
     assert_eq!(*peek.seen.lock().unwrap(), [false, false]);
     assert!(hv.all_ended());
     assert!(a.has_ended() && b.has_ended());
+}
+
+/// A vCPU that waits (WFI) for its VM's device work keeps running, and the
+/// run loop continues that work before its entries, a budget each time,
+/// until it is done: 256 console chains notified at once are all served,
+/// in several rounds.
+#[test]
+fn pending_device_work_continues_before_entries_and_a_waiting_vcpu_keeps_running() {
+    use crate::virtio::console::Console;
+    use crate::virtio::mmio::tests::{bring_up, wr, Env};
+    use crate::virtio::mmio::{reg, Transport};
+    use crate::virtio::queue::tests::{Driver, DATA, DESC};
+    use crate::virtio::{BUDGET_CHAINS, F_VERSION_1};
+    let t = Arc::new(Transport::new("virtio-console", 1, Console::new()));
+    let mut env = Env::new();
+    bring_up(&*t, &mut env, F_VERSION_1, &[0, 1], 256);
+    let mut d = Driver::at(256, 0x4000);
+    env.ram.put(DATA, b"x");
+    for i in 0..256u16 {
+        d.desc(&env.ram, DESC + 0x4000, i, DATA, 1, 0, 0);
+        d.offer(&env.ram, i);
+    }
+    wr(&*t, &mut env, reg::QUEUE_NOTIFY, 1);
+    assert_eq!(u32::from(d.used(&env.ram).0), BUDGET_CHAINS);
+    assert!(t.has_pending());
+    // The notification's own exit: its continuation skips one round.
+    assert!(t.take_fresh());
+    *DEVICE_ENV.lock().unwrap() = Some(env);
+    let h = hv(1);
+    h.add_vm(VmParts {
+        name: "dev".into(),
+        arch: VmArch {
+            pending: vec![AtomicUsize::new(0)],
+        },
+        bus: crate::vdev::bus::Bus::new(),
+        virtio: crate::virtio::vm::VmVirtio {
+            console: Some(t.clone()),
+            ..Default::default()
+        },
+        stats: Arc::new(Stats::new()),
+        vcpus: vec![Ctx::new(vec![Op::WaitDevices, Op::PowerOff])],
+        affinity: CpuMask::first(1),
+        pinned: false,
+        started: 1,
+        on_reboot: OnReboot::Restart,
+    })
+    .unwrap();
+    let log = Log::default();
+    run_all(&h, 1, &log);
+    let env = DEVICE_ENV.lock().unwrap().take().unwrap();
+    assert_eq!(d.used(&env.ram).0, 256);
+    assert_eq!(env.out.len(), 256);
+    assert!(!t.has_pending());
+    let rounds = DEVICE_WORK.load(Ordering::Relaxed);
+    assert!(
+        rounds >= (256 / BUDGET_CHAINS as usize) - 1,
+        "{rounds} rounds"
+    );
+    assert_eq!(
+        log.ended.lock().unwrap().as_slice(),
+        [("dev".into(), VmEnd::PowerOff)]
+    );
 }

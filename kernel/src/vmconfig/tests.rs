@@ -306,6 +306,9 @@ fn virtio_slots_put_the_console_first_then_the_devices() {
         Device::Net {
             network: "lan",
             mac: None,
+            allow_mac_spoofing: false,
+            learn: 0,
+            broadcast_rate: 0,
         },
     ];
     let mut w = Writer::new(HypervisorSettings::default());

@@ -13,6 +13,14 @@
 //! reads back ready only for a valid configuration whose rings are all in
 //! RAM; the interrupt line follows InterruptStatus; a reset clears Status
 //! and InterruptStatus and lowers the line.
+//!
+//! A fifth mode puts two VMs' network ports on one switch (each with its
+//! own RAM, MAC and spoofing setting) and drives both, with the
+//! continuation of pending work and VM restarts between accesses. There
+//! no exit (an access or a continuation) moves more than one exit's budget
+//! in both VMs' RAM together; no frame reaches a port that does not own
+//! its destination (unicast to another MAC, a forged source from a port
+//! that may not spoof); every device is at power-on after a restart.
 #![no_main]
 
 use arbitrary::{Arbitrary, Unstructured};
@@ -21,11 +29,12 @@ use kernel::vdev::Width;
 use kernel::virtio::block::{Backing, Block};
 use kernel::virtio::console::Console;
 use kernel::virtio::mmio::{reg, Transport, REGION_SIZE};
-use kernel::virtio::net::Net;
-use kernel::virtio::queue::{MAX_INDIRECT, MAX_QUEUE_SIZE};
-use kernel::virtio::{status, VirtioDevice};
+use kernel::virtio::net::{Mac, Net, NetPort, Network, PortConfig, PortSink, HDR_LEN, MAX_FRAME};
+use kernel::virtio::queue::MAX_QUEUE_SIZE;
+use kernel::virtio::{status, Budget, VirtioDevice, BUDGET_BYTES, BUDGET_CHAINS, MAX_STEP};
 use libfuzzer_sys::fuzz_target;
 use std::cell::{Cell, RefCell};
+use std::sync::{Arc, Mutex};
 
 const RAM_BASE: u64 = 0x4000_0000;
 const RAM_SIZE: usize = 0x8000;
@@ -85,6 +94,25 @@ struct Env {
     ram: Ram,
     /// The last level driven on each line (only LINE exists).
     line: Option<bool>,
+    now: u64,
+}
+
+impl Env {
+    fn new(ram: &[u8]) -> Env {
+        let mut bytes = vec![0u8; RAM_SIZE];
+        let n = ram.len().min(RAM_SIZE);
+        bytes[..n].copy_from_slice(&ram[..n]);
+        Env {
+            ram: Ram {
+                bytes: RefCell::new(bytes),
+                calls: Cell::new(0),
+                moved: Cell::new(0),
+                writes: Cell::new(0),
+            },
+            line: None,
+            now: 0,
+        }
+    }
 }
 
 impl DeviceEnv for Env {
@@ -110,6 +138,9 @@ impl DeviceEnv for Env {
     }
     fn memory(&self) -> &dyn GuestMemory {
         &self.ram
+    }
+    fn now_ns(&self) -> u64 {
+        self.now
     }
 }
 
@@ -162,6 +193,8 @@ enum Op {
     Notify(u16),
     /// Host input: console bytes or a network frame.
     Input(Vec<u8>),
+    /// The continuation of pending work (before a guest entry).
+    Resume,
 }
 
 fn width(w: u8) -> Width {
@@ -176,14 +209,13 @@ fn ram_addr(off: u32, raw: bool) -> u64 {
     }
 }
 
-/// Upper bound of memory bytes one register access may move: every queue
-/// (at most 2) may take `MAX_QUEUE_SIZE` chains, each reading at most
-/// `MAX_QUEUE_SIZE + MAX_INDIRECT` descriptors and moving each buffer at
-/// most once over (a buffer is within RAM, or the copy fails), plus ring
-/// entries.
+/// Upper bound of memory bytes one exit (a register access, or one
+/// continuation of pending work) may move: the budget, one step beyond it,
+/// the ring words of each chain (avail and used entries, status bytes) and
+/// a queue's ring check when the driver makes it ready.
 fn bound() -> u64 {
-    let descs = u64::from(MAX_QUEUE_SIZE) + u64::from(MAX_INDIRECT);
-    2 * u64::from(MAX_QUEUE_SIZE) * (descs * (16 + RAM_SIZE as u64) + 64) + 64
+    let n = u64::from(MAX_QUEUE_SIZE);
+    BUDGET_BYTES + MAX_STEP + u64::from(BUDGET_CHAINS) * 32 + 16 * n + 6 + 2 * n + 6 + 8 * n + 64
 }
 
 fn run<D: VirtioDevice>(
@@ -191,6 +223,7 @@ fn run<D: VirtioDevice>(
     env: &mut Env,
     ops: &[Op],
     input: impl Fn(&Transport<D>, &mut Env, &[u8]),
+    finally_reset: bool,
 ) {
     let rd = |env: &mut Env, off: u64| t.read(env, off, Width::Word).unwrap() as u32;
     let wr =
@@ -203,6 +236,8 @@ fn run<D: VirtioDevice>(
             env.ram.writes.get(),
         );
         let mut reset = false;
+        let mut status0 = false;
+        env.now += 1_000_000;
         match op {
             Op::Read { off, width: w } => {
                 let _ = t.read(env, u64::from(*off) % REGION_SIZE, width(*w));
@@ -215,6 +250,7 @@ fn run<D: VirtioDevice>(
                 let off = u64::from(*off) % REGION_SIZE;
                 let w = width(*w);
                 reset = off == reg::STATUS && w == Width::Word && *value as u32 == 0;
+                status0 = reset;
                 let _ = t.write(env, off, w, *value);
             }
             Op::BringUp { features } => {
@@ -325,6 +361,9 @@ fn run<D: VirtioDevice>(
             }
             Op::Notify(q) => wr(env, reg::QUEUE_NOTIFY, u32::from(*q % 4)),
             Op::Input(bytes) => input(t, env, bytes),
+            Op::Resume => {
+                t.resume(env, &mut Budget::exit());
+            }
         }
         // Bounded work.
         let (dc, dm) = (env.ram.calls.get() - calls, env.ram.moved.get() - moved);
@@ -350,20 +389,167 @@ fn run<D: VirtioDevice>(
         if reset {
             assert_eq!(t.broken(), None);
         }
+        if status0 {
+            assert!(t.at_power_on(), "not at power-on after Status = 0");
+        }
         assert_eq!(
             env.line.unwrap_or(false),
             isr != 0,
             "line level vs InterruptStatus {isr:#x}"
         );
     }
-    // A reset always recovers.
+    if !finally_reset {
+        return;
+    }
+    // A reset always recovers, to power-on.
     wr(env, reg::STATUS, 0);
+    assert!(t.at_power_on(), "not at power-on after Status = 0");
     assert_eq!(
         (rd(env, reg::STATUS), rd(env, reg::INTERRUPT_STATUS)),
         (0, 0)
     );
     assert!(!env.line.unwrap_or(false));
     assert!(t.broken().is_none());
+}
+
+/// One step of the two-VM mode: VM `vm % 2` does `op`, continues its
+/// pending work, or restarts.
+#[derive(Arbitrary, Debug)]
+enum Step {
+    Op { vm: u8, op: Op },
+    Restart(u8),
+}
+
+/// What a port received through the switch: (receiving port, frame).
+type Seen = Arc<Mutex<Vec<(usize, Vec<u8>)>>>;
+
+/// A port's VM as the switch sees it: the frame goes into its device (held,
+/// one moved into the ring at once, as kestrel's port does).
+struct FuzzPort {
+    port: usize,
+    transport: Arc<Transport<Net>>,
+    env: Arc<Mutex<Env>>,
+    seen: Seen,
+}
+
+impl PortSink for FuzzPort {
+    fn receive(&self, frame: &[u8], from: usize, share: usize, _: usize) -> u64 {
+        self.seen.lock().unwrap().push((self.port, frame.to_vec()));
+        let mut env = self.env.lock().unwrap();
+        let r = self.transport.with_live(&mut *env, |n, q, env, w| {
+            if !n.receive(frame, from, share) {
+                return Ok(kernel::virtio::Progress::Done);
+            }
+            let mut one = Budget::new((HDR_LEN + MAX_FRAME) as u64, 1);
+            n.deliver(q, env, &mut one, w)
+        });
+        if r == Some(kernel::virtio::Progress::More) {
+            self.transport.mark_pending(kernel::virtio::net::RX);
+        }
+        2 * frame.len() as u64
+    }
+}
+
+fn two_vms(u: &mut Unstructured) {
+    let (Ok(ram0), Ok(ram1), Ok(spoof), Ok(steps)) = (
+        u.arbitrary::<Vec<u8>>(),
+        u.arbitrary::<Vec<u8>>(),
+        u.arbitrary::<u8>(),
+        u.arbitrary::<Vec<Step>>(),
+    ) else {
+        return;
+    };
+    let macs: [Mac; 2] = [[2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]];
+    let net = Arc::new(Network::new());
+    let seen: Seen = Arc::default();
+    let mut vms = Vec::new();
+    for (i, ram) in [ram0, ram1].iter().enumerate() {
+        let cfg = PortConfig {
+            allow_mac_spoofing: spoof >> i & 1 != 0,
+            ..PortConfig::new(macs[i])
+        };
+        let port = net.add_port(cfg);
+        let t = Arc::new(Transport::new("virtio-net", LINE, Net::new(macs[i])));
+        let env = Arc::new(Mutex::new(Env::new(ram)));
+        net.attach(
+            port,
+            Arc::new(FuzzPort {
+                port,
+                transport: t.clone(),
+                env: env.clone(),
+                seen: seen.clone(),
+            }),
+        );
+        vms.push((NetPort::new(t, net.clone(), port), env, cfg));
+    }
+    let moved = |vms: &Vec<(NetPort, Arc<Mutex<Env>>, PortConfig)>| -> u64 {
+        vms.iter()
+            .map(|v| v.1.lock().unwrap().ram.moved.get())
+            .sum()
+    };
+    for step in &steps {
+        let before = moved(&vms);
+        match step {
+            Step::Restart(vm) => {
+                let (p, _, _) = &vms[usize::from(*vm % 2)];
+                MmioDevice::reset(p);
+                assert!(
+                    p.at_power_on(),
+                    "a network port not at power-on after a reset"
+                );
+            }
+            Step::Op { vm, op } => {
+                let (p, env, _) = &vms[usize::from(*vm % 2)];
+                // The access runs with the VM's env taken out of its lock,
+                // as a vCPU's exit has it; frames to the other VM lock that
+                // one's.
+                let mut e = std::mem::replace(&mut *env.lock().unwrap(), Env::new(&[]));
+                e.now += 1_000_000;
+                match op {
+                    Op::Write {
+                        off,
+                        width: w,
+                        value,
+                    } => {
+                        let _ = p.write(&mut e, u64::from(*off) % REGION_SIZE, width(*w), *value);
+                    }
+                    Op::Read { off, width: w } => {
+                        let _ = p.read(&mut e, u64::from(*off) % REGION_SIZE, width(*w));
+                    }
+                    Op::Notify(q) => {
+                        let _ = p.write(&mut e, reg::QUEUE_NOTIFY, Width::Word, u64::from(*q % 2));
+                    }
+                    Op::Resume => p.resume(&mut e, &mut Budget::exit()),
+                    other => {
+                        // Set-up operations act on the transport as in the
+                        // one-device mode.
+                        run(
+                            &p.transport,
+                            &mut e,
+                            std::slice::from_ref(other),
+                            |_, _, _| {},
+                            false,
+                        );
+                    }
+                }
+                *env.lock().unwrap() = e;
+            }
+        }
+        let d = moved(&vms) - before;
+        assert!(d <= bound(), "{d} bytes moved by one exit across both VMs");
+        // Ownership: every unicast frame went to the owner of its
+        // destination; a forged source only from a port that may spoof.
+        for (port, f) in seen.lock().unwrap().drain(..) {
+            let (dst, src) = (&f[0..6], &f[6..12]);
+            if dst[0] & 1 == 0 {
+                assert_eq!(dst, macs[port], "unicast to a port that does not own it");
+            }
+            let from = 1 - port;
+            if src != macs[from] {
+                assert!(vms[from].2.allow_mac_spoofing, "a forged source forwarded");
+            }
+        }
+    }
 }
 
 fuzz_target!(|data: &[u8]| {
@@ -377,26 +563,15 @@ fuzz_target!(|data: &[u8]| {
     let Ok(ops) = u.arbitrary::<Vec<Op>>() else {
         return;
     };
-    let mut bytes = vec![0u8; RAM_SIZE];
-    let n = ram.len().min(RAM_SIZE);
-    bytes[..n].copy_from_slice(&ram[..n]);
-    let mut env = Env {
-        ram: Ram {
-            bytes: RefCell::new(bytes),
-            calls: Cell::new(0),
-            moved: Cell::new(0),
-            writes: Cell::new(0),
-        },
-        line: None,
-    };
-    match which % 4 {
+    let mut env = Env::new(&ram);
+    match which % 5 {
         0 => {
             let t = Transport::new(
                 "virtio-blk",
                 LINE,
                 Block::new(Backing::ReadOnly(&DISK), "fuzz"),
             );
-            run(&t, &mut env, &ops, |_, _, _| {});
+            run(&t, &mut env, &ops, |_, _, _| {}, true);
         }
         1 => {
             // A writable disk in memory of its own, taken back afterwards.
@@ -407,7 +582,7 @@ fuzz_target!(|data: &[u8]| {
                 LINE,
                 Block::new(Backing::Chunks(vec![chunk]), "fuzz"),
             );
-            run(&t, &mut env, &ops, |_, _, _| {});
+            run(&t, &mut env, &ops, |_, _, _| {}, true);
             drop(t);
             // SAFETY: `ptr` came from `Box::leak` above and the only
             // reference made from it went with the transport, dropped.
@@ -416,23 +591,38 @@ fuzz_target!(|data: &[u8]| {
         2 => {
             let t = Transport::new("virtio-console", LINE, Console::new());
             let input = t.with_device(|c| c.input());
-            run(&t, &mut env, &ops, |t, env, bytes| {
-                use kernel::console::RxPort;
-                for &b in bytes {
-                    input.lock().receive(b);
-                }
-                t.with_live(env, |c, q, env| c.deliver(q, env).map(|w| ((), w)));
-            });
+            run(
+                &t,
+                &mut env,
+                &ops,
+                |t, env, bytes| {
+                    use kernel::console::RxPort;
+                    for &b in bytes {
+                        input.lock().receive(b);
+                    }
+                    t.with_live(env, |c, q, env, w| {
+                        c.deliver(q, env, &mut Budget::exit(), w)
+                    });
+                },
+                true,
+            );
         }
-        _ => {
+        3 => {
             let t = Transport::new("virtio-net", LINE, Net::new([2, 0, 0, 0, 0, 1]));
-            run(&t, &mut env, &ops, |t, env, frame| {
-                t.with_live(env, |n, q, env| {
-                    n.receive(frame);
-                    n.deliver(q, env).map(|w| ((), w))
-                });
-                let _ = t.with_device(|n| n.take_outbox());
-            });
+            run(
+                &t,
+                &mut env,
+                &ops,
+                |t, env, frame| {
+                    t.with_live(env, |n, q, env, w| {
+                        n.receive(frame, 1, 256);
+                        n.deliver(q, env, &mut Budget::exit(), w)
+                    });
+                    while t.with_device(|n| n.take_frame()).is_some() {}
+                },
+                true,
+            );
         }
+        _ => two_vms(&mut u),
     }
 });

@@ -119,6 +119,11 @@ struct RawDisk {
 struct RawNet {
     network: String,
     mac: Option<String>,
+    #[serde(default)]
+    allow_mac_spoofing: bool,
+    #[serde(default)]
+    learn: i64,
+    broadcast_rate: Option<i64>,
 }
 
 /// A disk or network port of a VM, checked.
@@ -131,6 +136,10 @@ pub enum DeviceConfig {
     Net {
         network: String,
         mac: Option<[u8; 6]>,
+        allow_mac_spoofing: bool,
+        learn: u16,
+        /// 0: kestrel's default.
+        broadcast_rate: u32,
     },
 }
 
@@ -141,7 +150,19 @@ impl DeviceConfig {
                 image,
                 read_only: *read_only,
             },
-            DeviceConfig::Net { network, mac } => Device::Net { network, mac: *mac },
+            DeviceConfig::Net {
+                network,
+                mac,
+                allow_mac_spoofing,
+                learn,
+                broadcast_rate,
+            } => Device::Net {
+                network,
+                mac: *mac,
+                allow_mac_spoofing: *allow_mac_spoofing,
+                learn: *learn,
+                broadcast_rate: *broadcast_rate,
+            },
         }
     }
 }
@@ -339,6 +360,8 @@ pub fn parse(text: &str, file: &Path, arch: Arch) -> Result<Config, ConfigError>
     // Passthrough claims so far: (VM, region index, base, end) and (VM, SPI).
     let mut regions: Vec<(usize, usize, u64, u64)> = Vec::new();
     let mut spi_owner: HashMap<u32, usize> = HashMap::new();
+    // Configured MACs per network: (network, MAC) -> the port naming it.
+    let mut macs: HashMap<(String, [u8; 6]), String> = HashMap::new();
     for (i, v) in raw.vm.iter().enumerate() {
         let f = |name: &str| format!("vm[{i}].{name}");
 
@@ -556,6 +579,23 @@ pub fn parse(text: &str, file: &Path, arch: Arch) -> Result<Config, ConfigError>
 
         // virtio devices
         let devices = devices(v, arch, &dir, &f, &err)?;
+        let nets = devices.iter().filter_map(|d| match d {
+            DeviceConfig::Net { network, mac, .. } => Some((network, *mac)),
+            _ => None,
+        });
+        for (j, (network, mac)) in nets.enumerate() {
+            let Some(mac) = mac else { continue };
+            let field = f(&format!("net[{j}].mac"));
+            if let Some(other) = macs.insert((network.clone(), mac), field.clone()) {
+                return Err(err(
+                    &field,
+                    format!(
+                        "{} is already {other}'s on network \"{network}\": the switch gives each MAC to one port",
+                        v.net[j].mac.as_deref().unwrap_or_default()
+                    ),
+                ));
+            }
+        }
         let passthrough = passthrough(v, i, arch, &mut regions, &mut spi_owner, &f, &err)?;
         if v.identity && arch != Arch::Aarch64 {
             return Err(err(
@@ -770,9 +810,49 @@ fn devices(
             .map(parse_mac)
             .transpose()
             .map_err(|p| err(&f(&format!("net[{i}].mac")), p))?;
+        let learn = u16::try_from(n.learn)
+            .ok()
+            .filter(|&l| l <= package::MAX_LEARN)
+            .ok_or_else(|| {
+                err(
+                    &f(&format!("net[{i}].learn")),
+                    format!(
+                        "{}: the MACs the switch learns for this port, 0..={}",
+                        n.learn,
+                        package::MAX_LEARN
+                    ),
+                )
+            })?;
+        if learn > 0 && !n.allow_mac_spoofing {
+            return Err(err(
+                &f(&format!("net[{i}].learn")),
+                String::from(
+                    "learning needs allow_mac_spoofing = true (a port that may only use \
+                     its own MAC has nothing to learn)",
+                ),
+            ));
+        }
+        let broadcast_rate = match n.broadcast_rate {
+            None => 0,
+            Some(r) => u32::try_from(r)
+                .ok()
+                .filter(|&r| (1..=package::MAX_BROADCAST_RATE).contains(&r))
+                .ok_or_else(|| {
+                    err(
+                        &f(&format!("net[{i}].broadcast_rate")),
+                        format!(
+                            "{r}: broadcast and multicast frames a second, 1..={}",
+                            package::MAX_BROADCAST_RATE
+                        ),
+                    )
+                })?,
+        };
         out.push(DeviceConfig::Net {
             network: n.network.clone(),
             mac,
+            allow_mac_spoofing: n.allow_mac_spoofing,
+            learn,
+            broadcast_rate,
         });
     }
     Ok(out)

@@ -312,9 +312,11 @@ const HOSTILE_PASS: &[(&str, &str)] = &[
     ("attacker", "attack-virtio-setup"),
     ("attacker", "attack-virtio-rings"),
     ("attacker", "attack-virtio-block"),
+    ("attacker", "attack-virtio-switch"),
     ("attacker", "attack-virtio-registers"),
     ("attacker", "attack-virtio-left-broken"),
     ("attacker", "attack-hold"),
+    ("attacker", "attack-virtio-budget"),
     ("victim", "victim-memory"),
     ("victim", "victim-registers"),
     ("victim", "victim-heartbeat"),
@@ -531,7 +533,7 @@ pub static VM_SUITE: VmSuite = VmSuite {
     cases: vm_cases,
     judge: judge_vm,
     stop_at_results: false,
-    save_log: false,
+    save_log: true,
 };
 
 #[cfg(test)]

@@ -529,6 +529,9 @@ fn devices_round_trip() {
         Device::Net {
             network: "lan",
             mac: Some([0x02, 1, 2, 3, 4, 5]),
+            allow_mac_spoofing: true,
+            learn: 7,
+            broadcast_rate: 250,
         },
         Device::Disk {
             image: &disk1,
@@ -537,6 +540,9 @@ fn devices_round_trip() {
         Device::Net {
             network: "lan-2",
             mac: None,
+            allow_mac_spoofing: false,
+            learn: 0,
+            broadcast_rate: 0,
         },
     ];
     let b = with_devices(&devs);
@@ -570,6 +576,9 @@ fn bad_device_entries_name_the_device_field() {
             Device::Net {
                 network: "lan",
                 mac: None,
+                allow_mac_spoofing: false,
+                learn: 0,
+                broadcast_rate: 0,
             },
         ])
     };
@@ -604,7 +613,18 @@ fn bad_device_entries_name_the_device_field() {
             Field::Net,
         ),
         ("zero MAC", |t| t[64 + 1] = NET_MAC, Field::Net),
-        ("net with a blob", |t| t[64 + 8] = 1, Field::Net),
+        ("net reserved bytes", |t| t[64 + 14] = 1, Field::Net),
+        ("unknown net flag", |t| t[64 + 1] = 0x80, Field::Net),
+        (
+            "broadcast budget too high",
+            |t| t[64 + 8..64 + 12].copy_from_slice(&(MAX_BROADCAST_RATE + 1).to_le_bytes()),
+            Field::Net,
+        ),
+        (
+            "learning quota too high",
+            |t| t[64 + 12..64 + 14].copy_from_slice(&(MAX_LEARN + 1).to_le_bytes()),
+            Field::Net,
+        ),
     ];
     for (name, f, field) in cases {
         let b = patch_table(base(), *f);
@@ -805,16 +825,24 @@ fn bad_passthrough_entries_are_refused_per_vm() {
 }
 
 #[test]
-fn a_version_2_package_is_refused_with_both_versions_named() {
+fn older_packages_are_refused_with_both_versions_named() {
     let k = kernel(4096, 5);
-    let mut w = Writer::new(HypervisorSettings::default());
-    w.vms.push(vm("old", &k));
-    let mut b = w.finish();
-    b[8..10].copy_from_slice(&2u16.to_le_bytes());
-    reseal(&mut b);
-    let e = Package::parse(&b).unwrap_err();
-    assert_eq!(e, PackageError::UnsupportedVersion { found: 2 });
-    assert!(e.to_string().contains("version 2") && e.to_string().contains("version 3"));
+    for old in [2u16, 3] {
+        let mut w = Writer::new(HypervisorSettings::default());
+        w.vms.push(vm("old", &k));
+        let mut b = w.finish();
+        b[8..10].copy_from_slice(&old.to_le_bytes());
+        reseal(&mut b);
+        let e = Package::parse(&b).unwrap_err();
+        assert_eq!(e, PackageError::UnsupportedVersion { found: old });
+        let msg = e.to_string();
+        assert!(
+            msg.contains(&format!("version {old}"))
+                && msg.contains("version 4")
+                && msg.contains("make image"),
+            "{msg}"
+        );
+    }
 }
 
 #[test]

@@ -33,17 +33,24 @@ impl VirtioDevice for Echo {
         index: usize,
         queues: &mut [Queue],
         env: &mut dyn DeviceEnv,
-    ) -> Result<Work, QueueError> {
+        budget: &mut Budget,
+        work: &mut Work,
+    ) -> Result<Progress, QueueError> {
         let q = &mut queues[index];
-        let mut work = Work::default();
-        while let Some(c) = q.pop(env.memory())? {
+        loop {
+            if !budget.chain() {
+                return Ok(Progress::More);
+            }
+            let Some(c) = q.pop(env.memory())? else {
+                return Ok(Progress::Done);
+            };
             let mut data = vec![0u8; c.len(false) as usize];
             c.reader().read(env.memory(), &mut data)?;
             data.reverse();
             let n = c.writer().write(env.memory(), &data)?;
+            budget.spend(c.cost() + 2 * n as u64);
             work.interrupt |= q.push_used(env.memory(), c.head, n as u32)?;
         }
-        Ok(work)
     }
     fn reset(&mut self) {
         self.resets += 1;
@@ -54,6 +61,7 @@ pub(crate) struct Env {
     pub ram: TestRam,
     pub irqs: Vec<(u32, bool)>,
     pub out: Vec<u8>,
+    pub now: u64,
 }
 
 impl Env {
@@ -62,6 +70,7 @@ impl Env {
             ram: TestRam::new(RAM, 0x20000),
             irqs: Vec::new(),
             out: Vec::new(),
+            now: 0,
         }
     }
 }
@@ -81,6 +90,9 @@ impl DeviceEnv for Env {
     fn reset(&mut self) {}
     fn memory(&self) -> &dyn GuestMemory {
         &self.ram
+    }
+    fn now_ns(&self) -> u64 {
+        self.now
     }
 }
 

@@ -2,12 +2,14 @@
 //! rings out in a fake guest RAM.
 
 use super::*;
-use core::cell::RefCell;
+use core::cell::{Cell, RefCell};
 
 /// Guest RAM for tests: `size` bytes at guest physical `base`.
 pub(crate) struct TestRam {
     pub base: u64,
     pub bytes: RefCell<Vec<u8>>,
+    /// Bytes read and written through [`GuestMemory`] so far.
+    pub touched: Cell<u64>,
 }
 
 impl TestRam {
@@ -15,6 +17,7 @@ impl TestRam {
         TestRam {
             base,
             bytes: RefCell::new(vec![0; size]),
+            touched: Cell::new(0),
         }
     }
 
@@ -46,12 +49,14 @@ impl GuestMemory for TestRam {
     fn read(&self, gpa: u64, buf: &mut [u8]) -> Result<(), MemError> {
         let r = self.range(gpa, buf.len())?;
         buf.copy_from_slice(&self.bytes.borrow()[r]);
+        self.touched.set(self.touched.get() + buf.len() as u64);
         Ok(())
     }
 
     fn write(&self, gpa: u64, data: &[u8]) -> Result<(), MemError> {
         let r = self.range(gpa, data.len())?;
         self.bytes.borrow_mut()[r].copy_from_slice(data);
+        self.touched.set(self.touched.get() + data.len() as u64);
         Ok(())
     }
 }

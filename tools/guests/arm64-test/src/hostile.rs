@@ -264,6 +264,7 @@ pub fn attack(p: &Platform) -> ! {
         true,
         format_args!("{spins} rounds with IRQs masked from {busy_from} ms to {hold_ms} ms"),
     );
+    virtio::budget_phase(p);
     finish()
 }
 

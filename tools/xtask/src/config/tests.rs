@@ -533,6 +533,9 @@ mac = "02:00:00:00:00:01"
 
 [[vm.net]]
 network = "lan"
+allow_mac_spoofing = true
+learn = 16
+broadcast_rate = 50
 "#;
 
 #[test]
@@ -553,11 +556,17 @@ fn virtio_devices_are_read_and_packed() {
             },
             DeviceConfig::Net {
                 network: "lan".into(),
-                mac: Some([2, 0, 0, 0, 0, 1])
+                mac: Some([2, 0, 0, 0, 0, 1]),
+                allow_mac_spoofing: false,
+                learn: 0,
+                broadcast_rate: 0,
             },
             DeviceConfig::Net {
                 network: "lan".into(),
-                mac: None
+                mac: None,
+                allow_mac_spoofing: true,
+                learn: 16,
+                broadcast_rate: 50,
             },
         ]
     );
@@ -565,6 +574,14 @@ fn virtio_devices_are_read_and_packed() {
     let rec = Package::parse(&bytes).unwrap().vm(0).unwrap();
     assert!(rec.virtio_console);
     assert_eq!(rec.devices.len(), 4);
+    assert!(rec.devices.iter().any(|d| d
+        == kestrel_abi::package::Device::Net {
+            network: "lan",
+            mac: None,
+            allow_mac_spoofing: true,
+            learn: 16,
+            broadcast_rate: 50,
+        }));
 }
 
 #[test]
@@ -609,9 +626,37 @@ fn virtio_device_checks() {
             "vm[0].net[0].network",
             "a-z",
         ),
+        (
+            with("learn = 16", "learn = 257"),
+            "vm[0].net[1].learn",
+            "0..=256",
+        ),
+        (
+            with("allow_mac_spoofing = true", "allow_mac_spoofing = false"),
+            "vm[0].net[1].learn",
+            "needs allow_mac_spoofing",
+        ),
+        (
+            with("broadcast_rate = 50", "broadcast_rate = 0"),
+            "vm[0].net[1].broadcast_rate",
+            "1..=1000000",
+        ),
+        (
+            with("broadcast_rate = 50", "broadcast_rate = 1000001"),
+            "vm[0].net[1].broadcast_rate",
+            "frames a second",
+        ),
     ] {
         expect(&text, field, needle);
     }
+    expect(
+        &with(
+            "network = \"lan\"\nallow",
+            "network = \"lan\"\nmac = \"02:00:00:00:00:01\"\nallow",
+        ),
+        "vm[0].net[1].mac",
+        "already vm[0].net[0].mac's",
+    );
     let e = error(&with("[[vm.disk]]", "[[vm.disk]]\nsize = 1"));
     assert!(e.field.starts_with("vm[0].disk[0]"), "{e}");
     let many = format!("{DEVICES}{}", "\n[[vm.net]]\nnetwork = \"x\"\n".repeat(5));

@@ -101,7 +101,9 @@ impl Arm64Backend {
         let pt = &st.passthrough;
         *st.vgic.lock() =
             self.new_vgic(vcpus.len(), !st.spec.passthrough.is_empty(), &pt.routes)?;
-        vm.bus.reset_all();
+        vm.bus
+            .reset_all()
+            .map_err(|d| format!("{d} is not at power-on after the reset"))?;
         for sh in &st.shared {
             *sh.boot.lock() = None;
         }

@@ -362,6 +362,10 @@ impl Backend for Arm64Backend {
         self.restart(vm, vcpus)
     }
 
+    fn device_work(hv: &Hypervisor<Self>, vm: &Vm<Self>, cpu: usize) {
+        crate::virtio::vm::resume(hv, vm, cpu);
+    }
+
     fn relax(&self, cpu: usize) {
         // The pCPUs being waited for may wait for this one's FP unit.
         self.service_fp(cpu);

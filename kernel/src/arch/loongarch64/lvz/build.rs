@@ -77,7 +77,7 @@ impl LvzBackend {
         vm: &Vm<Self>,
         vcpus: &mut [MutexGuard<'_, VcpuState>],
     ) -> Result<(), String> {
-        restart_vm_state(&vm.arch, &vm.bus);
+        restart_vm_state(&vm.arch, &vm.bus)?;
         let offset = csr::rdtime().wrapping_neg();
         for (i, ctx) in vcpus.iter_mut().enumerate() {
             let epoch = ctx.epoch;

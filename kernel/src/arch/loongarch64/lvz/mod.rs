@@ -450,6 +450,10 @@ impl Backend for LvzBackend {
         self.restart(vm, vcpus)
     }
 
+    fn device_work(hv: &Hypervisor<Self>, vm: &Vm<Self>, cpu: usize) {
+        crate::virtio::vm::resume(hv, vm, cpu);
+    }
+
     fn relax(&self, cpu: usize) {
         PCPU[cpu].fp.service();
         core::hint::spin_loop();

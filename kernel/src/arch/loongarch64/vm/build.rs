@@ -111,8 +111,12 @@ pub(in crate::arch::loongarch64) fn new_vm_state(
 /// other pCPUs waited for: a reset storm from a second vCPU cost a victim
 /// VM 235 ms of its timer, issue 22 item 8; and a VM sharing only this
 /// pCPU waited for all of it.)
-pub(in crate::arch::loongarch64) fn restart_vm_state(st: &VmState, bus: &crate::vdev::bus::Bus) {
-    bus.reset_all();
+pub(in crate::arch::loongarch64) fn restart_vm_state(
+    st: &VmState,
+    bus: &crate::vdev::bus::Bus,
+) -> Result<(), String> {
+    bus.reset_all()
+        .map_err(|d| format!("{d} is not at power-on after the reset"))?;
     for ipi in &st.ipi {
         ipi.reset();
     }
@@ -122,6 +126,7 @@ pub(in crate::arch::loongarch64) fn restart_vm_state(st: &VmState, bus: &crate::
         *sh.boot.lock() = None;
     }
     st.rebuild.store(1, Ordering::Release);
+    Ok(())
 }
 
 /// One step of a restart's rebuild (`st.rebuild` != 0), run by vCPU 0
@@ -222,7 +227,7 @@ impl LaBackend {
         vm: &Vm<Self>,
         vcpus: &mut [MutexGuard<'_, VcpuState>],
     ) -> Result<(), String> {
-        restart_vm_state(&vm.arch, &vm.bus);
+        restart_vm_state(&vm.arch, &vm.bus)?;
         for (i, ctx) in vcpus.iter_mut().enumerate() {
             let epoch = ctx.epoch;
             // A new FP state too: the old one may still be live in some

@@ -473,8 +473,38 @@ pub fn phase(p: &Platform) {
     setup(&mut drvs);
     rings(&mut drvs);
     block(&mut drvs[0]);
+    switch(p);
     registers(&mut drvs);
     leave_broken(&mut drvs);
+}
+
+/// The oversized-notify phase ([`budget`]) on the VM's disk, run once the
+/// victim's window is over (so that the exits it times are not stretched
+/// by the victim's time slices on the shared pCPU); the disk is left
+/// broken again afterwards, as `attack-virtio-left-broken` left it.
+pub fn budget_phase(p: &Platform) {
+    let Some(&base) = p.virtio[..p.nvirtio].iter().find(|&&b| {
+        // SAFETY: a virtio-mmio region the DTB describes (Device memory).
+        unsafe { cpu::mmio_read32(b + reg::DEVICE_ID) == ID_BLOCK }
+    }) else {
+        verdict(
+            "attack-virtio-budget",
+            false,
+            format_args!("no virtio disk"),
+        );
+        return;
+    };
+    let mut d = Drv {
+        base,
+        id: ID_BLOCK,
+        q: 0,
+        avail_idx: 0,
+        used_seen: 0,
+    };
+    budget(&mut d);
+    if d.up().is_ok() {
+        d.offer(200);
+    }
 }
 
 /// Identification, refused features and queue setups that cannot work.
@@ -806,6 +836,434 @@ fn block(d: &mut Drv) {
         "attack-virtio-block",
         format_args!(
             "huge (0xffffffff), short, out-of-range and unknown block requests answered IOERR/UNSUPP with the device live, a write read back"
+        ),
+    );
+}
+
+/// The switch phase's area: port A's transmit rings and frame, port B's
+/// receive rings and buffers.
+#[repr(C, align(4096))]
+struct Sw([u8; SW_SIZE]);
+const SW_SIZE: usize = 0x6000;
+static mut SW: Sw = Sw([0; SW_SIZE]);
+const SW_Q: u16 = 64;
+const A_DESC: usize = 0x0;
+const A_AVAIL: usize = 0x400;
+const A_USED: usize = 0x600;
+const B_DESC: usize = 0x1000;
+const B_AVAIL: usize = 0x1400;
+const B_USED: usize = 0x1600;
+const A_FRAME: usize = 0x2000;
+const B_BUFS: usize = 0x3000;
+const B_BUF_LEN: usize = 128;
+const FRAME_LEN: usize = 60;
+
+fn sgpa(off: usize) -> u64 {
+    core::ptr::addr_of_mut!(SW) as u64 + off as u64
+}
+
+fn sput<T: Copy>(off: usize, v: T) {
+    assert!(off + core::mem::size_of::<T>() <= SW_SIZE);
+    // SAFETY: inside SW (checked), aligned for T at every offset used;
+    // only this vCPU and kestrel's devices (by DMA) touch it.
+    unsafe { (sgpa(off) as *mut T).write_volatile(v) }
+}
+
+fn sget<T: Copy>(off: usize) -> T {
+    assert!(off + core::mem::size_of::<T>() <= SW_SIZE);
+    // SAFETY: as in `sput`.
+    unsafe { (sgpa(off) as *const T).read_volatile() }
+}
+
+/// Two ports of this VM on one network: A sends, B receives.
+struct Ports {
+    a: Drv,
+    b: Drv,
+    b_mac: [u8; 6],
+    /// Frames B has taken from its ring so far.
+    b_seen: u16,
+    /// Receive buffers posted to B so far.
+    b_posted: u16,
+}
+
+impl Ports {
+    fn mac(d: &Drv) -> [u8; 6] {
+        let mut m = [0u8; 6];
+        for (i, b) in m.iter_mut().enumerate() {
+            // SAFETY: the configuration space of this VM's virtio-net
+            // transport (Device memory); byte reads have no side effect.
+            *b = unsafe { core::ptr::read_volatile((d.base + 0x100 + i) as *const u8) };
+        }
+        m
+    }
+
+    /// Both ports up: A's transmit queue, B's receive queue with every
+    /// buffer posted.
+    fn up(&mut self) -> Result<(), &'static str> {
+        for off in (0..B_BUFS).step_by(8) {
+            sput(off, 0u64);
+        }
+        for (d, q, desc, avail, used) in [
+            (&mut self.a, 1, A_DESC, A_AVAIL, A_USED),
+            (&mut self.b, 0, B_DESC, B_AVAIL, B_USED),
+        ] {
+            if !d.reset() || !d.negotiate(VERSION_1) {
+                return Err("bring-up refused");
+            }
+            if d.queue(q, u32::from(SW_Q), sgpa(desc), sgpa(avail), sgpa(used)) != 1 {
+                return Err("QueueReady 0 for a valid queue");
+            }
+            d.wr(reg::STATUS, ACK | DRIVER | FEATURES_OK | DRIVER_OK);
+        }
+        self.b_seen = 0;
+        self.b_posted = 0;
+        self.a.avail_idx = 0;
+        self.post();
+        Ok(())
+    }
+
+    /// Gives B back every receive buffer it used (one per descriptor).
+    fn post(&mut self) {
+        while self.b_posted.wrapping_sub(self.b_seen) < SW_Q {
+            let i = self.b_posted % SW_Q;
+            let at = B_DESC + 16 * usize::from(i);
+            sput(at, sgpa(B_BUFS + B_BUF_LEN * usize::from(i)));
+            sput(at + 8, B_BUF_LEN as u32);
+            sput(at + 12, F_WRITE);
+            sput(at + 14, 0u16);
+            sput(B_AVAIL + 4 + 2 * usize::from(i), i);
+            self.b_posted = self.b_posted.wrapping_add(1);
+        }
+        barrier();
+        sput(B_AVAIL + 2, self.b_posted);
+        barrier();
+        self.b.wr(reg::QUEUE_NOTIFY, 0);
+    }
+
+    /// Sends one frame from A (after the zeroed 12-byte header).
+    fn send(&mut self, dst: [u8; 6], src: [u8; 6]) {
+        for i in 0..12 + FRAME_LEN {
+            sput(A_FRAME + i, 0u8);
+        }
+        for i in 0..6 {
+            sput(A_FRAME + 12 + i, dst[i]);
+            sput(A_FRAME + 18 + i, src[i]);
+        }
+        sput(A_FRAME + 24, 0x88u8);
+        sput(A_FRAME + 25, 0xb5u8);
+        let i = self.a.avail_idx % SW_Q;
+        let at = A_DESC + 16 * usize::from(i);
+        sput(at, sgpa(A_FRAME));
+        sput(at + 8, (12 + FRAME_LEN) as u32);
+        sput(at + 12, 0u16);
+        sput(at + 14, 0u16);
+        sput(A_AVAIL + 4 + 2 * usize::from(i), i);
+        self.a.avail_idx = self.a.avail_idx.wrapping_add(1);
+        barrier();
+        sput(A_AVAIL + 2, self.a.avail_idx);
+        barrier();
+        self.a.wr(reg::QUEUE_NOTIFY, 1);
+    }
+
+    /// Frames B received since the last call: (count, whether one of them
+    /// was not addressed to B or to everyone, whether one had source
+    /// `src`). Keeps giving buffers back until nothing more comes.
+    fn received(&mut self, src: Option<[u8; 6]>) -> (u32, bool, bool) {
+        let (mut n, mut foreign, mut from) = (0u32, false, false);
+        let mut idle = 0;
+        while idle < 4 {
+            barrier();
+            let used = sget::<u16>(B_USED + 2);
+            if used == self.b_seen {
+                idle += 1;
+                // An exit: pending receive work continues.
+                let _ = self.b.rd(reg::INTERRUPT_STATUS);
+                self.post();
+                continue;
+            }
+            idle = 0;
+            while self.b_seen != used {
+                let slot = B_USED + 4 + 8 * usize::from(self.b_seen % SW_Q);
+                let id: u32 = sget(slot);
+                let len: u32 = sget(slot + 4);
+                let buf = B_BUFS + B_BUF_LEN * id as usize;
+                if len as usize >= 12 + 12 {
+                    let dst: [u8; 6] = core::array::from_fn(|k| sget(buf + 12 + k));
+                    let s: [u8; 6] = core::array::from_fn(|k| sget(buf + 18 + k));
+                    if dst != self.b_mac && dst != [0xff; 6] {
+                        foreign = true;
+                    }
+                    if Some(s) == src {
+                        from = true;
+                    }
+                }
+                n += 1;
+                self.b_seen = self.b_seen.wrapping_add(1);
+            }
+            self.post();
+        }
+        (n, foreign, from)
+    }
+}
+
+/// The switch's port security from the attacker's side, with two of its
+/// own ports on one network (A sends, B receives): a genuine unicast A to
+/// B arrives; frames with a forged source MAC (unicast to B, broadcast) do
+/// not; after a flood of
+/// frames from 64 invented source MACs, unicast to a MAC no port owns is
+/// not flooded to B; of a burst of 300 broadcasts B gets at most 150 (the
+/// port's budget, 1000 a second in bursts of 100).
+fn switch(p: &Platform) {
+    let mut o = Outcome::default();
+    let mut nets = p.virtio[..p.nvirtio].iter().filter(|&&b| {
+        // SAFETY: a virtio-mmio region the DTB describes (Device memory).
+        unsafe { cpu::mmio_read32(b + reg::DEVICE_ID) == ID_NET }
+    });
+    let (Some(&a), Some(&b)) = (nets.next(), nets.next()) else {
+        verdict(
+            "attack-virtio-switch",
+            false,
+            format_args!("fewer than two network ports"),
+        );
+        return;
+    };
+    let drv = |base| Drv {
+        base,
+        id: ID_NET,
+        q: 1,
+        avail_idx: 0,
+        used_seen: 0,
+    };
+    let (a, b) = (drv(a), drv(b));
+    let (a_mac, b_mac) = (Ports::mac(&a), Ports::mac(&b));
+    let mut ps = Ports {
+        a,
+        b,
+        b_mac,
+        b_seen: 0,
+        b_posted: 0,
+    };
+    let dev = "virtio-net";
+    let mut bcast = 0;
+    let r = ps.up().and_then(|_| {
+        ps.send(b_mac, a_mac);
+        let (n, foreign, _) = ps.received(None);
+        ok_if(
+            n == 1 && !foreign,
+            "a genuine unicast A -> B did not arrive once",
+        )
+    });
+    o.add(dev, "genuine unicast", r);
+    let forged = [0x02, 0x66, 0x66, 0x66, 0x66, 0x66];
+    let r = ps.up().and_then(|_| {
+        for _ in 0..5 {
+            ps.send(b_mac, forged);
+            ps.send([0xff; 6], forged);
+        }
+        let (n, _, from) = ps.received(Some(forged));
+        ok_if(
+            n == 0 && !from,
+            "a frame with a forged source MAC reached B",
+        )
+    });
+    o.add(dev, "forged source MAC", r);
+    let unknown = [0x02, 0x77, 0x77, 0x77, 0x77, 0x77];
+    let r = ps.up().and_then(|_| {
+        for i in 0..64u8 {
+            ps.send([0xff; 6], [0x02, 0x55, 0, 0, 1, i]);
+        }
+        ps.send(unknown, a_mac);
+        let (n, foreign, _) = ps.received(None);
+        ok_if(
+            n == 0 && !foreign,
+            "after a MAC flood, unicast to an unknown MAC reached B",
+        )
+    });
+    o.add(dev, "MAC flood", r);
+    let r = ps.up().and_then(|_| {
+        for _ in 0..300 {
+            ps.send([0xff; 6], a_mac);
+        }
+        let (n, foreign, _) = ps.received(None);
+        bcast = n;
+        ok_if(
+            (1..=150).contains(&n) && !foreign,
+            "a broadcast flood was not held to the port's budget",
+        )
+    });
+    o.add(dev, "broadcast flood", r);
+    o.report(
+        "attack-virtio-switch",
+        format_args!(
+            "VIRTIO-SWITCH genuine unicast, forged source, MAC flood and broadcast flood ({bcast} of 300 broadcasts reached the other port)"
+        ),
+    );
+}
+
+/// The oversized-notify area: a 256-entry queue and one indirect table
+/// all its chains share.
+#[repr(C, align(4096))]
+struct Big([u8; BIG_SIZE]);
+const BIG_SIZE: usize = 0x4000;
+static mut BIG: Big = Big([0; BIG_SIZE]);
+const BDESC: usize = 0x0;
+const BAVAIL: usize = 0x1000;
+const BUSED: usize = 0x1400;
+const BTABLE: usize = 0x2000;
+const BHDR: usize = 0x3000;
+const BDATA: usize = 0x3100;
+/// Entries of the big queue and of its shared indirect table.
+const BQ: u16 = 256;
+
+fn bgpa(off: usize) -> u64 {
+    core::ptr::addr_of_mut!(BIG) as u64 + off as u64
+}
+
+fn bput<T: Copy>(off: usize, v: T) {
+    assert!(off + core::mem::size_of::<T>() <= BIG_SIZE);
+    // SAFETY: inside BIG (checked), aligned for T at every offset used;
+    // only this vCPU and kestrel's device (by DMA, during trapped accesses
+    // and their continuations) touch it.
+    unsafe { (bgpa(off) as *mut T).write_volatile(v) }
+}
+
+fn bget<T: Copy>(off: usize) -> T {
+    assert!(off + core::mem::size_of::<T>() <= BIG_SIZE);
+    // SAFETY: as in `bput`.
+    unsafe { (bgpa(off) as *const T).read_volatile() }
+}
+
+/// Counter ticks as nanoseconds (under -icount shift=0, guest
+/// instructions).
+fn ns(ticks: u64) -> u64 {
+    (u128::from(ticks) * 1_000_000_000 / u128::from(cpu::freq())) as u64
+}
+
+/// Brings the disk up on the big queue with every slot holding the same
+/// costly chain: through the shared indirect table, a header and 255
+/// writable buffers of 16 bytes over the same 16 bytes (the last one 33:
+/// 4096 bytes of data and the status byte), a read of the whole disk.
+/// One notification names 256 chains of 256 descriptors and 255 copies.
+fn big_queue(d: &mut Drv) -> Result<(), &'static str> {
+    if !d.reset() {
+        return Err("Status/InterruptStatus not 0 after reset");
+    }
+    for off in (0..BIG_SIZE).step_by(8) {
+        bput(off, 0u64);
+    }
+    if !d.negotiate(VERSION_1) {
+        return Err("FEATURES_OK refused");
+    }
+    if d.queue(0, u32::from(BQ), bgpa(BDESC), bgpa(BAVAIL), bgpa(BUSED)) != 1 {
+        return Err("QueueReady 0 for a valid 256-entry queue");
+    }
+    d.wr(reg::STATUS, ACK | DRIVER | FEATURES_OK | DRIVER_OK);
+    bput(BHDR, T_IN);
+    bput(BHDR + 8, 0u64);
+    let e = |i: u16, addr: u64, len: u32, flags: u16, next: u16| {
+        let at = BTABLE + 16 * usize::from(i);
+        bput(at, addr);
+        bput(at + 8, len);
+        bput(at + 12, flags);
+        bput(at + 14, next);
+    };
+    e(0, bgpa(BHDR), 16, F_NEXT, 1);
+    for i in 1..BQ - 1 {
+        e(i, bgpa(BDATA), 16, F_WRITE | F_NEXT, i + 1);
+    }
+    e(BQ - 1, bgpa(BDATA), 33, F_WRITE, 0);
+    for i in 0..BQ {
+        let at = BDESC + 16 * usize::from(i);
+        bput(at, bgpa(BTABLE));
+        bput(at + 8, u32::from(BQ) * 16);
+        bput(at + 12, F_INDIRECT);
+        bput(at + 14, 0u16);
+        bput(BAVAIL + 4 + 2 * usize::from(i), i);
+    }
+    bput(BDATA + 32, 0xffu8);
+    barrier();
+    bput(BAVAIL + 2, BQ);
+    barrier();
+    Ok(())
+}
+
+/// One MMIO access timed: its result and how long the exit took (ns).
+fn timed(f: impl FnOnce() -> u32) -> (u32, u64) {
+    let t0 = cpu::now();
+    let v = f();
+    let t1 = cpu::now();
+    (v, ns(t1.wrapping_sub(t0)))
+}
+
+/// Oversized notify: 256 chains of 256 descriptors and 4 KiB each in one
+/// store. kestrel does one budget of it per exit and the rest at later
+/// exits: the phase times the notifying store and every later exit (an
+/// InterruptStatus read each) until all 256 are used, and the worst must be
+/// under 1 ms (1,000,000 instructions under -icount shift=0). Then the
+/// same with a reset (Status = 0) while the work is pending: the reset is
+/// as short, and the device writes nothing into the rings afterwards.
+fn budget(d: &mut Drv) {
+    let mut o = Outcome::default();
+    let dev = d.name();
+    let mut worst = 0u64;
+    let mut exits = 0u32;
+    let r = big_queue(d).and_then(|_| {
+        let (_, t) = timed(|| {
+            d.wr(reg::QUEUE_NOTIFY, 0);
+            0
+        });
+        worst = worst.max(t);
+        exits += 1;
+        while bget::<u16>(BUSED + 2) != BQ && exits < 100_000 {
+            let (_, t) = timed(|| d.rd(reg::INTERRUPT_STATUS));
+            worst = worst.max(t);
+            exits += 1;
+        }
+        ok_if(bget::<u16>(BUSED + 2) == BQ, "not all 256 chains used")?;
+        ok_if(bget::<u8>(BDATA + 32) == S_OK, "status not OK")?;
+        ok_if(
+            (0..usize::from(BQ)).all(|i| {
+                bget::<u32>(BUSED + 4 + 8 * i) == i as u32 && bget::<u32>(BUSED + 8 + 8 * i) == 4097
+            }),
+            "used entries out of order or of a wrong length",
+        )?;
+        ok_if(
+            d.rd(reg::STATUS) & NEEDS_RESET == 0,
+            "the device needs reset",
+        )
+    });
+    o.add(dev, "oversized notify", r);
+    let mut reset_t = 0u64;
+    let r = big_queue(d).and_then(|_| {
+        d.wr(reg::QUEUE_NOTIFY, 0);
+        let (_, t) = timed(|| {
+            d.wr(reg::STATUS, 0);
+            0
+        });
+        reset_t = t;
+        worst = worst.max(t);
+        let used = bget::<u16>(BUSED + 2);
+        ok_if(d.rd(reg::STATUS) == 0, "Status not 0 after the reset")?;
+        for _ in 0..64 {
+            let (_, t) = timed(|| d.rd(reg::INTERRUPT_STATUS));
+            worst = worst.max(t);
+        }
+        ok_if(
+            bget::<u16>(BUSED + 2) == used,
+            "the device wrote the used ring after its reset",
+        )
+    });
+    o.add(dev, "reset with the rings live", r);
+    if worst >= 1_000_000 {
+        o.add(dev, "worst exit", Err("an exit took 1 ms or more"));
+    }
+    o.report(
+        "attack-virtio-budget",
+        format_args!(
+            "VIRTIO-BUDGET worst exit {} us over {exits} exits (reset {} us; under -icount shift=0 about {} instructions)",
+            worst / 1000,
+            reset_t / 1000,
+            worst
         ),
     );
 }
