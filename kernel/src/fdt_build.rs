@@ -499,12 +499,18 @@ pub struct LoongArchDtbSpec<'a> {
     pub initrd: Option<(u64, u64)>,
 }
 
+/// Phandles of the LoongArch guest tree's interrupt controllers.
+pub const LA_PHANDLE_CPUIC: u32 = 1;
+pub const LA_PHANDLE_EIOINTC: u32 = 2;
+pub const LA_PHANDLE_PCH_PIC: u32 = 3;
+
 /// The device tree kestrel generates for a LoongArch guest (unless the
 /// config gives one): memory from 0 (and above the device window when
 /// there is more than `layout::LOW_RAM`), one `cpu@N` per vCPU
-/// (reg = CPUID), the console 16550 and the power-off register, `/chosen`
-/// with the command line. Enough for kestrel's test guest and a description
-/// for others.
+/// (reg = CPUID), the interrupt controllers as Linux's bindings describe
+/// them (`cpuic` <- `eiointc` <- `platic`, the PCH-PIC), the console 16550
+/// on PCH-PIC line 2, the power-off and reset registers, `/chosen` with
+/// the command line.
 pub fn guest_dtb_loongarch(spec: &LoongArchDtbSpec) -> Vec<u8> {
     use crate::guest::loongarch::layout;
     let mut w = FdtWriter::new();
@@ -543,10 +549,42 @@ pub fn guest_dtb_loongarch(spec: &LoongArchDtbSpec) -> Vec<u8> {
             .end_node();
     }
     w.end_node();
+    // The interrupt controllers, chained as on QEMU virt: the CPU's own
+    // (HWI lines, no registers), the EIOINTC in IOCSR space (its `reg` is
+    // the IOCSR range; Linux's driver does not map it) on HWI1, the
+    // PCH-PIC (MMIO) sending its lines as EIOINTC vectors from 0.
+    use crate::guest::loongarch::intc::eiointc;
+    w.begin_node("cpuic")
+        .prop_str("compatible", "loongson,cpu-interrupt-controller")
+        .prop_empty("interrupt-controller")
+        .prop_u32("#interrupt-cells", 1)
+        .prop_u32("phandle", LA_PHANDLE_CPUIC)
+        .end_node();
+    w.begin_node(&format!("eiointc@{:x}", eiointc::BASE))
+        .prop_str("compatible", "loongson,ls2k2000-eiointc")
+        .prop_reg("reg", &[(eiointc::BASE, eiointc::SIZE)])
+        .prop_empty("interrupt-controller")
+        .prop_u32("#interrupt-cells", 1)
+        .prop_u32("interrupt-parent", LA_PHANDLE_CPUIC)
+        .prop_u32("interrupts", 3)
+        .prop_u32("phandle", LA_PHANDLE_EIOINTC)
+        .end_node();
+    w.begin_node(&format!("platic@{:x}", layout::PCH_PIC))
+        .prop_str("compatible", "loongson,pch-pic-1.0")
+        .prop_reg("reg", &[(layout::PCH_PIC, layout::PCH_PIC_SIZE)])
+        .prop_empty("interrupt-controller")
+        .prop_u32("#interrupt-cells", 2)
+        .prop_u32("interrupt-parent", LA_PHANDLE_EIOINTC)
+        .prop_u32("loongson,pic-base-vec", 0)
+        .prop_u32("phandle", LA_PHANDLE_PCH_PIC)
+        .end_node();
     w.begin_node(&serial)
         .prop_str("compatible", "ns16550a")
         .prop_reg("reg", &[(layout::UART, 0x100)])
         .prop_u32("clock-frequency", 100_000_000)
+        .prop_u32("interrupt-parent", LA_PHANDLE_PCH_PIC)
+        // PCH-PIC line, IRQ_TYPE_LEVEL_HIGH.
+        .prop_cells("interrupts", &[layout::UART_IRQ, 4])
         .end_node();
     w.begin_node("poweroff")
         .prop_str("compatible", "kestrel,poweroff-byte")

@@ -157,7 +157,8 @@ impl Intc {
         if !eiointc::owns(addr) || target >= self.nvcpus() {
             return VcpuSet::EMPTY;
         }
-        self.change(|c| c.eio.write_masked(target, addr, val, keep)).1
+        self.change(|c| c.eio.write_masked(target, addr, val, keep))
+            .1
     }
 
     /// A guest load from the PCH-PIC's registers.
@@ -171,12 +172,13 @@ impl Intc {
         r.map(|()| rose)
     }
 
-    /// The VM restarts: both controllers back to power-on, no line up
-    /// (devices keep driving their lines as they do).
+    /// The VM restarts: both controllers back to power-on, every line
+    /// low (its devices are reset with it).
     pub fn reset(&self) {
         self.change(|c| {
             c.pch.reset();
             c.eio.reset();
+            c.driven = [0; 4];
         });
     }
 

@@ -52,13 +52,14 @@ impl Machine for LaBackend {
         let vcpus = spec.vcpus as usize;
         let ram = pool.alloc_ram(spec.ram_size)?;
         mem::clear(&ram);
-        let devices = super::devices::build()?;
+        let devices = super::devices::build(vcpus)?;
         let st = VmState {
             ram_size: spec.ram_size,
             ram,
             spec: *spec,
             uart: devices.uart,
             ipi: (0..vcpus).map(|_| VIpi::new()).collect(),
+            intc: devices.intc,
             shared: (0..vcpus)
                 .map(|i| VcpuShared {
                     swi: AtomicU32::new(0),

@@ -103,11 +103,9 @@ impl Eiointc {
         }
     }
 
-    /// Back to the power-on state; input levels are the devices' and stay.
+    /// Back to the power-on state, every input low.
     pub fn reset(&mut self) {
-        let input = self.input;
         *self = Eiointc::new(self.nvcpus);
-        self.input = input;
     }
 
     pub fn nvcpus(&self) -> usize {
@@ -260,13 +258,7 @@ impl Eiointc {
         let idx = |base: u64| ((off - base) / 4) as usize;
         match off {
             MISC_FUNC => 0,
-            o if o == MISC_FUNC + 4 => {
-                if self.ext_en {
-                    (MISC_EXT_IOI_EN >> 32) as u32
-                } else {
-                    0
-                }
-            }
+            o if o == MISC_FUNC + 4 && self.ext_en => (MISC_EXT_IOI_EN >> 32) as u32,
             o if (NODEMAP..NODEMAP + 32).contains(&o) => self.nodemap[idx(NODEMAP)],
             o if (IPMAP..IPMAP + 8).contains(&o) => {
                 let i = idx(IPMAP) * 4;
@@ -275,9 +267,7 @@ impl Eiointc {
             o if (ENABLE..ENABLE + 32).contains(&o) => self.enable[idx(ENABLE)],
             o if (BOUNCE..BOUNCE + 32).contains(&o) => self.bounce[idx(BOUNCE)],
             o if (INPUT..INPUT + 32).contains(&o) => self.input[idx(INPUT)],
-            o if (ISR..ISR + 32).contains(&o) => {
-                self.coreisr.get(cpu).map_or(0, |i| i[idx(ISR)])
-            }
+            o if (ISR..ISR + 32).contains(&o) => self.coreisr.get(cpu).map_or(0, |i| i[idx(ISR)]),
             o if (ROUTE..ROUTE + VECTORS as u64).contains(&o) => {
                 let i = (o - ROUTE) as usize;
                 u32::from_le_bytes(self.route[i..i + 4].try_into().unwrap_or([0; 4]))

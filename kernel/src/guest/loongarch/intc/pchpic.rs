@@ -92,12 +92,10 @@ impl PchPic {
         }
     }
 
-    /// Back to the power-on state; the device lines stay as driven.
+    /// Back to the power-on state, every line low (the devices are reset
+    /// with it).
     pub fn reset(&mut self) {
-        let input = self.input;
         *self = PchPic::new();
-        self.input = input;
-        self.irr = self.effective();
     }
 
     fn effective(&self) -> u64 {

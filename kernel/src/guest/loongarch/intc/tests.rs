@@ -41,7 +41,9 @@ fn uart_line_reaches_the_chosen_vcpu() {
     i.iocsr_write(3, e::ISR + 8, 8, 1 << 6);
     assert_eq!(i.hwi(3), 0);
     // Still asserted: the unmask sends it again.
-    let rose = i.mmio_write(p::MASK, 4, !(1u64 << 2) & 0xffff_ffff).unwrap();
+    let rose = i
+        .mmio_write(p::MASK, 4, !(1u64 << 2) & 0xffff_ffff)
+        .unwrap();
     assert!(rose.contains(3));
     assert_eq!(i.hwi(3), 2);
     // The device drops it: gone everywhere.
@@ -108,7 +110,11 @@ fn hostile_accesses_keep_the_chain_consistent() {
             }
             1 => {
                 let a = e::BASE + r.next() % e::SIZE;
-                let v = if r.next().is_multiple_of(3) { u64::MAX } else { r.next() };
+                let v = if r.next().is_multiple_of(3) {
+                    u64::MAX
+                } else {
+                    r.next()
+                };
                 assert!(i.iocsr_write(cpu, a, size, v).is_some());
             }
             2 => {
