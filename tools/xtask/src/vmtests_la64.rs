@@ -49,6 +49,7 @@ pub const EVERYWHERE: &[&str] = &[
     "ipi-iocsr-1",
     "ipi-iocsr-3",
     "ipi-iocsr-all",
+    "device-irq",
     "fp-lsx",
     "user-isolation",
     "outside-ram",
@@ -63,7 +64,7 @@ pub fn build_guest_la64() -> Result<PathBuf, String> {
 
 /// The bare-QEMU smoke case: the guest itself as QEMU's `-kernel`.
 pub fn bare_case() -> Case {
-    let mut expect: Vec<&'static str> = vec!["RESULT: 11 passed, 0 failed"];
+    let mut expect: Vec<&'static str> = vec!["RESULT: 12 passed, 0 failed"];
     expect.extend(EVERYWHERE.iter().map(|c| pass_line(c)));
     expect.push("SKIP kestrel-probe: not on kestrel (hvcl raised INE");
     Case {
@@ -135,6 +136,7 @@ pub const ALL_CHECKS_4: &[&str] = &[
     "ipi-pv-3",
     "ipi-pv-all",
     "ipi-pv-invalid",
+    "device-irq",
     "fp-lsx",
     "user-isolation",
     "outside-ram",
@@ -168,6 +170,7 @@ pub fn vm_cases() -> Vec<VmCase> {
                 "smp",
                 "fp-lsx",
                 "ipi-pv-all",
+                "device-irq",
                 "user-isolation",
             ],
             check: None,

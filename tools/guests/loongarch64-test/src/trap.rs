@@ -90,10 +90,14 @@ pub static BRKS: AtomicU64 = AtomicU64::new(0);
 /// guest uses (not yet CRMD.IE).
 pub fn init_cpu() {
     // SAFETY: __exc_entry is the 4 KiB-aligned entry in asm.rs; ECFG.VS = 0
-    // (one entry) and LIE = SWI0 | TI | IPI, all handled below.
+    // (one entry) and LIE = SWI0 | HWI1 | TI | IPI, all handled below
+    // (nothing drives HWI1 until `devirq` programs the EIOINTC).
     unsafe {
         csr_write!(csr::EENTRY, asm::__exc_entry as *const () as u64);
-        csr_write!(csr::ECFG, cpu::INT_SWI0 | cpu::INT_TI | cpu::INT_IPI);
+        csr_write!(
+            csr::ECFG,
+            cpu::INT_SWI0 | cpu::INT_HWI1 | cpu::INT_TI | cpu::INT_IPI
+        );
         // Every IPI vector may interrupt.
         cpu::iocsr_write32(iocsr::IPI_EN, 0xffff_ffff);
     }
@@ -176,6 +180,9 @@ fn interrupt(cpu: usize, estat: u64) {
         if s & !(1 << crate::smp::KICK_VECTOR) != 0 {
             IPIS[cpu].fetch_add(1, Ordering::Relaxed);
         }
+    }
+    if estat & cpu::INT_HWI0_3 != 0 {
+        crate::devirq::interrupt(cpu);
     }
     if estat & cpu::INT_SWI0 != 0 {
         // SAFETY: clears ESTAT.IS bit 0 (SWI0), the PV IPI.
