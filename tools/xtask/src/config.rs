@@ -725,8 +725,8 @@ fn devices(
         return Err(err(
             &f(field),
             String::from(
-                "virtio devices are not available on LoongArch yet (its guests have no \
-                 device interrupt controller): remove it",
+                "virtio devices are not available on LoongArch yet (not attached to its \
+                 VMs): remove it",
             ),
         ));
     }

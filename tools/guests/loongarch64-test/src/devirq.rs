@@ -109,7 +109,9 @@ fn snapshot() -> [u64; MAX_CPUS] {
 fn deliver(target: usize, n: usize) -> Option<Outcome> {
     let before = snapshot();
     uart_ier(IER_THRI);
-    if !wait_for(2_000_000, || HITS[target].load(Ordering::Acquire) > before[target]) {
+    if !wait_for(2_000_000, || {
+        HITS[target].load(Ordering::Acquire) > before[target]
+    }) {
         uart_ier(0);
         return Some(fail!("the 16550's interrupt never reached CPU {target}"));
     }

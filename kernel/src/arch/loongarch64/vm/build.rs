@@ -46,7 +46,7 @@ impl Machine for LaBackend {
             // The config tool refuses these for LoongArch; a package that
             // has them anyway is refused here.
             return Err(String::from(
-                "virtio devices: not available on LoongArch yet (no device interrupt controller)",
+                "virtio devices: not attached to LoongArch VMs yet",
             ));
         }
         let vcpus = spec.vcpus as usize;
