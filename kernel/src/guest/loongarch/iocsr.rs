@@ -342,6 +342,68 @@ mod tests {
     }
 
     #[test]
+    fn space_with_the_interrupt_controllers() {
+        use crate::guest::loongarch::intc::{eiointc, Intc};
+        let v = vm(4);
+        let intc = Intc::new(4);
+        let io = Space {
+            ipi: &v,
+            intc: Some(&intc),
+        };
+        assert_ne!(io.read(0, FEATURES, Size::D) & FEATURE_EXTIOI, 0);
+        assert_eq!(read(&v, 0, FEATURES, Size::D) & FEATURE_EXTIOI, 0);
+        // MISC_FUNC and the EIOINTC registers are the controller's.
+        assert_eq!(
+            io.write(1, eiointc::MISC_FUNC, Size::D, eiointc::MISC_EXT_IOI_EN),
+            Effect::Irq(VcpuSet::EMPTY)
+        );
+        assert_eq!(
+            io.read(2, eiointc::MISC_FUNC, Size::D),
+            eiointc::MISC_EXT_IOI_EN
+        );
+        // ANY_SEND: byte 1 of route word 0 (vector 1) from vCPU 0 into
+        // vCPU 2's view, the other bytes kept.
+        io.write(0, eiointc::ROUTE, Size::W, 0x1111_1111);
+        let send = |addr: u64, cpu: u64, keep: u64, data: u64| {
+            addr | cpu << 16 | keep << 27 | 1 << 31 | data << 32
+        };
+        io.write(
+            0,
+            ANY_SEND,
+            Size::D,
+            send(eiointc::ROUTE, 2, 0b1101, 0x0000_0400),
+        );
+        assert_eq!(io.read(3, eiointc::ROUTE, Size::W), 0x1111_0411);
+        // ANY_SEND to another vCPU's IPI block: its line changes, it is woken.
+        io.write(2, IPI_EN, Size::W, 1);
+        assert_eq!(
+            io.write(0, ANY_SEND, Size::D, send(IPI_SET, 2, 0, 1)),
+            Effect::Ipi(2)
+        );
+        assert!(v[2].line());
+        // Masked writes to the IPI block, and targets beyond the VM: dropped.
+        assert_eq!(
+            io.write(0, ANY_SEND, Size::D, send(IPI_SET, 1, 1, 1)),
+            Effect::None
+        );
+        assert_eq!(
+            io.write(0, ANY_SEND, Size::D, send(eiointc::ENABLE, 9, 0, 1)),
+            Effect::Irq(VcpuSet::EMPTY)
+        );
+        assert_eq!(io.read(0, eiointc::ENABLE, Size::W), 0);
+        // Without the controllers the space is the IPI block's alone.
+        let plain = Space {
+            ipi: &v,
+            intc: None,
+        };
+        assert_eq!(plain.read(0, eiointc::MISC_FUNC, Size::D), 0);
+        assert_eq!(
+            plain.write(0, ANY_SEND, Size::D, send(IPI_SET, 1, 0, 1)),
+            Effect::None
+        );
+    }
+
+    #[test]
     fn hostile_addresses_and_widths() {
         let v = vm(3);
         let mut r = Rng(0x0123_4567_89ab_cdef);
