@@ -14,13 +14,39 @@ use libfuzzer_sys::fuzz_target;
 
 #[derive(Arbitrary, Debug)]
 enum Op {
-    IocsrRead { cpu: u8, addr: Addr, size: u8 },
-    IocsrWrite { cpu: u8, addr: Addr, size: u8, value: u64 },
-    AnySend { cpu: u8, addr: u16, value: u32, keep: u8 },
-    MmioRead { off: u16, size: u8 },
-    MmioWrite { off: u16, size: u8, value: u64 },
-    Level { line: u8, level: bool },
-    Pulse { line: u8 },
+    IocsrRead {
+        cpu: u8,
+        addr: Addr,
+        size: u8,
+    },
+    IocsrWrite {
+        cpu: u8,
+        addr: Addr,
+        size: u8,
+        value: u64,
+    },
+    AnySend {
+        cpu: u8,
+        addr: u16,
+        value: u32,
+        keep: u8,
+    },
+    MmioRead {
+        off: u16,
+        size: u8,
+    },
+    MmioWrite {
+        off: u16,
+        size: u8,
+        value: u64,
+    },
+    Level {
+        line: u8,
+        level: bool,
+    },
+    Pulse {
+        line: u8,
+    },
     Reset,
 }
 
@@ -75,7 +101,11 @@ fuzz_target!(|data: (u8, Vec<Op>)| {
     let i = Intc::new(n);
     for op in &ops {
         match *op {
-            Op::IocsrRead { cpu, ref addr, size: s } => {
+            Op::IocsrRead {
+                cpu,
+                ref addr,
+                size: s,
+            } => {
                 let s = size(s);
                 if let Some(v) = i.iocsr_read(usize::from(cpu % 10), addr.get(), s) {
                     if s < 8 {
@@ -83,12 +113,22 @@ fuzz_target!(|data: (u8, Vec<Op>)| {
                     }
                 }
             }
-            Op::IocsrWrite { cpu, ref addr, size: s, value } => {
+            Op::IocsrWrite {
+                cpu,
+                ref addr,
+                size: s,
+                value,
+            } => {
                 let a = addr.get();
                 let r = i.iocsr_write(usize::from(cpu % 10), a, size(s), value);
                 assert_eq!(r.is_some(), Intc::owns_iocsr(a));
             }
-            Op::AnySend { cpu, addr, value, keep } => {
+            Op::AnySend {
+                cpu,
+                addr,
+                value,
+                keep,
+            } => {
                 let a = e::BASE + u64::from(addr) % e::SIZE;
                 i.any_send(usize::from(cpu % 10), a & !3, value, keep);
             }
@@ -100,7 +140,11 @@ fuzz_target!(|data: (u8, Vec<Op>)| {
                     }
                 }
             }
-            Op::MmioWrite { off, size: s, value } => {
+            Op::MmioWrite {
+                off,
+                size: s,
+                value,
+            } => {
                 let _ = i.mmio_write(u64::from(off % 0x500), size(s), value);
             }
             Op::Level { line, level } => {
