@@ -497,6 +497,8 @@ pub struct LoongArchDtbSpec<'a> {
     pub vcpus: u16,
     pub bootargs: &'a str,
     pub initrd: Option<(u64, u64)>,
+    /// virtio-mmio transports: (base, size, PCH-PIC line).
+    pub virtio: &'a [(u64, u64, u32)],
 }
 
 /// Phandles of the LoongArch guest tree's interrupt controllers.
@@ -509,8 +511,8 @@ pub const LA_PHANDLE_PCH_PIC: u32 = 3;
 /// there is more than `layout::LOW_RAM`), one `cpu@N` per vCPU
 /// (reg = CPUID), the interrupt controllers as Linux's bindings describe
 /// them (`cpuic` <- `eiointc` <- `platic`, the PCH-PIC), the console 16550
-/// on PCH-PIC line 2, the power-off and reset registers, `/chosen` with
-/// the command line.
+/// on PCH-PIC line 2, the virtio-mmio transports (PCH-PIC lines from 16),
+/// the power-off and reset registers, `/chosen` with the command line.
 pub fn guest_dtb_loongarch(spec: &LoongArchDtbSpec) -> Vec<u8> {
     use crate::guest::loongarch::layout;
     let mut w = FdtWriter::new();
@@ -586,6 +588,15 @@ pub fn guest_dtb_loongarch(spec: &LoongArchDtbSpec) -> Vec<u8> {
         // PCH-PIC line, IRQ_TYPE_LEVEL_HIGH.
         .prop_cells("interrupts", &[layout::UART_IRQ, 4])
         .end_node();
+    for &(base, size, line) in spec.virtio {
+        w.begin_node(&format!("virtio_mmio@{base:x}"))
+            .prop_str("compatible", "virtio,mmio")
+            .prop_reg("reg", &[(base, size)])
+            .prop_u32("interrupt-parent", LA_PHANDLE_PCH_PIC)
+            .prop_cells("interrupts", &[line, 4])
+            .prop_empty("dma-coherent")
+            .end_node();
+    }
     w.begin_node("poweroff")
         .prop_str("compatible", "kestrel,poweroff-byte")
         .prop_reg("reg", &[(layout::POWEROFF, 1)])

@@ -367,6 +367,7 @@ fn la_spec(ram_size: u64, initrd: Option<(u64, u64)>) -> LoongArchDtbSpec<'stati
         vcpus: 3,
         bootargs: "console=ttyS0 earlycon",
         initrd,
+        virtio: &[(0x1600_0000, 0x200, 16)],
     }
 }
 
@@ -457,6 +458,11 @@ fn loongarch_guest_tree_round_trips_through_fdt_crate() {
     assert!(cpuic.property("interrupt-controller").is_some());
     let phandles = [&cpuic, &eio, &pch].map(|n| u32p(n, "phandle"));
     assert!(phandles[0] != phandles[1] && phandles[1] != phandles[2] && phandles[0] != phandles[2]);
+
+    let vio = fdt.find_node("/virtio_mmio@16000000").unwrap();
+    assert_eq!(regs(&vio), [(0x1600_0000, 0x200)]);
+    assert_eq!(u32p(&vio, "interrupt-parent"), u32p(&pch, "phandle"));
+    assert_eq!(cells(&vio, "interrupts"), [16, 4]);
 
     let off = fdt.find_node("/poweroff").unwrap();
     assert_eq!(regs(&off), [(0x100e_001c, 1)]);

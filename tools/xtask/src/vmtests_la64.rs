@@ -36,6 +36,7 @@ pub const KESTREL_ONLY: &[&str] = &[
     "ipi-pv-3",
     "ipi-pv-all",
     "ipi-pv-invalid",
+    "virtio-console",
     "bench",
 ];
 
@@ -142,6 +143,28 @@ pub const ALL_CHECKS_4: &[&str] = &[
     "outside-ram",
 ];
 
+/// [`ALL_CHECKS_4`] and the virtio console (`la64-1vm` has one).
+pub const ALL_CHECKS_4_VIRTIO: &[&str] = &[
+    "exceptions",
+    "paging",
+    "timer",
+    "smp",
+    "kestrel-probe",
+    "swi0-self",
+    "ipi-iocsr-1",
+    "ipi-iocsr-3",
+    "ipi-iocsr-all",
+    "ipi-pv-1",
+    "ipi-pv-3",
+    "ipi-pv-all",
+    "ipi-pv-invalid",
+    "device-irq",
+    "virtio-console",
+    "fp-lsx",
+    "user-isolation",
+    "outside-ram",
+];
+
 /// The kestrel cases (they need the trap-and-emulate backend).
 pub fn vm_cases() -> Vec<VmCase> {
     vec![
@@ -152,8 +175,8 @@ pub fn vm_cases() -> Vec<VmCase> {
             gic: 3,
             mem_mib: 1024,
             vms: vec!["la64-test".into()],
-            must_pass: ALL_CHECKS_4,
-            check: Some(check_bench_lines),
+            must_pass: ALL_CHECKS_4_VIRTIO,
+            check: Some(check_1vm),
             timeout: Duration::from_secs(300),
             qemu_args: &[],
             stop_after: None,
@@ -414,6 +437,20 @@ fn victim_line(log: &str) -> Option<VictimLine> {
 }
 
 /// The single-VM run prints the benchmark: every line must be there.
+/// `la64-1vm`: its BENCH lines, and the virtio console's bytes in the log.
+fn check_1vm(log: &str) -> Vec<String> {
+    let mut problems = check_bench_lines(log);
+    if !log.contains(VIRTIO_MESSAGE) {
+        problems.push(format!(
+            "the virtio console's bytes ({VIRTIO_MESSAGE:?}) are not in the log"
+        ));
+    }
+    problems
+}
+
+/// What the guest's virtio-console check sends (its `virtio::MESSAGE`).
+const VIRTIO_MESSAGE: &str = "virtio-console: hello from the LoongArch test guest";
+
 fn check_bench_lines(log: &str) -> Vec<String> {
     let mut problems = vmtest::missing_ipi_bench_lines(log, ["pv", "iocsr"]);
     if !log.contains("BENCH timer traps_per_irq=") {
@@ -520,9 +557,10 @@ mod tests {
     fn judge_counts_results_and_passes() {
         let case = &vm_cases()[0];
         let mut log = String::new();
-        for c in ALL_CHECKS_4 {
+        for c in ALL_CHECKS_4_VIRTIO {
             log.push_str(&format!("[vm0] PASS {c}: fine\n"));
         }
+        log.push_str(&format!("[vm0] {VIRTIO_MESSAGE}\n"));
         for mode in ["pv", "iocsr"] {
             for t in ["1", "3", "all"] {
                 log.push_str(&format!(
@@ -540,6 +578,7 @@ mod tests {
         let bad = log.replace("PASS fp-lsx: fine", "FAIL fp-lsx: lost");
         assert!(!judge_vm(case, &bad, false).is_empty());
         assert!(!judge_vm(case, &log.replace("RESULT: 16", ""), false).is_empty());
+        assert!(!judge_vm(case, &log.replace(VIRTIO_MESSAGE, ""), false).is_empty());
     }
 
     #[test]

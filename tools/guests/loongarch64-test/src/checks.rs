@@ -96,6 +96,11 @@ pub fn paging() -> Outcome {
         crate::devirq::PCH_PIC + 0x400,
         mmu::DEVICE,
     );
+    mmu::identity(
+        crate::virtio::BASE,
+        crate::virtio::BASE + crate::virtio::SIZE,
+        mmu::DEVICE,
+    );
     for i in 0..16 {
         mmu::map(
             ALIAS_VA + i * 4096,

@@ -84,6 +84,9 @@ pub fn interrupt(me: usize) {
             if v == VECTOR {
                 uart_ier(0);
             }
+            if v == crate::virtio::VECTOR {
+                crate::virtio::interrupt();
+            }
             LAST[me].store(v, Ordering::Relaxed);
             HITS[me].fetch_add(1, Ordering::AcqRel);
         }
@@ -98,6 +101,43 @@ fn route_to(target: usize) {
     let new = (old & !(0xff << shift)) | (1u32 << target) << shift;
     // SAFETY: routes this check's vector only.
     unsafe { iocsr_write32(word, new) };
+}
+
+/// Routes PCH-PIC `line` (level high) to EIOINTC `vector` on HWI1 of
+/// CPU `target` (0-3) and unmasks it.
+pub fn program_line(line: u32, vector: u64, target: usize) {
+    // SAFETY: EIOINTC routing on, every group to HWI1 (as `check`), this
+    // vector routed and enabled.
+    unsafe {
+        let misc = cpu::iocsr_read64(eio::MISC_FUNC);
+        iocsr_write64(eio::MISC_FUNC, misc | eio::EXT_IOI_EN);
+        iocsr_write32(eio::IPMAP, 0x0202_0202);
+        iocsr_write32(eio::IPMAP + 4, 0x0202_0202);
+    }
+    let word = eio::ROUTE + (vector & !3);
+    let shift = 8 * (vector & 3);
+    let old = iocsr_read32(word);
+    let en = eio::ENABLE + (vector / 32) * 4;
+    // SAFETY: routes and enables this vector only.
+    unsafe {
+        iocsr_write32(word, (old & !(0xff << shift)) | (1u32 << target) << shift);
+        iocsr_write32(en, iocsr_read32(en) | 1 << (vector % 32));
+    }
+    let (off, bit) = ((line / 32 * 4) as usize, 1u32 << (line % 32));
+    pch_write8(pch::HTVEC + line as usize, vector as u8);
+    pch_write(pch::EDGE + off, pch_read(pch::EDGE + off) & !bit);
+    pch_write(pch::POL + off, pch_read(pch::POL + off) & !bit);
+    pch_write(pch::HTMSI_EN + off, pch_read(pch::HTMSI_EN + off) | bit);
+    pch_write(pch::MASK + off, pch_read(pch::MASK + off) & !bit);
+}
+
+/// Masks `line` and disables `vector` again.
+pub fn release_line(line: u32, vector: u64) {
+    let (off, bit) = ((line / 32 * 4) as usize, 1u32 << (line % 32));
+    pch_write(pch::MASK + off, pch_read(pch::MASK + off) | bit);
+    let en = eio::ENABLE + (vector / 32) * 4;
+    // SAFETY: disables this vector only.
+    unsafe { iocsr_write32(en, iocsr_read32(en) & !(1 << (vector % 32))) };
 }
 
 fn snapshot() -> [u64; MAX_CPUS] {

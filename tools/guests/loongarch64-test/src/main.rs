@@ -42,6 +42,8 @@ mod reboot;
 mod smp;
 #[cfg(target_os = "none")]
 mod trap;
+#[cfg(target_os = "none")]
+mod virtio;
 
 /// Most CPUs the guest handles (kestrel's `MAX_VCPUS`).
 pub const MAX_CPUS: usize = 16;
@@ -141,6 +143,7 @@ mod guest {
         }
         report("ipi-pv-invalid", checks::ipi_pv_invalid(on_kestrel));
         report("device-irq", crate::devirq::check());
+        report("virtio-console", crate::virtio::check());
         report("fp-lsx", checks::fp_all_cpus());
         report("user-isolation", checks::user_isolation());
         report("outside-ram", checks::outside_ram());

@@ -134,6 +134,7 @@ extern "C" fn guest_trap_handler(f: &mut Frame) -> u64 {
         return 1;
     }
     if era == asm::guest_probe_load_insn as *const () as usize
+        || era == asm::guest_probe_load32_insn as *const () as usize
         || era == asm::guest_probe_store_insn as *const () as usize
     {
         LAST_BADV[cpu].store(csr_read!(csr::BADV), Ordering::Relaxed);
@@ -202,6 +203,17 @@ pub fn probe(addr: usize) -> Result<u64, u64> {
     } else {
         Err(r.estat)
     }
+}
+
+/// A 32-bit load of the register at `addr` (4-aligned); `None` when it
+/// faults.
+pub fn probe_reg32(addr: usize) -> Option<u32> {
+    if !addr.is_multiple_of(4) {
+        return None;
+    }
+    // SAFETY: as `probe`, with one 32-bit load.
+    let r = unsafe { asm::guest_probe_load32(addr) };
+    (r.estat == 0).then_some(r.value as u32)
 }
 
 pub fn probe_u64(addr: usize) -> Option<u64> {

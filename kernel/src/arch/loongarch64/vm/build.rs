@@ -42,17 +42,17 @@ impl Machine for LaBackend {
                 "console: only the NS16550 is emulated on LoongArch (console = \"ns16550\")",
             ));
         }
-        if spec.virtio_console || !spec.devices.is_empty() {
+        if !spec.devices.is_empty() {
             // The config tool refuses these for LoongArch; a package that
             // has them anyway is refused here.
             return Err(String::from(
-                "virtio devices: not attached to LoongArch VMs yet",
+                "virtio disks and network ports: not attached to LoongArch VMs yet",
             ));
         }
         let vcpus = spec.vcpus as usize;
         let ram = pool.alloc_ram(spec.ram_size)?;
         mem::clear(&ram);
-        let devices = super::devices::build(vcpus)?;
+        let devices = super::devices::build(vcpus, spec)?;
         let st = VmState {
             ram_size: spec.ram_size,
             ram,
@@ -78,7 +78,7 @@ impl Machine for LaBackend {
             entry: boot.entry,
             dtb: layout::gpa_of(spec.dtb_gpa),
             bus: devices.bus,
-            virtio: Default::default(),
+            virtio: devices.virtio,
         })
     }
 
@@ -129,6 +129,11 @@ fn load_images(st: &VmState, spec: &VmSpec<'static>) -> Result<BootRegs, String>
             vcpus: spec.vcpus,
             bootargs: spec.cmdline,
             initrd: spec.initrd_range(),
+            virtio: &spec
+                .virtio_slots_at(layout::VIRTIO)
+                .iter()
+                .map(|s| (s.base, s.size, s.spi))
+                .collect::<Vec<_>>(),
         }),
     };
     st.copy_in(spec.dtb_gpa, &blob)

@@ -18,7 +18,9 @@ use crate::vdev::ns16550::Ns16550;
 use crate::vdev::poweroff::PowerRegs;
 use crate::vdev::uart::Uart;
 use crate::vgic::VcpuSet;
+use crate::virtio::vm::VmVirtio;
 use crate::vm::Vm;
+use crate::vmconfig::VmSpec;
 
 use super::super::{dmw, platform};
 use super::{LaBackend, VmState, GUEST_POWEROFF, GUEST_UART};
@@ -27,17 +29,20 @@ use super::{LaBackend, VmState, GUEST_POWEROFF, GUEST_UART};
 /// tree's 0x100-byte window beyond them is nothing (an address error).
 const UART_REGS: u64 = 8;
 
-/// A new VM's devices: the bus, the UART's typed handle (console input)
-/// and the interrupt controllers.
+/// A new VM's devices: the bus, the UART's typed handle (console input),
+/// the interrupt controllers and the virtio devices (also on the bus).
 pub struct Devices {
     pub bus: Bus,
     pub uart: Arc<Uart<Ns16550>>,
     pub intc: Arc<Intc>,
+    pub virtio: VmVirtio,
 }
 
-/// Maps the devices of a VM with `vcpus` vCPUs at the addresses its device
-/// tree gives them.
-pub fn build(vcpus: usize) -> Result<Devices, String> {
+/// Maps the devices of `spec`'s VM (`vcpus` vCPUs) at the addresses its
+/// device tree gives them. Its virtio devices (the console only: disks and
+/// ports are refused before) interrupt through the PCH-PIC, lines from
+/// `layout::VIRTIO`'s.
+pub fn build(vcpus: usize, spec: &VmSpec<'static>) -> Result<Devices, String> {
     let intc = Arc::new(Intc::new(vcpus));
     // The 16550's line is PCH-PIC input 2, as on QEMU virt.
     let uart = Arc::new(Uart::new(Ns16550::new(), Some(layout::UART_IRQ)));
@@ -56,7 +61,22 @@ pub fn build(vcpus: usize) -> Result<Devices, String> {
     };
     bus.add(GUEST_POWEROFF, power.size(), Arc::new(power))
         .map_err(err)?;
-    Ok(Devices { bus, uart, intc })
+    let virtio = VmVirtio::build_at(
+        spec,
+        &spec.virtio_slots_at(layout::VIRTIO),
+        &mut bus,
+        &mut |_| {
+            Err(String::from(
+                "virtio disks are not attached to LoongArch VMs yet",
+            ))
+        },
+    )?;
+    Ok(Devices {
+        bus,
+        uart,
+        intc,
+        virtio,
+    })
 }
 
 impl DeviceHost for LaBackend {
