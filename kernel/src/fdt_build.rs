@@ -497,19 +497,26 @@ pub struct LoongArchDtbSpec<'a> {
     pub vcpus: u16,
     pub bootargs: &'a str,
     pub initrd: Option<(u64, u64)>,
+    /// virtio-mmio transports: (base, size, PCH-PIC line).
+    pub virtio: &'a [(u64, u64, u32)],
 }
 
-/// Phandles of the LoongArch guest tree.
-const LA_PHANDLE_CPUIC: u32 = 1;
-const LA_PHANDLE_GED: u32 = 2;
+/// Phandles of the LoongArch guest tree: its interrupt controllers and
+/// the GED syscon.
+pub const LA_PHANDLE_CPUIC: u32 = 1;
+pub const LA_PHANDLE_EIOINTC: u32 = 2;
+pub const LA_PHANDLE_PCH_PIC: u32 = 3;
+const LA_PHANDLE_GED: u32 = 4;
 
 /// The device tree kestrel generates for a LoongArch guest (unless the
 /// config gives one): memory from 0 (and above the device window when
 /// there is more than `layout::LOW_RAM`), one `cpu@N` per vCPU
-/// (reg = CPUID), the console 16550, the power-off and reset registers
-/// (also as QEMU virt's GED syscon with `syscon-poweroff`/`syscon-reboot`,
-/// which Linux drives), the CPU interrupt controller, `/chosen` with the
-/// command line.
+/// (reg = CPUID), the interrupt controllers as Linux's bindings describe
+/// them (`cpuic` <- `eiointc` <- `platic`, the PCH-PIC), the console 16550
+/// on PCH-PIC line 2, the virtio-mmio transports (PCH-PIC lines from 16),
+/// the power-off and reset registers (also as QEMU virt's GED syscon with
+/// `syscon-poweroff`/`syscon-reboot`, which Linux drives), `/chosen` with
+/// the command line.
 pub fn guest_dtb_loongarch(spec: &LoongArchDtbSpec) -> Vec<u8> {
     use crate::guest::loongarch::layout;
     let mut w = FdtWriter::new();
@@ -548,11 +555,52 @@ pub fn guest_dtb_loongarch(spec: &LoongArchDtbSpec) -> Vec<u8> {
             .end_node();
     }
     w.end_node();
+    // The interrupt controllers, chained as on QEMU virt: the CPU's own
+    // (HWI lines, no registers), the EIOINTC in IOCSR space (its `reg` is
+    // the IOCSR range; Linux's driver does not map it) on HWI1, the
+    // PCH-PIC (MMIO) sending its lines as EIOINTC vectors from 0.
+    use crate::guest::loongarch::intc::eiointc;
+    w.begin_node("cpuic")
+        .prop_str("compatible", "loongson,cpu-interrupt-controller")
+        .prop_empty("interrupt-controller")
+        .prop_u32("#interrupt-cells", 1)
+        .prop_u32("phandle", LA_PHANDLE_CPUIC)
+        .end_node();
+    w.begin_node(&format!("eiointc@{:x}", eiointc::BASE))
+        .prop_str("compatible", "loongson,ls2k2000-eiointc")
+        .prop_reg("reg", &[(eiointc::BASE, eiointc::SIZE)])
+        .prop_empty("interrupt-controller")
+        .prop_u32("#interrupt-cells", 1)
+        .prop_u32("interrupt-parent", LA_PHANDLE_CPUIC)
+        .prop_u32("interrupts", 3)
+        .prop_u32("phandle", LA_PHANDLE_EIOINTC)
+        .end_node();
+    w.begin_node(&format!("platic@{:x}", layout::PCH_PIC))
+        .prop_str("compatible", "loongson,pch-pic-1.0")
+        .prop_reg("reg", &[(layout::PCH_PIC, layout::PCH_PIC_SIZE)])
+        .prop_empty("interrupt-controller")
+        .prop_u32("#interrupt-cells", 2)
+        .prop_u32("interrupt-parent", LA_PHANDLE_EIOINTC)
+        .prop_u32("loongson,pic-base-vec", 0)
+        .prop_u32("phandle", LA_PHANDLE_PCH_PIC)
+        .end_node();
     w.begin_node(&serial)
         .prop_str("compatible", "ns16550a")
         .prop_reg("reg", &[(layout::UART, 0x100)])
         .prop_u32("clock-frequency", 100_000_000)
+        .prop_u32("interrupt-parent", LA_PHANDLE_PCH_PIC)
+        // PCH-PIC line, IRQ_TYPE_LEVEL_HIGH.
+        .prop_cells("interrupts", &[layout::UART_IRQ, 4])
         .end_node();
+    for &(base, size, line) in spec.virtio {
+        w.begin_node(&format!("virtio_mmio@{base:x}"))
+            .prop_str("compatible", "virtio,mmio")
+            .prop_reg("reg", &[(base, size)])
+            .prop_u32("interrupt-parent", LA_PHANDLE_PCH_PIC)
+            .prop_cells("interrupts", &[line, 4])
+            .prop_empty("dma-coherent")
+            .end_node();
+    }
     w.begin_node("poweroff")
         .prop_str("compatible", "kestrel,poweroff-byte")
         .prop_reg("reg", &[(layout::POWEROFF, 1)])
@@ -584,14 +632,6 @@ pub fn guest_dtb_loongarch(spec: &LoongArchDtbSpec) -> Vec<u8> {
         .prop_u32("regmap", LA_PHANDLE_GED)
         .prop_u32("offset", layout::RESET_OFFSET as u32)
         .prop_u32("value", layout::RESET_VALUE as u32)
-        .end_node();
-    // The CPU's own interrupt lines (SWI0-1, HWI0-7, PMI, TI, IPI): the
-    // controller Linux takes its timer and IPI interrupts from.
-    w.begin_node("cpuic")
-        .prop_str("compatible", "loongson,cpu-interrupt-controller")
-        .prop_empty("interrupt-controller")
-        .prop_u32("#interrupt-cells", 1)
-        .prop_u32("phandle", LA_PHANDLE_CPUIC)
         .end_node();
     w.end_node();
     // Balanced calls, one root, no NUL in any name: finish cannot fail.

@@ -229,6 +229,12 @@ impl<'a> VmSpec<'a> {
     /// console (when asked for) first, then the device table's entries.
     /// The DTB writer and the VM builder both take them from here.
     pub fn virtio_slots(&self) -> Vec<VirtioSlot> {
+        self.virtio_slots_at(GUEST_VIRTIO)
+    }
+
+    /// [`VmSpec::virtio_slots`] in another window: `(base, size per slot,
+    /// interrupt line of the first)` (LoongArch: PCH-PIC lines).
+    pub fn virtio_slots_at(&self, window: (u64, u64, u32)) -> Vec<VirtioSlot> {
         let console = self.virtio_console.then_some(VirtioSlotKind::Console);
         let devices = (0..self.devices.len()).map(VirtioSlotKind::Device);
         console
@@ -236,9 +242,9 @@ impl<'a> VmSpec<'a> {
             .chain(devices)
             .enumerate()
             .map(|(i, kind)| VirtioSlot {
-                base: GUEST_VIRTIO.0 + i as u64 * GUEST_VIRTIO.1,
-                size: GUEST_VIRTIO.1,
-                spi: GUEST_VIRTIO.2 + i as u32,
+                base: window.0 + i as u64 * window.1,
+                size: window.1,
+                spi: window.2 + i as u32,
                 kind,
             })
             .collect()

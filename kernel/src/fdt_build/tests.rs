@@ -367,6 +367,7 @@ fn la_spec(ram_size: u64, initrd: Option<(u64, u64)>) -> LoongArchDtbSpec<'stati
         vcpus: 3,
         bootargs: "console=ttyS0 earlycon",
         initrd,
+        virtio: &[(0x1600_0000, 0x200, 16)],
     }
 }
 
@@ -415,6 +416,53 @@ fn loongarch_guest_tree_round_trips_through_fdt_crate() {
         Some("ns16550a")
     );
     assert_eq!(regs(&serial), [(0x1fe0_01e0, 0x100)]);
+
+    // The serial's interrupt: PCH-PIC line 2, level high; the chain up to
+    // the CPU's controller, as Linux's bindings describe it.
+    let u32p = |n: &fdt::node::FdtNode, p: &str| n.property(p).unwrap().as_usize().unwrap() as u32;
+    let cells = |n: &fdt::node::FdtNode, p: &str| -> Vec<u32> {
+        n.property(p)
+            .unwrap()
+            .value
+            .chunks(4)
+            .map(|c| u32::from_be_bytes(c.try_into().unwrap()))
+            .collect()
+    };
+    let pch = fdt.find_node("/platic@10000000").unwrap();
+    let eio = fdt.find_node("/eiointc@1400").unwrap();
+    let cpuic = fdt.find_node("/cpuic").unwrap();
+    assert_eq!(u32p(&serial, "interrupt-parent"), u32p(&pch, "phandle"));
+    assert_eq!(cells(&serial, "interrupts"), [2, 4]);
+    assert_eq!(
+        pch.property("compatible").unwrap().as_str(),
+        Some("loongson,pch-pic-1.0")
+    );
+    assert_eq!(regs(&pch), [(0x1000_0000, 0x400)]);
+    assert_eq!(u32p(&pch, "#interrupt-cells"), 2);
+    assert_eq!(u32p(&pch, "loongson,pic-base-vec"), 0);
+    assert_eq!(u32p(&pch, "interrupt-parent"), u32p(&eio, "phandle"));
+    assert!(pch.property("interrupt-controller").is_some());
+    assert_eq!(
+        eio.property("compatible").unwrap().as_str(),
+        Some("loongson,ls2k2000-eiointc")
+    );
+    assert_eq!(u32p(&eio, "#interrupt-cells"), 1);
+    assert_eq!(u32p(&eio, "interrupt-parent"), u32p(&cpuic, "phandle"));
+    assert_eq!(cells(&eio, "interrupts"), [3]);
+    assert_eq!(
+        cpuic.property("compatible").unwrap().as_str(),
+        Some("loongson,cpu-interrupt-controller")
+    );
+    assert_eq!(u32p(&cpuic, "#interrupt-cells"), 1);
+    assert!(cpuic.property("interrupt-parent").is_none());
+    assert!(cpuic.property("interrupt-controller").is_some());
+    let phandles = [&cpuic, &eio, &pch].map(|n| u32p(n, "phandle"));
+    assert!(phandles[0] != phandles[1] && phandles[1] != phandles[2] && phandles[0] != phandles[2]);
+
+    let vio = fdt.find_node("/virtio_mmio@16000000").unwrap();
+    assert_eq!(regs(&vio), [(0x1600_0000, 0x200)]);
+    assert_eq!(u32p(&vio, "interrupt-parent"), u32p(&pch, "phandle"));
+    assert_eq!(cells(&vio, "interrupts"), [16, 4]);
 
     let off = fdt.find_node("/poweroff").unwrap();
     assert_eq!(regs(&off), [(0x100e_001c, 1)]);

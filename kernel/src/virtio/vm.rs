@@ -55,9 +55,19 @@ impl VmVirtio {
         bus: &mut Bus,
         disk_memory: &mut dyn FnMut(u64) -> Result<Vec<&'static mut [u8]>, String>,
     ) -> Result<VmVirtio, String> {
+        Self::build_at(spec, &spec.virtio_slots(), bus, disk_memory)
+    }
+
+    /// [`VmVirtio::build`] at `slots` (an architecture's own window).
+    pub fn build_at(
+        spec: &VmSpec<'static>,
+        slots: &[crate::vmconfig::VirtioSlot],
+        bus: &mut Bus,
+        disk_memory: &mut dyn FnMut(u64) -> Result<Vec<&'static mut [u8]>, String>,
+    ) -> Result<VmVirtio, String> {
         let mut v = VmVirtio::default();
         let devices: Vec<Device<'static>> = spec.devices.iter().collect();
-        for slot in spec.virtio_slots() {
+        for &slot in slots {
             debug_assert_eq!(slot.size, REGION_SIZE);
             let err = |e| format!("virtio at {:#x}: {e:?}", slot.base);
             match slot.kind {

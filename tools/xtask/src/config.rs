@@ -754,19 +754,13 @@ fn devices(
             ),
         ));
     }
-    if arch == Arch::LoongArch64 && (n > 0 || v.virtio_console) {
-        let field = if !v.disk.is_empty() {
-            "disk"
-        } else if !v.net.is_empty() {
-            "net"
-        } else {
-            "virtio_console"
-        };
+    if arch == Arch::LoongArch64 && n > 0 {
+        let field = if !v.disk.is_empty() { "disk" } else { "net" };
         return Err(err(
             &f(field),
             String::from(
-                "virtio devices are not available on LoongArch yet (its guests have no \
-                 device interrupt controller): remove it",
+                "virtio disks and network ports are not available on LoongArch yet (only \
+                 the virtio console is): remove it",
             ),
         ));
     }

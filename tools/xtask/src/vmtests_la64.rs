@@ -36,6 +36,7 @@ pub const KESTREL_ONLY: &[&str] = &[
     "ipi-pv-3",
     "ipi-pv-all",
     "ipi-pv-invalid",
+    "virtio-console",
     "bench",
 ];
 
@@ -49,6 +50,7 @@ pub const EVERYWHERE: &[&str] = &[
     "ipi-iocsr-1",
     "ipi-iocsr-3",
     "ipi-iocsr-all",
+    "device-irq",
     "fp-lsx",
     "user-isolation",
     "outside-ram",
@@ -63,7 +65,7 @@ pub fn build_guest_la64() -> Result<PathBuf, String> {
 
 /// The bare-QEMU smoke case: the guest itself as QEMU's `-kernel`.
 pub fn bare_case() -> Case {
-    let mut expect: Vec<&'static str> = vec!["RESULT: 11 passed, 0 failed"];
+    let mut expect: Vec<&'static str> = vec!["RESULT: 12 passed, 0 failed"];
     expect.extend(EVERYWHERE.iter().map(|c| pass_line(c)));
     expect.push("SKIP kestrel-probe: not on kestrel (hvcl raised INE");
     Case {
@@ -135,6 +137,29 @@ pub const ALL_CHECKS_4: &[&str] = &[
     "ipi-pv-3",
     "ipi-pv-all",
     "ipi-pv-invalid",
+    "device-irq",
+    "fp-lsx",
+    "user-isolation",
+    "outside-ram",
+];
+
+/// [`ALL_CHECKS_4`] and the virtio console (`la64-1vm` has one).
+pub const ALL_CHECKS_4_VIRTIO: &[&str] = &[
+    "exceptions",
+    "paging",
+    "timer",
+    "smp",
+    "kestrel-probe",
+    "swi0-self",
+    "ipi-iocsr-1",
+    "ipi-iocsr-3",
+    "ipi-iocsr-all",
+    "ipi-pv-1",
+    "ipi-pv-3",
+    "ipi-pv-all",
+    "ipi-pv-invalid",
+    "device-irq",
+    "virtio-console",
     "fp-lsx",
     "user-isolation",
     "outside-ram",
@@ -150,8 +175,8 @@ pub fn vm_cases() -> Vec<VmCase> {
             gic: 3,
             mem_mib: 1024,
             vms: vec!["la64-test".into()],
-            must_pass: ALL_CHECKS_4,
-            check: Some(check_bench_lines),
+            must_pass: ALL_CHECKS_4_VIRTIO,
+            check: Some(check_1vm),
             timeout: Duration::from_secs(300),
             qemu_args: &[],
             stop_after: None,
@@ -169,6 +194,7 @@ pub fn vm_cases() -> Vec<VmCase> {
                 "smp",
                 "fp-lsx",
                 "ipi-pv-all",
+                "device-irq",
                 "user-isolation",
             ],
             check: None,
@@ -585,6 +611,20 @@ fn victim_line(log: &str) -> Option<VictimLine> {
 }
 
 /// The single-VM run prints the benchmark: every line must be there.
+/// `la64-1vm`: its BENCH lines, and the virtio console's bytes in the log.
+fn check_1vm(log: &str) -> Vec<String> {
+    let mut problems = check_bench_lines(log);
+    if !log.contains(VIRTIO_MESSAGE) {
+        problems.push(format!(
+            "the virtio console's bytes ({VIRTIO_MESSAGE:?}) are not in the log"
+        ));
+    }
+    problems
+}
+
+/// What the guest's virtio-console check sends (its `virtio::MESSAGE`).
+const VIRTIO_MESSAGE: &str = "virtio-console: hello from the LoongArch test guest";
+
 fn check_bench_lines(log: &str) -> Vec<String> {
     let mut problems = vmtest::missing_ipi_bench_lines(log, ["pv", "iocsr"]);
     if !log.contains("BENCH timer traps_per_irq=") {
@@ -692,9 +732,10 @@ mod tests {
     fn judge_counts_results_and_passes() {
         let case = &vm_cases()[0];
         let mut log = String::new();
-        for c in ALL_CHECKS_4 {
+        for c in ALL_CHECKS_4_VIRTIO {
             log.push_str(&format!("[vm0] PASS {c}: fine\n"));
         }
+        log.push_str(&format!("[vm0] {VIRTIO_MESSAGE}\n"));
         for mode in ["pv", "iocsr"] {
             for t in ["1", "3", "all"] {
                 log.push_str(&format!(
@@ -712,6 +753,7 @@ mod tests {
         let bad = log.replace("PASS fp-lsx: fine", "FAIL fp-lsx: lost");
         assert!(!judge_vm(case, &bad, false).is_empty());
         assert!(!judge_vm(case, &log.replace("RESULT: 16", ""), false).is_empty());
+        assert!(!judge_vm(case, &log.replace(VIRTIO_MESSAGE, ""), false).is_empty());
     }
 
     #[test]

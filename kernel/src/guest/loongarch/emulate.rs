@@ -6,8 +6,11 @@
 //! returned as an [`Effect`] for it to apply.
 
 use super::csr::{ecode, CsrFile, IRQ_IPI};
+
+/// ESTAT.IS bit of HWI0 (HWIn is `IRQ_HWI0 + n`).
+pub const IRQ_HWI0: u32 = 2;
 use super::insn::{Insn, Reg};
-use super::iocsr::{self, VIpi};
+use super::iocsr;
 use super::tlb::{self, Inval, SoftTlb};
 
 /// The guest vCPU state an instruction reads and writes.
@@ -55,7 +58,7 @@ pub enum Effect {
 }
 
 /// Emulates privileged instruction `i` of vCPU `me` at counter time `now`.
-/// `ipi` are the VM's IOCSR IPI blocks, `mem` reads a 64-bit guest physical
+/// `io` is the VM's IOCSR space (IPI blocks, interrupt controllers), `mem` reads a 64-bit guest physical
 /// word (the page-walk instructions; 0 where there is nothing). Never
 /// panics; the PC advances past the instruction unless it is `ertn` (the
 /// PC becomes ERA) or the effect is [`Effect::Deliver`].
@@ -64,7 +67,7 @@ pub fn emulate(
     i: Insn,
     cpu: &mut GuestCpu<'_>,
     now: u64,
-    ipi: &[VIpi],
+    io: &iocsr::Space<'_>,
     me: usize,
     mem: impl Fn(u64) -> u64,
 ) -> Effect {
@@ -93,12 +96,12 @@ pub fn emulate(
             retranslate(fx.translation)
         }
         Insn::IocsrRd { rd, rj, size } => {
-            let v = iocsr::read(ipi, me, cpu.reg(rj), size);
+            let v = io.read(me, cpu.reg(rj), size);
             cpu.set_reg(rd, v);
             Effect::None
         }
         Insn::IocsrWr { rd, rj, size } => {
-            Effect::Iocsr(iocsr::write(ipi, me, cpu.reg(rj), size, cpu.reg(rd)))
+            Effect::Iocsr(io.write(me, cpu.reg(rj), size, cpu.reg(rd)))
         }
         Insn::TlbSrch => {
             cpu.tlb.srch(cpu.csr);
@@ -134,8 +137,12 @@ pub fn emulate(
         }
         Insn::Idle { .. } => {
             cpu.csr.update_timer(now);
-            let line = ipi.get(me).is_some_and(VIpi::line);
+            let line = io.ipi.get(me).is_some_and(iocsr::VIpi::line);
             cpu.csr.set_line(IRQ_IPI, line);
+            let hwi = io.intc.map_or(0, |i| i.hwi(me));
+            for n in 0..8 {
+                cpu.csr.set_line(IRQ_HWI0 + n, hwi & (1 << n) != 0);
+            }
             Effect::Idle
         }
         Insn::Cacop { .. } => Effect::None,

@@ -4,6 +4,11 @@
 //! IPIs and for SMP bring-up through the mailbox, as on Loongson 3A5000 /
 //! QEMU `loongson_ipi`.
 //!
+//! With the VM's interrupt controllers ([`Space`]), the EIOINTC's
+//! registers (`super::intc`), MISC_FUNC and ANY_SEND (a write into
+//! another vCPU's IOCSR view, which Linux uses to program the EIOINTC)
+//! are part of the same space.
+//!
 //! State lives in atomics ([`VIpi`], one per vCPU) because any vCPU of the
 //! VM may send to any other while it runs on another pCPU. Accesses:
 //! 4- and 8-byte, naturally aligned, to the IPI registers; the feature and
@@ -14,6 +19,8 @@
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use super::insn::Size;
+use super::intc::Intc;
+use crate::vgic::VcpuSet;
 
 pub const VERSION: u64 = 0x0;
 pub const FEATURES: u64 = 0x8;
@@ -26,9 +33,14 @@ pub const IPI_CLEAR: u64 = 0x100c;
 pub const MBUF0: u64 = 0x1020;
 pub const IPI_SEND: u64 = 0x1040;
 pub const MAIL_SEND: u64 = 0x1048;
+/// A 32-bit write to another vCPU's IOCSR space: address 15:0, vCPU
+/// 25:16, bytes to keep 30:27, data 63:32.
+pub const ANY_SEND: u64 = 0x1158;
 
 /// FEATURES bits: CSR-based IPI (4) and "running on a hypervisor" (11).
 pub const FEATURE_CSRIPI: u64 = 1 << 4;
+/// FEATURES bit 3: the EIOINTC is there (VMs with interrupt controllers).
+pub const FEATURE_EXTIOI: u64 = 1 << 3;
 pub const FEATURE_VM: u64 = 1 << 11;
 /// What kestrel's guests read at FEATURES.
 pub const GUEST_FEATURES: u64 = FEATURE_CSRIPI | FEATURE_VM;
@@ -98,6 +110,64 @@ pub enum Effect {
     /// A mailbox of vCPU n was written (the firmware-style start protocol
     /// watches mailbox 0).
     Mail(usize),
+    /// The interrupt controllers raised HWI lines of these vCPUs: wake or
+    /// kick them (the writer itself looks at its lines before re-entry).
+    Irq(VcpuSet),
+}
+
+/// A VM's IOCSR space: the IPI blocks and, where the VM has them, its
+/// interrupt controllers.
+#[derive(Clone, Copy)]
+pub struct Space<'a> {
+    pub ipi: &'a [VIpi],
+    pub intc: Option<&'a Intc>,
+}
+
+impl Space<'_> {
+    /// `iocsrrd` by vCPU `me`.
+    pub fn read(&self, me: usize, addr: u64, size: Size) -> u64 {
+        if let Some(intc) = self.intc {
+            if let Some(v) = intc.iocsr_read(me, addr, size.bytes()) {
+                return v;
+            }
+            if addr & !7 == FEATURES && addr.is_multiple_of(size.bytes()) {
+                return read(self.ipi, me, addr, size)
+                    | (FEATURE_EXTIOI >> (8 * (addr & 7))) & size.mask();
+            }
+        }
+        read(self.ipi, me, addr, size)
+    }
+
+    /// `iocsrwr` of `value` by vCPU `me`.
+    pub fn write(&self, me: usize, addr: u64, size: Size, value: u64) -> Effect {
+        if let Some(intc) = self.intc {
+            if let Some(rose) = intc.iocsr_write(me, addr, size.bytes(), value) {
+                return Effect::Irq(rose);
+            }
+            if addr == ANY_SEND && size == Size::D {
+                return self.any_send(intc, me, value);
+            }
+        }
+        write(self.ipi, me, addr, size, value)
+    }
+
+    fn any_send(&self, intc: &Intc, me: usize, value: u64) -> Effect {
+        let addr = value & 0xffff;
+        let target = ((value >> 16) & 0x3ff) as usize;
+        let keep = ((value >> 27) & 0xf) as u8;
+        let data = (value >> 32) as u32;
+        if Intc::owns_iocsr(addr) {
+            return Effect::Irq(intc.any_send(target, addr, data, keep));
+        }
+        // The IPI block of the target, whole words only.
+        if keep != 0 || target >= self.ipi.len() {
+            return Effect::None;
+        }
+        match write(self.ipi, target, addr, Size::W, u64::from(data)) {
+            Effect::SelfLine if target != me => Effect::Ipi(target),
+            fx => fx,
+        }
+    }
 }
 
 fn id_word(addr: u64) -> Option<u64> {
@@ -269,6 +339,68 @@ mod tests {
         assert_eq!(read(&v, 1, MBUF0 + 12, Size::W), 0xaaaa_bbbb);
         // 32-bit MAIL_SEND has no data half: ignored.
         assert_eq!(write(&v, 0, MAIL_SEND, Size::W, 1 << 16), Effect::None);
+    }
+
+    #[test]
+    fn space_with_the_interrupt_controllers() {
+        use crate::guest::loongarch::intc::{eiointc, Intc};
+        let v = vm(4);
+        let intc = Intc::new(4);
+        let io = Space {
+            ipi: &v,
+            intc: Some(&intc),
+        };
+        assert_ne!(io.read(0, FEATURES, Size::D) & FEATURE_EXTIOI, 0);
+        assert_eq!(read(&v, 0, FEATURES, Size::D) & FEATURE_EXTIOI, 0);
+        // MISC_FUNC and the EIOINTC registers are the controller's.
+        assert_eq!(
+            io.write(1, eiointc::MISC_FUNC, Size::D, eiointc::MISC_EXT_IOI_EN),
+            Effect::Irq(VcpuSet::EMPTY)
+        );
+        assert_eq!(
+            io.read(2, eiointc::MISC_FUNC, Size::D),
+            eiointc::MISC_EXT_IOI_EN
+        );
+        // ANY_SEND: byte 1 of route word 0 (vector 1) from vCPU 0 into
+        // vCPU 2's view, the other bytes kept.
+        io.write(0, eiointc::ROUTE, Size::W, 0x1111_1111);
+        let send = |addr: u64, cpu: u64, keep: u64, data: u64| {
+            addr | cpu << 16 | keep << 27 | 1 << 31 | data << 32
+        };
+        io.write(
+            0,
+            ANY_SEND,
+            Size::D,
+            send(eiointc::ROUTE, 2, 0b1101, 0x0000_0400),
+        );
+        assert_eq!(io.read(3, eiointc::ROUTE, Size::W), 0x1111_0411);
+        // ANY_SEND to another vCPU's IPI block: its line changes, it is woken.
+        io.write(2, IPI_EN, Size::W, 1);
+        assert_eq!(
+            io.write(0, ANY_SEND, Size::D, send(IPI_SET, 2, 0, 1)),
+            Effect::Ipi(2)
+        );
+        assert!(v[2].line());
+        // Masked writes to the IPI block, and targets beyond the VM: dropped.
+        assert_eq!(
+            io.write(0, ANY_SEND, Size::D, send(IPI_SET, 1, 1, 1)),
+            Effect::None
+        );
+        assert_eq!(
+            io.write(0, ANY_SEND, Size::D, send(eiointc::ENABLE, 9, 0, 1)),
+            Effect::Irq(VcpuSet::EMPTY)
+        );
+        assert_eq!(io.read(0, eiointc::ENABLE, Size::W), 0);
+        // Without the controllers the space is the IPI block's alone.
+        let plain = Space {
+            ipi: &v,
+            intc: None,
+        };
+        assert_eq!(plain.read(0, eiointc::MISC_FUNC, Size::D), 0);
+        assert_eq!(
+            plain.write(0, ANY_SEND, Size::D, send(IPI_SET, 1, 0, 1)),
+            Effect::None
+        );
     }
 
     #[test]

@@ -11,6 +11,14 @@ pub const LOW_RAM: u64 = 0x1000_0000;
 pub const HIGH_RAM_BASE: u64 = 0x8000_0000;
 /// The console NS16550A (byte registers).
 pub const UART: u64 = 0x1fe0_01e0;
+/// The PCH-PIC's registers (QEMU virt's `platic`), and how many bytes.
+pub const PCH_PIC: u64 = 0x1000_0000;
+pub const PCH_PIC_SIZE: u64 = 0x400;
+/// The 16550's PCH-PIC input line (QEMU virt's).
+pub const UART_IRQ: u32 = 2;
+/// virtio-mmio transports: (base of the first, bytes each, PCH-PIC line
+/// of the first), in QEMU virt's platform-bus window.
+pub const VIRTIO: (u64, u64, u32) = (0x1600_0000, 0x200, 16);
 /// The power-off register: a byte write of [`POWEROFF_VALUE`] ends the VM.
 pub const POWEROFF: u64 = 0x100e_001c;
 pub const POWEROFF_VALUE: u64 = 0x34;

@@ -10,6 +10,7 @@ pub mod efi;
 pub mod emulate;
 pub mod exit;
 pub mod insn;
+pub mod intc;
 pub mod iocsr;
 pub mod layout;
 pub mod tlb;

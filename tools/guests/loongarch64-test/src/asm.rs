@@ -213,6 +213,18 @@ guest_probe_load_insn:
     ld.d    $a1, $a2, 0
     jr      $ra
 
+    // fn guest_probe_load32(addr) -> (estat or 0, value): as
+    // guest_probe_load, one 32-bit load (device registers).
+    .global guest_probe_load32
+guest_probe_load32:
+    move    $a2, $a0
+    move    $a0, $zero
+    move    $a1, $zero
+    .global guest_probe_load32_insn
+guest_probe_load32_insn:
+    ld.wu   $a1, $a2, 0
+    jr      $ra
+
     // fn guest_probe_store(addr, value) -> estat or 0
     .global guest_probe_store
 guest_probe_store:
@@ -285,6 +297,8 @@ extern "C" {
     pub fn guest_hvcl_insn();
     pub fn guest_probe_load(addr: usize) -> ProbeResult;
     pub fn guest_probe_load_insn();
+    pub fn guest_probe_load32(addr: usize) -> ProbeResult;
+    pub fn guest_probe_load32_insn();
     pub fn guest_probe_store_insn();
     pub fn guest_fp_load(buf: *const FpState, lsx: u64);
     pub fn guest_fp_store(buf: *mut FpState, lsx: u64);

@@ -91,6 +91,16 @@ pub fn paging() -> Outcome {
         mmu::DEVICE,
     );
     mmu::identity(POWEROFF_REG, POWEROFF_REG + 1, mmu::DEVICE);
+    mmu::identity(
+        crate::devirq::PCH_PIC,
+        crate::devirq::PCH_PIC + 0x400,
+        mmu::DEVICE,
+    );
+    mmu::identity(
+        crate::virtio::BASE,
+        crate::virtio::BASE + crate::virtio::SIZE,
+        mmu::DEVICE,
+    );
     for i in 0..16 {
         mmu::map(
             ALIAS_VA + i * 4096,

@@ -33,6 +33,9 @@ pub const CRMD_PG: u64 = 1 << 4;
 /// ECFG.LIE / ESTAT.IS bits.
 pub const INT_SWI0: u64 = 1 << 0;
 pub const INT_TI: u64 = 1 << 11;
+/// HWI0..3 (ESTAT.IS[5:2]): the lines the EIOINTC drives.
+pub const INT_HWI0_3: u64 = 0xf << 2;
+pub const INT_HWI1: u64 = 1 << 3;
 pub const INT_IPI: u64 = 1 << 12;
 
 /// Reads CSR `$n`.
@@ -89,6 +92,14 @@ pub fn iocsr_read32(reg: u64) -> u32 {
     // have no read side effect.
     unsafe { asm!("iocsrrd.w {0}, {1}", out(reg) v, in(reg) reg, options(nostack)) };
     v as u32
+}
+
+pub fn iocsr_read64(reg: u64) -> u64 {
+    let v: u64;
+    // SAFETY: the registers this guest reads (MISC_FUNC, the EIOINTC's
+    // ISR) have no read side effect.
+    unsafe { asm!("iocsrrd.d {0}, {1}", out(reg) v, in(reg) reg, options(nostack)) };
+    v
 }
 
 /// # Safety

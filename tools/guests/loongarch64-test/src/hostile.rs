@@ -771,8 +771,9 @@ const IPI_SEND: u64 = iocsr::IPI_SEND;
 const MAIL_SEND: u64 = iocsr::MAIL_SEND;
 const MBUF0: u64 = 0x1020;
 
-/// IOCSR reads of every width across the space, garbage writes, IPIs and
-/// mail to CPUs that do not exist.
+/// IOCSR reads of every width across the space, garbage writes (the IPI
+/// block, MISC_FUNC, the EIOINTC, ANY_SEND), IPIs and mail to CPUs that do
+/// not exist.
 fn attack_iocsr(kestrel: bool) -> Tally {
     let mut t = Tally::new();
     let mut rng = Rng(0xdead_beef_cafe_f00d);
@@ -821,6 +822,15 @@ fn attack_iocsr(kestrel: bool) -> Tally {
             continue;
         }
         wrio(&mut t, (a % 4) as usize, a, rng.next());
+    }
+    // The interrupt controllers' space (EIOINTC block, ANY_SEND, the
+    // virtual-extension words): every width read, garbage written.
+    for a in (0x1100..0x1d00u64)
+        .step_by(2)
+        .chain(0x4000_0000..0x4000_0008)
+    {
+        rd(&mut t, (a as usize / 2) % 4, a);
+        wrio(&mut t, (a as usize / 2 + 1) % 4, a, rng.next());
     }
     if rd(&mut t, 3, iocsr::FEATURES) != features {
         t.bad(format_args!("IOCSR features changed by writes"));

@@ -4,7 +4,8 @@
 //! (as QEMU `-kernel` starts it) and checks, one `PASS`/`FAIL`/`SKIP` line
 //! each, what a hypervisor running it deprivileged must get right: its own
 //! paging and TLB refill, timer interrupts, SMP bring-up through the IOCSR
-//! mailbox, kestrel discovery, PV and IOCSR IPIs, FP/LSX state across vCPU
+//! mailbox, kestrel discovery, PV and IOCSR IPIs, a device interrupt
+//! through the PCH-PIC and EIOINTC, FP/LSX state across vCPU
 //! switches, PLV3 isolation and memory outside the VM. It ends with
 //! `RESULT: N passed, M failed` and powers the machine off.
 //!
@@ -26,6 +27,8 @@ mod console;
 #[cfg(target_os = "none")]
 mod cpu;
 #[cfg(target_os = "none")]
+mod devirq;
+#[cfg(target_os = "none")]
 mod exitbench;
 #[cfg(target_os = "none")]
 mod fdt;
@@ -39,6 +42,8 @@ mod reboot;
 mod smp;
 #[cfg(target_os = "none")]
 mod trap;
+#[cfg(target_os = "none")]
+mod virtio;
 
 /// Most CPUs the guest handles (kestrel's `MAX_VCPUS`).
 pub const MAX_CPUS: usize = 16;
@@ -137,6 +142,8 @@ mod guest {
             report(name, o);
         }
         report("ipi-pv-invalid", checks::ipi_pv_invalid(on_kestrel));
+        report("device-irq", crate::devirq::check());
+        report("virtio-console", crate::virtio::check());
         report("fp-lsx", checks::fp_all_cpus());
         report("user-isolation", checks::user_isolation());
         report("outside-ram", checks::outside_ram());

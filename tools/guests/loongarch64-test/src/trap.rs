@@ -90,10 +90,14 @@ pub static BRKS: AtomicU64 = AtomicU64::new(0);
 /// guest uses (not yet CRMD.IE).
 pub fn init_cpu() {
     // SAFETY: __exc_entry is the 4 KiB-aligned entry in asm.rs; ECFG.VS = 0
-    // (one entry) and LIE = SWI0 | TI | IPI, all handled below.
+    // (one entry) and LIE = SWI0 | HWI1 | TI | IPI, all handled below
+    // (nothing drives HWI1 until `devirq` programs the EIOINTC).
     unsafe {
         csr_write!(csr::EENTRY, asm::__exc_entry as *const () as u64);
-        csr_write!(csr::ECFG, cpu::INT_SWI0 | cpu::INT_TI | cpu::INT_IPI);
+        csr_write!(
+            csr::ECFG,
+            cpu::INT_SWI0 | cpu::INT_HWI1 | cpu::INT_TI | cpu::INT_IPI
+        );
         // Every IPI vector may interrupt.
         cpu::iocsr_write32(iocsr::IPI_EN, 0xffff_ffff);
     }
@@ -130,6 +134,7 @@ extern "C" fn guest_trap_handler(f: &mut Frame) -> u64 {
         return 1;
     }
     if era == asm::guest_probe_load_insn as *const () as usize
+        || era == asm::guest_probe_load32_insn as *const () as usize
         || era == asm::guest_probe_store_insn as *const () as usize
     {
         LAST_BADV[cpu].store(csr_read!(csr::BADV), Ordering::Relaxed);
@@ -177,6 +182,9 @@ fn interrupt(cpu: usize, estat: u64) {
             IPIS[cpu].fetch_add(1, Ordering::Relaxed);
         }
     }
+    if estat & cpu::INT_HWI0_3 != 0 {
+        crate::devirq::interrupt(cpu);
+    }
     if estat & cpu::INT_SWI0 != 0 {
         // SAFETY: clears ESTAT.IS bit 0 (SWI0), the PV IPI.
         unsafe { csr_xchg!(csr::ESTAT, 0u64, cpu::INT_SWI0) };
@@ -195,6 +203,17 @@ pub fn probe(addr: usize) -> Result<u64, u64> {
     } else {
         Err(r.estat)
     }
+}
+
+/// A 32-bit load of the register at `addr` (4-aligned); `None` when it
+/// faults.
+pub fn probe_reg32(addr: usize) -> Option<u32> {
+    if !addr.is_multiple_of(4) {
+        return None;
+    }
+    // SAFETY: as `probe`, with one 32-bit load.
+    let r = unsafe { asm::guest_probe_load32(addr) };
+    (r.estat == 0).then_some(r.value as u32)
 }
 
 pub fn probe_u64(addr: usize) -> Option<u64> {

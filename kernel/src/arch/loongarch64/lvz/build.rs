@@ -38,7 +38,7 @@ impl Machine for LvzBackend {
         pool: &mut FramePool,
         stats: &Arc<Stats>,
     ) -> Result<Built<Self>, String> {
-        let (st, bus, boot) = new_vm_state(spec, pool)?;
+        let (st, devices, boot) = new_vm_state(spec, pool)?;
         let offset = csr::rdtime().wrapping_neg();
         let mut vcpus: Vec<VcpuState> = (0..spec.vcpus as usize)
             .map(|i| VcpuState::new(i, stats))
@@ -52,8 +52,8 @@ impl Machine for LvzBackend {
             vcpus,
             entry: boot.entry,
             dtb: layout::gpa_of(spec.dtb_gpa),
-            bus,
-            virtio: Default::default(),
+            bus: devices.bus,
+            virtio: devices.virtio,
         })
     }
 
@@ -106,15 +106,17 @@ impl LvzBackend {
 impl DeviceHost for LvzBackend {
     type ConsoleUart = Ns16550;
 
-    fn device_irq(&self, _vm: &Vm<Self>, _line: u32, _level: bool) -> VcpuSet {
-        // No device interrupt controller is emulated yet: the guest polls.
-        VcpuSet::EMPTY
+    /// Device lines go to the PCH-PIC, on to the EIOINTC and the vCPUs'
+    /// HWI lines (written into their ESTAT before each entry).
+    fn device_irq(&self, vm: &Vm<Self>, line: u32, level: bool) -> VcpuSet {
+        vm.arch.intc.set_level(line, level)
     }
 
     fn guest_memory(vm: &Vm<Self>) -> &dyn GuestMemory {
         &vm.arch
     }
 
+    /// Its interrupt reaches the guest through the PCH-PIC.
     fn console_uart(vm: &Vm<Self>) -> &Uart<Ns16550> {
         &vm.arch.uart
     }

@@ -281,18 +281,15 @@ fn gspr(env: &mut ExitCtx<'_, B>, ctx: &mut VcpuState, w: u32) -> RunExit {
         }
         Insn::IocsrRd { rd, rj, size } => {
             count(env, ExitReason::Ipi);
-            let v = viocsr::read(&vm.arch.ipi, index, ctx.frame.reg(rj), size);
+            let v = vm.arch.iocsr().read(index, ctx.frame.reg(rj), size);
             ctx.frame.set_reg(rd, v);
         }
         Insn::IocsrWr { rd, rj, size } => {
             count(env, ExitReason::Ipi);
-            let fx = viocsr::write(
-                &vm.arch.ipi,
-                index,
-                ctx.frame.reg(rj),
-                size,
-                ctx.frame.reg(rd),
-            );
+            let fx = vm
+                .arch
+                .iocsr()
+                .write(index, ctx.frame.reg(rj), size, ctx.frame.reg(rd));
             match fx {
                 viocsr::Effect::Ipi(t) => {
                     vm.stats.inc(crate::stats::Counter::IpiEmulated);
@@ -305,6 +302,8 @@ fn gspr(env: &mut ExitCtx<'_, B>, ctx: &mut VcpuState, w: u32) -> RunExit {
                 }
                 // The caller's own line is written into its ESTAT before
                 // its next entry.
+                // Lines of the interrupt controllers rose on these vCPUs.
+                viocsr::Effect::Irq(rose) => env.wake_set(rose),
                 viocsr::Effect::SelfLine | viocsr::Effect::None => {}
             }
         }

@@ -51,7 +51,7 @@ use super::vm::VmState;
 use super::{csr, iocsr, platform};
 use gcsr::{g, gcsr_read, gcsr_xchg};
 pub use vcpu::VcpuState;
-use vcpu::{IS_IPI, IS_TI, TCFG_EN, TCFG_INIT, TCFG_PERIODIC};
+use vcpu::{IS_HWI, IS_IPI, IS_TI, TCFG_EN, TCFG_INIT, TCFG_PERIODIC};
 
 /// IPI vector kestrel kicks pCPUs with (vector 0 is the boot mailbox's).
 const KICK_VECTOR: u32 = 1;
@@ -228,7 +228,8 @@ impl LvzBackend {
         let sh = &vm.arch.shared[index];
         let estat = gcsr_read!(g::ESTAT)
             | u64::from(sh.swi.load(Ordering::Acquire) & 3)
-            | if vm.arch.ipi[index].line() { IS_IPI } else { 0 };
+            | if vm.arch.ipi[index].line() { IS_IPI } else { 0 }
+            | u64::from(vm.arch.intc.hwi(index)) << 2;
         estat & gcsr_read!(g::ECFG) & 0x1fff != 0
     }
 
@@ -254,13 +255,15 @@ impl LvzBackend {
         end == PollEnd::Work
     }
 
-    /// Before an entry: PV IPIs (SWI) and the IOCSR IPI line into the
-    /// guest's ESTAT, and the FP unit as the engine decided.
+    /// Before an entry: PV IPIs (SWI), the IOCSR IPI line and the HWI
+    /// lines of the interrupt controllers (EIOINTC, fed by the PCH-PIC)
+    /// into the guest's ESTAT, and the FP unit as the engine decided.
     fn prepare_entry(&self, cpu: usize, vm: &Vm<Self>, index: usize) {
         let sh = &vm.arch.shared[index];
         let swi = u64::from(sh.swi.swap(0, Ordering::AcqRel) & 3);
         let ipi = if vm.arch.ipi[index].line() { IS_IPI } else { 0 };
-        gcsr_xchg!(g::ESTAT, swi | ipi, swi | IS_IPI);
+        let hwi = u64::from(vm.arch.intc.hwi(index)) << 2;
+        gcsr_xchg!(g::ESTAT, swi | ipi | hwi, swi | IS_IPI | IS_HWI);
         let owns = PCPU[cpu]
             .fp
             .lock()

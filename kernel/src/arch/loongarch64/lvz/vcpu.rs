@@ -21,6 +21,8 @@ pub const TCFG_PERIODIC: u64 = 2;
 pub const TCFG_INIT: u64 = !3 & ((1 << 48) - 1);
 /// ESTAT.IS bits.
 pub const IS_SWI: u64 = 3;
+/// HWI0-7: the lines of the interrupt controllers.
+pub const IS_HWI: u64 = 0xff << 2;
 pub const IS_TI: u64 = 1 << 11;
 pub const IS_IPI: u64 = 1 << 12;
 

@@ -37,7 +37,7 @@ impl Machine for LaBackend {
         pool: &mut FramePool,
         stats: &Arc<Stats>,
     ) -> Result<Built<Self>, String> {
-        let (st, bus, boot) = new_vm_state(spec, pool)?;
+        let (st, devices, boot) = new_vm_state(spec, pool)?;
         let vcpus = spec.vcpus as usize;
         let mut states: Vec<VcpuState> = (0..vcpus).map(|i| VcpuState::new(i, stats)).collect();
         states[0].reset(0, boot.entry, boot.args);
@@ -46,8 +46,8 @@ impl Machine for LaBackend {
             vcpus: states,
             entry: boot.entry,
             dtb: layout::gpa_of(spec.dtb_gpa),
-            bus,
-            virtio: Default::default(),
+            bus: devices.bus,
+            virtio: devices.virtio,
         })
     }
 
@@ -60,35 +60,43 @@ impl Machine for LaBackend {
     }
 }
 
+/// What a new VM has beside its [`VmState`]: its MMIO bus and its virtio
+/// devices (on the bus too).
+pub(in crate::arch::loongarch64) struct VmDevices {
+    pub bus: crate::vdev::bus::Bus,
+    pub virtio: crate::virtio::vm::VmVirtio,
+}
+
 /// A new VM's state for `spec` (shared by both LoongArch backends): its
-/// RAM from `pool`, zeroed, with the images loaded; its devices and IPI
-/// blocks; and where its boot vCPU starts.
+/// RAM from `pool`, zeroed, with the images loaded; its devices, interrupt
+/// controllers and IPI blocks; and where its boot vCPU starts.
 pub(in crate::arch::loongarch64) fn new_vm_state(
     spec: &VmSpec<'static>,
     pool: &mut FramePool,
-) -> Result<(VmState, crate::vdev::bus::Bus, BootRegs), String> {
+) -> Result<(VmState, VmDevices, BootRegs), String> {
     if spec.console != ConsoleKind::Ns16550 {
         return Err(String::from(
             "console: only the NS16550 is emulated on LoongArch (console = \"ns16550\")",
         ));
     }
-    if spec.virtio_console || !spec.devices.is_empty() {
+    if !spec.devices.is_empty() {
         // The config tool refuses these for LoongArch; a package that
         // has them anyway is refused here.
         return Err(String::from(
-            "virtio devices: not available on LoongArch yet (no device interrupt controller)",
+            "virtio disks and network ports: not attached to LoongArch VMs yet",
         ));
     }
     let vcpus = spec.vcpus as usize;
     let ram = pool.alloc_ram(spec.ram_size)?;
     mem::clear(&ram);
-    let devices = super::devices::build()?;
+    let devices = super::devices::build(vcpus, spec)?;
     let st = VmState {
         ram_size: spec.ram_size,
         ram,
         spec: *spec,
         uart: devices.uart,
         ipi: (0..vcpus).map(|_| VIpi::new()).collect(),
+        intc: devices.intc,
         shared: (0..vcpus)
             .map(|i| VcpuShared {
                 swi: AtomicU32::new(0),
@@ -100,7 +108,11 @@ pub(in crate::arch::loongarch64) fn new_vm_state(
         rebuild: AtomicUsize::new(0),
     };
     let boot = load_images(&st, spec)?;
-    Ok((st, devices.bus, boot))
+    let rest = VmDevices {
+        bus: devices.bus,
+        virtio: devices.virtio,
+    };
+    Ok((st, rest, boot))
 }
 
 /// A restart's VM part (shared by both LoongArch backends): devices and
@@ -185,6 +197,11 @@ fn load_images(st: &VmState, spec: &VmSpec<'static>) -> Result<BootRegs, String>
             vcpus: spec.vcpus,
             bootargs: spec.cmdline,
             initrd: spec.initrd_range(),
+            virtio: &spec
+                .virtio_slots_at(layout::VIRTIO)
+                .iter()
+                .map(|s| (s.base, s.size, s.spi))
+                .collect::<Vec<_>>(),
         }),
     };
     st.copy_in(spec.dtb_gpa, &blob)

@@ -1,14 +1,16 @@
-//! The LoongArch VM's devices: its MMIO bus (the NS16550 console and the
-//! power-off and reset registers, where QEMU virt has them), and what the core's
-//! device environment needs from this backend: console input comes from
-//! the physical UART to the 16550, console bytes go to the console
-//! multiplexer, guest RAM is the VM's frames; there is no device interrupt
-//! controller yet.
+//! The LoongArch VM's devices: its MMIO bus (the NS16550 console, the
+//! PCH-PIC and the power-off and reset registers, where QEMU virt has
+//! them), and what the core's device environment needs from this backend:
+//! device lines go to the VM's interrupt controllers
+//! (`crate::guest::loongarch::intc`), console input comes from the
+//! physical UART to the 16550, console bytes go to the console
+//! multiplexer, guest RAM is the VM's frames.
 
 use alloc::format;
 use alloc::string::String;
 use alloc::sync::Arc;
 
+use crate::guest::loongarch::intc::{Intc, PchPicDevice};
 use crate::guest::loongarch::layout;
 use crate::vdev::bus::{Bus, GuestMemory, MemError};
 use crate::vdev::env::DeviceHost;
@@ -16,7 +18,9 @@ use crate::vdev::ns16550::Ns16550;
 use crate::vdev::poweroff::PowerRegs;
 use crate::vdev::uart::Uart;
 use crate::vgic::VcpuSet;
+use crate::virtio::vm::VmVirtio;
 use crate::vm::Vm;
+use crate::vmconfig::VmSpec;
 
 use super::super::{dmw, platform};
 use super::{LaBackend, VmState, GUEST_POWEROFF, GUEST_UART};
@@ -25,43 +29,69 @@ use super::{LaBackend, VmState, GUEST_POWEROFF, GUEST_UART};
 /// tree's 0x100-byte window beyond them is nothing (an address error).
 const UART_REGS: u64 = 8;
 
-/// A new VM's devices: the bus, and the UART's typed handle (console input).
+/// A new VM's devices: the bus, the UART's typed handle (console input),
+/// the interrupt controllers and the virtio devices (also on the bus).
 pub struct Devices {
     pub bus: Bus,
     pub uart: Arc<Uart<Ns16550>>,
+    pub intc: Arc<Intc>,
+    pub virtio: VmVirtio,
 }
 
-/// Maps the VM's devices at the addresses its device tree gives them.
-pub fn build() -> Result<Devices, String> {
-    // Its interrupt line is not wired: guests poll the 16550.
-    let uart = Arc::new(Uart::new(Ns16550::new(), None));
+/// Maps the devices of `spec`'s VM (`vcpus` vCPUs) at the addresses its
+/// device tree gives them. Its virtio devices (the console only: disks and
+/// ports are refused before) interrupt through the PCH-PIC, lines from
+/// `layout::VIRTIO`'s.
+pub fn build(vcpus: usize, spec: &VmSpec<'static>) -> Result<Devices, String> {
+    let intc = Arc::new(Intc::new(vcpus));
+    // The 16550's line is PCH-PIC input 2, as on QEMU virt.
+    let uart = Arc::new(Uart::new(Ns16550::new(), Some(layout::UART_IRQ)));
     let mut bus = Bus::new();
     let err = |e| format!("device map: {e:?}");
     bus.add(GUEST_UART, UART_REGS, uart.clone()).map_err(err)?;
+    bus.add(
+        layout::PCH_PIC,
+        layout::PCH_PIC_SIZE,
+        Arc::new(PchPicDevice(intc.clone())),
+    )
+    .map_err(err)?;
     let power = PowerRegs {
         off: (0, layout::POWEROFF_VALUE),
         reset: Some((layout::RESET_OFFSET, layout::RESET_VALUE)),
     };
     bus.add(GUEST_POWEROFF, power.size(), Arc::new(power))
         .map_err(err)?;
-    Ok(Devices { bus, uart })
+    let virtio = VmVirtio::build_at(
+        spec,
+        &spec.virtio_slots_at(layout::VIRTIO),
+        &mut bus,
+        &mut |_| {
+            Err(String::from(
+                "virtio disks are not attached to LoongArch VMs yet",
+            ))
+        },
+    )?;
+    Ok(Devices {
+        bus,
+        uart,
+        intc,
+        virtio,
+    })
 }
 
 impl DeviceHost for LaBackend {
     type ConsoleUart = Ns16550;
 
-    fn device_irq(&self, _vm: &Vm<Self>, _line: u32, _level: bool) -> VcpuSet {
-        // No device interrupt controller is emulated yet (the guest sees
-        // none in its device tree) and no device here has a wired line:
-        // nothing is made pending, nobody is woken.
-        VcpuSet::EMPTY
+    /// Device lines are PCH-PIC inputs (the numbers the device tree gives).
+    fn device_irq(&self, vm: &Vm<Self>, line: u32, level: bool) -> VcpuSet {
+        vm.arch.intc.set_level(line, level)
     }
 
     fn guest_memory(vm: &Vm<Self>) -> &dyn GuestMemory {
         &vm.arch
     }
 
-    /// No receive interrupt is wired (guests poll the 16550).
+    /// Its interrupt reaches the guest through the PCH-PIC.
     fn console_uart(vm: &Vm<Self>) -> &Uart<Ns16550> {
         &vm.arch.uart
     }

@@ -370,7 +370,7 @@ fn privileged(env: &ExitCtx<'_, B>, ctx: &mut VcpuState, i: Insn, w: u32) -> Run
         csr: &mut ctx.csr,
         tlb: &mut ctx.tlb,
     };
-    let fx = emulate::emulate(i, &mut guest, now, &vm.arch.ipi, env.index(), |pa| {
+    let fx = emulate::emulate(i, &mut guest, now, &vm.arch.iocsr(), env.index(), |pa| {
         vm.arch.read_u64(pa)
     });
     match fx {
@@ -385,6 +385,7 @@ fn privileged(env: &ExitCtx<'_, B>, ctx: &mut VcpuState, i: Insn, w: u32) -> Run
                 env.wake(t);
             }
         }
+        Effect::Iocsr(viocsr::Effect::Irq(rose)) => env.wake_set(rose),
         Effect::Idle => return idle(env, ctx),
         Effect::Deliver(code) => return deliver(ctx, code, 0, None, w),
     }

@@ -26,7 +26,9 @@ use crate::board::BoardInfo;
 use crate::exitctx::ExitCtx;
 use crate::fpu::FpPolicy;
 use crate::guest::loongarch::csr::{self as vcsr};
-use crate::guest::loongarch::iocsr::VIpi;
+use crate::guest::loongarch::emulate::IRQ_HWI0;
+use crate::guest::loongarch::intc::Intc;
+use crate::guest::loongarch::iocsr::{self as viocsr, VIpi};
 use crate::guest::loongarch::layout;
 use crate::haltpoll::PollEnd;
 use crate::sched::VcpuKey;
@@ -85,6 +87,9 @@ pub struct VmState {
     pub uart: Arc<Uart<VNs16550>>,
     /// The IOCSR IPI block of each vCPU.
     pub ipi: Vec<VIpi>,
+    /// The device interrupt controllers (PCH-PIC on the bus, EIOINTC in
+    /// IOCSR space) and each vCPU's HWI lines.
+    pub intc: Arc<Intc>,
     pub shared: Vec<VcpuShared>,
     /// A restart's rebuild still to do (0: none): its RAM is zeroed and its
     /// images loaded by vCPU 0, frame `rebuild - 1` next, a frame per
@@ -112,6 +117,23 @@ impl VmState {
             // aligned, reached through kestrel's cached window.
             Some(h) => unsafe { core::ptr::read_volatile(dmw::cached(h) as *const u64) },
             None => 0,
+        }
+    }
+
+    /// The VM's IOCSR space (IPI blocks and interrupt controllers).
+    pub fn iocsr(&self) -> viocsr::Space<'_> {
+        viocsr::Space {
+            ipi: &self.ipi,
+            intc: Some(&self.intc),
+        }
+    }
+
+    /// Puts vCPU `index`'s IPI and HWI lines into its virtual ESTAT.
+    pub fn merge_lines(&self, index: usize, csr: &mut vcsr::CsrFile) {
+        csr.set_line(vcsr::IRQ_IPI, self.ipi.get(index).is_some_and(VIpi::line));
+        let hwi = self.intc.hwi(index);
+        for n in 0..8 {
+            csr.set_line(IRQ_HWI0 + n, hwi & (1 << n) != 0);
         }
     }
 
@@ -196,7 +218,7 @@ impl LaBackend {
             csr::rdtime,
             || {
                 ctx.csr.update_timer(csr::rdtime());
-                ctx.csr.set_line(vcsr::IRQ_IPI, vm.arch.ipi[index].line());
+                vm.arch.merge_lines(index, &mut ctx.csr);
                 let swi = u64::from(sh.swi.load(Ordering::Acquire) & 3);
                 ctx.csr.wake_pending().is_some() || swi & ctx.csr.get(vcsr::num::ECFG) != 0
             },
@@ -222,8 +244,7 @@ impl LaBackend {
         let sh = &vm.arch.shared[vcpu.index];
         let now = self.now();
         ctx.csr.update_timer(now);
-        ctx.csr
-            .set_line(vcsr::IRQ_IPI, vm.arch.ipi[vcpu.index].line());
+        vm.arch.merge_lines(vcpu.index, &mut ctx.csr);
         let swi = sh.swi.swap(0, Ordering::AcqRel);
         if swi != 0 {
             ctx.csr.estat |= u64::from(swi & 3);

@@ -2,7 +2,8 @@ use super::*;
 use crate::guest::loongarch::csr::num;
 use crate::guest::loongarch::csr::tests::Rng;
 use crate::guest::loongarch::insn::{self, Size};
-use crate::guest::loongarch::iocsr::{IPI_EN, IPI_SEND};
+use crate::guest::loongarch::intc::{eiointc, Intc};
+use crate::guest::loongarch::iocsr::{self, VIpi, IPI_EN, IPI_SEND};
 
 struct State {
     regs: [u64; 32],
@@ -10,6 +11,7 @@ struct State {
     csr: CsrFile,
     tlb: SoftTlb,
     ipi: [VIpi; 2],
+    intc: Intc,
 }
 
 impl State {
@@ -20,6 +22,7 @@ impl State {
             csr: CsrFile::new(0),
             tlb: SoftTlb::new(),
             ipi: Default::default(),
+            intc: Intc::new(2),
         }
     }
 
@@ -30,7 +33,11 @@ impl State {
             csr: &mut self.csr,
             tlb: &mut self.tlb,
         };
-        emulate(i, &mut cpu, 0, &self.ipi, 0, |pa| pa ^ 0xf0)
+        let io = iocsr::Space {
+            ipi: &self.ipi,
+            intc: Some(&self.intc),
+        };
+        emulate(i, &mut cpu, 0, &io, 0, |pa| pa ^ 0xf0)
     }
 }
 
@@ -182,4 +189,55 @@ fn garbage_never_panics() {
         }
     }
     assert!(n > 10_000, "only {n} privileged words");
+}
+
+#[test]
+fn iocsr_reaches_the_eiointc_and_idle_sees_its_lines() {
+    let mut s = State::new();
+    let wr = |s: &mut State, addr: u64, v: u64, size: Size| {
+        s.regs[5] = addr;
+        s.regs[4] = v;
+        s.run(Insn::IocsrWr { rd: 4, rj: 5, size })
+    };
+    wr(
+        &mut s,
+        eiointc::MISC_FUNC,
+        eiointc::MISC_EXT_IOI_EN,
+        Size::D,
+    );
+    wr(&mut s, eiointc::ENABLE, 1 << 4, Size::W);
+    // Vector 4 to core 1 (bitmap), then its input rises.
+    let fx = wr(&mut s, eiointc::ROUTE + 4, 2, Size::B);
+    assert_eq!(
+        fx,
+        Effect::Iocsr(iocsr::Effect::Irq(crate::vgic::VcpuSet::EMPTY))
+    );
+    s.intc.mmio_write(0x40, 8, u64::MAX).unwrap();
+    s.intc.mmio_write(0x204, 1, 4).unwrap();
+    s.intc.mmio_write(0x20, 8, !(1u64 << 4)).unwrap();
+    assert!(s.intc.set_level(4, true).contains(1));
+    // Route it to vCPU 0 (this one): the write reports it.
+    let fx = wr(&mut s, eiointc::ROUTE + 4, 1, Size::B);
+    assert_eq!(
+        fx,
+        Effect::Iocsr(iocsr::Effect::Irq(crate::vgic::VcpuSet::single(0)))
+    );
+    s.csr.write(num::ECFG, 1 << IRQ_HWI0, 0);
+    assert_eq!(s.run(Insn::Idle { level: 0 }), Effect::Idle);
+    assert_eq!(s.csr.wake_pending(), Some(IRQ_HWI0));
+    // The handler reads and clears its ISR; FEATURES says EXTIOI.
+    s.regs[5] = eiointc::ISR;
+    s.run(Insn::IocsrRd {
+        rd: 6,
+        rj: 5,
+        size: Size::D,
+    });
+    assert_eq!(s.regs[6], 1 << 4);
+    s.regs[5] = iocsr::FEATURES;
+    s.run(Insn::IocsrRd {
+        rd: 6,
+        rj: 5,
+        size: Size::W,
+    });
+    assert_ne!(s.regs[6] & iocsr::FEATURE_EXTIOI, 0);
 }
