@@ -341,6 +341,10 @@ fn check_lvz_rollover(log: &str) -> Vec<String> {
 
 fn check_hostile_lvz(log: &str) -> Vec<String> {
     let mut problems = check_lvz_backend(log);
+    // The attacker judged its answers as LVZ guest mode gives them.
+    if !log.contains(", LVZ guest mode (PLV0") {
+        problems.push("the attacker did not see LVZ guest mode (cpucfg 0x4000_0000)".into());
+    }
     problems.extend(check_hostile(log));
     problems
 }

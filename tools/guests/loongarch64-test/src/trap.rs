@@ -33,6 +33,7 @@ pub mod ecode {
     pub const INT: u64 = 0;
     pub const PIL: u64 = 1;
     pub const PPI: u64 = 7;
+    pub const ADE: u64 = 8;
     pub const SYS: u64 = 11;
     pub const BRK: u64 = 12;
     pub const INE: u64 = 13;

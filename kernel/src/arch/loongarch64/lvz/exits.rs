@@ -21,7 +21,7 @@ use alloc::format;
 
 use crate::exitctx::{ExitArch, ExitCtx};
 use crate::guest::loongarch::csr::ecode;
-use crate::guest::loongarch::insn::{self, Insn};
+use crate::guest::loongarch::insn::{self, Addr, Insn};
 use crate::guest::loongarch::iocsr as viocsr;
 use crate::hypercall::{Abi, HypercallArgs};
 use crate::stats::ExitReason;
@@ -180,19 +180,30 @@ fn inject(ctx: &mut VcpuState, code: u8, sub: u16, badv: Option<u64>, insn: u32)
 /// device on the VM's bus, else the guest's ADE.
 fn mmio(env: &ExitCtx<'_, B>, ctx: &mut VcpuState, gpa: u64, w: u32) -> RunExit {
     let vm = env.vm;
-    let (rd, size, store, signed) = match insn::decode(w) {
+    let (rd, size, store, signed, addr) = match insn::decode(w) {
         Some(Insn::Load {
-            rd, size, signed, ..
-        }) => (rd, size, false, signed),
-        Some(Insn::Store { rd, size, .. }) => (rd, size, true, false),
+            rd,
+            size,
+            signed,
+            addr,
+        }) => (rd, size, false, signed, addr),
+        Some(Insn::Store { rd, size, addr }) => (rd, size, true, false, addr),
         _ => {
             count(env, ExitReason::Abort);
             return inject(ctx, ecode::ADE, ecode::ADEM, Some(gpa), w);
         }
     };
+    // The guest's BADV names the virtual address it used (LVZ gives the
+    // root only the GPA, which differs from it through a DMW or the
+    // guest's TLB): recomputed from the instruction's registers, which
+    // the access left unchanged.
+    let va = match addr {
+        Addr::Imm(rj, imm) => ctx.frame.reg(rj).wrapping_add(imm as u64),
+        Addr::Index(rj, rk) => ctx.frame.reg(rj).wrapping_add(ctx.frame.reg(rk)),
+    };
     let (Some(hit), Some(width)) = (vm.bus.find(gpa), Width::new(size.bytes() as u8)) else {
         count(env, ExitReason::Abort);
-        return inject(ctx, ecode::ADE, ecode::ADEM, Some(gpa), w);
+        return inject(ctx, ecode::ADE, ecode::ADEM, Some(va), w);
     };
     count(env, ExitReason::Mmio);
     let value = ctx.frame.reg(rd) & size.mask();
@@ -269,6 +280,14 @@ fn gspr(env: &mut ExitCtx<'_, B>, ctx: &mut VcpuState, w: u32) -> RunExit {
         count(env, ExitReason::Other);
         return inject(ctx, ecode::INE, 0, None, w);
     };
+    // A privileged instruction from the guest's PLV1-3 is the guest's IPE,
+    // whatever LVZ sent here: the emulator in tools/qemu-lvz raises GSPR
+    // for IOCSR accesses before it checks the PLV, which would otherwise
+    // let guest user code send IPIs and mail as its kernel.
+    if i.is_privileged() && gcsr_read!(g::CRMD) & 3 != 0 {
+        count(env, ExitReason::Other);
+        return inject(ctx, ecode::IPE, 0, None, w);
+    }
     match i {
         Insn::Cpucfg { rd, rj } => {
             count(env, ExitReason::Sysreg);
