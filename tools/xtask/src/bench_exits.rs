@@ -89,7 +89,7 @@ fn boot_kestrel(arch: Arch, config: &str, gic: u32) -> Result<String, String> {
         gic,
         mem_mib: 1024,
         features: Vec::new(),
-        append: "kestrel.exit=poweroff".into(),
+        append: crate::TEST_APPEND.into(),
         config: Some(config),
     };
     run_icount(qemu::command(&opts, &image, true), "kestrel", Some(log))

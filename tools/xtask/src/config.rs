@@ -59,6 +59,8 @@ struct RawHypervisor {
     fp_policy: Option<String>,
     tick_hz: Option<i64>,
     max_cpus: Option<i64>,
+    console: Option<String>,
+    scrollback: Option<RawSize>,
 }
 
 /// A size: bytes as an integer, or a string with a K/M/G suffix.
@@ -313,10 +315,40 @@ pub fn parse(text: &str, file: &Path, arch: Arch) -> Result<Config, ConfigError>
             ))
         }
     };
+    let console = match h.console.as_deref() {
+        None => package::ConsoleMode::Default,
+        Some("raw") => package::ConsoleMode::Raw,
+        Some("log") => package::ConsoleMode::Log,
+        Some(o) => {
+            return Err(err(
+                "hypervisor.console",
+                format!("unknown console mode \"{o}\": use raw or log"),
+            ))
+        }
+    };
+    let scrollback = match &h.scrollback {
+        None => 0,
+        Some(s) => {
+            let n = match s {
+                RawSize::Bytes(b) => u64::try_from(*b).map_err(|_| format!("{b} is negative")),
+                RawSize::Text(t) => parse_size(t),
+            }
+            .map_err(|e| err("hypervisor.scrollback", e))?;
+            if !(1..=u64::from(package::MAX_SCROLLBACK)).contains(&n) {
+                return Err(err(
+                    "hypervisor.scrollback",
+                    format!("{n} bytes is out of range 1..={}", package::MAX_SCROLLBACK),
+                ));
+            }
+            n as u32
+        }
+    };
     let settings = HypervisorSettings {
         fp_policy,
         max_cpus,
         tick_hz,
+        console,
+        scrollback,
     };
 
     if raw.vm.is_empty() {

@@ -625,7 +625,7 @@ fn kestrel_boot_with(case: &KestrelCase, extra: &[String]) -> Result<Boot, Strin
         smp: 4,
         gic: case.gic,
         mem_mib: 1024,
-        append: "kestrel.exit=poweroff".into(),
+        append: crate::TEST_APPEND.into(),
         config: Some(config.clone()),
         ..Opts::default()
     };
@@ -1109,7 +1109,7 @@ pub fn bench(args: &[String]) -> Result<(), String> {
         smp: vm.vcpus.max(1),
         gic: 3,
         mem_mib: 1024,
-        append: "kestrel.exit=poweroff".into(),
+        append: crate::TEST_APPEND.into(),
         config: Some(config.clone()),
         ..Opts::default()
     };

@@ -108,7 +108,8 @@ fn good_config_is_read_and_packed() {
         HypervisorSettings {
             fp_policy: FpPolicy::Lazy,
             max_cpus: 16,
-            tick_hz: 250
+            tick_hz: 250,
+            ..Default::default()
         }
     );
     assert_eq!(cfg.vms.len(), 3);
