@@ -449,15 +449,17 @@ impl ConsoleMux {
                     }
                 }
             }
-            bytes.extend(ring);
+            bytes.extend(without_queries(ring));
             self.at_line_start = bytes.last().is_none_or(|&b| b == b'\n');
         }
         Out::Raw(bytes)
     }
 
     /// VM `vm` stopped (`why`): the keyboard moves to the next running VM,
-    /// if it had it. Returns the message to write.
-    pub fn vm_stopped(&mut self, vm: usize, why: &str) -> Option<Out> {
+    /// if it had it. `stays_up`: kestrel keeps running with no VM (a VM
+    /// stopped from the console may be started again). Returns the message
+    /// to write.
+    pub fn vm_stopped(&mut self, vm: usize, why: &str, stays_up: bool) -> Option<Out> {
         let name = self.vms.get(vm)?.name.clone();
         self.vms[vm].alive = false;
         if self.focus != vm {
@@ -472,12 +474,13 @@ impl ConsoleMux {
                 );
                 Some(self.say_and_replay(&text))
             }
-            None => {
+            None if stays_up => {
                 let text = alloc::format!(
                     "kestrel: VM {vm} ({name}) {why}; no VM runs (Ctrl-] c N starts VM N)"
                 );
                 Some(self.say(&text))
             }
+            None => None,
         }
     }
 
@@ -629,6 +632,38 @@ impl ConsoleMux {
             self.vms[self.focus].name
         )
     }
+}
+
+/// `bytes` without the terminal queries in them (cursor position and
+/// status reports, device attributes: `ESC [ 6 n`, `ESC [ c`, ...): a
+/// replay is for the eyes, and the terminal's answers would reach the VM
+/// as typed text long after its program stopped waiting for them.
+fn without_queries(bytes: impl Iterator<Item = u8>) -> Vec<u8> {
+    let mut out = Vec::new();
+    // A CSI sequence being collected (from its ESC).
+    let mut csi: Vec<u8> = Vec::new();
+    for b in bytes {
+        if csi.is_empty() {
+            if b == 0x1b {
+                csi.push(b);
+            } else {
+                out.push(b);
+            }
+            continue;
+        }
+        csi.push(b);
+        match (csi.len(), b) {
+            (2, b'[') => {}
+            (2, _) => out.append(&mut csi),
+            // Parameters and intermediates.
+            (_, 0x20..=0x3f) if csi.len() < 16 => {}
+            // The final byte: a query ends in `n` or `c`, and is dropped.
+            (_, b'n' | b'c') => csi.clear(),
+            _ => out.append(&mut csi),
+        }
+    }
+    out.append(&mut csi);
+    out
 }
 
 /// A key as the user would name it.
@@ -891,6 +926,21 @@ mod tests {
     }
 
     #[test]
+    fn a_replay_leaves_out_terminal_queries_and_keeps_the_rest() {
+        let q = |s: &str| String::from_utf8(without_queries(s.bytes())).unwrap();
+        assert_eq!(q("a\x1b[6nb\x1b[5n\x1b[c\x1b[>0c\x1b[?6n"), "ab");
+        let kept = "\x1b[1;32mgreen\x1b[0m\x1b[2J\x1b[H\x1bM\x1b[;H";
+        assert_eq!(q(kept), kept);
+        assert_eq!(
+            q("tail\x1b["),
+            "tail\x1b[",
+            "a cut sequence is kept as it is"
+        );
+        let long = "\x1b[11111111111111111111n";
+        assert_eq!(q(long), long, "too long to be a query");
+    }
+
+    #[test]
     fn the_scrollback_ring_is_bounded_and_replays_from_a_line_start() {
         let mut m = mux_in(Mode::Raw);
         for i in 0..40 {
@@ -1026,7 +1076,7 @@ mod tests {
     fn the_keyboard_leaves_a_stopped_vm() {
         let mut m = mux_in(Mode::Raw);
         write(&mut m, 1, "beta's screen\r\n");
-        let s = shown(m.vm_stopped(0, "powered off").unwrap());
+        let s = shown(m.vm_stopped(0, "powered off", false).unwrap());
         assert!(s.contains("VM 0 (alpha) powered off; the keyboard goes to VM 1 (beta)"));
         assert!(s.ends_with("beta's screen\r\n"), "replayed: {s:?}");
         assert_eq!(m.focus(), 1);
@@ -1034,18 +1084,20 @@ mod tests {
         m.input(ESCAPE);
         assert!(said(m.input(b'0')).contains("is stopped; Ctrl-] c 0 starts it"));
         assert_eq!(
-            m.vm_stopped(0, "again"),
+            m.vm_stopped(0, "again", true),
             None,
             "not focused: nothing to say"
         );
-        let s = shown(m.vm_stopped(1, "stopped").unwrap());
+        assert_eq!(m.vm_stopped(1, "powered off", false), None, "kestrel ends");
+        m.vm_started(1);
+        let s = shown(m.vm_stopped(1, "stopped", true).unwrap());
         assert!(s.contains("no VM runs"));
         // The first VM to start again gets the keyboard.
         assert!(shown(m.vm_started(0).unwrap()).contains("VM 0 (alpha)"));
         assert_eq!(m.focus(), 0);
         assert_eq!(m.vm_started(1), None);
         assert!(m.is_alive(1));
-        assert_eq!(m.vm_stopped(9, "x"), None);
+        assert_eq!(m.vm_stopped(9, "x", true), None);
     }
 
     #[test]

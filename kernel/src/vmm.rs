@@ -145,7 +145,7 @@ pub fn create_vms<B: Machine>(
                     pinned.0 |= affinity.0;
                 }
                 console.lock().add_vm(&vm.name);
-                operator::note_created(spec.ram_size);
+                operator::note_created(spec.ram_size, vm.started_at());
                 log::info!(
                     "vm[{}] \"{}\" created: {} vCPU(s), {} MiB at {:#x}, entry {entry:#x}, DTB at {dtb:#x}",
                     spec.index,
@@ -261,7 +261,12 @@ impl<B: Machine> Observer for LogObserver<'_, B> {
                 log::info!("VM \"{vm}\" virtio: {s}");
             }
             let mut mux = self.console.lock();
-            if let Some(out) = mux.vm_stopped(usize::from(v.slot), &format!("{why}")) {
+            let stays_up = self
+                .hv
+                .created()
+                .iter()
+                .any(|v| v.end_reason() == Some(VmEnd::Stopped));
+            if let Some(out) = mux.vm_stopped(usize::from(v.slot), &format!("{why}"), stays_up) {
                 crate::console::write(&out);
             }
         } else {

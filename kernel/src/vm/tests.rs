@@ -629,7 +629,8 @@ fn the_console_stops_restarts_and_starts_vms_while_they_run() {
         assert!(hv.request(0, Cmd::Restart).is_err());
         // Start: rebuilt from its images, running again.
         hv.request(0, Cmd::Start).unwrap();
-        wait_for(&hv, "the start", || !spin.has_ended());
+        wait_for(&hv, "the start", || !log.started.lock().unwrap().is_empty());
+        assert!(!spin.has_ended());
         assert_eq!(hv.backend.rebuilds.load(Ordering::Relaxed), 1);
         assert_eq!(*log.started.lock().unwrap(), ["spin"]);
         wait_for(&hv, "spin to run", || {

@@ -19,6 +19,8 @@ use crate::vm::{Hypervisor, Vm};
 
 /// Memory of each created VM, by slot (the VM does not keep its spec).
 static MEMORY: Mutex<Vec<u64>> = Mutex::new(Vec::new());
+/// When each created VM was created (its counters count from there).
+static CREATED_AT: Mutex<Vec<u64>> = Mutex::new(Vec::new());
 /// The VMs refused at boot: name and reason.
 static REFUSED: Mutex<Vec<(String, String)>> = Mutex::new(Vec::new());
 /// The live view: which VMs, and the last sample the rates start from.
@@ -26,9 +28,10 @@ static TOP: Mutex<Option<Top>> = Mutex::new(None);
 /// The last sample of each VM's counters (rates in the list).
 static LAST: Mutex<Vec<Sample>> = Mutex::new(Vec::new());
 
-/// The next created VM has `bytes` of RAM.
-pub fn note_created(bytes: u64) {
+/// The next created VM has `bytes` of RAM and was created at `at`.
+pub fn note_created(bytes: u64, at: u64) {
     MEMORY.lock().push(bytes);
+    CREATED_AT.lock().push(at);
 }
 
 /// A VM was refused at boot (the package check or creation).
@@ -230,24 +233,23 @@ pub fn command<B: DeviceHost>(hv: &Hypervisor<B>, mux: &Mutex<ConsoleMux>, c: Co
                 .map(|vm| row(hv, vm, now, focus, &memory))
                 .collect();
             let samples: Vec<Sample> = vms.iter().map(|vm| sample(vm, now)).collect();
+            let created = CREATED_AT.lock().clone();
             let mut last = LAST.lock();
             let text = render_list(&rows, &REFUSED.lock(), hz, |i| {
                 let s = samples.get(i)?;
-                // Since the last look, or since the VM started.
-                match last
-                    .get(i)
-                    .filter(|l| l.at < s.at && l.at >= vms[i].started_at())
-                {
+                let started = vms[i].started_at();
+                // Since the last look in this run of the VM, or since its
+                // creation; a VM (re)started since has no figure yet.
+                match last.get(i).filter(|l| l.at < s.at && l.at >= started) {
                     Some(l) => per_second(
                         s.stats.exits().saturating_sub(l.stats.exits()),
                         s.at - l.at,
                         hz,
                     ),
-                    None => per_second(
-                        s.stats.exits(),
-                        s.at.saturating_sub(vms[i].started_at()),
-                        hz,
-                    ),
+                    None if created.get(i) == Some(&started) => {
+                        per_second(s.stats.exits(), s.at.saturating_sub(started), hz)
+                    }
+                    None => None,
                 }
             });
             *last = samples;
