@@ -484,6 +484,34 @@ impl ConsoleMux {
         }
     }
 
+    /// VM `vm` boots again (restarted, or started after it stopped): raw
+    /// mode marks it in its scrollback, and on the screen if it has the
+    /// keyboard, so what follows is told apart from the previous run.
+    pub fn vm_rebooted(&mut self, vm: usize) -> Option<Out> {
+        if self.mode != Mode::Raw {
+            return None;
+        }
+        let c = self.vms.get(vm)?;
+        let mut mark = Vec::new();
+        if !c.ring.back().is_none_or(|&b| b == b'\n') {
+            mark.extend_from_slice(b"\r\n");
+        }
+        mark.extend_from_slice(
+            alloc::format!("kestrel: ---- VM {vm} ({}) boots again ----\r\n", c.name).as_bytes(),
+        );
+        let shown = vm == self.focus && self.keys != Keys::View;
+        let mut out = Vec::new();
+        if shown && !self.at_line_start {
+            out.extend_from_slice(b"\r\n");
+        }
+        for &b in &mark {
+            if let Some(Out::Byte(b)) = self.output_raw(vm, b) {
+                out.push(b);
+            }
+        }
+        (!out.is_empty()).then_some(Out::Raw(out))
+    }
+
     /// VM `vm` runs again (started or restarted). It gets the keyboard if
     /// the focused VM is stopped.
     pub fn vm_started(&mut self, vm: usize) -> Option<Out> {
@@ -1098,6 +1126,23 @@ mod tests {
         assert_eq!(m.vm_started(1), None);
         assert!(m.is_alive(1));
         assert_eq!(m.vm_stopped(9, "x", true), None);
+    }
+
+    #[test]
+    fn a_new_boot_is_marked_in_the_scrollback_and_on_the_screen() {
+        let mut m = mux_in(Mode::Raw);
+        write(&mut m, 1, "old run");
+        assert_eq!(m.vm_rebooted(1), None, "not focused: only in the ring");
+        write(&mut m, 1, "new run\r\n");
+        m.input(ESCAPE);
+        let s = said(m.input(b'1'));
+        assert!(
+            s.ends_with("old run\r\nkestrel: ---- VM 1 (beta) boots again ----\r\nnew run\r\n"),
+            "{s:?}"
+        );
+        let s = shown(m.vm_rebooted(1).unwrap());
+        assert_eq!(s, "kestrel: ---- VM 1 (beta) boots again ----\r\n");
+        assert_eq!(mux().vm_rebooted(0), None, "log mode has its own lines");
     }
 
     #[test]

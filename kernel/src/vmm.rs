@@ -286,13 +286,23 @@ impl<B: Machine> Observer for LogObserver<'_, B> {
         log::info!(
             "VM \"{vm}\" restarted ({n}): heap {heap} bytes used, guest memory {free} bytes free"
         );
+        if let Some(v) = self.hv.created().iter().find(|v| v.name == vm) {
+            let mut mux = self.console.lock();
+            if let Some(out) = mux.vm_rebooted(usize::from(v.slot)) {
+                crate::console::write(&out);
+            }
+        }
     }
 
     fn vm_started(&self, vm: &str) {
         log::info!("VM \"{vm}\" started again from its packed images");
         if let Some(v) = self.hv.created().iter().find(|v| v.name == vm) {
             let mut mux = self.console.lock();
-            if let Some(out) = mux.vm_started(usize::from(v.slot)) {
+            let slot = usize::from(v.slot);
+            for out in [mux.vm_rebooted(slot), mux.vm_started(slot)]
+                .into_iter()
+                .flatten()
+            {
                 crate::console::write(&out);
             }
         }

@@ -494,8 +494,21 @@ pub fn parse(text: &str, file: &Path, arch: Arch) -> Result<Config, ConfigError>
                 Arch::Aarch64 => ConsoleKind::Pl011,
                 Arch::LoongArch64 => ConsoleKind::Ns16550,
             },
-            Some("pl011") => ConsoleKind::Pl011,
-            Some("ns16550") => ConsoleKind::Ns16550,
+            Some("pl011") if arch == Arch::Aarch64 => ConsoleKind::Pl011,
+            Some("ns16550") if arch == Arch::LoongArch64 => ConsoleKind::Ns16550,
+            Some(o @ ("pl011" | "ns16550")) => {
+                return Err(err(
+                    &f("console"),
+                    format!(
+                        "kestrel's {} VMs have no {o}: use \"{}\" (or leave `console` out)",
+                        arch.name(),
+                        match arch {
+                            Arch::Aarch64 => "pl011",
+                            Arch::LoongArch64 => "ns16550",
+                        }
+                    ),
+                ))
+            }
             Some(o) => {
                 return Err(err(
                     &f("console"),

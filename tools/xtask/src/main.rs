@@ -14,6 +14,8 @@ mod assets;
 mod bench_exits;
 mod bench_vm;
 mod config;
+mod configs_test;
+mod console_test;
 mod fwboot;
 mod fwboot_la64;
 mod qemu;
@@ -285,6 +287,39 @@ pub fn elf_path(arch: Arch) -> PathBuf {
         .join("release/kestrel")
 }
 
+/// Before a boot: the pCPUs the config's VMs are placed on must exist
+/// with `smp` QEMU CPUs, or kestrel would refuse those VMs. Says what to
+/// change instead.
+fn check_smp(file: &Path, arch: Arch, smp: u32) -> Result<(), String> {
+    let Ok(cfg) = config::load(file, arch) else {
+        // The build that follows reports every problem of the config.
+        return Ok(());
+    };
+    let needs = cfg
+        .vms
+        .iter()
+        .map(|v| 64 - v.affinity.mask.leading_zeros())
+        .max()
+        .unwrap_or(0);
+    if needs > smp {
+        let names: Vec<&str> = cfg
+            .vms
+            .iter()
+            .filter(|v| 64 - v.affinity.mask.leading_zeros() > smp)
+            .map(|v| v.name.as_str())
+            .collect();
+        return Err(format!(
+            "{} places VM(s) {} on pCPUs up to {}, but SMP={smp} gives QEMU {smp} CPU(s): \
+             use SMP={needs} or more (`make run SMP={needs}`), or change `cpus` in the config \
+             (docs/config.md)",
+            file.display(),
+            names.join(", "),
+            needs - 1
+        ));
+    }
+    Ok(())
+}
+
 fn run() -> Result<(), String> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let (cmd, rest) = args.split_first().ok_or_else(usage)?;
@@ -307,6 +342,9 @@ fn run() -> Result<(), String> {
         }
         "run" => {
             let o = parse_opts(rest)?;
+            if let Some(file) = &o.config {
+                check_smp(file, o.arch, o.smp)?;
+            }
             let image = build_image_with(o.arch, &o.features, o.config.as_deref())?;
             qemu::run_interactive(&o, &image, false)
         }

@@ -526,7 +526,8 @@ pub fn smoke_tests(sel: &Selection) -> Vec<Test<'static>> {
         .map(|c| c.name)
         .chain(VIRTIO_CASES.iter().map(|c| c.name))
         .chain(KESTREL_CASES.iter().map(|c| c.name))
-        .chain(PT_CASES.iter().map(|c| c.name));
+        .chain(PT_CASES.iter().map(|c| c.name))
+        .chain([crate::console_test::CASE, crate::configs_test::CASE]);
     if !names.clone().any(|n| sel.matches(n)) {
         return Vec::new();
     }
@@ -555,6 +556,8 @@ pub fn smoke_tests(sel: &Selection) -> Vec<Test<'static>> {
             .iter()
             .map(|case| Test::new(case.name, move || passthrough_test(case))),
     );
+    tests.push(crate::console_test::test());
+    tests.push(crate::configs_test::test());
     tests
 }
 

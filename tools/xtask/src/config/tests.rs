@@ -84,7 +84,7 @@ memory = 33554432
 cpus = [2, 3]
 kernel = "Image"
 dtb = "guest.dtb"
-console = "ns16550"
+console = "pl011"
 
 [[vm]]
 name = "test_guest"
@@ -132,7 +132,7 @@ fn good_config_is_read_and_packed() {
     let v = &cfg.vms[1];
     assert_eq!(
         (v.memory, v.console, v.affinity.pinned),
-        (32 * MB, ConsoleKind::Ns16550, false)
+        (32 * MB, ConsoleKind::Pl011, false)
     );
     assert!(v.dtb.is_some());
     assert_eq!(cfg.vms[2].kind, GuestKind::TestRaw);
@@ -361,9 +361,15 @@ fn file_checks() {
 #[test]
 fn console_kind_and_cmdline_checks() {
     expect(
-        &bad("\"ns16550\"", "\"vga\""),
+        &bad("\"pl011\"", "\"vga\""),
         "vm[1].console",
         "unknown console",
+    );
+    // Each architecture's VMs have one UART model: the other is refused.
+    expect(
+        &bad("console = \"pl011\"", "console = \"ns16550\""),
+        "vm[1].console",
+        "aarch64 VMs have no ns16550: use \"pl011\"",
     );
     expect(
         &bad("kind = \"test-guest\"", "kind = \"windows\""),
@@ -421,6 +427,9 @@ fn loongarch_linux_needs_a_loongarch_elf() {
         (cfg.vms[0].kind, cfg.vms[0].console),
         (GuestKind::LinuxLoongArchElf, ConsoleKind::Ns16550)
     );
+    std::fs::write(&file, format!("{text}console = \"pl011\"\n")).unwrap();
+    let e = load(&file, Arch::LoongArch64).unwrap_err();
+    assert!(e.problem.contains("loongarch64 VMs have no pl011"), "{e}");
     std::fs::write(&file, text.replace("vmlinux", "Image")).unwrap();
     let e = load(&file, Arch::LoongArch64).unwrap_err();
     assert_eq!(e.field, "vm[0].kernel");
@@ -496,7 +505,8 @@ fn example_configs_parse_up_to_missing_guest_images() {
             continue;
         }
         seen += 1;
-        let arch = if path.to_string_lossy().contains("loongarch") {
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        let arch = if name.contains("loongarch") || name.starts_with("la64") {
             Arch::LoongArch64
         } else {
             Arch::Aarch64
