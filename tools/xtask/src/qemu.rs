@@ -67,11 +67,8 @@ pub fn run_interactive(opts: &Opts, image: &Path, debug: bool) -> Result<(), Str
         cmd.args(["-s", "-S"]);
         let elf = crate::elf_path(opts.arch);
         eprintln!("QEMU is waiting for gdb on localhost:1234. In another terminal:");
-        eprintln!(
-            "    gdb-multiarch {} -ex 'target remote :1234'",
-            elf.display()
-        );
-        eprintln!("(docs/debugging.md: symbols of the relocated arm64 image, useful breakpoints)");
+        eprintln!("    {}", gdb_command(opts.arch, &elf));
+        eprintln!("(docs/debugging.md: a breakpoint in kestrel, stepping into an exit handler)");
     }
     eprintln!("running: {}", render(&cmd));
     eprintln!("(Ctrl-A X quits QEMU)");
@@ -181,6 +178,28 @@ impl Watch {
             None if qemu.success() => Ok(()),
             None => Err(format!("QEMU exited with {qemu}")),
         }
+    }
+}
+
+/// Where QEMU's `-kernel` puts the arm64 image on `virt`: RAM at
+/// 0x4000_0000 plus QEMU's 2 MiB load offset for a 64-bit Image. kestrel is
+/// linked at 0 and relocates itself there (its first log line says
+/// `image at ... (load offset ...)`, the number to use on other loaders).
+pub const ARM64_QEMU_LOAD: u64 = 0x4020_0000;
+
+/// The gdb command that debugs kestrel for `arch` under `make debug`:
+/// arm64 symbols moved to where the image runs, LoongArch's as linked (its
+/// ELF is loaded at its link addresses).
+pub fn gdb_command(arch: Arch, elf: &Path) -> String {
+    match arch {
+        Arch::Aarch64 => format!(
+            "gdb-multiarch -ex 'set architecture aarch64' -ex 'symbol-file -o {ARM64_QEMU_LOAD:#x} {}' -ex 'target remote :1234'",
+            elf.display()
+        ),
+        Arch::LoongArch64 => format!(
+            "gdb-multiarch {} -ex 'target remote :1234'",
+            elf.display()
+        ),
     }
 }
 
