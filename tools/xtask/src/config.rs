@@ -222,7 +222,7 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     let (num, suffix) = t.split_at(digits);
     let bad = || {
         format!(
-            "bad size \"{s}\": use a number of bytes or a number with K, M or G (e.g. \"512M\")"
+            "bad size \"{s}\": use a number of bytes, or a number with B, K (k, KiB), M (MiB), G (GiB) or T (TiB), powers of 1024 (e.g. \"512M\")"
         )
     };
     if num.is_empty() {
@@ -260,8 +260,148 @@ fn line_col(text: &str, offset: usize) -> (usize, usize) {
 }
 
 /// Checks config `text` as if read from `file` (relative paths resolve
-/// against `file`'s directory).
+/// against `file`'s directory). An error names the line of its field
+/// (`locate`) and says what to write for the common slips (`explain`).
 pub fn parse(text: &str, file: &Path, arch: Arch) -> Result<Config, ConfigError> {
+    check(text, file, arch).map_err(|mut e| {
+        e.problem = explain(&e.field, &e.problem);
+        if e.line_col.is_none() || e.problem.starts_with("write [[") {
+            e.line_col = locate(text, &e.field).or(e.line_col);
+        }
+        e
+    })
+}
+
+/// The last name in a field path: `vcpus` of `vm[1].vcpus`, `disk` of `vm[0].disk`.
+fn key_of(field: &str) -> &str {
+    let last = field.rsplit('.').next().unwrap_or(field);
+    last.split('[').next().unwrap_or(last)
+}
+
+/// A problem as the user can act on it: type errors say what the value
+/// must be, a table written where an array of tables is needed says what
+/// to write.
+fn explain(field: &str, problem: &str) -> String {
+    let key = key_of(field);
+    let Some(rest) = problem.strip_prefix("invalid type: ") else {
+        return problem.to_string();
+    };
+    let (got, want) = rest.split_once(", expected ").unwrap_or((rest, ""));
+    if got == "map"
+        && want.contains("sequence")
+        && matches!(key, "disk" | "net" | "passthrough" | "vm")
+    {
+        let table = if key == "vm" {
+            String::from("vm")
+        } else {
+            format!("vm.{key}")
+        };
+        return format!(
+            "write [[{table}]] (two brackets: each one is a table in an array, repeatable), not [{table}]"
+        );
+    }
+    let what = match want {
+        w if w.starts_with("i64") || w.starts_with("u") || w.contains("integer") => "a number",
+        w if w.contains("boolean") => "true or false",
+        w if w.contains("string") => "a string in quotes",
+        w if w.contains("sequence") => "a list in brackets, e.g. [0, 1]",
+        _ => return problem.to_string(),
+    };
+    let hint = match (what, got) {
+        ("a number", g) if g.starts_with("string") => {
+            let v = g.trim_start_matches("string ").trim_matches('"');
+            format!(" (write {key} = {v}, without quotes)")
+        }
+        _ => String::new(),
+    };
+    format!("{key} must be {what}, not {got}{hint}")
+}
+
+/// The line and column of `field` (`vm[1].memory`, `hypervisor.tick_hz`,
+/// `vm[0].disk[1].image`, `vm[2]`) in config `text`: its key's line in its
+/// table, or the table's header when the key is not written.
+pub fn locate(text: &str, field: &str) -> Option<(usize, usize)> {
+    // The wanted table: (section, vm index, sub-table and index), and key.
+    let mut vm: Option<usize> = None;
+    let mut sub: Option<(&str, usize)> = None;
+    let mut hyper = false;
+    let mut key: Option<&str> = None;
+    for part in field.split('.') {
+        let (name, index) = match part.split_once('[') {
+            Some((n, i)) => (n, i.trim_end_matches(']').parse::<usize>().ok()),
+            None => (part, None),
+        };
+        match (name, index) {
+            ("vm", Some(i)) if vm.is_none() && !hyper => vm = Some(i),
+            ("hypervisor", None) if vm.is_none() => hyper = true,
+            (n, Some(i)) if vm.is_some() && sub.is_none() => sub = Some((n, i)),
+            (n, _) => key = Some(n),
+        }
+    }
+    if vm.is_none() && !hyper {
+        return None;
+    }
+    // Scan: the table each line is in.
+    let (mut cur_vm, mut cur_sub, mut in_hyper) = (None::<usize>, None::<(String, usize)>, false);
+    let mut counts: Vec<(String, usize)> = Vec::new();
+    let mut header = None;
+    for (n, line) in text.lines().enumerate() {
+        let l = line.trim();
+        let col = line.len() - line.trim_start().len() + 1;
+        if let Some(h) = l.strip_prefix("[[").and_then(|r| r.split("]]").next()) {
+            let h = h.trim();
+            in_hyper = false;
+            if h == "vm" {
+                cur_vm = Some(cur_vm.map_or(0, |v| v + 1));
+                cur_sub = None;
+                counts.clear();
+            } else if let Some(s) = h.strip_prefix("vm.") {
+                let c = match counts.iter_mut().find(|(k, _)| k == s) {
+                    Some((_, c)) => {
+                        *c += 1;
+                        *c
+                    }
+                    None => {
+                        counts.push((s.to_string(), 0));
+                        0
+                    }
+                };
+                cur_sub = Some((s.to_string(), c));
+            }
+        } else if let Some(h) = l.strip_prefix('[').and_then(|r| r.split(']').next()) {
+            let h = h.trim();
+            in_hyper = h == "hypervisor";
+            if let Some(s) = h.strip_prefix("vm.") {
+                cur_sub = Some((s.to_string(), 0));
+            }
+        } else if let Some((k, _)) = l.split_once('=') {
+            let here = if hyper {
+                in_hyper
+            } else {
+                cur_vm == vm && cur_sub.as_ref().map(|(s, i)| (s.as_str(), *i)) == sub
+            };
+            if here && Some(k.trim().trim_matches('"')) == key {
+                return Some((n + 1, col));
+            }
+            continue;
+        } else {
+            continue;
+        }
+        let here = if hyper {
+            in_hyper
+        } else {
+            cur_vm == vm && cur_sub.as_ref().map(|(s, i)| (s.as_str(), *i)) == sub
+        };
+        if here && header.is_none() {
+            header = Some((n + 1, col));
+        }
+    }
+    // Not written: a field of a sub-table not found names its table's
+    // header; a missing key names the table's header.
+    header
+}
+
+fn check(text: &str, file: &Path, arch: Arch) -> Result<Config, ConfigError> {
     let err = |field: &str, problem: String| ConfigError {
         file: file.to_path_buf(),
         field: field.to_string(),

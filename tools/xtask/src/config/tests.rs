@@ -164,7 +164,7 @@ fn write_package_writes_only_good_configs() {
     let out2 = dir.join("out2/package.bin");
     let e = write_package(&badcfg, Arch::Aarch64, &out2).unwrap_err();
     assert!(
-        e.contains("bad.toml: vm[0].vcpus: 0 is out of range"),
+        e.contains("bad.toml:8:1: vm[0].vcpus: 0 is out of range"),
         "{e}"
     );
     assert!(!out2.exists(), "nothing is written for a bad config");
@@ -775,5 +775,76 @@ fn passthrough_checks() {
         let e = load(&file, Arch::LoongArch64).unwrap_err();
         assert_eq!(e.field, field, "{e}");
         assert!(e.problem.contains("arm64"), "{e}");
+    }
+}
+
+#[test]
+fn every_field_error_names_its_line() {
+    // A semantic error (no TOML span) still gets the line of its key.
+    let e = error(&bad("memory = \"8M\"", "memory = \"12Q\""));
+    let line = GOOD
+        .lines()
+        .position(|l| l.starts_with("memory = \"8M\""))
+        .unwrap()
+        + 1;
+    assert_eq!(e.line_col, Some((line, 1)), "{e}");
+    assert!(
+        e.problem
+            .contains("B, K (k, KiB), M (MiB), G (GiB) or T (TiB)"),
+        "{e}"
+    );
+    let e = error(&bad("tick_hz = 250", "tick_hz = 0"));
+    assert_eq!(e.line_col, Some((4, 1)), "{e}");
+    // A key that is missing: the line of its table's header.
+    let text = GOOD.replacen("kernel = \"notanimage\"\n", "", 1);
+    let e = error(&text);
+    let header = text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| l.trim() == "[[vm]]")
+        .nth(2)
+        .unwrap()
+        .0
+        + 1;
+    assert_eq!(e.line_col.map(|(l, _)| l), Some(header), "{e}");
+}
+
+#[test]
+fn common_slips_say_what_to_write() {
+    let e = error(&bad("vcpus = 2", "vcpus = \"2\""));
+    assert_eq!(e.field, "vm[0].vcpus");
+    assert!(e.problem.starts_with("vcpus must be a number"), "{e}");
+    assert!(e.problem.contains("write vcpus = 2, without quotes"), "{e}");
+    let e = error(&bad("pinned = true", "pinned = \"yes\""));
+    assert!(e.problem.starts_with("pinned must be true or false"), "{e}");
+    let text = format!("{GOOD}\n[vm.disk]\nimage = \"Image\"\n");
+    let e = error(&text);
+    assert!(e.problem.starts_with("write [[vm.disk]]"), "{e}");
+    assert!(e.line_col.is_some(), "{e}");
+}
+
+#[test]
+fn locate_finds_keys_in_nested_tables() {
+    let text = "[hypervisor]\nmax_cpus = 4\n\n[[vm]]\nname = \"a\"\n[[vm.disk]]\nimage = \"x\"\n[[vm.disk]]\n  image = \"y\"\n[[vm]]\nname = \"b\"\n";
+    assert_eq!(locate(text, "hypervisor.max_cpus"), Some((2, 1)));
+    assert_eq!(locate(text, "vm[0].name"), Some((5, 1)));
+    assert_eq!(locate(text, "vm[0].disk[1].image"), Some((9, 3)));
+    assert_eq!(locate(text, "vm[1].name"), Some((11, 1)));
+    assert_eq!(
+        locate(text, "vm[1].memory"),
+        Some((10, 1)),
+        "missing: the header"
+    );
+    assert_eq!(locate(text, "vm[5].name"), None);
+    assert_eq!(locate(text, ""), None);
+    // Garbage paths are no panic.
+    for f in [
+        "vm[",
+        "vm[x].y",
+        "....",
+        "vm[0].disk[99].image",
+        "hypervisor",
+    ] {
+        let _ = locate(text, f);
     }
 }
