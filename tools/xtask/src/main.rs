@@ -374,7 +374,7 @@ const COMMANDS: &[(&str, &str, &str)] = &[
     ),
     (
         "boot-scr",
-        "[--dev usb|mmc|virtio|scsi] [--part N] [--bootargs ARGS] [--out FILE]",
+        "[--dev auto|usb|mmc|virtio|scsi] [--part D:P] [--bootargs ARGS] [--out FILE]",
         "write a U-Boot boot.scr that loads and starts kestrel.bin (docs/boards/juno.md)",
     ),
     (
@@ -410,8 +410,8 @@ fn command_help(cmd: &str) -> Option<String> {
             "  --case NAME   only the cases whose name starts with NAME\n  --list        print the case names, run nothing\n",
         ),
         "boot-scr" => s.push_str(
-            "  --dev DEV        where U-Boot loads kestrel.bin from (default usb; virtio on QEMU)\n  \
-             --part N         the partition, as U-Boot numbers it (default 0:1)\n  \
+            "  --dev DEV        where U-Boot loads kestrel.bin from: auto (default: the device and\n                   partition distro boot found the script on), usb, mmc, virtio (QEMU), scsi\n  \
+             --part D:P       device and partition, as U-Boot numbers them (default 0:1)\n  \
              --bootargs ARGS  kestrel's command line (default none)\n  \
              --out FILE       where to write (default build/aarch64/boot.scr)\n",
         ),
@@ -506,7 +506,7 @@ fn usage() -> String {
 /// `cargo xtask boot-scr`: a U-Boot `boot.scr` (legacy script image) that
 /// loads `kestrel.bin` from DEV and starts it with U-Boot's device tree.
 fn boot_scr(args: &[String]) -> Result<(), String> {
-    let mut dev = String::from("usb");
+    let mut dev = String::from("auto");
     let mut part = String::from("0:1");
     let mut bootargs = String::new();
     let mut out = root().join("build/aarch64/boot.scr");
@@ -521,9 +521,12 @@ fn boot_scr(args: &[String]) -> Result<(), String> {
             other => return Err(format!("boot-scr: unknown option '{other}' (try --help)")),
         }
     }
-    if !matches!(dev.as_str(), "usb" | "mmc" | "virtio" | "scsi" | "sata") {
+    if !matches!(
+        dev.as_str(),
+        "auto" | "usb" | "mmc" | "virtio" | "scsi" | "sata"
+    ) {
         return Err(format!(
-            "boot-scr: --dev {dev}: use usb, mmc, virtio, scsi or sata"
+            "boot-scr: --dev {dev}: use auto, usb, mmc, virtio, scsi or sata"
         ));
     }
     let script = boot_scr_text(&dev, &part, &bootargs);
@@ -539,6 +542,11 @@ fn boot_scr(args: &[String]) -> Result<(), String> {
 
 /// The text of [`boot_scr`]'s script.
 fn boot_scr_text(dev: &str, part: &str, bootargs: &str) -> String {
+    // Distro boot sets these for the script it runs.
+    let (dev, part) = match dev {
+        "auto" => ("${devtype}", "${devnum}:${distro_bootpart}"),
+        d => (d, part),
+    };
     let scan = match dev {
         "usb" => "usb start\n",
         "virtio" => "virtio scan\n",
@@ -590,6 +598,8 @@ mod tests {
         assert!(s.contains("usb start\nsetenv bootargs kestrel.tick_hz=100\nload usb 0:1 ${kernel_addr_r} kestrel.bin\nbooti ${kernel_addr_r} - ${fdtcontroladdr}"));
         assert!(!boot_scr_text("mmc", "0:1", "").contains("start"));
         assert!(boot_scr_text("virtio", "0:1", "").contains("virtio scan"));
+        assert!(boot_scr_text("auto", "0:1", "")
+            .contains("load ${devtype} ${devnum}:${distro_bootpart} ${kernel_addr_r} kestrel.bin"));
     }
 }
 
