@@ -493,7 +493,7 @@ impl ConsoleMux {
         }
         let c = self.vms.get(vm)?;
         let mut mark = Vec::new();
-        if !c.ring.back().is_none_or(|&b| b == b'\n') {
+        if c.ring.back().is_some_and(|&b| b != b'\n') {
             mark.extend_from_slice(b"\r\n");
         }
         mark.extend_from_slice(

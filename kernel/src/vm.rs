@@ -672,11 +672,7 @@ impl<B: Backend> Hypervisor<B> {
         for vm in self.created() {
             match vm.request.swap(0, Ordering::AcqRel) {
                 1 => self.end_vm(vm, VmEnd::Stopped, cpu, observer),
-                2 => {
-                    if self.stop_for_restart(vm, cpu) {
-                        self.finish_restart(vm, cpu, observer);
-                    }
-                }
+                2 if self.stop_for_restart(vm, cpu) => self.finish_restart(vm, cpu, observer),
                 3 => self.start_again(vm, cpu, observer),
                 _ => {}
             }

@@ -376,8 +376,10 @@ mod tests {
 
     #[test]
     fn the_view_shows_rates_per_second_of_every_kind() {
-        let mut then = Sample::default();
-        then.at = 1000;
+        let then = Sample {
+            at: 1000,
+            ..Default::default()
+        };
         let mut now = then;
         now.at = 1200; // two seconds at 100 Hz
         now.stats.0[Counter::ExitMmio.index()] = 40;

@@ -563,6 +563,16 @@ fn boot_scr_text(dev: &str, part: &str, bootargs: &str) -> String {
     )
 }
 
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask: error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -600,15 +610,5 @@ mod tests {
         assert!(boot_scr_text("virtio", "0:1", "").contains("virtio scan"));
         assert!(boot_scr_text("auto", "0:1", "")
             .contains("load ${devtype} ${devnum}:${distro_bootpart} ${kernel_addr_r} kestrel.bin"));
-    }
-}
-
-fn main() -> ExitCode {
-    match run() {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("xtask: error: {e}");
-            ExitCode::FAILURE
-        }
     }
 }
