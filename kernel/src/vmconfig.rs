@@ -486,7 +486,8 @@ pub fn report<'a>(package: &'a [u8], host: HostLimits) -> Vec<VmSpec<'a>> {
         }
         Ok(vms) => {
             let mut ok = Vec::new();
-            for v in vms {
+            let pkg = kestrel_abi::package::Package::parse(package).ok();
+            for (i, v) in vms.into_iter().enumerate() {
                 match v {
                     Ok(s) => {
                         log::info!(
@@ -501,7 +502,12 @@ pub fn report<'a>(package: &'a [u8], host: HostLimits) -> Vec<VmSpec<'a>> {
                     }
                     Err(e) => {
                         log::error!("VM refused: {e}");
-                        crate::vmm::operator::note_refused("-", &alloc::format!("{e}"));
+                        // Its name, when its record can be read.
+                        let name = pkg
+                            .as_ref()
+                            .and_then(|p| p.vm(i).ok())
+                            .map_or(alloc::string::String::from("-"), |r| r.name.into());
+                        crate::vmm::operator::note_refused(&name, &alloc::format!("{e}"));
                     }
                 }
             }

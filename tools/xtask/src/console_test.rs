@@ -8,7 +8,8 @@
 //! effect, the screen was cleared), switches to VM 1 and sees its
 //! scrollback replayed, lists the VMs, stops VM 0 and starts it again,
 //! restarts VM 1, reads the live statistics, sees VM 0's new boot replayed,
-//! and quits QEMU: `cargo xtask run` must end with status 0.
+//! and quits QEMU. A third VM, refused at boot (too much memory), must be
+//! in the list, and `cargo xtask run` must end with status 1 naming it.
 
 use std::path::Path;
 use std::process::Command;
@@ -19,7 +20,7 @@ use crate::{root, Arch};
 
 const CONFIG: &str = "configs/test/arm64-console.toml";
 pub const CASE: &str =
-    "linux on kestrel console: make run's terminal (tmux): raw shell with Backspace, history, an escape program; switch and replay; list, stop, start, restart, live statistics";
+    "linux on kestrel console: make run's terminal (tmux): raw shell with Backspace, history, an escape program; switch and replay; list, stop, start, restart, live statistics; a refused VM fails make run";
 
 /// A Linux boot under TCG, generous for a loaded machine.
 const BOOT: Duration = Duration::from_secs(600);
@@ -242,6 +243,9 @@ fn steps(t: &Tmux) -> Result<(), String> {
         a.lines()
             .any(|l| l.starts_with("   0  c0 ") && (l.contains("running") || l.contains("blocked")))
             && a.lines().any(|l| l.starts_with("  *1  c1 "))
+            && a.lines().any(|l| {
+                l.starts_with("   -  big ") && l.contains("refused") && l.contains("memory")
+            })
     })?;
     t.command("d0");
     t.wait("c0's stop", ANSWER, |s| {
@@ -302,15 +306,16 @@ fn steps(t: &Tmux) -> Result<(), String> {
     t.type_text("echo back-on-c0");
     t.keys(&["Enter"]);
     t.wait("c0's answer", ANSWER, |s| has_line(s, "back-on-c0"))?;
-    // Quit QEMU: `make run` ends with success.
+    // Quit QEMU: `make run` fails, naming the VM refused at boot.
     t.keys(&["C-a"]);
     t.type_text("x");
     t.wait("the end of `cargo xtask run`", ANSWER, |s| {
         s.contains("RUN-EXIT ")
     })?;
     let s = t.screen(true);
-    if !s.contains("RUN-EXIT 0") {
-        return Err("`cargo xtask run` did not exit with 0".into());
+    let end = after(&s, "xtask: error: kestrel refused VMs at boot");
+    if !(end.contains("VM refused: vm[2]") && end.contains("RUN-EXIT 1")) {
+        return Err("`cargo xtask run` did not exit with 1 naming the refused VM".into());
     }
     Ok(())
 }
