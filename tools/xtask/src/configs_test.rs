@@ -47,6 +47,7 @@ pub fn config_files(dir: &Path) -> Vec<PathBuf> {
 /// The case as a test of the smoke suite.
 pub fn test() -> Test<'static> {
     Test::new(CASE, || {
+        let t0 = std::time::Instant::now();
         // What the configs name: the test guests, the Linux assets.
         let built = crate::vmtests_arm64::build_guest_arm64()
             .and_then(|_| crate::vmtests_la64::build_guest_la64())
@@ -69,7 +70,11 @@ pub fn test() -> Test<'static> {
         }
         Verdict {
             problems,
-            detail: Some(format!("{} configs", files.len())),
+            detail: Some(format!(
+                "{} configs, {:.1} s",
+                files.len(),
+                t0.elapsed().as_secs_f64()
+            )),
             ..Verdict::default()
         }
     })
