@@ -26,9 +26,11 @@ pub struct ConfigError {
     pub file: PathBuf,
     /// `vm[1].memory`, `hypervisor.tick_hz`, or "" for the file as a whole.
     pub field: String,
-    /// 1-based line and column, when known (TOML syntax and type errors).
+    /// 1-based line and column, when known.
     pub line_col: Option<(usize, usize)>,
     pub problem: String,
+    /// The config's further problems (in other VMs), found after this one.
+    pub more: Vec<ConfigError>,
 }
 
 impl fmt::Display for ConfigError {
@@ -40,7 +42,11 @@ impl fmt::Display for ConfigError {
         if !self.field.is_empty() {
             write!(f, ": {}", self.field)?;
         }
-        write!(f, ": {}", self.problem)
+        write!(f, ": {}", self.problem)?;
+        for m in &self.more {
+            write!(f, "\n{m}")?;
+        }
+        Ok(())
     }
 }
 
@@ -248,6 +254,7 @@ pub fn load(file: &Path, arch: Arch) -> Result<Config, ConfigError> {
         field: String::new(),
         line_col: None,
         problem: format!("cannot read the config: {e}"),
+        more: Vec::new(),
     })?;
     parse(&text, file, arch)
 }
@@ -263,13 +270,130 @@ fn line_col(text: &str, offset: usize) -> (usize, usize) {
 /// against `file`'s directory). An error names the line of its field
 /// (`locate`) and says what to write for the common slips (`explain`).
 pub fn parse(text: &str, file: &Path, arch: Arch) -> Result<Config, ConfigError> {
-    check(text, file, arch).map_err(|mut e| {
-        e.problem = explain(&e.field, &e.problem);
-        if e.line_col.is_none() || e.problem.starts_with("write [[") {
-            e.line_col = locate(text, &e.field).or(e.line_col);
+    let first = match check(text, file, arch) {
+        Ok(cfg) => return Ok(cfg),
+        Err(e) => e,
+    };
+    // The other VMs' problems: check again without the VM (or the
+    // [hypervisor] key) at fault, blanked out line for line so that line
+    // numbers stay those of the file, until no new problem shows.
+    let mut all = vec![first];
+    let mut lines: Vec<String> = text.lines().map(String::from).collect();
+    // The original index of each VM still in `lines`.
+    let mut vms: Vec<usize> = (0..vm_headers(&lines).len()).collect();
+    while all.len() < 64 {
+        let last = all.last().expect("one error at least");
+        let Some(fault) = fault_of(&last.field) else {
+            break;
+        };
+        let blanked = match fault {
+            Fault::Vm(i) => {
+                let ok = blank_vm(&mut lines, i);
+                if ok {
+                    vms.remove(i);
+                }
+                ok
+            }
+            Fault::Hypervisor(key) => blank_hypervisor_key(&mut lines, key),
+        };
+        if !blanked || vms.is_empty() {
+            break;
         }
-        e
-    })
+        match check(&lines.join("\n"), file, arch) {
+            Ok(_) => break,
+            Err(mut e) => {
+                // Back to the file's VM numbers.
+                if let Some(Fault::Vm(i)) = fault_of(&e.field) {
+                    let Some(&orig) = vms.get(i) else { break };
+                    e.field = e
+                        .field
+                        .replacen(&format!("vm[{i}]"), &format!("vm[{orig}]"), 1);
+                }
+                if all
+                    .iter()
+                    .any(|a| a.field == e.field && a.problem == e.problem)
+                {
+                    break;
+                }
+                all.push(e);
+            }
+        }
+    }
+    let mut all: Vec<ConfigError> = all
+        .into_iter()
+        .map(|mut e| {
+            e.problem = explain(&e.field, &e.problem);
+            if e.line_col.is_none() || e.problem.starts_with("write [[") {
+                e.line_col = locate(text, &e.field).or(e.line_col);
+            }
+            e
+        })
+        .collect();
+    let mut first = all.remove(0);
+    first.more = all;
+    Err(first)
+}
+
+/// Where a problem is: in a VM (by index in the text checked) or a key of
+/// `[hypervisor]`.
+enum Fault<'a> {
+    Vm(usize),
+    Hypervisor(&'a str),
+}
+
+fn fault_of(field: &str) -> Option<Fault<'_>> {
+    if let Some(key) = field.strip_prefix("hypervisor.") {
+        return Some(Fault::Hypervisor(key));
+    }
+    let rest = field.strip_prefix("vm[")?;
+    let (n, _) = rest.split_once(']')?;
+    n.parse().ok().map(Fault::Vm)
+}
+
+/// The line numbers of the `[[vm]]` headers.
+fn vm_headers(lines: &[String]) -> Vec<usize> {
+    lines
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| l.trim().starts_with("[[vm]]"))
+        .map(|(n, _)| n)
+        .collect()
+}
+
+/// Blanks the lines of VM `i` (its `[[vm]]` table and its sub-tables).
+fn blank_vm(lines: &mut [String], i: usize) -> bool {
+    let heads = vm_headers(lines);
+    let Some(&start) = heads.get(i) else {
+        return false;
+    };
+    let end = lines
+        .iter()
+        .enumerate()
+        .skip(start + 1)
+        .find(|(_, l)| {
+            let l = l.trim();
+            l.starts_with('[') && !l.starts_with("[[vm.") && !l.starts_with("[vm.")
+        })
+        .map_or(lines.len(), |(n, _)| n);
+    for l in &mut lines[start..end] {
+        l.clear();
+    }
+    true
+}
+
+/// Blanks the line of `key` in `[hypervisor]`.
+fn blank_hypervisor_key(lines: &mut [String], key: &str) -> bool {
+    let mut inside = false;
+    for l in lines.iter_mut() {
+        let t = l.trim();
+        if t.starts_with('[') {
+            inside = t == "[hypervisor]";
+        } else if inside && t.split('=').next().map(str::trim) == Some(key) {
+            l.clear();
+            return true;
+        }
+    }
+    false
 }
 
 /// The last name in a field path: `vcpus` of `vm[1].vcpus`, `disk` of `vm[0].disk`.
@@ -407,6 +531,7 @@ fn check(text: &str, file: &Path, arch: Arch) -> Result<Config, ConfigError> {
         field: field.to_string(),
         line_col: None,
         problem,
+        more: Vec::new(),
     };
     let de = toml::Deserializer::new(text);
     let raw: RawConfig = serde_path_to_error::deserialize(de).map_err(|e| {
@@ -417,6 +542,7 @@ fn check(text: &str, file: &Path, arch: Arch) -> Result<Config, ConfigError> {
             field: if path == "." { String::new() } else { path },
             line_col: inner.span().map(|s| line_col(text, s.start)),
             problem: inner.message().trim().to_string(),
+            more: Vec::new(),
         }
     })?;
     let dir = file.parent().map(Path::to_path_buf).unwrap_or_default();

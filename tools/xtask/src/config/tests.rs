@@ -848,3 +848,35 @@ fn locate_finds_keys_in_nested_tables() {
         let _ = locate(text, f);
     }
 }
+
+#[test]
+fn all_the_problems_of_a_config_are_reported_at_once() {
+    let text = bad("vcpus = 2", "vcpus = 0")
+        .replacen("tick_hz = 250", "tick_hz = 0", 1)
+        .replacen("memory = \"8M\"", "memory = \"12Q\"", 1)
+        .replacen("vcpus = 4", "vcpus = \"4\"", 1);
+    let e = error(&text);
+    let all: Vec<(String, Option<(usize, usize)>)> = std::iter::once(&e)
+        .chain(e.more.iter())
+        .map(|e| (e.field.clone(), e.line_col))
+        .collect();
+    let fields: Vec<&str> = all.iter().map(|(f, _)| f.as_str()).collect();
+    for want in [
+        "hypervisor.tick_hz",
+        "vm[0].vcpus",
+        "vm[1].vcpus",
+        "vm[2].memory",
+    ] {
+        assert!(fields.contains(&want), "{want} missing from {fields:?}");
+    }
+    assert!(all.iter().all(|(_, l)| l.is_some()), "{all:?}");
+    // The later VMs keep their own numbers and lines.
+    let line_of = |needle: &str| text.lines().position(|l| l.starts_with(needle)).unwrap() + 1;
+    let vm2 = all.iter().find(|(f, _)| f == "vm[2].memory").unwrap();
+    assert_eq!(vm2.1.map(|(l, _)| l), Some(line_of("memory = \"12Q\"")));
+    let shown = e.to_string();
+    assert_eq!(shown.lines().count(), all.len(), "{shown}");
+    // A good config has none, and a syntax error stops there.
+    assert!(check(GOOD).is_ok());
+    assert!(error("[[vm]\nname =").more.is_empty());
+}
