@@ -32,6 +32,10 @@ XTASK_OPTS = $(XTASK_BASE) $(if $(CONFIG),--config "$(CONFIG)")
 DEMO_CONFIG = configs/linux-shell.toml
 RUN_CONFIG  = $(if $(CONFIG),$(filter-out none,$(CONFIG)),$(if $(filter aarch64 arm64,$(ARCH)),$(DEMO_CONFIG)))
 
+# The build tool itself, built visibly first (the `cargo xtask` alias is
+# quiet, and its first build takes about a minute).
+XTASK_BUILD = @echo "make: building the build tool (cargo build -p xtask) ..." && $(CARGO) build -p xtask
+
 # build-std for LoongArch on the pinned stable toolchain
 LA_BUILD = RUSTC_BOOTSTRAP=1 $(CARGO) clippy -p kestrel-boot --target loongarch64-unknown-none-softfloat \
            -Zbuild-std=core,alloc -Zbuild-std-features=compiler-builtins-mem
@@ -51,15 +55,18 @@ setup-rust:
 	@bash tools/setup.sh rust
 
 image: setup-rust
+	$(XTASK_BUILD)
 	@$(CARGO) xtask image $(XTASK_OPTS)
 
 run: setup
+	$(XTASK_BUILD)
 ifeq ($(RUN_CONFIG),$(DEMO_CONFIG))
 	@$(CARGO) xtask guest-assets
 endif
 	@$(CARGO) xtask run $(XTASK_BASE) $(if $(RUN_CONFIG),--config "$(RUN_CONFIG)")
 
 debug: setup
+	$(XTASK_BUILD)
 	@$(CARGO) xtask debug $(XTASK_OPTS)
 
 test: setup

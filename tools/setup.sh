@@ -7,7 +7,9 @@
 #     stock QEMU lacks (tools/qemu-lvz/README.md): unpacked from a prebuilt
 #     copy where one is present, else rebuilt from its pinned source
 #   - e2fsprogs and cpio (Debian) for the Linux guest's root filesystem image
-#     and initramfs (`cargo xtask guest-assets`)
+#     and initramfs (`cargo xtask guest-assets`), tmux for the console test
+#     (it types into `cargo xtask run` in a terminal), gdb-multiarch for
+#     `make debug` (docs/debugging.md)
 # Safe to run repeatedly; does nothing when everything is present.
 set -euo pipefail
 
@@ -166,15 +168,17 @@ install_guest_tools() {
     local missing=()
     have_cmd mke2fs && have_cmd debugfs && have_cmd e2fsck || missing+=(e2fsprogs)
     have_cmd cpio || missing+=(cpio)
+    have_cmd tmux || missing+=(tmux)
+    have_cmd gdb-multiarch || missing+=(gdb-multiarch)
     [ ${#missing[@]} -eq 0 ] && return 0
-    # Only the Linux guest cases need them: without them those are skipped
-    # (`cargo xtask guest-assets` says why), so this warns instead of failing.
+    # Only the Linux guest cases (and `make debug`) need them: without them
+    # those are skipped or fail saying why, so this warns instead of failing.
     if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
-        say "installing ${missing[*]} for the Linux guest images (apt-get install ${missing[*]})"
+        say "installing ${missing[*]} (apt-get install ${missing[*]})"
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null ||
-            say "warning: could not install ${missing[*]}: the Linux guest cases will be skipped"
+            say "warning: could not install ${missing[*]}: the Linux guest cases need e2fsprogs, cpio and tmux; make debug needs gdb-multiarch"
     else
-        say "warning: ${missing[*]} missing (install as root: apt-get install ${missing[*]}): the Linux guest cases will be skipped"
+        say "warning: ${missing[*]} missing (install as root: apt-get install ${missing[*]}): the Linux guest cases need e2fsprogs, cpio and tmux; make debug needs gdb-multiarch"
     fi
 }
 

@@ -6,10 +6,15 @@
 //! | `kestrel.exit=poweroff`  | power the machine off with a status when work is done |
 //! | `kestrel.tick_hz=N`      | timer tick frequency (default 100, 1..=10000)          |
 //! | `kestrel.backend=lvz\|tne` | LoongArch: force the LVZ or the trap-and-emulate backend (default: LVZ when the CPU has it) |
+//! | `kestrel.console=raw`    | the focused VM owns the terminal, bytes untouched (default, or the package's `console`) |
+//! | `kestrel.console=log`    | every VM's output as tagged lines (what the tests read) |
+//! | `kestrel.scrollback=N`   | bytes of output kept per VM for replay (default 16384 or the package's `scrollback`; 0..=1048576, `K` suffix allowed) |
 //!
 //! Unknown `kestrel.*` options are reported, never silently ignored.
 
 use heapless::Vec;
+
+use crate::console::{Mode, SCROLLBACK_MAX};
 
 /// What to do when kestrel's work is done.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,6 +41,11 @@ pub struct BootOptions<'a> {
     pub on_exit: OnExit,
     pub tick_hz: u32,
     pub backend: BackendChoice,
+    /// How guest output reaches the terminal, if the command line says
+    /// (it overrides the package's `[hypervisor] console`).
+    pub console: Option<Mode>,
+    /// Bytes of output kept per VM (raw mode), if the command line says.
+    pub scrollback: Option<usize>,
     /// `kestrel.*` words that were not understood, to be reported.
     pub unknown: Vec<&'a str, 8>,
 }
@@ -46,6 +56,8 @@ impl Default for BootOptions<'_> {
             on_exit: OnExit::Stay,
             tick_hz: 100,
             backend: BackendChoice::Auto,
+            console: None,
+            scrollback: None,
             unknown: Vec::new(),
         }
     }
@@ -84,6 +96,34 @@ impl<'a> BootOptions<'a> {
                     }
                     _ => false,
                 },
+                "console" => match value {
+                    "raw" => {
+                        opts.console = Some(Mode::Raw);
+                        true
+                    }
+                    "log" => {
+                        opts.console = Some(Mode::Log);
+                        true
+                    }
+                    _ => false,
+                },
+                "scrollback" => {
+                    let (digits, unit) = match value.strip_suffix(['K', 'k']) {
+                        Some(d) => (d, 1024),
+                        None => (value, 1),
+                    };
+                    match digits
+                        .parse::<usize>()
+                        .ok()
+                        .and_then(|n| n.checked_mul(unit))
+                    {
+                        Some(n) if n <= SCROLLBACK_MAX => {
+                            opts.scrollback = Some(n);
+                            true
+                        }
+                        _ => false,
+                    }
+                }
                 "tick_hz" => match value.parse::<u32>() {
                     Ok(hz @ 1..=10_000) => {
                         opts.tick_hz = hz;
@@ -121,6 +161,23 @@ mod tests {
         assert_eq!(o.on_exit, OnExit::PowerOff);
         assert_eq!(o.tick_hz, 250);
         assert!(o.unknown.is_empty());
+    }
+
+    #[test]
+    fn console_mode_and_scrollback() {
+        let o = BootOptions::parse("kestrel.console=log kestrel.scrollback=64K");
+        assert_eq!(o.console, Some(Mode::Log));
+        assert_eq!(o.scrollback, Some(64 * 1024));
+        let o = BootOptions::parse(
+            "kestrel.console=tty kestrel.scrollback=2048K kestrel.scrollback=-1",
+        );
+        assert_eq!(o.console, None);
+        assert_eq!(o.scrollback, None);
+        assert_eq!(o.unknown.len(), 3);
+        assert_eq!(
+            BootOptions::parse("kestrel.scrollback=0").scrollback,
+            Some(0)
+        );
     }
 
     #[test]

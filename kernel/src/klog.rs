@@ -68,6 +68,15 @@ pub fn print(args: fmt::Arguments) {
     }
 }
 
+/// Writes `bytes` exactly as they are (a VM's terminal output), under the
+/// console lock. Same rule as [`print`] about the lock.
+pub fn write_raw(bytes: &[u8]) {
+    if let Some(p) = PLATFORM.get() {
+        let _guard = CONSOLE_LOCK.lock();
+        p.console_write(bytes);
+    }
+}
+
 /// Like [`print`], but never waits for the lock: for crash dumps, where the
 /// lock holder may be the CPU that crashed.
 pub fn print_unlocked(args: fmt::Arguments) {

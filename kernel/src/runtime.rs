@@ -197,22 +197,41 @@ pub fn primary_main(board: BoardInfo, platform: &'static dyn Platform) -> ! {
     } else {
         ExitStatus::Failure
     };
+    let packed = crate::vmm::operator::refused() + specs.len();
     if specs.is_empty() {
-        finish(boot_status, opts.on_exit)
+        let status = if packed > 0 {
+            error!("no VM could be created: every VM was refused (the errors above say why)");
+            ExitStatus::Failure
+        } else {
+            boot_status
+        };
+        finish(status, opts.on_exit)
     }
+    let (mode, scrollback) = crate::vmconfig::console_settings(crate::vmconfig::package());
+    crate::vmm::configure_console(
+        opts.console.unwrap_or(mode),
+        opts.scrollback.unwrap_or(scrollback),
+    );
     let created = crate::backend::create_vms(board, specs);
     if created == 0 {
-        error!("no VM could be created");
+        error!("no VM could be created: every VM was refused (the errors above say why)");
         finish(ExitStatus::Failure, opts.on_exit)
+    }
+    let refused = crate::vmm::operator::refused();
+    if refused > 0 {
+        error!(
+            "{refused} of {packed} VM(s) refused at boot (the errors above say why): \
+             kestrel's final status will be a failure"
+        );
     }
     info!("running {created} VM(s) on {cpus_online} CPU(s)");
     VMS_GO.store(true, Ordering::Release);
     let vm_status = crate::backend::run_vms(me);
     info!("kestrel: all VMs have ended (status {})", vm_status.code());
-    let status = if boot_status == ExitStatus::Success {
+    let status = if boot_status == ExitStatus::Success && refused == 0 {
         vm_status
     } else {
-        boot_status
+        ExitStatus::Failure
     };
     finish(status, opts.on_exit)
 }
@@ -220,6 +239,11 @@ pub fn primary_main(board: BoardInfo, platform: &'static dyn Platform) -> ! {
 /// Set by the boot CPU once VMs exist: secondaries leave their idle loop
 /// and run vCPUs.
 static VMS_GO: AtomicBool = AtomicBool::new(false);
+
+/// The platform counter's frequency (0 before boot, or on the host).
+pub fn counter_hz() -> u64 {
+    PLATFORM.get().map_or(0, |p| p.counter_hz())
+}
 
 /// A secondary CPU's path, entered by the arch on the CPU's own stack with
 /// its MMU and vectors set up.

@@ -16,9 +16,10 @@ use alloc::format;
 use alloc::string::String;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
-use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use spin::{Mutex, Once};
 
+use crate::console::Op;
 use crate::exitctx::ExitCtx;
 use crate::platform::ExitStatus;
 use crate::sched::{CpuMask, Kick, PutReason, RunState, SchedError, Scheduler, VcpuKey};
@@ -38,6 +39,9 @@ pub enum VmEnd {
     Reset,
     /// kestrel stopped it: a guest error it cannot answer architecturally.
     Fatal(String),
+    /// The operator stopped it from the console (as a power-off). kestrel
+    /// stays up while such a VM may be started again.
+    Stopped,
 }
 
 impl core::fmt::Display for VmEnd {
@@ -46,6 +50,7 @@ impl core::fmt::Display for VmEnd {
             VmEnd::PowerOff => f.write_str("powered off"),
             VmEnd::Reset => f.write_str("asked for a reset (stopped: no restart)"),
             VmEnd::Fatal(why) => write!(f, "stopped by kestrel: {why}"),
+            VmEnd::Stopped => f.write_str("stopped from the console"),
         }
     }
 }
@@ -237,6 +242,42 @@ pub struct Vm<B: Backend> {
     resetting: AtomicBool,
     /// Restarts done so far.
     restarts: AtomicU64,
+    /// An operation the console asked for ([`Hypervisor::request`]), 0: none.
+    request: AtomicU8,
+    /// The platform counter when it was created or last (re)started.
+    started_at: AtomicU64,
+}
+
+/// What a VM is doing, for the console's list.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VmState {
+    /// A vCPU runs or waits for a pCPU.
+    Running,
+    /// Every vCPU that is on waits for an interrupt.
+    Blocked,
+    /// It has ended.
+    Stopped,
+    /// A restart is under way.
+    Restarting,
+}
+
+impl VmState {
+    pub const fn name(self) -> &'static str {
+        match self {
+            VmState::Running => "running",
+            VmState::Blocked => "blocked",
+            VmState::Stopped => "stopped",
+            VmState::Restarting => "restarting",
+        }
+    }
+}
+
+fn op_code(op: Op) -> u8 {
+    match op {
+        Op::Stop => 1,
+        Op::Restart => 2,
+        Op::Start => 3,
+    }
 }
 
 impl<B: Backend> Vm<B> {
@@ -258,6 +299,11 @@ impl<B: Backend> Vm<B> {
     /// Why it ended, once it has.
     pub fn end_reason(&self) -> Option<VmEnd> {
         self.end.lock().clone()
+    }
+
+    /// The platform counter when it was created or last (re)started.
+    pub fn started_at(&self) -> u64 {
+        self.started_at.load(Ordering::Acquire)
     }
 }
 
@@ -291,6 +337,10 @@ pub trait Observer: Sync {
     fn vm_restarted(&self, vm: &str, n: u64) {
         let _ = (vm, n);
     }
+    /// `vm` was started again from the console after it had ended.
+    fn vm_started(&self, vm: &str) {
+        let _ = vm;
+    }
     fn all_ended(&self);
 }
 
@@ -306,6 +356,8 @@ pub struct Hypervisor<B: Backend> {
     finished: AtomicBool,
     /// vCPU entries (loads), for statistics.
     pub loads: AtomicU64,
+    /// Some VM has an operation the console asked for.
+    requests: AtomicBool,
 }
 
 impl<B: Backend> Hypervisor<B> {
@@ -318,6 +370,7 @@ impl<B: Backend> Hypervisor<B> {
             published: Once::new(),
             finished: AtomicBool::new(false),
             loads: AtomicU64::new(0),
+            requests: AtomicBool::new(false),
         }
     }
 
@@ -368,6 +421,8 @@ impl<B: Backend> Hypervisor<B> {
             end: Mutex::new(None),
             resetting: AtomicBool::new(false),
             restarts: AtomicU64::new(0),
+            request: AtomicU8::new(0),
+            started_at: AtomicU64::new(self.backend.now()),
         });
         vms.push(Arc::clone(&vm));
         Ok(vm)
@@ -496,6 +551,11 @@ impl<B: Backend> Hypervisor<B> {
             self.end_vm(vm, VmEnd::Reset, cpu, observer);
             return false;
         }
+        self.stop_for_restart(vm, cpu)
+    }
+
+    /// [`Hypervisor::begin_restart`] whatever the VM's `on_reboot` says.
+    fn stop_for_restart(&self, vm: &Vm<B>, cpu: usize) -> bool {
         let end = vm.end.lock();
         if vm.has_ended() || vm.resetting.swap(true, Ordering::AcqRel) {
             return false;
@@ -541,6 +601,7 @@ impl<B: Backend> Hypervisor<B> {
         }
         let kick = self.sched.restart_vm(vm.slot, vm.started, cpu);
         let n = vm.restarts.fetch_add(1, Ordering::AcqRel) + 1;
+        vm.started_at.store(self.backend.now(), Ordering::Release);
         drop(end);
         observer.vm_restarted(&vm.name, n);
         if let Ok(Kick::Cpu(c)) = kick {
@@ -554,12 +615,119 @@ impl<B: Backend> Hypervisor<B> {
         !vms.is_empty() && vms.iter().all(|vm| vm.reported.load(Ordering::Acquire))
     }
 
+    /// Whether the work is over: every VM has ended, and none was stopped
+    /// from the console (such a VM may be started again: kestrel stays up).
+    fn work_done(&self) -> bool {
+        self.all_ended()
+            && !self
+                .vms
+                .lock()
+                .iter()
+                .any(|vm| vm.end_reason() == Some(VmEnd::Stopped))
+    }
+
+    /// What `vm` is doing now.
+    pub fn vm_state(&self, vm: &Vm<B>) -> VmState {
+        if vm.resetting.load(Ordering::Acquire) {
+            return VmState::Restarting;
+        }
+        if vm.has_ended() {
+            return VmState::Stopped;
+        }
+        let busy = vm.vcpus.iter().any(|v| {
+            matches!(
+                self.sched.state(v.key),
+                Some(RunState::Runnable | RunState::Running(_))
+            )
+        });
+        if busy {
+            VmState::Running
+        } else {
+            VmState::Blocked
+        }
+    }
+
+    /// Asks for `op` on the VM in `slot` (the console's stop, restart and
+    /// start). The next pCPU between two vCPUs carries it out
+    /// ([`Hypervisor::run_cpu`]). An error says why it cannot be done.
+    pub fn request(&self, slot: usize, op: Op) -> Result<(), &'static str> {
+        let vm = self.created().get(slot).ok_or("no such VM")?;
+        match op {
+            Op::Stop if vm.has_ended() => return Err("it is stopped already"),
+            Op::Restart if vm.has_ended() => return Err("it is stopped (start it instead)"),
+            Op::Start if !vm.has_ended() => return Err("it runs already"),
+            Op::Restart | Op::Start if !self.backend.can_restart() => {
+                return Err("this backend cannot rebuild a VM")
+            }
+            _ => {}
+        }
+        if vm
+            .request
+            .compare_exchange(0, op_code(op), Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            return Err("an operation on it is under way");
+        }
+        self.requests.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// Carries out the operations the console asked for (on `cpu`, which
+    /// holds no vCPU).
+    fn serve_requests(&self, cpu: usize, observer: &dyn Observer) {
+        if !self.requests.swap(false, Ordering::AcqRel) {
+            return;
+        }
+        for vm in self.created() {
+            match vm.request.swap(0, Ordering::AcqRel) {
+                1 => self.end_vm(vm, VmEnd::Stopped, cpu, observer),
+                2 if self.stop_for_restart(vm, cpu) => self.finish_restart(vm, cpu, observer),
+                3 => self.start_again(vm, cpu, observer),
+                _ => {}
+            }
+        }
+    }
+
+    /// Starts `vm`, which has ended, again as at creation: the backend
+    /// rebuilds it from its packed images ([`Backend::restart_vm`]).
+    fn start_again(&self, vm: &Vm<B>, cpu: usize, observer: &dyn Observer) {
+        if !vm.has_ended() {
+            return;
+        }
+        // Its vCPUs were stopped at its end; wait for the pCPUs to put them.
+        while !self.sched.vm_on_cpus(vm.slot).is_empty() {
+            self.backend.relax(cpu);
+        }
+        let mut ctxs: Vec<_> = vm.vcpus.iter().map(|v| v.ctx.lock()).collect();
+        let rebuilt = self.backend.restart_vm(vm, &mut ctxs);
+        drop(ctxs);
+        for v in &vm.vcpus {
+            v.deadlines.clear();
+        }
+        vm.vmid.invalidate();
+        if let Err(e) = rebuilt {
+            log::error!("VM \"{}\" cannot start again: {e}", vm.name);
+            return;
+        }
+        let mut end = vm.end.lock();
+        *end = None;
+        vm.reported.store(false, Ordering::Release);
+        vm.ended.store(false, Ordering::Release);
+        let kick = self.sched.restart_vm(vm.slot, vm.started, cpu);
+        vm.started_at.store(self.backend.now(), Ordering::Release);
+        drop(end);
+        observer.vm_started(&vm.name);
+        if let Ok(Kick::Cpu(c)) = kick {
+            self.backend.kick(c);
+        }
+    }
+
     /// How the run ended: `Success` when every VM powered itself off.
     pub fn exit_status(&self) -> ExitStatus {
         let vms = self.vms.lock();
         if vms
             .iter()
-            .all(|vm| vm.end_reason() == Some(VmEnd::PowerOff))
+            .all(|vm| matches!(vm.end_reason(), Some(VmEnd::PowerOff | VmEnd::Stopped)))
         {
             ExitStatus::Success
         } else {
@@ -570,7 +738,8 @@ impl<B: Backend> Hypervisor<B> {
     /// The run loop of pCPU `cpu`. Returns once every VM has ended.
     pub fn run_cpu(&self, cpu: usize, observer: &dyn Observer) {
         loop {
-            if self.all_ended() {
+            self.serve_requests(cpu, observer);
+            if self.work_done() {
                 if !self.finished.swap(true, Ordering::AcqRel) {
                     observer.all_ended();
                 }
@@ -588,7 +757,7 @@ impl<B: Backend> Hypervisor<B> {
             self.backend.slice_start(cpu);
             let mut restart = false;
             let why = loop {
-                if vm.is_stopping() {
+                if vm.is_stopping() || self.requests.load(Ordering::Relaxed) {
                     break PutReason::Preempted;
                 }
                 // Device work a notification left: one budget before each

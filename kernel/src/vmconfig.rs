@@ -487,11 +487,13 @@ pub fn report<'a>(package: &'a [u8], host: HostLimits) -> Vec<VmSpec<'a>> {
     match plan(package, host) {
         Err(e) => {
             log::error!("VM package refused: {e}; no VM will start");
+            crate::vmm::operator::note_refused("(package)", &alloc::format!("{e}"));
             Vec::new()
         }
         Ok(vms) => {
             let mut ok = Vec::new();
-            for v in vms {
+            let pkg = kestrel_abi::package::Package::parse(package).ok();
+            for (i, v) in vms.into_iter().enumerate() {
                 match v {
                     Ok(s) => {
                         log::info!(
@@ -504,12 +506,39 @@ pub fn report<'a>(package: &'a [u8], host: HostLimits) -> Vec<VmSpec<'a>> {
                         );
                         ok.push(s);
                     }
-                    Err(e) => log::error!("VM refused: {e}"),
+                    Err(e) => {
+                        log::error!("VM refused: {e}");
+                        // Its name, when its record can be read.
+                        let name = pkg
+                            .as_ref()
+                            .and_then(|p| p.vm(i).ok())
+                            .map_or(alloc::string::String::from("-"), |r| r.name.into());
+                        crate::vmm::operator::note_refused(&name, &alloc::format!("{e}"));
+                    }
                 }
             }
             ok
         }
     }
+}
+
+/// The console mode and scrollback size the package asks for (kestrel's
+/// defaults where it says nothing, or when it cannot be read).
+pub fn console_settings(package: &[u8]) -> (crate::console::Mode, usize) {
+    use crate::console::{Mode, SCROLLBACK_DEFAULT};
+    let Ok(p) = kestrel_abi::package::Package::parse(package) else {
+        return (Mode::Raw, SCROLLBACK_DEFAULT);
+    };
+    let s = p.settings();
+    let mode = match s.console {
+        kestrel_abi::package::ConsoleMode::Log => Mode::Log,
+        _ => Mode::Raw,
+    };
+    let scrollback = match s.scrollback {
+        0 => SCROLLBACK_DEFAULT,
+        n => n as usize,
+    };
+    (mode, scrollback)
 }
 
 /// Checks that an error is about `field` (used by tests and by callers that

@@ -15,7 +15,7 @@ use spin::{Mutex, Once};
 use kestrel_abi::package::{self, Package};
 
 use crate::board::BoardInfo;
-use crate::console::{ConsoleMux, RxPort};
+use crate::console::{ConsoleMux, Mode, RxPort};
 use crate::fpu::FpPolicy;
 use crate::frames::FramePool;
 use crate::platform::ExitStatus;
@@ -145,6 +145,7 @@ pub fn create_vms<B: Machine>(
                     pinned.0 |= affinity.0;
                 }
                 console.lock().add_vm(&vm.name);
+                operator::note_created(spec.ram_size, vm.started_at());
                 log::info!(
                     "vm[{}] \"{}\" created: {} vCPU(s), {} MiB at {:#x}, entry {entry:#x}, DTB at {dtb:#x}",
                     spec.index,
@@ -155,7 +156,10 @@ pub fn create_vms<B: Machine>(
                 );
                 created += 1;
             }
-            Err(e) => log::error!("VM refused: vm[{}] \"{}\": {e}", spec.index, spec.name),
+            Err(e) => {
+                log::error!("VM refused: vm[{}] \"{}\": {e}", spec.index, spec.name);
+                operator::note_refused(spec.name, &e);
+            }
         }
     }
     hv.publish();
@@ -168,13 +172,19 @@ pub fn console() -> &'static Mutex<ConsoleMux> {
     CONSOLE.call_once(|| Mutex::new(ConsoleMux::new()))
 }
 
-/// A guest byte for the console: tagged lines on the physical UART.
+/// Sets the console's mode and scrollback size (before VMs exist).
+pub fn configure_console(mode: Mode, scrollback: usize) {
+    console().lock().configure(mode, scrollback);
+}
+
+/// A guest byte for the console: passed through (raw mode) or in tagged
+/// lines (log mode) on the physical UART.
 pub fn console_out(slot: u16, byte: u8) {
     // Written under the multiplexer's lock: the terminal must see the
     // order the multiplexer decided (streamed partial lines).
     let mut mux = console().lock();
-    if let Some(line) = mux.output(usize::from(slot), byte) {
-        crate::klog::print(format_args!("{line}"));
+    if let Some(out) = mux.output(usize::from(slot), byte) {
+        crate::console::write(&out);
     }
 }
 
@@ -186,6 +196,7 @@ pub fn console_out(slot: u16, byte: u8) {
 pub fn poll_console<B: DeviceHost>(hv: &Hypervisor<B>, cpu: usize) {
     if cpu == 0 {
         pump_console(hv, cpu, console());
+        operator::refresh(hv, console());
     }
 }
 
@@ -223,6 +234,7 @@ pub(crate) fn pump_console<'a, B: DeviceHost>(
                 B::console_uart(vm).update_level(u.irq_level(), &mut env);
             }
         },
+        |command| operator::command(hv, mux, command),
     );
     for vm in vms {
         crate::virtio::vm::deliver_console_input(hv, vm, cpu);
@@ -248,6 +260,15 @@ impl<B: Machine> Observer for LogObserver<'_, B> {
             if let Some(s) = v.virtio.summary() {
                 log::info!("VM \"{vm}\" virtio: {s}");
             }
+            let mut mux = self.console.lock();
+            let stays_up = self
+                .hv
+                .created()
+                .iter()
+                .any(|v| v.end_reason() == Some(VmEnd::Stopped));
+            if let Some(out) = mux.vm_stopped(usize::from(v.slot), &format!("{why}"), stays_up) {
+                crate::console::write(&out);
+            }
         } else {
             log::info!("VM \"{vm}\" {why}");
         }
@@ -265,6 +286,26 @@ impl<B: Machine> Observer for LogObserver<'_, B> {
         log::info!(
             "VM \"{vm}\" restarted ({n}): heap {heap} bytes used, guest memory {free} bytes free"
         );
+        if let Some(v) = self.hv.created().iter().find(|v| v.name == vm) {
+            let mut mux = self.console.lock();
+            if let Some(out) = mux.vm_rebooted(usize::from(v.slot)) {
+                crate::console::write(&out);
+            }
+        }
+    }
+
+    fn vm_started(&self, vm: &str) {
+        log::info!("VM \"{vm}\" started again from its packed images");
+        if let Some(v) = self.hv.created().iter().find(|v| v.name == vm) {
+            let mut mux = self.console.lock();
+            let slot = usize::from(v.slot);
+            for out in [mux.vm_rebooted(slot), mux.vm_started(slot)]
+                .into_iter()
+                .flatten()
+            {
+                crate::console::write(&out);
+            }
+        }
     }
 
     fn all_ended(&self) {
@@ -300,6 +341,9 @@ pub fn start<B: Machine + DeviceHost>(
         ram.free_bytes()
     );
     *GUEST_FRAMES.lock() = Some(ram);
+    if let Some(hint) = console().lock().hint() {
+        crate::klog::print(format_args!("{hint}"));
+    }
     n
 }
 
@@ -323,6 +367,8 @@ pub fn run_vms<B: Machine>(slot: &'static Slot<B>, cpu: usize) -> ExitStatus {
     hv.backend.leave_cpu(cpu);
     hv.exit_status()
 }
+
+pub mod operator;
 
 #[cfg(test)]
 mod tests;

@@ -31,9 +31,11 @@
 //! | 28 | u32 | CRC-32 of the 64 header bytes with this field taken as 0 |
 //! | 32 | u8 | FP/SIMD policy ([`FpPolicy`]) |
 //! | 33 | u8 | maximum pCPU count the config was checked against (1..=64) |
-//! | 34 | u16 | reserved, 0 |
+//! | 34 | u8 | console mode ([`ConsoleMode`]) |
+//! | 35 | u8 | reserved, 0 |
 //! | 36 | u32 | hypervisor tick in Hz (0 = kestrel's default) |
-//! | 40 | 24 bytes | reserved, 0 |
+//! | 40 | u32 | console scrollback per VM in bytes (0 = kestrel's default, at most [`MAX_SCROLLBACK`]) |
+//! | 44 | 20 bytes | reserved, 0 |
 //!
 //! VM record (256 bytes):
 //!
@@ -174,6 +176,41 @@ pub enum FpPolicy {
     /// Switch on first guest access, save only when another context needs the registers.
     Lazy = 3,
 }
+
+/// How kestrel's console shows the VMs' output.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[repr(u8)]
+pub enum ConsoleMode {
+    /// kestrel's default (raw).
+    #[default]
+    Default = 0,
+    /// The focused VM owns the terminal; its bytes pass untouched.
+    Raw = 1,
+    /// Every VM's output as tagged lines.
+    Log = 2,
+}
+
+impl ConsoleMode {
+    pub const fn from_u8(v: u8) -> Option<Self> {
+        Some(match v {
+            0 => ConsoleMode::Default,
+            1 => ConsoleMode::Raw,
+            2 => ConsoleMode::Log,
+            _ => return None,
+        })
+    }
+    /// The config spelling.
+    pub const fn name(self) -> &'static str {
+        match self {
+            ConsoleMode::Default => "default",
+            ConsoleMode::Raw => "raw",
+            ConsoleMode::Log => "log",
+        }
+    }
+}
+
+/// The largest console scrollback per VM a package may ask for.
+pub const MAX_SCROLLBACK: u32 = 1 << 20;
 
 impl FpPolicy {
     pub const fn from_u8(v: u8) -> Option<Self> {
@@ -562,6 +599,10 @@ pub struct HypervisorSettings {
     pub max_cpus: u8,
     /// Tick in Hz; 0 = kestrel's default.
     pub tick_hz: u32,
+    /// How the console shows the VMs' output.
+    pub console: ConsoleMode,
+    /// Console scrollback per VM in bytes; 0 = kestrel's default.
+    pub scrollback: u32,
 }
 
 impl Default for HypervisorSettings {
@@ -570,6 +611,8 @@ impl Default for HypervisorSettings {
             fp_policy: FpPolicy::Default,
             max_cpus: 16,
             tick_hz: 0,
+            console: ConsoleMode::Default,
+            scrollback: 0,
         }
     }
 }
@@ -925,9 +968,11 @@ const H_FLAGS: usize = 24;
 const H_CRC: usize = 28;
 const H_FP: usize = 32;
 const H_MAX_CPUS: usize = 33;
-const H_RESERVED16: usize = 34;
+const H_CONSOLE: usize = 34;
+const H_RESERVED8: usize = 35;
 const H_TICK: usize = 36;
-const H_RESERVED: usize = 40;
+const H_SCROLLBACK: usize = 40;
+const H_RESERVED: usize = 44;
 
 /// Offset of the first blob: header and records rounded up to [`BLOB_ALIGN`].
 pub const fn blob_area_start(vm_count: usize) -> u64 {
@@ -1000,7 +1045,18 @@ impl<'a> Package<'a> {
                 value: max_cpus as u64,
             });
         }
-        if le16(header, H_RESERVED16) != 0 || header[H_RESERVED..].iter().any(|&b| b != 0) {
+        let console = ConsoleMode::from_u8(header[H_CONSOLE]).ok_or(PackageError::BadField {
+            field: "console",
+            value: header[H_CONSOLE] as u64,
+        })?;
+        let scrollback = le32(header, H_SCROLLBACK);
+        if scrollback > MAX_SCROLLBACK {
+            return Err(PackageError::BadField {
+                field: "scrollback",
+                value: scrollback as u64,
+            });
+        }
+        if header[H_RESERVED8] != 0 || header[H_RESERVED..].iter().any(|&b| b != 0) {
             return Err(PackageError::BadField {
                 field: "reserved",
                 value: 0,
@@ -1014,6 +1070,8 @@ impl<'a> Package<'a> {
                 fp_policy,
                 max_cpus,
                 tick_hz: le32(header, H_TICK),
+                console,
+                scrollback,
             },
         })
     }
@@ -1670,6 +1728,12 @@ mod writer {
             out[H_FP] = self.settings.fp_policy as u8;
             out[H_MAX_CPUS] = self.settings.max_cpus;
             put(&mut out, H_TICK, &self.settings.tick_hz.to_le_bytes());
+            out[H_CONSOLE] = self.settings.console as u8;
+            put(
+                &mut out,
+                H_SCROLLBACK,
+                &self.settings.scrollback.to_le_bytes(),
+            );
             let hcrc = crc_skipping(&out[..HEADER_SIZE], H_CRC);
             put(&mut out, H_CRC, &hcrc.to_le_bytes());
             out

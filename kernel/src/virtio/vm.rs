@@ -35,6 +35,21 @@ pub struct VmVirtio {
 /// The networks VMs are connected to, by name (created on first use).
 static NETWORKS: Mutex<Vec<(String, Arc<Network>)>> = Mutex::new(Vec::new());
 
+/// A VM's virtio counters, added up over its devices.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct VirtioCounters {
+    /// Bytes the virtio console wrote.
+    pub console_bytes: u64,
+    /// Disk read and write requests done.
+    pub disk_requests: u64,
+    /// Bytes the disks read and wrote.
+    pub disk_bytes: u64,
+    /// Network frames sent, received, dropped.
+    pub net_tx: u64,
+    pub net_rx: u64,
+    pub net_dropped: u64,
+}
+
 /// The network called `name`.
 pub fn network(name: &str) -> Arc<Network> {
     let mut nets = NETWORKS.lock();
@@ -135,6 +150,27 @@ impl VmVirtio {
             }
         }
         Ok(v)
+    }
+
+    /// The counters of all its virtio devices added up (the console's
+    /// live statistics).
+    pub fn counters(&self) -> VirtioCounters {
+        let mut c = VirtioCounters::default();
+        if let Some(con) = &self.console {
+            c.console_bytes = con.with_device(|d| d.tx_bytes);
+        }
+        for d in &self.disks {
+            let st = d.with_device(|b| b.stats);
+            c.disk_requests += st.reads + st.writes;
+            c.disk_bytes += st.read_bytes + st.written_bytes;
+        }
+        for n in &self.nets {
+            let st = n.transport.with_device(|n| n.stats);
+            c.net_tx += st.tx_frames;
+            c.net_rx += st.rx_frames;
+            c.net_dropped += st.dropped;
+        }
+        c
     }
 
     /// One line of counters, `None` for a VM without virtio devices:

@@ -24,6 +24,8 @@ enum Op {
     ResetUntil(u64),
     /// Wait (block) until the VM's devices have no pending work.
     WaitDevices,
+    /// Work until the test releases the VMs ([`Fake::release`]), then power off.
+    UntilReleased,
 }
 
 struct Ctx {
@@ -68,6 +70,8 @@ struct Fake {
     deadline: std::time::Instant,
     /// VMs rebuilt for a restart.
     rebuilds: AtomicUsize,
+    /// Ends [`Op::UntilReleased`].
+    release: AtomicBool,
 }
 
 impl Fake {
@@ -151,6 +155,10 @@ impl Backend for Fake {
                 ctx.pc += 1;
                 RunExit::Continue
             }
+            Op::UntilReleased if self.release.load(Ordering::Acquire) => {
+                RunExit::VmEnd(VmEnd::PowerOff)
+            }
+            Op::UntilReleased => RunExit::Continue,
         }
     }
 
@@ -230,6 +238,7 @@ struct Log {
     ended: StdMutex<Vec<(String, VmEnd)>>,
     all: AtomicUsize,
     restarted: StdMutex<Vec<(String, u64)>>,
+    started: StdMutex<Vec<String>>,
 }
 
 impl Observer for Log {
@@ -238,6 +247,9 @@ impl Observer for Log {
     }
     fn vm_ended(&self, vm: &str, why: &VmEnd) {
         self.ended.lock().unwrap().push((vm.into(), why.clone()));
+    }
+    fn vm_started(&self, vm: &str) {
+        self.started.lock().unwrap().push(vm.into());
     }
     fn all_ended(&self) {
         self.all.fetch_add(1, Ordering::Relaxed);
@@ -254,6 +266,7 @@ fn hv(cpus: usize) -> Hypervisor<Fake> {
             clock: AtomicU64::new(0),
             deadline: std::time::Instant::now() + std::time::Duration::from_secs(20),
             rebuilds: AtomicUsize::new(0),
+            release: AtomicBool::new(false),
         },
         CpuMask::first(cpus),
     )
@@ -649,4 +662,88 @@ fn pending_device_work_continues_before_entries_and_a_waiting_vcpu_keeps_running
         log.ended.lock().unwrap().as_slice(),
         [("dev".into(), VmEnd::PowerOff)]
     );
+}
+
+/// Waits (up to the fake's deadline) until `cond` holds.
+fn wait_for(hv: &Hypervisor<Fake>, what: &str, cond: impl Fn() -> bool) {
+    while !cond() {
+        assert!(
+            std::time::Instant::now() < hv.backend.deadline,
+            "timed out waiting for {what}"
+        );
+        std::thread::yield_now();
+    }
+}
+
+#[test]
+fn the_console_stops_restarts_and_starts_vms_while_they_run() {
+    use crate::console::Op as Cmd;
+    let cpus = 2;
+    let hv = hv(cpus);
+    let log = Log::default();
+    let spin = add(
+        &hv,
+        "spin",
+        vec![vec![Op::UntilReleased]],
+        CpuMask::first(cpus),
+        false,
+    );
+    let other = add(
+        &hv,
+        "other",
+        vec![vec![Op::UntilReleased]; 2],
+        CpuMask::first(cpus),
+        false,
+    );
+    hv.publish();
+    assert_eq!(hv.request(5, Cmd::Stop), Err("no such VM"));
+    std::thread::scope(|s| {
+        for cpu in 0..cpus {
+            let (hv, log) = (&hv, &log);
+            s.spawn(move || hv.run_cpu(cpu, log));
+        }
+        wait_for(&hv, "the VMs to run", || hv.backend.now() > 100);
+        assert_eq!(hv.vm_state(&spin), VmState::Running);
+        assert_eq!(hv.request(0, Cmd::Start), Err("it runs already"));
+        // Stop: as a power-off, and only once.
+        hv.request(0, Cmd::Stop).unwrap();
+        wait_for(&hv, "the stop", || spin.has_ended());
+        assert_eq!(spin.end_reason(), Some(VmEnd::Stopped));
+        assert_eq!(hv.vm_state(&spin), VmState::Stopped);
+        assert_eq!(hv.request(0, Cmd::Stop), Err("it is stopped already"));
+        assert!(hv.request(0, Cmd::Restart).is_err());
+        // Start: rebuilt from its images, running again.
+        hv.request(0, Cmd::Start).unwrap();
+        wait_for(&hv, "the start", || !log.started.lock().unwrap().is_empty());
+        assert!(!spin.has_ended());
+        assert_eq!(hv.backend.rebuilds.load(Ordering::Relaxed), 1);
+        assert_eq!(*log.started.lock().unwrap(), ["spin"]);
+        wait_for(&hv, "spin to run", || {
+            hv.sched.state(spin.vcpus[0].key) == Some(RunState::Running(0))
+                || hv.sched.state(spin.vcpus[0].key) == Some(RunState::Running(1))
+        });
+        // Restart: as a reset, whatever on_reboot says.
+        hv.request(0, Cmd::Restart).unwrap();
+        wait_for(&hv, "the restart", || spin.restarts() == 1);
+        assert_eq!(hv.backend.rebuilds.load(Ordering::Relaxed), 2);
+        // Both stopped from the console: kestrel stays up for a start.
+        hv.request(0, Cmd::Stop).unwrap();
+        hv.request(1, Cmd::Stop).unwrap();
+        wait_for(&hv, "both stops", || spin.has_ended() && other.has_ended());
+        let idles = hv.backend.idles.load(Ordering::Relaxed);
+        wait_for(&hv, "idle pCPUs", || {
+            hv.backend.idles.load(Ordering::Relaxed) > idles + 100
+        });
+        assert_eq!(log.all.load(Ordering::Relaxed), 0, "kestrel must stay up");
+        hv.request(0, Cmd::Start).unwrap();
+        hv.request(1, Cmd::Start).unwrap();
+        wait_for(&hv, "both starts", || {
+            !spin.has_ended() && !other.has_ended()
+        });
+        hv.backend.release.store(true, Ordering::Release);
+    });
+    assert_eq!(spin.end_reason(), Some(VmEnd::PowerOff));
+    assert_eq!(other.end_reason(), Some(VmEnd::PowerOff));
+    assert_eq!(log.all.load(Ordering::Relaxed), 1);
+    assert_eq!(hv.exit_status(), ExitStatus::Success);
 }

@@ -71,6 +71,8 @@ fn round_trip(u: &mut Unstructured) -> arbitrary::Result<()> {
         fp_policy: FpPolicy::from_u8(u.int_in_range(0..=3)?).unwrap(),
         max_cpus: u.int_in_range(1..=64)?,
         tick_hz: u.arbitrary()?,
+        console: ConsoleMode::from_u8(u.int_in_range(0..=2)?).unwrap(),
+        scrollback: u.int_in_range(0..=MAX_SCROLLBACK)?,
     };
     let vms: Vec<Vm> = (0..u.int_in_range(0..=4)?)
         .map(|_| u.arbitrary())

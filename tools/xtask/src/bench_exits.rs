@@ -95,7 +95,7 @@ fn boot_kestrel_on(arch: Arch, config: &str, gic: u32, lvz: bool) -> Result<Stri
         gic,
         mem_mib: 2048,
         features: Vec::new(),
-        append: "kestrel.exit=poweroff".into(),
+        append: crate::TEST_APPEND.into(),
         config: Some(config),
         lvz,
     };

@@ -134,7 +134,7 @@ fn boot(arch: Arch, config: &Path, features: &[&str]) -> Result<String, String> 
         gic: 3,
         mem_mib: if features.is_empty() { 1024 } else { 2048 },
         features,
-        append: "kestrel.exit=poweroff".into(),
+        append: crate::TEST_APPEND.into(),
         config: Some(config.to_path_buf()),
         lvz: false,
     };

@@ -26,9 +26,11 @@ pub struct ConfigError {
     pub file: PathBuf,
     /// `vm[1].memory`, `hypervisor.tick_hz`, or "" for the file as a whole.
     pub field: String,
-    /// 1-based line and column, when known (TOML syntax and type errors).
+    /// 1-based line and column, when known.
     pub line_col: Option<(usize, usize)>,
     pub problem: String,
+    /// The config's further problems (in other VMs), found after this one.
+    pub more: Vec<ConfigError>,
 }
 
 impl fmt::Display for ConfigError {
@@ -40,7 +42,11 @@ impl fmt::Display for ConfigError {
         if !self.field.is_empty() {
             write!(f, ": {}", self.field)?;
         }
-        write!(f, ": {}", self.problem)
+        write!(f, ": {}", self.problem)?;
+        for m in &self.more {
+            write!(f, "\n{m}")?;
+        }
+        Ok(())
     }
 }
 
@@ -59,6 +65,8 @@ struct RawHypervisor {
     fp_policy: Option<String>,
     tick_hz: Option<i64>,
     max_cpus: Option<i64>,
+    console: Option<String>,
+    scrollback: Option<RawSize>,
 }
 
 /// A size: bytes as an integer, or a string with a K/M/G suffix.
@@ -241,7 +249,7 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     let (num, suffix) = t.split_at(digits);
     let bad = || {
         format!(
-            "bad size \"{s}\": use a number of bytes or a number with K, M or G (e.g. \"512M\")"
+            "bad size \"{s}\": use a number of bytes, or a number with B, K (k, KiB), M (MiB), G (GiB) or T (TiB), powers of 1024 (e.g. \"512M\")"
         )
     };
     if num.is_empty() {
@@ -267,6 +275,7 @@ pub fn load(file: &Path, arch: Arch) -> Result<Config, ConfigError> {
         field: String::new(),
         line_col: None,
         problem: format!("cannot read the config: {e}"),
+        more: Vec::new(),
     })?;
     parse(&text, file, arch)
 }
@@ -279,13 +288,271 @@ fn line_col(text: &str, offset: usize) -> (usize, usize) {
 }
 
 /// Checks config `text` as if read from `file` (relative paths resolve
-/// against `file`'s directory).
+/// against `file`'s directory). An error names the line of its field
+/// (`locate`) and says what to write for the common slips (`explain`).
 pub fn parse(text: &str, file: &Path, arch: Arch) -> Result<Config, ConfigError> {
+    let first = match check(text, file, arch) {
+        Ok(cfg) => return Ok(cfg),
+        Err(e) => e,
+    };
+    // The other VMs' problems: check again without the VM (or the
+    // [hypervisor] key) at fault, blanked out line for line so that line
+    // numbers stay those of the file, until no new problem shows.
+    let mut all = vec![first];
+    let mut lines: Vec<String> = text.lines().map(String::from).collect();
+    // The original index of each VM still in `lines`.
+    let mut vms: Vec<usize> = (0..vm_headers(&lines).len()).collect();
+    while all.len() < 64 {
+        let last = all.last().expect("one error at least");
+        let Some(fault) = fault_of(&last.field) else {
+            break;
+        };
+        let blanked = match fault {
+            Fault::Vm(i) => {
+                let ok = blank_vm(&mut lines, i);
+                if ok {
+                    vms.remove(i);
+                }
+                ok
+            }
+            Fault::Hypervisor(key) => blank_hypervisor_key(&mut lines, key),
+        };
+        if !blanked || vms.is_empty() {
+            break;
+        }
+        match check(&lines.join("\n"), file, arch) {
+            Ok(_) => break,
+            Err(mut e) => {
+                // Back to the file's VM numbers.
+                if let Some(Fault::Vm(i)) = fault_of(&e.field) {
+                    let Some(&orig) = vms.get(i) else { break };
+                    e.field = e
+                        .field
+                        .replacen(&format!("vm[{i}]"), &format!("vm[{orig}]"), 1);
+                }
+                if all
+                    .iter()
+                    .any(|a| a.field == e.field && a.problem == e.problem)
+                {
+                    break;
+                }
+                all.push(e);
+            }
+        }
+    }
+    let mut all: Vec<ConfigError> = all
+        .into_iter()
+        .map(|mut e| {
+            e.problem = explain(&e.field, &e.problem);
+            if e.line_col.is_none() || e.problem.starts_with("write [[") {
+                e.line_col = locate(text, &e.field).or(e.line_col);
+            }
+            e
+        })
+        .collect();
+    let mut first = all.remove(0);
+    first.more = all;
+    Err(first)
+}
+
+/// Where a problem is: in a VM (by index in the text checked) or a key of
+/// `[hypervisor]`.
+enum Fault<'a> {
+    Vm(usize),
+    Hypervisor(&'a str),
+}
+
+fn fault_of(field: &str) -> Option<Fault<'_>> {
+    if let Some(key) = field.strip_prefix("hypervisor.") {
+        return Some(Fault::Hypervisor(key));
+    }
+    let rest = field.strip_prefix("vm[")?;
+    let (n, _) = rest.split_once(']')?;
+    n.parse().ok().map(Fault::Vm)
+}
+
+/// The line numbers of the `[[vm]]` headers.
+fn vm_headers(lines: &[String]) -> Vec<usize> {
+    lines
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| l.trim().starts_with("[[vm]]"))
+        .map(|(n, _)| n)
+        .collect()
+}
+
+/// Blanks the lines of VM `i` (its `[[vm]]` table and its sub-tables).
+fn blank_vm(lines: &mut [String], i: usize) -> bool {
+    let heads = vm_headers(lines);
+    let Some(&start) = heads.get(i) else {
+        return false;
+    };
+    let end = lines
+        .iter()
+        .enumerate()
+        .skip(start + 1)
+        .find(|(_, l)| {
+            let l = l.trim();
+            l.starts_with('[') && !l.starts_with("[[vm.") && !l.starts_with("[vm.")
+        })
+        .map_or(lines.len(), |(n, _)| n);
+    for l in &mut lines[start..end] {
+        l.clear();
+    }
+    true
+}
+
+/// Blanks the line of `key` in `[hypervisor]`.
+fn blank_hypervisor_key(lines: &mut [String], key: &str) -> bool {
+    let mut inside = false;
+    for l in lines.iter_mut() {
+        let t = l.trim();
+        if t.starts_with('[') {
+            inside = t == "[hypervisor]";
+        } else if inside && t.split('=').next().map(str::trim) == Some(key) {
+            l.clear();
+            return true;
+        }
+    }
+    false
+}
+
+/// The last name in a field path: `vcpus` of `vm[1].vcpus`, `disk` of `vm[0].disk`.
+fn key_of(field: &str) -> &str {
+    let last = field.rsplit('.').next().unwrap_or(field);
+    last.split('[').next().unwrap_or(last)
+}
+
+/// A problem as the user can act on it: type errors say what the value
+/// must be, a table written where an array of tables is needed says what
+/// to write.
+fn explain(field: &str, problem: &str) -> String {
+    let key = key_of(field);
+    let Some(rest) = problem.strip_prefix("invalid type: ") else {
+        return problem.to_string();
+    };
+    let (got, want) = rest.split_once(", expected ").unwrap_or((rest, ""));
+    if got == "map"
+        && want.contains("sequence")
+        && matches!(key, "disk" | "net" | "passthrough" | "vm")
+    {
+        let table = if key == "vm" {
+            String::from("vm")
+        } else {
+            format!("vm.{key}")
+        };
+        return format!(
+            "write [[{table}]] (two brackets: each one is a table in an array, repeatable), not [{table}]"
+        );
+    }
+    let what = match want {
+        w if w.starts_with("i64") || w.starts_with("u") || w.contains("integer") => "a number",
+        w if w.contains("boolean") => "true or false",
+        w if w.contains("string") => "a string in quotes",
+        w if w.contains("sequence") => "a list in brackets, e.g. [0, 1]",
+        _ => return problem.to_string(),
+    };
+    let hint = match (what, got) {
+        ("a number", g) if g.starts_with("string") => {
+            let v = g.trim_start_matches("string ").trim_matches('"');
+            format!(" (write {key} = {v}, without quotes)")
+        }
+        _ => String::new(),
+    };
+    format!("{key} must be {what}, not {got}{hint}")
+}
+
+/// The line and column of `field` (`vm[1].memory`, `hypervisor.tick_hz`,
+/// `vm[0].disk[1].image`, `vm[2]`) in config `text`: its key's line in its
+/// table, or the table's header when the key is not written.
+pub fn locate(text: &str, field: &str) -> Option<(usize, usize)> {
+    // The wanted table: (section, vm index, sub-table and index), and key.
+    let mut vm: Option<usize> = None;
+    let mut sub: Option<(&str, usize)> = None;
+    let mut hyper = false;
+    let mut key: Option<&str> = None;
+    for part in field.split('.') {
+        let (name, index) = match part.split_once('[') {
+            Some((n, i)) => (n, i.trim_end_matches(']').parse::<usize>().ok()),
+            None => (part, None),
+        };
+        match (name, index) {
+            ("vm", Some(i)) if vm.is_none() && !hyper => vm = Some(i),
+            ("hypervisor", None) if vm.is_none() => hyper = true,
+            (n, Some(i)) if vm.is_some() && sub.is_none() => sub = Some((n, i)),
+            (n, _) => key = Some(n),
+        }
+    }
+    if vm.is_none() && !hyper {
+        return None;
+    }
+    // Scan: the table each line is in.
+    let (mut cur_vm, mut cur_sub, mut in_hyper) = (None::<usize>, None::<(String, usize)>, false);
+    let mut counts: Vec<(String, usize)> = Vec::new();
+    let mut header = None;
+    for (n, line) in text.lines().enumerate() {
+        let l = line.trim();
+        let col = line.len() - line.trim_start().len() + 1;
+        if let Some(h) = l.strip_prefix("[[").and_then(|r| r.split("]]").next()) {
+            let h = h.trim();
+            in_hyper = false;
+            if h == "vm" {
+                cur_vm = Some(cur_vm.map_or(0, |v| v + 1));
+                cur_sub = None;
+                counts.clear();
+            } else if let Some(s) = h.strip_prefix("vm.") {
+                let c = match counts.iter_mut().find(|(k, _)| k == s) {
+                    Some((_, c)) => {
+                        *c += 1;
+                        *c
+                    }
+                    None => {
+                        counts.push((s.to_string(), 0));
+                        0
+                    }
+                };
+                cur_sub = Some((s.to_string(), c));
+            }
+        } else if let Some(h) = l.strip_prefix('[').and_then(|r| r.split(']').next()) {
+            let h = h.trim();
+            in_hyper = h == "hypervisor";
+            if let Some(s) = h.strip_prefix("vm.") {
+                cur_sub = Some((s.to_string(), 0));
+            }
+        } else if let Some((k, _)) = l.split_once('=') {
+            let here = if hyper {
+                in_hyper
+            } else {
+                cur_vm == vm && cur_sub.as_ref().map(|(s, i)| (s.as_str(), *i)) == sub
+            };
+            if here && Some(k.trim().trim_matches('"')) == key {
+                return Some((n + 1, col));
+            }
+            continue;
+        } else {
+            continue;
+        }
+        let here = if hyper {
+            in_hyper
+        } else {
+            cur_vm == vm && cur_sub.as_ref().map(|(s, i)| (s.as_str(), *i)) == sub
+        };
+        if here && header.is_none() {
+            header = Some((n + 1, col));
+        }
+    }
+    // Not written: a field of a sub-table not found names its table's
+    // header; a missing key names the table's header.
+    header
+}
+
+fn check(text: &str, file: &Path, arch: Arch) -> Result<Config, ConfigError> {
     let err = |field: &str, problem: String| ConfigError {
         file: file.to_path_buf(),
         field: field.to_string(),
         line_col: None,
         problem,
+        more: Vec::new(),
     };
     let de = toml::Deserializer::new(text);
     let raw: RawConfig = serde_path_to_error::deserialize(de).map_err(|e| {
@@ -296,6 +563,7 @@ pub fn parse(text: &str, file: &Path, arch: Arch) -> Result<Config, ConfigError>
             field: if path == "." { String::new() } else { path },
             line_col: inner.span().map(|s| line_col(text, s.start)),
             problem: inner.message().trim().to_string(),
+            more: Vec::new(),
         }
     })?;
     let dir = file.parent().map(Path::to_path_buf).unwrap_or_default();
@@ -334,10 +602,40 @@ pub fn parse(text: &str, file: &Path, arch: Arch) -> Result<Config, ConfigError>
             ))
         }
     };
+    let console = match h.console.as_deref() {
+        None => package::ConsoleMode::Default,
+        Some("raw") => package::ConsoleMode::Raw,
+        Some("log") => package::ConsoleMode::Log,
+        Some(o) => {
+            return Err(err(
+                "hypervisor.console",
+                format!("unknown console mode \"{o}\": use raw or log"),
+            ))
+        }
+    };
+    let scrollback = match &h.scrollback {
+        None => 0,
+        Some(s) => {
+            let n = match s {
+                RawSize::Bytes(b) => u64::try_from(*b).map_err(|_| format!("{b} is negative")),
+                RawSize::Text(t) => parse_size(t),
+            }
+            .map_err(|e| err("hypervisor.scrollback", e))?;
+            if !(1..=u64::from(package::MAX_SCROLLBACK)).contains(&n) {
+                return Err(err(
+                    "hypervisor.scrollback",
+                    format!("{n} bytes is out of range 1..={}", package::MAX_SCROLLBACK),
+                ));
+            }
+            n as u32
+        }
+    };
     let settings = HypervisorSettings {
         fp_policy,
         max_cpus,
         tick_hz,
+        console,
+        scrollback,
     };
 
     if raw.vm.is_empty() {
@@ -485,8 +783,21 @@ pub fn parse(text: &str, file: &Path, arch: Arch) -> Result<Config, ConfigError>
                 Arch::Aarch64 => ConsoleKind::Pl011,
                 Arch::LoongArch64 => ConsoleKind::Ns16550,
             },
-            Some("pl011") => ConsoleKind::Pl011,
-            Some("ns16550") => ConsoleKind::Ns16550,
+            Some("pl011") if arch == Arch::Aarch64 => ConsoleKind::Pl011,
+            Some("ns16550") if arch == Arch::LoongArch64 => ConsoleKind::Ns16550,
+            Some(o @ ("pl011" | "ns16550")) => {
+                return Err(err(
+                    &f("console"),
+                    format!(
+                        "kestrel's {} VMs have no {o}: use \"{}\" (or leave `console` out)",
+                        arch.name(),
+                        match arch {
+                            Arch::Aarch64 => "pl011",
+                            Arch::LoongArch64 => "ns16550",
+                        }
+                    ),
+                ))
+            }
             Some(o) => {
                 return Err(err(
                     &f("console"),

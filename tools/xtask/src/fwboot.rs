@@ -271,7 +271,7 @@ pub fn private_copy(
 pub fn kernel_args(cmd: &mut Command, image: &Path) {
     cmd.arg("-kernel")
         .arg(image)
-        .args(["-append", "kestrel.exit=poweroff"]);
+        .args(["-append", crate::TEST_APPEND]);
 }
 
 /// Runs a firmware boot within `timeout`, the log kept as
@@ -299,7 +299,7 @@ pub fn run(
 /// are set by distro boot) and starts it with U-Boot's own device tree.
 const U_BOOT_SCRIPT: &str = "\
 echo kestrel: loading kestrel.bin from boot.scr on ${devtype} ${devnum}:${distro_bootpart}
-setenv bootargs kestrel.exit=poweroff
+setenv bootargs kestrel.exit=poweroff kestrel.console=log
 load ${devtype} ${devnum}:${distro_bootpart} ${kernel_addr_r} kestrel.bin
 booti ${kernel_addr_r} - ${fdtcontroladdr}
 echo kestrel: booti returned

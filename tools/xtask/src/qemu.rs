@@ -71,24 +71,139 @@ pub fn run_interactive(opts: &Opts, image: &Path, debug: bool) -> Result<(), Str
         cmd.args(["-s", "-S"]);
         let elf = crate::elf_path(opts.arch);
         eprintln!("QEMU is waiting for gdb on localhost:1234. In another terminal:");
-        eprintln!(
-            "    gdb-multiarch {} -ex 'target remote :1234'",
-            elf.display()
-        );
-        eprintln!("(docs/debugging.md: symbols of the relocated arm64 image, useful breakpoints)");
+        eprintln!("    {}", gdb_command(opts.arch, &elf));
+        eprintln!("(docs/debugging.md: a breakpoint in kestrel, stepping into an exit handler)");
     }
     eprintln!("running: {}", render(&cmd));
     eprintln!("(Ctrl-A X quits QEMU)");
-    let status = cmd.status().map_err(|e| {
-        format!(
-            "cannot start {}: {e} (run `make setup`)",
-            cmd.get_program().to_string_lossy()
-        )
-    })?;
-    if status.success() {
-        Ok(())
-    } else {
-        Err(format!("QEMU exited with {status}"))
+    if debug {
+        let status = cmd.status().map_err(|e| cannot_start(&cmd, e))?;
+        return if status.success() {
+            Ok(())
+        } else {
+            Err(format!("QEMU exited with {status}"))
+        };
+    }
+    // kestrel's output passes through byte for byte; its final status
+    // and refused VMs are read on the way.
+    cmd.stdout(Stdio::piped());
+    let mut child = cmd.spawn().map_err(|e| cannot_start(&cmd, e))?;
+    let mut out = child.stdout.take().expect("piped stdout");
+    let mut watch = Watch::default();
+    let mut buf = [0u8; 4096];
+    let mut stdout = std::io::stdout();
+    loop {
+        let n = match out.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => break,
+        };
+        let _ = stdout.write_all(&buf[..n]);
+        let _ = stdout.flush();
+        if watch.feed(&buf[..n]) {
+            // kestrel has nothing more to do: stop QEMU (SIGTERM lets it
+            // give the terminal back as it was).
+            std::thread::sleep(Duration::from_millis(200));
+            let _ = Command::new("kill")
+                .args(["-TERM", &child.id().to_string()])
+                .status();
+            break;
+        }
+    }
+    let status = child.wait().map_err(|e| format!("waiting for QEMU: {e}"))?;
+    watch.verdict(status)
+}
+
+fn cannot_start(cmd: &Command, e: std::io::Error) -> String {
+    format!(
+        "cannot start {}: {e} (run `make setup`)",
+        cmd.get_program().to_string_lossy()
+    )
+}
+
+/// What `make run` reads in kestrel's output as it passes: the VMs refused
+/// at boot and kestrel's final status.
+#[derive(Default, Debug)]
+pub struct Watch {
+    line: Vec<u8>,
+    /// The refusals, as kestrel printed them.
+    pub refused: Vec<String>,
+    /// The status of kestrel's last line ("work done" or "boot done").
+    pub status: Option<u32>,
+}
+
+impl Watch {
+    /// Takes output bytes; true once kestrel has said its final status
+    /// and idles or powers off.
+    pub fn feed(&mut self, bytes: &[u8]) -> bool {
+        let mut done = false;
+        for &b in bytes {
+            if b != b'\n' {
+                if self.line.len() < 4096 {
+                    self.line.push(b);
+                }
+                continue;
+            }
+            let line = String::from_utf8_lossy(&self.line).trim_end().to_string();
+            self.line.clear();
+            if line.contains("VM refused: ") || line.contains("VM package refused: ") {
+                self.refused.push(line.clone());
+            }
+            for key in [
+                "kestrel: boot done (status ",
+                "kestrel: work done, powering off (status ",
+            ] {
+                if let Some(rest) = line.split_once(key).map(|(_, r)| r) {
+                    let n: String = rest.chars().take_while(char::is_ascii_digit).collect();
+                    self.status = n.parse().ok();
+                    done = true;
+                }
+            }
+        }
+        done
+    }
+
+    /// How `make run` ends.
+    pub fn verdict(&self, qemu: ExitStatus) -> Result<(), String> {
+        let why = if self.refused.is_empty() {
+            String::new()
+        } else {
+            format!(":\n  {}", self.refused.join("\n  "))
+        };
+        match self.status {
+            Some(0) if self.refused.is_empty() => {
+                eprintln!("\nkestrel's work is done (status 0)");
+                Ok(())
+            }
+            Some(n) => Err(format!("kestrel ended with status {n}{why}")),
+            None if !self.refused.is_empty() => Err(format!("kestrel refused VMs at boot{why}")),
+            // QEMU quit by the user (Ctrl-A X), or QEMU's own error.
+            None if qemu.success() => Ok(()),
+            None => Err(format!("QEMU exited with {qemu}")),
+        }
+    }
+}
+
+/// Where QEMU's `-kernel` puts the arm64 image on `virt`: RAM at
+/// 0x4000_0000 plus QEMU's 2 MiB load offset for a 64-bit Image. kestrel is
+/// linked at 0 and relocates itself there (its first log line says
+/// `image at ... (load offset ...)`, the number to use on other loaders).
+pub const ARM64_QEMU_LOAD: u64 = 0x4020_0000;
+
+/// The gdb command that debugs kestrel for `arch` under `make debug`:
+/// arm64 symbols moved to where the image runs, LoongArch's as linked (its
+/// ELF is loaded at its link addresses).
+pub fn gdb_command(arch: Arch, elf: &Path) -> String {
+    match arch {
+        Arch::Aarch64 => format!(
+            "gdb-multiarch -ex 'set architecture aarch64' -ex 'symbol-file -o {ARM64_QEMU_LOAD:#x} {}' -ex 'target remote :1234'",
+            elf.display()
+        ),
+        Arch::LoongArch64 => format!(
+            "gdb-multiarch {} -ex 'target remote :1234'",
+            elf.display()
+        ),
     }
 }
 
@@ -406,6 +521,34 @@ impl Runner {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn exit(code: i32) -> ExitStatus {
+        use std::os::unix::process::ExitStatusExt;
+        ExitStatus::from_raw(code << 8)
+    }
+
+    #[test]
+    fn the_run_watch_reads_refusals_and_the_final_status() {
+        let mut w = Watch::default();
+        assert!(!w.feed(b"[cpu0] ERROR VM refused: vm[1] \"big\": memory: 1 TiB is more"));
+        assert!(!w.feed(b" than the 900 MiB free\r\n\x1b[6n~ # "));
+        assert_eq!(w.refused.len(), 1);
+        assert!(w.refused[0].ends_with("900 MiB free"));
+        assert!(w.feed(b"[cpu0] INFO  kestrel: boot done (status 1); idling\r\n"));
+        assert_eq!(w.status, Some(1));
+        let e = w.verdict(exit(0)).unwrap_err();
+        assert!(e.contains("status 1") && e.contains("1 TiB"), "{e}");
+        // Quit by hand after a refusal: still an error, with the reason.
+        let mut w = Watch::default();
+        w.feed(b"[cpu0] ERROR VM package refused: bad magic; no VM will start\n");
+        assert!(w.verdict(exit(0)).unwrap_err().contains("bad magic"));
+        // A clean end, and a user's quit, are success; QEMU's failure is not.
+        let mut w = Watch::default();
+        assert!(w.feed(b"kestrel: work done, powering off (status 0)\n"));
+        assert!(w.verdict(exit(0)).is_ok());
+        assert!(Watch::default().verdict(exit(0)).is_ok());
+        assert!(Watch::default().verdict(exit(1)).is_err());
+    }
 
     fn sh(script: &str) -> Command {
         let mut c = Command::new("sh");

@@ -70,7 +70,7 @@ fn boot_ok(arch: Arch, gic: u32, irqchip: &'static str) -> Case {
             arch,
             smp: 4,
             gic,
-            append: "kestrel.exit=poweroff".into(),
+            append: crate::TEST_APPEND.into(),
             ..Opts::default()
         },
         ending: Ending::PowerOff,
@@ -100,7 +100,7 @@ fn cases() -> Vec<Case> {
             opts: Opts {
                 arch: Arch::Aarch64,
                 smp: 1,
-                append: "kestrel.exit=poweroff".into(),
+                append: crate::TEST_APPEND.into(),
                 ..Opts::default()
             },
             ending: Ending::Halt,

@@ -107,7 +107,7 @@ fn boot(vs: &VmSuite, case: &VmCase) -> Result<Boot, String> {
         gic: case.gic,
         mem_mib: case.mem_mib,
         features,
-        append: "kestrel.exit=poweroff".into(),
+        append: crate::TEST_APPEND.into(),
         config: Some(config),
         lvz: case.lvz,
     };

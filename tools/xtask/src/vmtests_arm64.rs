@@ -156,6 +156,20 @@ pub fn vm_cases() -> Vec<VmCase> {
     };
     vec![
         VmCase {
+            name: "arm64-refused: a VM refused at boot (more memory than the machine has) beside one that runs: kestrel's final status is 1 and `make run` would fail with the reason",
+            config: "configs/test/arm64-refused.toml",
+            features: &[],
+            gic: 3,
+            mem_mib: 1024,
+            vms: vec!["ok0".into()],
+            must_pass: &[],
+            check: Some(check_refused),
+            timeout: Duration::from_secs(300),
+            qemu_args: &[],
+            stop_after: None,
+            lvz: false,
+        },
+        VmCase {
             name: "arm64-1vm-gicv3: one VM, 4 vCPUs on -smp 4, GICv3, every check + IPI benchmark",
             config: "configs/test/arm64-1vm.toml",
             features: &[],
@@ -448,6 +462,35 @@ fn check_hostile(log: &str) -> Vec<String> {
 }
 
 /// The single-VM runs print the IPI benchmark: every line must be there.
+/// The refused VM is named with its reason, kestrel's final status is a
+/// failure, and what `make run` reads in the output fails it.
+fn check_refused(log: &str) -> Vec<String> {
+    let mut problems = Vec::new();
+    if !log
+        .lines()
+        .any(|l| l.contains("VM refused: vm[1]") && l.contains("memory: 2048 MiB"))
+    {
+        problems.push("no \"VM refused: vm[1]... memory: 2048 MiB ...\" line".into());
+    }
+    if !log.contains("1 of 2 VM(s) refused at boot") {
+        problems.push("kestrel did not say \"1 of 2 VM(s) refused at boot\"".into());
+    }
+    if !log.contains("kestrel: work done, powering off (status 1)") {
+        problems.push("kestrel's final status is not 1".into());
+    }
+    let mut watch = crate::qemu::Watch::default();
+    watch.feed(log.as_bytes());
+    watch.feed(b"\n");
+    {
+        use std::os::unix::process::ExitStatusExt;
+        match watch.verdict(std::process::ExitStatus::from_raw(0)) {
+            Err(e) if e.contains("status 1") && e.contains("vm[1]: memory") => {}
+            other => problems.push(format!("`make run` would end with {other:?}")),
+        }
+    }
+    problems
+}
+
 fn check_bench_lines(log: &str) -> Vec<String> {
     vmtest::missing_ipi_bench_lines(log, ["pv", "sgi"])
 }

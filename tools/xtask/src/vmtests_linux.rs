@@ -496,7 +496,7 @@ fn lvz_test_la64() -> Verdict {
         arch: Arch::LoongArch64,
         smp: 4,
         mem_mib: 2048,
-        append: "kestrel.exit=poweroff".into(),
+        append: crate::TEST_APPEND.into(),
         config: Some(config.clone()),
         lvz: true,
         ..Opts::default()
@@ -626,7 +626,8 @@ pub fn smoke_tests(sel: &Selection) -> Vec<Test<'static>> {
         .map(|c| c.name)
         .chain(VIRTIO_CASES.iter().map(|c| c.name))
         .chain(KESTREL_CASES.iter().map(|c| c.name))
-        .chain(PT_CASES.iter().map(|c| c.name));
+        .chain(PT_CASES.iter().map(|c| c.name))
+        .chain([crate::console_test::CASE, crate::configs_test::CASE]);
     if !names.clone().any(|n| sel.matches(n)) {
         return Vec::new();
     }
@@ -655,6 +656,8 @@ pub fn smoke_tests(sel: &Selection) -> Vec<Test<'static>> {
             .iter()
             .map(|case| Test::new(case.name, move || passthrough_test(case))),
     );
+    tests.push(crate::console_test::test());
+    tests.push(crate::configs_test::test());
     tests
 }
 
@@ -725,7 +728,7 @@ fn kestrel_boot_with(case: &KestrelCase, extra: &[String]) -> Result<Boot, Strin
         smp: 4,
         gic: case.gic,
         mem_mib: 1024,
-        append: "kestrel.exit=poweroff".into(),
+        append: crate::TEST_APPEND.into(),
         config: Some(config.clone()),
         ..Opts::default()
     };
@@ -1209,7 +1212,7 @@ pub fn bench(args: &[String]) -> Result<(), String> {
         smp: vm.vcpus.max(1),
         gic: 3,
         mem_mib: 1024,
-        append: "kestrel.exit=poweroff".into(),
+        append: crate::TEST_APPEND.into(),
         config: Some(config.clone()),
         ..Opts::default()
     };

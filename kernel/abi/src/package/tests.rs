@@ -50,6 +50,7 @@ fn sample() -> Vec<u8> {
         fp_policy: FpPolicy::Lazy,
         max_cpus: 8,
         tick_hz: 250,
+        ..Default::default()
     });
     w.vms.push(VmInput {
         initrd: Some(&initrd),
@@ -90,7 +91,8 @@ fn round_trip_preserves_every_field() {
         HypervisorSettings {
             fp_policy: FpPolicy::Lazy,
             max_cpus: 8,
-            tick_hz: 250
+            tick_hz: 250,
+            ..Default::default()
         }
     );
     assert_eq!(pkg.bytes().len(), bytes.len());
@@ -254,6 +256,48 @@ fn header_corruption_refuses_the_whole_package() {
         }
     );
     assert!(header_err(&b).to_string().contains("fp_policy"));
+}
+
+#[test]
+fn console_settings_round_trip_and_bad_ones_are_refused() {
+    let w = Writer::new(HypervisorSettings {
+        console: ConsoleMode::Log,
+        scrollback: 4096,
+        ..Default::default()
+    });
+    let bytes = w.finish();
+    let s = Package::parse(&bytes).unwrap().settings();
+    assert_eq!((s.console, s.scrollback), (ConsoleMode::Log, 4096));
+    let mut b = bytes.clone();
+    b[34] = 3;
+    reseal(&mut b);
+    assert_eq!(
+        header_err(&b),
+        PackageError::BadField {
+            field: "console",
+            value: 3
+        }
+    );
+    let mut b = bytes.clone();
+    b[40..44].copy_from_slice(&(MAX_SCROLLBACK + 1).to_le_bytes());
+    reseal(&mut b);
+    assert!(matches!(
+        header_err(&b),
+        PackageError::BadField {
+            field: "scrollback",
+            ..
+        }
+    ));
+    let mut b = bytes;
+    b[35] = 1;
+    reseal(&mut b);
+    assert!(matches!(
+        header_err(&b),
+        PackageError::BadField {
+            field: "reserved",
+            ..
+        }
+    ));
 }
 
 /// Patches record `i` of `bytes` with `f` and reseals the CRCs.

@@ -84,7 +84,7 @@ memory = 33554432
 cpus = [2, 3]
 kernel = "Image"
 dtb = "guest.dtb"
-console = "ns16550"
+console = "pl011"
 
 [[vm]]
 name = "test_guest"
@@ -108,7 +108,8 @@ fn good_config_is_read_and_packed() {
         HypervisorSettings {
             fp_policy: FpPolicy::Lazy,
             max_cpus: 16,
-            tick_hz: 250
+            tick_hz: 250,
+            ..Default::default()
         }
     );
     assert_eq!(cfg.vms.len(), 3);
@@ -131,7 +132,7 @@ fn good_config_is_read_and_packed() {
     let v = &cfg.vms[1];
     assert_eq!(
         (v.memory, v.console, v.affinity.pinned),
-        (32 * MB, ConsoleKind::Ns16550, false)
+        (32 * MB, ConsoleKind::Pl011, false)
     );
     assert!(v.dtb.is_some());
     assert_eq!(cfg.vms[2].kind, GuestKind::TestRaw);
@@ -163,7 +164,7 @@ fn write_package_writes_only_good_configs() {
     let out2 = dir.join("out2/package.bin");
     let e = write_package(&badcfg, Arch::Aarch64, &out2).unwrap_err();
     assert!(
-        e.contains("bad.toml: vm[0].vcpus: 0 is out of range"),
+        e.contains("bad.toml:8:1: vm[0].vcpus: 0 is out of range"),
         "{e}"
     );
     assert!(!out2.exists(), "nothing is written for a bad config");
@@ -360,9 +361,15 @@ fn file_checks() {
 #[test]
 fn console_kind_and_cmdline_checks() {
     expect(
-        &bad("\"ns16550\"", "\"vga\""),
+        &bad("\"pl011\"", "\"vga\""),
         "vm[1].console",
         "unknown console",
+    );
+    // Each architecture's VMs have one UART model: the other is refused.
+    expect(
+        &bad("console = \"pl011\"", "console = \"ns16550\""),
+        "vm[1].console",
+        "aarch64 VMs have no ns16550: use \"pl011\"",
     );
     expect(
         &bad("kind = \"test-guest\"", "kind = \"windows\""),
@@ -420,6 +427,9 @@ fn loongarch_linux_needs_a_loongarch_elf() {
         (cfg.vms[0].kind, cfg.vms[0].console),
         (GuestKind::LinuxLoongArchElf, ConsoleKind::Ns16550)
     );
+    std::fs::write(&file, format!("{text}console = \"pl011\"\n")).unwrap();
+    let e = load(&file, Arch::LoongArch64).unwrap_err();
+    assert!(e.problem.contains("loongarch64 VMs have no pl011"), "{e}");
     std::fs::write(&file, text.replace("vmlinux", "Image")).unwrap();
     let e = load(&file, Arch::LoongArch64).unwrap_err();
     assert_eq!(e.field, "vm[0].kernel");
@@ -495,7 +505,8 @@ fn example_configs_parse_up_to_missing_guest_images() {
             continue;
         }
         seen += 1;
-        let arch = if path.to_string_lossy().contains("loongarch") {
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        let arch = if name.contains("loongarch") || name.starts_with("la64") {
             Arch::LoongArch64
         } else {
             Arch::Aarch64
@@ -811,4 +822,107 @@ fn passthrough_checks() {
         assert_eq!(e.field, field, "{e}");
         assert!(e.problem.contains("arm64"), "{e}");
     }
+}
+
+#[test]
+fn every_field_error_names_its_line() {
+    // A semantic error (no TOML span) still gets the line of its key.
+    let e = error(&bad("memory = \"8M\"", "memory = \"12Q\""));
+    let line = GOOD
+        .lines()
+        .position(|l| l.starts_with("memory = \"8M\""))
+        .unwrap()
+        + 1;
+    assert_eq!(e.line_col, Some((line, 1)), "{e}");
+    assert!(
+        e.problem
+            .contains("B, K (k, KiB), M (MiB), G (GiB) or T (TiB)"),
+        "{e}"
+    );
+    let e = error(&bad("tick_hz = 250", "tick_hz = 0"));
+    assert_eq!(e.line_col, Some((4, 1)), "{e}");
+    // A key that is missing: the line of its table's header.
+    let text = GOOD.replacen("kernel = \"notanimage\"\n", "", 1);
+    let e = error(&text);
+    let header = text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| l.trim() == "[[vm]]")
+        .nth(2)
+        .unwrap()
+        .0
+        + 1;
+    assert_eq!(e.line_col.map(|(l, _)| l), Some(header), "{e}");
+}
+
+#[test]
+fn common_slips_say_what_to_write() {
+    let e = error(&bad("vcpus = 2", "vcpus = \"2\""));
+    assert_eq!(e.field, "vm[0].vcpus");
+    assert!(e.problem.starts_with("vcpus must be a number"), "{e}");
+    assert!(e.problem.contains("write vcpus = 2, without quotes"), "{e}");
+    let e = error(&bad("pinned = true", "pinned = \"yes\""));
+    assert!(e.problem.starts_with("pinned must be true or false"), "{e}");
+    let text = format!("{GOOD}\n[vm.disk]\nimage = \"Image\"\n");
+    let e = error(&text);
+    assert!(e.problem.starts_with("write [[vm.disk]]"), "{e}");
+    assert!(e.line_col.is_some(), "{e}");
+}
+
+#[test]
+fn locate_finds_keys_in_nested_tables() {
+    let text = "[hypervisor]\nmax_cpus = 4\n\n[[vm]]\nname = \"a\"\n[[vm.disk]]\nimage = \"x\"\n[[vm.disk]]\n  image = \"y\"\n[[vm]]\nname = \"b\"\n";
+    assert_eq!(locate(text, "hypervisor.max_cpus"), Some((2, 1)));
+    assert_eq!(locate(text, "vm[0].name"), Some((5, 1)));
+    assert_eq!(locate(text, "vm[0].disk[1].image"), Some((9, 3)));
+    assert_eq!(locate(text, "vm[1].name"), Some((11, 1)));
+    assert_eq!(
+        locate(text, "vm[1].memory"),
+        Some((10, 1)),
+        "missing: the header"
+    );
+    assert_eq!(locate(text, "vm[5].name"), None);
+    assert_eq!(locate(text, ""), None);
+    // Garbage paths are no panic.
+    for f in [
+        "vm[",
+        "vm[x].y",
+        "....",
+        "vm[0].disk[99].image",
+        "hypervisor",
+    ] {
+        let _ = locate(text, f);
+    }
+}
+
+#[test]
+fn all_the_problems_of_a_config_are_reported_at_once() {
+    let text = bad("vcpus = 2", "vcpus = 0")
+        .replacen("tick_hz = 250", "tick_hz = 0", 1)
+        .replacen("memory = \"8M\"", "memory = \"12Q\"", 1)
+        .replacen("vcpus = 4", "vcpus = \"4\"", 1);
+    let e = error(&text);
+    let all: Vec<(String, Option<(usize, usize)>)> = std::iter::once(&e)
+        .chain(e.more.iter())
+        .map(|e| (e.field.clone(), e.line_col))
+        .collect();
+    let fields: Vec<&str> = all.iter().map(|(f, _)| f.as_str()).collect();
+    for want in [
+        "hypervisor.tick_hz",
+        "vm[0].vcpus",
+        "vm[1].vcpus",
+        "vm[2].memory",
+    ] {
+        assert!(fields.contains(&want), "{want} missing from {fields:?}");
+    }
+    assert!(all.iter().all(|(_, l)| l.is_some()), "{all:?}");
+    // The later VMs keep their own numbers and lines.
+    let line_of = |needle: &str| text.lines().position(|l| l.starts_with(needle)).unwrap() + 1;
+    let vm2 = all.iter().find(|(f, _)| f == "vm[2].memory").unwrap();
+    assert_eq!(vm2.1.map(|(l, _)| l), Some(line_of("memory = \"12Q\"")));
+    let shown = e.to_string();
+    assert_eq!(shown.lines().count(), all.len(), "{shown}");
+    // A good config has none, and a syntax error stops there.
+    assert!(check(GOOD).is_ok());
+    assert!(error("[[vm]\nname =").more.is_empty());
 }
