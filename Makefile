@@ -1,6 +1,6 @@
 # kestrel: one-command build, run and test. See README.md.
 #
-#   make run   [ARCH=aarch64|loongarch64] [SMP=N] [GIC=2|3] [APPEND="kestrel.exit=poweroff"]
+#   make run   [ARCH=aarch64|loongarch64] [SMP=N] [GIC=2|3] [LVZ=1|0] [APPEND="kestrel.exit=poweroff"]
 #                             arm64 default: two Debian Linux VMs to busybox shells (Ctrl-] N
 #                             switches the console; CONFIG=none boots kestrel alone)
 #   make test                 host unit tests, loom models, FP check, QEMU smoke tests, VM tests (both arches)
@@ -16,6 +16,9 @@
 
 ARCH     ?= aarch64
 SMP      ?= 4
+# LoongArch: 1 boots on the emulator with LVZ that setup installs
+# (kestrel's LVZ backend), 0 on stock QEMU 10 (trap-and-emulate).
+LVZ      ?= 1
 GIC      ?= 3
 MEM      ?= 1024
 FEATURES ?=
@@ -24,7 +27,8 @@ CONFIG   ?=
 CARGO    ?= cargo
 
 XTASK_BASE = --arch $(ARCH) --smp $(SMP) --gic $(GIC) --mem $(MEM) \
-             $(if $(FEATURES),--features "$(FEATURES)") $(if $(APPEND),--append "$(APPEND)")
+             $(if $(FEATURES),--features "$(FEATURES)") $(if $(APPEND),--append "$(APPEND)") \
+             $(if $(and $(filter loongarch64 la64,$(ARCH)),$(filter 1,$(LVZ))),--lvz)
 XTASK_OPTS = $(XTASK_BASE) $(if $(CONFIG),--config "$(CONFIG)")
 
 # What `make run` boots: the config given, else on arm64 the two-Linux-VM
