@@ -39,10 +39,13 @@ static CPUS: [PerCpu; MAX_CPUS] = [const { PerCpu::new() }; MAX_CPUS];
 static BOARD: Once<BoardInfo> = Once::new();
 static PLATFORM: Once<&'static dyn Platform> = Once::new();
 
-/// How long a secondary CPU gets to come online.
-const CPU_START_TIMEOUT_MS: u64 = 1000;
+/// How long a secondary CPU gets to come online. A real core answers in
+/// microseconds; an emulated one on a busy host may not be scheduled for a
+/// second (seen here: 1 s was not enough for a 4-CPU QEMU beside other
+/// emulators on 2 host cores), and only a dead core ever costs the wait.
+const CPU_START_TIMEOUT_MS: u64 = 5000;
 /// How long the boot CPU waits for every online CPU's tick.
-const TICK_TIMEOUT_MS: u64 = 2000;
+const TICK_TIMEOUT_MS: u64 = 5000;
 /// Ticks each CPU must take before the tick counts as working.
 const TICKS_REQUIRED: u64 = 3;
 
