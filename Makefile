@@ -117,6 +117,7 @@ bench: setup
 	$(CARGO) xtask bench-exits
 	$(CARGO) xtask bench-linux
 	$(CARGO) xtask bench-linux --config configs/bench/linux-hvc0.toml
+	$(CARGO) xtask bench-linux --arch loongarch64
 	$(CARGO) xtask bench-net
 
 lint: setup-rust

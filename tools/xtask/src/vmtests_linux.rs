@@ -1174,10 +1174,14 @@ fn fmt_s(v: Option<f64>) -> String {
 /// initrd and command line (those of the config's first VM).
 pub fn bench(args: &[String]) -> Result<(), String> {
     let mut runs = 3usize;
-    let mut config = crate::root().join(BENCH_CONFIG);
+    let mut config = None;
+    let mut arch = Arch::Aarch64;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
+            "--arch" => {
+                arch = Arch::parse(it.next().ok_or("--arch needs aarch64 or loongarch64")?)?;
+            }
             "--runs" => {
                 runs = it
                     .next()
@@ -1186,11 +1190,16 @@ pub fn bench(args: &[String]) -> Result<(), String> {
                     .ok_or("--runs needs a number from 1 to 50")?
             }
             "--config" => {
-                config = PathBuf::from(it.next().ok_or("--config needs a file")?);
+                config = Some(PathBuf::from(it.next().ok_or("--config needs a file")?));
             }
             other => return Err(format!("bench-linux: unknown option '{other}'")),
         }
     }
+    if arch == Arch::LoongArch64 {
+        let config = config.unwrap_or_else(|| crate::root().join(LA64_LVZ_CONFIG));
+        return bench_la64(runs, &config);
+    }
+    let config = config.unwrap_or_else(|| crate::root().join(BENCH_CONFIG));
     let Some(assets) = assets::built() else {
         println!(
             "bench-linux: skipped: no Linux guest assets in {} (run `cargo xtask guest-assets`)",
@@ -1418,6 +1427,115 @@ pub fn bench(args: &[String]) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// `cargo xtask bench-linux --arch loongarch64`: Debian's loong64 kernel
+/// booted directly (its unpacked `vmlinux.efi`) on the bare LVZ emulator
+/// against the same kernel, initramfs and command line as a VM under
+/// kestrel's LVZ backend on the same emulator and flags; per-round ratios
+/// and their median (issue goal: power-off at most 1.3x), and kestrel's
+/// exits by kind.
+fn bench_la64(runs: usize, config: &Path) -> Result<(), String> {
+    let vm = first_vm(config)?;
+    let efi = vm.kernel.with_file_name("vmlinux.efi");
+    if !efi.exists() {
+        println!(
+            "bench-linux: skipped: no {} (run `cargo xtask guest-assets --arch loongarch64`)",
+            efi.display()
+        );
+        return Ok(());
+    }
+    let opts = Opts {
+        arch: Arch::LoongArch64,
+        smp: vm.vcpus.max(1),
+        mem_mib: 2048,
+        append: crate::TEST_APPEND.into(),
+        config: Some(config.to_path_buf()),
+        lvz: true,
+        ..Opts::default()
+    };
+    println!(
+        "== Linux boot to power-off, loongarch64: {} ({} vCPUs), LVZ emulator -M virt -cpu la464 -smp {} -m {} ==",
+        efi.display(),
+        vm.vcpus,
+        opts.smp,
+        opts.mem_mib
+    );
+    println!("   command line: {}", vm.cmdline);
+    println!(
+        "   machine: QEMU TCG on {} host cores; {runs} rounds, each boots bare then kestrel",
+        host_cores()
+    );
+    let image = crate::build_image_with(opts.arch, &opts.features, Some(config))
+        .and_then(|image| private_copy(&image, &vm.cmdline))?;
+    println!(
+        "{:<10} {:<8} {:>10} {:>12} {:>14}  note",
+        "run", "side", "to init", "to result", "to power-off"
+    );
+    let (mut bare, mut ks) = (Vec::new(), Vec::new());
+    let mut exit_lines = Vec::new();
+    for r in 1..=runs {
+        let mut cmd = qemu::lvz_command();
+        cmd.args(["-M", "virt", "-cpu", "la464"])
+            .args([
+                "-smp",
+                &opts.smp.to_string(),
+                "-m",
+                &opts.mem_mib.to_string(),
+            ])
+            .args(["-nic", "none", "-display", "none", "-monitor", "none"])
+            .args(["-serial", "stdio", "-no-reboot", "-kernel"])
+            .arg(&efi);
+        if let Some(i) = &vm.initrd {
+            cmd.arg("-initrd").arg(i);
+        }
+        cmd.args(["-append", &vm.cmdline]);
+        let boot = Runner::new(cmd, LA64_BOOT_LIMIT).quiet().run()?;
+        let t = times_of(&boot);
+        print_row(&r.to_string(), "bare", t, &judge_linux(&boot, PASS_4));
+        bare.push(t);
+        let boot = Runner::new(qemu::command(&opts, &image, true), LA64_BOOT_LIMIT)
+            .quiet()
+            .run()?;
+        let t = times_of(&boot);
+        print_row(&r.to_string(), "kestrel", t, &judge_lvz_la64(&boot));
+        ks.push(t);
+        exit_lines = boot
+            .lines
+            .iter()
+            .map(|l| l.text.trim())
+            .filter(|l| {
+                ["exits ", "fp:", "vmid:", "ipi:", "emulated ipi:"]
+                    .iter()
+                    .any(|p| l.contains(p))
+                    && !l.contains("LINUX-")
+            })
+            .map(str::to_string)
+            .collect();
+    }
+    let ratios: Vec<f64> = bare
+        .iter()
+        .zip(&ks)
+        .filter_map(|(b, k)| Some(k.off? / b.off?))
+        .collect();
+    let lo = ratios.iter().cloned().fold(f64::INFINITY, f64::min);
+    let hi = ratios.iter().cloned().fold(0.0, f64::max);
+    match median(ratios.clone()) {
+        Some(m) => println!(
+            "ratio k/bare to power-off: median of the per-round ratios {m:.2}x (lowest-highest {lo:.2}-{hi:.2}; goal: at most 1.30x)"
+        ),
+        None => println!("ratio k/bare: - (a side did not power off)"),
+    }
+    println!("kestrel exits by reason during the last boot:");
+    for l in &exit_lines {
+        println!("    {l}");
+    }
+    Ok(())
+}
+
+/// The host's cores (for the tables' "machine" line).
+fn host_cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 fn print_row(run: &str, side: &str, t: Times, problems: &[String]) {
