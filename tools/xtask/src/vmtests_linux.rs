@@ -485,17 +485,35 @@ pub const LA64_LVZ_CASE: &str =
     "linux-la64 on kestrel LVZ: 1 VM x 4 vCPUs, Debian vmlinuz as shipped, init test, IPIs by PV hypercall";
 /// Its config (the same kernel and initramfs as the bare case).
 const LA64_LVZ_CONFIG: &str = "configs/la64-linux-1vm.toml";
-/// IOCSR IPIs the guest may send: Linux starts each secondary with one
-/// (its mailbox boot action stays on the IOCSR path even with PV IPIs).
-const LA64_BOOT_IPIS: u64 = 3;
+
+/// Two Debian loong64 VMs (4 + 2 vCPUs) sharing 4 pCPUs under the LVZ
+/// backend.
+pub const LA64_LVZ_2VM_CASE: &str =
+    "linux-la64 on kestrel LVZ: 2 VMs (4 + 2 vCPUs) sharing 4 pCPUs, init test in each, IPIs by PV hypercall";
+const LA64_LVZ_2VM_CONFIG: &str = "configs/la64-linux-2vm.toml";
 
 /// Boots [`LA64_LVZ_CASE`].
 fn lvz_test_la64() -> Verdict {
-    let config = crate::root().join(LA64_LVZ_CONFIG);
+    lvz_boot_la64(LA64_LVZ_CONFIG, 2048, |b| {
+        judge_lvz_la64(b, &[("linux0", PASS_4)])
+    })
+}
+
+/// Boots [`LA64_LVZ_2VM_CASE`].
+fn lvz_test_la64_2vm() -> Verdict {
+    lvz_boot_la64(LA64_LVZ_2VM_CONFIG, 1024, |b| {
+        judge_lvz_la64(b, &[("linux0", PASS_4), ("linux1", PASS_2)])
+    })
+}
+
+/// Boots `config` on the LVZ emulator (`mem_mib` of host RAM) and judges
+/// the run with `judge`.
+fn lvz_boot_la64(config: &str, mem_mib: u32, judge: impl Fn(&Boot) -> Vec<String>) -> Verdict {
+    let config = crate::root().join(config);
     let opts = Opts {
         arch: Arch::LoongArch64,
         smp: 4,
-        mem_mib: 2048,
+        mem_mib,
         append: crate::TEST_APPEND.into(),
         config: Some(config.clone()),
         lvz: true,
@@ -505,7 +523,7 @@ fn lvz_test_la64() -> Verdict {
         .and_then(|image| Runner::new(qemu::command(&opts, &image, true), LA64_BOOT_LIMIT).run());
     match boot {
         Ok(boot) => Verdict {
-            problems: judge_lvz_la64(&boot),
+            problems: judge(&boot),
             detail: Some(format!(
                 "init at {:.1} s, power-off at {:.1} s",
                 boot.when(INIT_LINE).unwrap_or_default().as_secs_f64(),
@@ -518,59 +536,78 @@ fn lvz_test_la64() -> Verdict {
     }
 }
 
-/// The test passed in `linux0`, kestrel ended cleanly on its LVZ backend,
-/// and the VM's counters show its IPIs went by PV hypercall: PV IPIs sent,
-/// no IOCSR IPIs beyond the secondaries' start.
-fn judge_lvz_la64(boot: &Boot) -> Vec<String> {
-    let case = KestrelCase {
-        name: LA64_LVZ_CASE,
-        config: LA64_LVZ_CONFIG,
-        gic: 3,
-        vms: &["linux0"],
-        pass: PASS_4,
-        virtio: false,
-        reboots: 0,
-    };
-    let mut problems = judge_kestrel(boot, &case);
+/// Every VM of `vms` passed its test (its PASS line), kestrel ended
+/// cleanly on its LVZ backend, and each VM's counters show its IPIs went
+/// by PV hypercall: PV IPIs sent, no IOCSR IPIs beyond its secondaries'
+/// start.
+fn judge_lvz_la64(boot: &Boot, vms: &[(&'static str, &'static str)]) -> Vec<String> {
+    let mut problems = Vec::new();
+    for &(vm, pass) in vms {
+        // (`KestrelCase` names static VMs; these few bytes live on.)
+        let one: &'static [&'static str] = Box::leak(Box::new([vm]));
+        let case = KestrelCase {
+            name: LA64_LVZ_CASE,
+            config: LA64_LVZ_CONFIG,
+            gic: 3,
+            vms: one,
+            pass,
+            virtio: false,
+            reboots: 0,
+        };
+        for p in judge_kestrel(boot, &case) {
+            if !problems.contains(&p) {
+                problems.push(p);
+            }
+        }
+        let cpus: u64 = pass
+            .split("cpus=")
+            .nth(1)
+            .and_then(|r| r.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(1);
+        problems.extend(judge_pv_ipis(boot, vm, cpus.saturating_sub(1)));
+    }
     if !boot.has("backend:  LVZ") || !boot.has("LoongArch VMs: LVZ guest mode") {
-        problems.push("kestrel did not run the VM on its LVZ backend".into());
+        problems.push("kestrel did not run the VMs on its LVZ backend".into());
     }
     if !boot.has("Using paravirt steal-time") {
         problems.push("the kernel did not find KVM's steal time (cpucfg 0x40000004)".into());
     }
+    problems
+}
+
+/// `vm`'s end-of-VM counters: PV IPIs sent, at most `boot_ipis` IOCSR IPIs
+/// (Linux starts each secondary with one: its mailbox boot action stays on
+/// the IOCSR path even with PV IPIs).
+fn judge_pv_ipis(boot: &Boot, vm: &str, boot_ipis: u64) -> Vec<String> {
+    let mut problems = Vec::new();
     // kestrel's end-of-VM statistics: the "stats:" line and the group
     // lines after it (a counter left out is 0).
-    let at = boot
+    let tag = format!("VM \"{vm}\"");
+    let Some(at) = boot
         .lines
         .iter()
-        .position(|l| l.text.contains("VM \"linux0\"") && l.text.contains("stats: "));
-    let block: Vec<&str> = at
-        .map(|i| {
-            boot.lines[i..(i + 7).min(boot.lines.len())]
-                .iter()
-                .map(|l| l.text.as_str())
-                .collect()
-        })
-        .unwrap_or_default();
+        .position(|l| l.text.contains(&tag) && l.text.contains("stats: "))
+    else {
+        problems.push(format!("no end-of-VM statistics for {vm} in kestrel's log"));
+        return problems;
+    };
+    let block = &boot.lines[at..(at + 7).min(boot.lines.len())];
     let counter = |name: &str| {
         block
             .iter()
-            .flat_map(|t| t.split_whitespace())
+            .flat_map(|l| l.text.split_whitespace())
             .find_map(|w| w.strip_prefix(name)?.strip_prefix('=')?.parse::<u64>().ok())
             .unwrap_or(0)
     };
-    match (at, counter("ipi_sent"), counter("ipi_emulated")) {
-        (Some(_), pv, iocsr) => {
-            if pv == 0 {
-                problems.push("the kernel sent no PV IPI (ipi_sent=0)".into());
-            }
-            if iocsr > LA64_BOOT_IPIS {
-                problems.push(format!(
-                    "the kernel sent {iocsr} IPIs through IOCSR IPI_SEND (at most {LA64_BOOT_IPIS}, to start its secondaries)"
-                ));
-            }
-        }
-        (None, ..) => problems.push("no end-of-VM statistics for linux0 in kestrel's log".into()),
+    let (pv, iocsr) = (counter("ipi_sent"), counter("ipi_emulated"));
+    if pv == 0 {
+        problems.push(format!("{vm} sent no PV IPI (ipi_sent=0)"));
+    }
+    if iocsr > boot_ipis {
+        problems.push(format!(
+            "{vm} sent {iocsr} IPIs through IOCSR IPI_SEND (at most {boot_ipis}, to start its secondaries)"
+        ));
     }
     problems
 }
@@ -578,7 +615,7 @@ fn judge_lvz_la64(boot: &Boot) -> Vec<String> {
 /// The LoongArch Linux cases of `cargo xtask smoke`: fetches or reuses the
 /// loong64 assets first (at most [`FETCH_LIMIT`]), or skips, saying why.
 pub fn smoke_tests_la64(sel: &Selection) -> Vec<Test<'static>> {
-    let names = [LA64_BARE_CASE, LA64_LVZ_CASE];
+    let names = [LA64_BARE_CASE, LA64_LVZ_CASE, LA64_LVZ_2VM_CASE];
     if !names.iter().any(|n| sel.matches(n)) {
         return Vec::new();
     }
@@ -593,6 +630,7 @@ pub fn smoke_tests_la64(sel: &Selection) -> Vec<Test<'static>> {
         Ok(a) => vec![
             Test::new(LA64_BARE_CASE, move || bare_test_la64(&a)),
             Test::new(LA64_LVZ_CASE, lvz_test_la64),
+            Test::new(LA64_LVZ_2VM_CASE, lvz_test_la64_2vm),
         ],
         Err(why) => {
             println!("SKIP LoongArch linux cases: no LoongArch guest assets: {why}");
@@ -1498,7 +1536,12 @@ fn bench_la64(runs: usize, config: &Path) -> Result<(), String> {
             .quiet()
             .run()?;
         let t = times_of(&boot);
-        print_row(&r.to_string(), "kestrel", t, &judge_lvz_la64(&boot));
+        print_row(
+            &r.to_string(),
+            "kestrel",
+            t,
+            &judge_lvz_la64(&boot, &[("linux0", PASS_4)]),
+        );
         ks.push(t);
         exit_lines = boot
             .lines
