@@ -353,10 +353,19 @@ fn cmdline(name: &str, bench: &str) -> String {
 /// Boots kestrel built with `features` and `config` on QEMU -smp 4.
 fn kestrel_boot(config: &Path, features: &[&str], mem_mib: u32) -> Got<Boot> {
     let features: Vec<String> = features.iter().map(|s| s.to_string()).collect();
-    let image = crate::build_image_with(Arch::Aarch64, &features, Some(config))?;
     let stem = config.file_stem().map_or("x".into(), |s| s.to_string_lossy().into_owned());
     let private = root().join(format!("build/bench-seeds/kestrel-{stem}.bin"));
-    std::fs::copy(&image, &private).map_err(|e| format!("{}: {e}", private.display()))?;
+    {
+        // Two bench-seeds at once (one experiment each) must not pack each
+        // other's config into the shared build/aarch64/package.bin: the
+        // build and the copy of the image happen under a lock.
+        let lock_path = root().join("build/bench-seeds/.build.lock");
+        let lock = std::fs::File::create(&lock_path)
+            .map_err(|e| format!("{}: {e}", lock_path.display()))?;
+        lock.lock().map_err(|e| format!("{}: {e}", lock_path.display()))?;
+        let image = crate::build_image_with(Arch::Aarch64, &features, Some(config))?;
+        std::fs::copy(&image, &private).map_err(|e| format!("{}: {e}", private.display()))?;
+    }
     let opts = Opts {
         arch: Arch::Aarch64,
         smp: 4,
