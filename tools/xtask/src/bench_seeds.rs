@@ -207,17 +207,28 @@ fn summary(v: &[Got<f64>], digits: usize) -> String {
 }
 
 fn med(v: &[Got<f64>]) -> Option<f64> {
-    median(&v.iter().filter_map(|r| r.as_ref().ok().copied()).collect::<Vec<_>>())
+    median(
+        &v.iter()
+            .filter_map(|r| r.as_ref().ok().copied())
+            .collect::<Vec<_>>(),
+    )
 }
 
 /// The `key=value` fields of the `SEEDBENCH <workload>` line of `vm`
 /// (`None`: a bare boot, untagged) that has `key` (each workload's result
 /// line has its own keys).
-fn seed_line(boot: &Boot, vm: Option<&str>, workload: &str, key: &str) -> Got<BTreeMap<String, f64>> {
+fn seed_line(
+    boot: &Boot,
+    vm: Option<&str>,
+    workload: &str,
+    key: &str,
+) -> Got<BTreeMap<String, f64>> {
     let head = format!("SEEDBENCH {workload} ");
     let tag = vm.map(|v| format!("[{v}] "));
     for l in &boot.lines {
-        let Some(at) = l.text.find(&head) else { continue };
+        let Some(at) = l.text.find(&head) else {
+            continue;
+        };
         if let Some(t) = &tag {
             if !l.text[..at].ends_with(t.as_str()) {
                 continue;
@@ -353,7 +364,9 @@ fn cmdline(name: &str, bench: &str) -> String {
 /// Boots kestrel built with `features` and `config` on QEMU -smp 4.
 fn kestrel_boot(config: &Path, features: &[&str], mem_mib: u32) -> Got<Boot> {
     let features: Vec<String> = features.iter().map(|s| s.to_string()).collect();
-    let stem = config.file_stem().map_or("x".into(), |s| s.to_string_lossy().into_owned());
+    let stem = config
+        .file_stem()
+        .map_or("x".into(), |s| s.to_string_lossy().into_owned());
     let private = root().join(format!("build/bench-seeds/kestrel-{stem}.bin"));
     {
         // Two bench-seeds at once (one experiment each) must not pack each
@@ -362,7 +375,8 @@ fn kestrel_boot(config: &Path, features: &[&str], mem_mib: u32) -> Got<Boot> {
         let lock_path = root().join("build/bench-seeds/.build.lock");
         let lock = std::fs::File::create(&lock_path)
             .map_err(|e| format!("{}: {e}", lock_path.display()))?;
-        lock.lock().map_err(|e| format!("{}: {e}", lock_path.display()))?;
+        lock.lock()
+            .map_err(|e| format!("{}: {e}", lock_path.display()))?;
         let image = crate::build_image_with(Arch::Aarch64, &features, Some(config))?;
         std::fs::copy(&image, &private).map_err(|e| format!("{}: {e}", private.display()))?;
     }
@@ -580,7 +594,8 @@ fn vmid(p: &Params, a: &assets::LinuxAssets, r: &mut Report) -> Result<(), Strin
     }
     r.line("");
     for &w in &p.widths {
-        if let (Some(Some(al)), Some(Some(nv))) = (totals.get(&(w, false)), totals.get(&(w, true))) {
+        if let (Some(Some(al)), Some(Some(nv))) = (totals.get(&(w, false)), totals.get(&(w, true)))
+        {
             let (ea, en) = (exits[&(w, false)], exits[&(w, true)]);
             r.line(format!(
                 "- {w}-bit: naive policy / allocator: total time {:.3}x, exits {}",
@@ -610,7 +625,13 @@ struct FpRun {
 
 const FP_VMS: [&str; 2] = ["fp0", "fp1"];
 
-fn fp_boot(p: &Params, a: &assets::LinuxAssets, policy: &str, sleep_us: u64, seconds: u64) -> Got<FpRun> {
+fn fp_boot(
+    p: &Params,
+    a: &assets::LinuxAssets,
+    policy: &str,
+    sleep_us: u64,
+    seconds: u64,
+) -> Got<FpRun> {
     let bench = format!("fp,procs=12,sleep_us={sleep_us},seconds={seconds}");
     let vms: Vec<VmDef> = FP_VMS
         .iter()
@@ -668,8 +689,14 @@ fn fp(p: &Params, a: &assets::LinuxAssets, r: &mut Report) -> Result<(), String>
          (per VM). Runs: {}.\n",
         p.fp_seconds, p.runs
     ));
-    let seed: BTreeMap<u64, &str> =
-        [(100_000, "99%+"), (10_000, "98%+"), (1_000, "~98%"), (1, "2%")].into_iter().collect();
+    let seed: BTreeMap<u64, &str> = [
+        (100_000, "99%+"),
+        (10_000, "98%+"),
+        (1_000, "~98%"),
+        (1, "2%"),
+    ]
+    .into_iter()
+    .collect();
     let mut base: BTreeMap<&str, Got<FpRun>> = BTreeMap::new();
     for policy in ["lazy", "eager"] {
         eprintln!("bench-seeds: fp {policy} baseline (empty workload)");
@@ -683,9 +710,18 @@ fn fp(p: &Params, a: &assets::LinuxAssets, r: &mut Report) -> Result<(), String>
         let mut bursts: BTreeMap<&str, Vec<Got<f64>>> = BTreeMap::new();
         for run in 0..p.runs {
             bursts.entry("bare").or_default().push(
-                bare_boot(a, 4, 128, &cmdline("bare", &format!("fp,procs=12,sleep_us={s},seconds={}", p.fp_seconds)), &format!("fp-{s}-{run}"))
-                    .and_then(|b| seed_line(&b, None, "fp", "bursts"))
-                    .map(|f| f["bursts"] / f["seconds"].max(1e-9)),
+                bare_boot(
+                    a,
+                    4,
+                    128,
+                    &cmdline(
+                        "bare",
+                        &format!("fp,procs=12,sleep_us={s},seconds={}", p.fp_seconds),
+                    ),
+                    &format!("fp-{s}-{run}"),
+                )
+                .and_then(|b| seed_line(&b, None, "fp", "bursts"))
+                .map(|f| f["bursts"] / f["seconds"].max(1e-9)),
             );
             for policy in ["eager", "lazy"] {
                 eprintln!("bench-seeds: fp {policy} sleep {s} us run {}", run + 1);
@@ -708,7 +744,10 @@ fn fp(p: &Params, a: &assets::LinuxAssets, r: &mut Report) -> Result<(), String>
                 }
                 bursts.entry(policy).or_default().push(
                     got.as_ref()
-                        .map(|g| g.vms.iter().map(|v| v.4 / v.3.max(1e-9)).sum::<f64>() / g.vms.len() as f64)
+                        .map(|g| {
+                            g.vms.iter().map(|v| v.4 / v.3.max(1e-9)).sum::<f64>()
+                                / g.vms.len() as f64
+                        })
                         .map_err(Clone::clone),
                 );
                 rate.entry(policy).or_default().push(r2);
@@ -719,7 +758,11 @@ fn fp(p: &Params, a: &assets::LinuxAssets, r: &mut Report) -> Result<(), String>
             (Some(e), Some(l)) if e > 0.0 => format!("{:.1}%", (1.0 - l / e) * 100.0),
             _ => "-".into(),
         };
-        let label = if s >= 1000 { format!("{} ms", s / 1000) } else { format!("{s} us") };
+        let label = if s >= 1000 {
+            format!("{} ms", s / 1000)
+        } else {
+            format!("{s} us")
+        };
         r.line(format!(
             "| {label} | {} | {} | {} | {reduction} | {} | {} / {} / {} |",
             seed.get(&s).copied().unwrap_or("-"),
@@ -797,14 +840,18 @@ fn ipi(p: &Params, a: &assets::LinuxAssets, r: &mut Report) -> Result<(), String
     for vcpus in [16u32, 4] {
         eprintln!("bench-seeds: ipi {vcpus} vCPUs baseline (1 round)");
         let base = ipi_boot(a, vcpus, 1);
-        let (mut bare, mut kes, mut mean, mut ratio) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let (mut bare, mut kes, mut mean, mut ratio) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         let mut per: BTreeMap<&str, Vec<Got<f64>>> = BTreeMap::new();
         for run in 0..p.runs {
             let b = bare_boot(
                 a,
                 vcpus,
                 128,
-                &cmdline("bare", &format!("futex,threads=16,rounds={}", p.futex_rounds)),
+                &cmdline(
+                    "bare",
+                    &format!("futex,threads=16,rounds={}", p.futex_rounds),
+                ),
                 &format!("ipi-{vcpus}-{run}"),
             )
             .and_then(|b| seed_line(&b, None, "futex", "median_us"))
@@ -849,7 +896,15 @@ pub fn run(args: &[String]) -> Result<(), String> {
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let mut r = Report {
         text: String::new(),
-        path: dir.join(format!("report-{}.md", p.arch.name())),
+        path: dir.join(format!(
+            "report-{}-{}.md",
+            p.arch.name(),
+            p.only
+                .iter()
+                .map(|e| format!("{e:?}").to_lowercase())
+                .collect::<Vec<_>>()
+                .join("-")
+        )),
     };
     let program = match p.arch {
         Arch::Aarch64 => "qemu-system-aarch64",
@@ -911,7 +966,13 @@ mod tests {
         let p = parse(&["--quick".into(), "--only".into(), "ipi,fp".into()]).unwrap();
         assert_eq!(p.only, vec![Exp::Ipi, Exp::Fp]);
         assert_eq!(p.vms, 8);
-        let p = parse(&["--widths".into(), "4,16".into(), "--hackbench".into(), "1,5,10".into()]).unwrap();
+        let p = parse(&[
+            "--widths".into(),
+            "4,16".into(),
+            "--hackbench".into(),
+            "1,5,10".into(),
+        ])
+        .unwrap();
         assert_eq!(p.widths, vec![4, 16]);
         assert_eq!((p.hb_groups, p.hb_fds, p.hb_loops), (1, 5, 10));
         assert!(parse(&["--widths".into(), "5".into()]).is_err());
@@ -920,7 +981,10 @@ mod tests {
 
     #[test]
     fn summaries() {
-        assert_eq!(summary(&[Ok(1.0), Ok(3.0), Ok(2.0)], 1), "2.0 (1.0-3.0, n=3)");
+        assert_eq!(
+            summary(&[Ok(1.0), Ok(3.0), Ok(2.0)], 1),
+            "2.0 (1.0-3.0, n=3)"
+        );
         assert_eq!(summary(&[Ok(2.0)], 2), "2.00");
         assert_eq!(summary(&[Err("x".into())], 2), "failed: x");
         assert_eq!(summary(&[Ok(2.0), Err("x".into())], 0), "2");

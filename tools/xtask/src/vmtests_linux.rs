@@ -364,9 +364,11 @@ fn judge_seeds(boot: &Boot, vms: &[&str]) -> Vec<String> {
                 }
             }
         }
-        if let Some(l) = boot.lines.iter().find(|l| {
-            l.text.contains(&tagged("SEEDBENCH fp ")) && !l.text.contains(" wrong=0")
-        }) {
+        if let Some(l) = boot
+            .lines
+            .iter()
+            .find(|l| l.text.contains(&tagged("SEEDBENCH fp ")) && !l.text.contains(" wrong=0"))
+        {
             problems.push(format!("{vm}: FP results wrong: {}", l.text));
         }
         if boot.has(&tagged("LINUX-BENCH: FAIL")) {

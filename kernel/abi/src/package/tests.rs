@@ -168,7 +168,10 @@ fn vms_of_one_kernel_and_initrd_share_their_blobs() {
     assert_eq!(a.initrd.unwrap().as_ptr(), b.initrd.unwrap().as_ptr());
     assert_ne!(a.kernel.as_ptr(), c.kernel.as_ptr());
     assert_eq!((a.kernel, b.kernel, c.kernel), (&k[..], &k[..], &other[..]));
-    assert_eq!((a.cmdline, b.cmdline), ("console=ttyAMA0", "console=ttyAMA0 other"));
+    assert_eq!(
+        (a.cmdline, b.cmdline),
+        ("console=ttyAMA0", "console=ttyAMA0 other")
+    );
     // One copy of each distinct image (plus alignment), not two.
     assert!(bytes.len() < 2 * 10_000 + 3000 + 6 * BLOB_ALIGN as usize + 4096);
 }

@@ -62,7 +62,10 @@ impl Args {
     fn check(&self, known: &[&str]) {
         for (k, _) in &self.pairs {
             if !known.contains(&k.as_str()) {
-                fail(&self.workload, format!("unknown option {k} (known: {known:?})"));
+                fail(
+                    &self.workload,
+                    format!("unknown option {k} (known: {known:?})"),
+                );
             }
         }
     }
@@ -75,7 +78,10 @@ fn spawn_child(workload: &str, f: impl FnOnce() -> i32) -> i32 {
     // workloads start no threads), so the child owns a consistent copy.
     let pid = unsafe { fork() };
     if pid < 0 {
-        fail(workload, format!("fork: {}", std::io::Error::last_os_error()));
+        fail(
+            workload,
+            format!("fork: {}", std::io::Error::last_os_error()),
+        );
     }
     if pid == 0 {
         let code = f();
@@ -202,7 +208,10 @@ fn hackbench(a: &Args) {
             }
         }
         if got < pids.len() {
-            fail("hackbench", format!("only {got} of {} children ready", pids.len()));
+            fail(
+                "hackbench",
+                format!("only {got} of {} children ready", pids.len()),
+            );
         }
         // Closing the last write end releases every child's read of `wake`.
         let t0 = Instant::now();
@@ -252,8 +261,7 @@ fn fp(a: &Args) {
     let seconds = a.get("seconds", 10);
     let burst = a.get("burst", 2000).max(1);
     let want = fp_burst(burst);
-    let (counts_r, counts_w) =
-        std::io::pipe().unwrap_or_else(|e| fail("fp", format!("pipe: {e}")));
+    let (counts_r, counts_w) = std::io::pipe().unwrap_or_else(|e| fail("fp", format!("pipe: {e}")));
     let t0 = Instant::now();
     let deadline = t0 + Duration::from_secs(seconds);
     let mut pids = Vec::new();
@@ -293,7 +301,9 @@ fn fp(a: &Args) {
     if bad > 0 || reported != procs || wrong > 0 {
         fail(
             "fp",
-            format!("{bad} processes failed, {reported} of {procs} reported, {wrong} wrong FP results"),
+            format!(
+                "{bad} processes failed, {reported} of {procs} reported, {wrong} wrong FP results"
+            ),
         );
     }
     println!(
@@ -392,7 +402,10 @@ fn futex(a: &Args) {
                 break;
             }
             if t_wait.elapsed() > Duration::from_secs(60) {
-                fail("futex", format!("round {round}: threads not asleep after 60 s"));
+                fail(
+                    "futex",
+                    format!("round {round}: threads not asleep after 60 s"),
+                );
             }
             std::thread::yield_now();
         }
@@ -404,11 +417,17 @@ fn futex(a: &Args) {
             let r = unsafe { syscall(SYS_FUTEX, word.as_ptr(), FUTEX_WAKE_PRIVATE, 1i64) };
             calls += 1;
             if r < 0 {
-                fail("futex", format!("FUTEX_WAKE: {}", std::io::Error::last_os_error()));
+                fail(
+                    "futex",
+                    format!("FUTEX_WAKE: {}", std::io::Error::last_os_error()),
+                );
             }
             n += r as usize;
             if t0.elapsed() > Duration::from_secs(60) {
-                fail("futex", format!("round {round}: woke {n} of {threads} in 60 s"));
+                fail(
+                    "futex",
+                    format!("round {round}: woke {n} of {threads} in 60 s"),
+                );
             }
         }
         times.push(t0.elapsed().as_secs_f64() * 1e6);
@@ -417,7 +436,14 @@ fn futex(a: &Args) {
     stop.store(true, Ordering::SeqCst);
     word.fetch_add(1, Ordering::SeqCst);
     // SAFETY: wakes waiters of a live u32.
-    unsafe { syscall(SYS_FUTEX, word.as_ptr(), FUTEX_WAKE_PRIVATE, i64::from(i32::MAX)) };
+    unsafe {
+        syscall(
+            SYS_FUTEX,
+            word.as_ptr(),
+            FUTEX_WAKE_PRIVATE,
+            i64::from(i32::MAX),
+        )
+    };
     for h in handles {
         let _ = h.join();
     }
@@ -451,7 +477,11 @@ fn main() {
         "fp" => fp(&args),
         "futex" => futex(&args),
         _ => fail(
-            if workload.is_empty() { "usage" } else { &workload },
+            if workload.is_empty() {
+                "usage"
+            } else {
+                &workload
+            },
             "usage: kestrel-seedbench hackbench|fp|futex [key=value ...]",
         ),
     }

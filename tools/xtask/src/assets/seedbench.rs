@@ -28,7 +28,10 @@ pub fn build() -> Result<PathBuf, String> {
              `rustup target add {TARGET}` or `make setup`)"
         ));
     }
-    let built = root.join("target").join(TARGET).join("release/kestrel-seedbench");
+    let built = root
+        .join("target")
+        .join(TARGET)
+        .join("release/kestrel-seedbench");
     let out = root.join("build/guests/kestrel-seedbench-aarch64");
     strip(&built, &out)?;
     super::arm64::check_static_aarch64_elf(&out)?;
@@ -48,7 +51,10 @@ fn strip(from: &Path, to: &Path) -> Result<(), String> {
     if status.success() {
         Ok(())
     } else {
-        Err(format!("llvm-objcopy --strip-all {} failed", from.display()))
+        Err(format!(
+            "llvm-objcopy --strip-all {} failed",
+            from.display()
+        ))
     }
 }
 
