@@ -808,6 +808,9 @@ fn ipi_boot(a: &assets::LinuxAssets, vcpus: u32, rounds: u64) -> Got<IpiRun> {
     })
 }
 
+/// The exit counters the IPI table breaks a round's exits into.
+const IPI_KEYS: [&str; 8] = ["exits", "ipi", "idle", "irq", "timer", "mmio", "abort", "fp"];
+
 /// Exits by reason per wake-all: the run's counts minus the 1-round boot's,
 /// over the extra rounds.
 fn per_round(run: &IpiRun, base: &IpiRun, rounds: u64, key: &str) -> f64 {
@@ -831,11 +834,12 @@ fn ipi(p: &Params, a: &assets::LinuxAssets, r: &mut Report) -> Result<(), String
          waker wakes one thread per FUTEX_WAKE until all 16 are awake; the time of that loop is one \
          wake-all; thread i is pinned to CPU i mod CPUs). kestrel: one Linux VM of 16 vCPUs \
          (unpinned) or 4 vCPUs (pinned) on 4 pCPUs, 128 MiB; bare QEMU with 16 and 4 CPUs. Exits \
-         per wake-all: kestrel's counters minus those of a 1-round boot, over the other rounds \
-         (SGIs are trapped ICC_SGI1R_EL1 writes: `ipi`). Runs: {}.\n",
+         per round (the waker's wait until all 16 threads sleep in the futex, then the wake-all): \
+         kestrel's counters minus those of a 1-round boot, over the other rounds (SGIs are \
+         trapped ICC_SGI1R_EL1 writes: `ipi`). Runs: {}.\n",
         p.futex_rounds, p.runs
     ));
-    r.line("| CPUs | seed: physical / VM IOCSR / VM PV IPI (ms) | bare QEMU median us | kestrel median us | kestrel/bare | kestrel mean us | exits per wake-all: all, ipi, idle, irq, sysreg, timer |");
+    r.line("| CPUs | seed: physical / VM IOCSR / VM PV IPI (ms) | bare QEMU median us | kestrel median us | kestrel/bare | kestrel mean us | exits per round: all, ipi, idle, irq, timer, mmio, abort, fp |");
     r.line("|---|---|---|---|---|---|---|");
     for vcpus in [16u32, 4] {
         eprintln!("bench-seeds: ipi {vcpus} vCPUs baseline (1 round)");
@@ -863,7 +867,7 @@ fn ipi(p: &Params, a: &assets::LinuxAssets, r: &mut Report) -> Result<(), String
                 (Err(e), _) => Err(e.clone()),
                 (_, Err(e)) => Err(e.clone()),
             });
-            for key in ["exits", "ipi", "idle", "irq", "sysreg", "timer"] {
+            for key in IPI_KEYS {
                 per.entry(key).or_default().push(match (&k, &base) {
                     (Ok(k), Ok(bs)) => Ok(per_round(k, bs, p.futex_rounds, key)),
                     (Err(e), _) => Err(e.clone()),
@@ -874,9 +878,9 @@ fn ipi(p: &Params, a: &assets::LinuxAssets, r: &mut Report) -> Result<(), String
             mean.push(k.as_ref().map(|k| k.mean_us).map_err(Clone::clone));
             kes.push(k.map(|k| k.median_us));
         }
-        let exits: Vec<String> = ["exits", "ipi", "idle", "irq", "sysreg", "timer"]
+        let exits: Vec<String> = IPI_KEYS
             .iter()
-            .map(|k| fmt_opt(med(&per[k]), 1))
+            .map(|k| fmt_opt(med(&per[*k]), 1))
             .collect();
         r.line(format!(
             "| {vcpus} | 0.0176 / 0.1140 (6.5x) / 0.0481 (2.7x), 16 CPUs | {} | {} | {} | {} | {} |",
