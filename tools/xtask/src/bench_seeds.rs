@@ -621,6 +621,16 @@ fn vmid(p: &Params, a: &assets::LinuxAssets, r: &mut Report) -> Result<(), Strin
 struct FpRun {
     /// Per VM: (fp_restores, fp_saves, fp_traps, seconds, bursts).
     vms: Vec<(u64, u64, u64, f64, f64)>,
+    /// vCPU loads (VMID lookups) of both VMs over the whole boot.
+    loads: u64,
+}
+
+impl FpRun {
+    /// FP restores per 1000 vCPU loads over the whole boot (both VMs):
+    /// eager restores on every load (about 1000), lazy only on a trap.
+    fn per_kload(&self) -> f64 {
+        self.vms.iter().map(|v| v.0).sum::<u64>() as f64 * 1000.0 / self.loads.max(1) as f64
+    }
 }
 
 const FP_VMS: [&str; 2] = ["fp0", "fp1"];
@@ -631,6 +641,7 @@ fn fp_boot(
     policy: &str,
     sleep_us: u64,
     seconds: u64,
+    run: usize,
 ) -> Got<FpRun> {
     let bench = format!("fp,procs=12,sleep_us={sleep_us},seconds={seconds}");
     let vms: Vec<VmDef> = FP_VMS
@@ -644,16 +655,18 @@ fn fp_boot(
         })
         .collect();
     let _ = p;
-    let tag = format!("fp-{policy}-{sleep_us}us-{seconds}s");
+    let tag = format!("fp-{policy}-{sleep_us}us-{seconds}s-r{run}");
     let config = write_config(&tag, policy, &vms, a)?;
     let boot = kestrel_boot(&config, &[], 1024)?;
     let counters = counters_of(&boot);
     let mut out = Vec::new();
+    let mut loads = 0;
     for v in &vms {
         let f = seed_line(&boot, Some(&v.name), "fp", "bursts")?;
         let c = counters
             .get(&v.name)
             .ok_or_else(|| format!("{}: kestrel printed no counters", v.name))?;
+        loads += get(c, "vmid_fast") + get(c, "vmid_slow");
         out.push((
             get(c, "fp_restores"),
             get(c, "fp_saves"),
@@ -662,7 +675,7 @@ fn fp_boot(
             f["bursts"],
         ));
     }
-    Ok(FpRun { vms: out })
+    Ok(FpRun { vms: out, loads })
 }
 
 /// FP switches (restores) per second of workload: this run's counts minus
@@ -684,7 +697,10 @@ fn fp(p: &Params, a: &assets::LinuxAssets, r: &mut Report) -> Result<(), String>
         "Workload: `kestrel-seedbench fp procs=12 sleep_us=S seconds={}` (an FP burst of 2000 \
          terms of two series, checked, then sleep S). FP switches = kestrel's `fp_restores` of both \
          VMs (a register file brought in), minus those of a boot with an empty workload \
-         (`seconds=0`: boot and power-off), per second of workload. Bare QEMU (-smp 4, one VM's \
+         (`seconds=0`: boot and power-off), per second of workload: that difference is small \
+         beside boot-to-boot variation unless the workload runs long (`--fp-seconds`). Per 1000 \
+         vCPU loads: `fp_restores` over kestrel's vCPU loads (`vmid_fast + vmid_slow`) of the \
+         whole boot, boot included (eager restores on every load). Bare QEMU (-smp 4, one VM's \
          workload) has no switches to count: its column is the bursts per second, beside kestrel's \
          (per VM). Runs: {}.\n",
         p.fp_seconds, p.runs
@@ -700,13 +716,14 @@ fn fp(p: &Params, a: &assets::LinuxAssets, r: &mut Report) -> Result<(), String>
     let mut base: BTreeMap<&str, Got<FpRun>> = BTreeMap::new();
     for policy in ["lazy", "eager"] {
         eprintln!("bench-seeds: fp {policy} baseline (empty workload)");
-        base.insert(policy, fp_boot(p, a, policy, 1_000, 0));
+        base.insert(policy, fp_boot(p, a, policy, 1_000, 0, 0));
     }
-    r.line("| sleep | seed: fewer switches | eager: switches/s | lazy: switches/s | reduction | lazy fp_traps/s | bursts/s per VM: bare, eager, lazy |");
-    r.line("|---|---|---|---|---|---|---|");
+    r.line("| sleep | seed: fewer switches | eager: switches/s | lazy: switches/s | reduction | per 1000 loads: eager, lazy | reduction per load | lazy fp_traps/s | bursts/s per VM: bare, eager, lazy |");
+    r.line("|---|---|---|---|---|---|---|---|---|");
     for &s in &p.fp_sleeps {
         let mut rate: BTreeMap<&str, Vec<Got<f64>>> = BTreeMap::new();
         let mut traps: Vec<Got<f64>> = Vec::new();
+        let mut kload: BTreeMap<&str, Vec<Got<f64>>> = BTreeMap::new();
         let mut bursts: BTreeMap<&str, Vec<Got<f64>>> = BTreeMap::new();
         for run in 0..p.runs {
             bursts.entry("bare").or_default().push(
@@ -725,7 +742,7 @@ fn fp(p: &Params, a: &assets::LinuxAssets, r: &mut Report) -> Result<(), String>
             );
             for policy in ["eager", "lazy"] {
                 eprintln!("bench-seeds: fp {policy} sleep {s} us run {}", run + 1);
-                let got = fp_boot(p, a, policy, s, p.fp_seconds);
+                let got = fp_boot(p, a, policy, s, p.fp_seconds, run);
                 let b = base[policy].as_ref().map_err(|e| format!("baseline: {e}"));
                 let r2 = match (&got, &b) {
                     (Ok(g), Ok(b)) => Ok(fp_rate(g, b)),
@@ -751,10 +768,18 @@ fn fp(p: &Params, a: &assets::LinuxAssets, r: &mut Report) -> Result<(), String>
                         .map_err(Clone::clone),
                 );
                 rate.entry(policy).or_default().push(r2);
+                kload
+                    .entry(policy)
+                    .or_default()
+                    .push(got.as_ref().map(FpRun::per_kload).map_err(Clone::clone));
             }
         }
         let (e, l) = (med(&rate["eager"]), med(&rate["lazy"]));
         let reduction = match (e, l) {
+            (Some(e), Some(l)) if e > 0.0 => format!("{:.1}%", (1.0 - l / e) * 100.0),
+            _ => "-".into(),
+        };
+        let per_load = match (med(&kload["eager"]), med(&kload["lazy"])) {
             (Some(e), Some(l)) if e > 0.0 => format!("{:.1}%", (1.0 - l / e) * 100.0),
             _ => "-".into(),
         };
@@ -764,10 +789,12 @@ fn fp(p: &Params, a: &assets::LinuxAssets, r: &mut Report) -> Result<(), String>
             format!("{s} us")
         };
         r.line(format!(
-            "| {label} | {} | {} | {} | {reduction} | {} | {} / {} / {} |",
+            "| {label} | {} | {} | {} | {reduction} | {}, {} | {per_load} | {} | {} / {} / {} |",
             seed.get(&s).copied().unwrap_or("-"),
             summary(&rate["eager"], 0),
             summary(&rate["lazy"], 0),
+            summary(&kload["eager"], 0),
+            summary(&kload["lazy"], 0),
             summary(&traps, 0),
             fmt_opt(med(&bursts["bare"]), 0),
             fmt_opt(med(&bursts["eager"]), 0),
@@ -785,7 +812,7 @@ struct IpiRun {
     counters: VmCounters,
 }
 
-fn ipi_boot(a: &assets::LinuxAssets, vcpus: u32, rounds: u64) -> Got<IpiRun> {
+fn ipi_boot(a: &assets::LinuxAssets, vcpus: u32, rounds: u64, run: usize) -> Got<IpiRun> {
     let name = format!("ipi{vcpus}");
     let bench = format!("futex,threads=16,rounds={rounds}");
     let vm = VmDef {
@@ -795,7 +822,12 @@ fn ipi_boot(a: &assets::LinuxAssets, vcpus: u32, rounds: u64) -> Got<IpiRun> {
         pinned: vcpus == 4,
         cmdline: cmdline(&name, &bench),
     };
-    let config = write_config(&format!("ipi-{vcpus}vcpu-{rounds}r"), "lazy", &[vm], a)?;
+    let config = write_config(
+        &format!("ipi-{vcpus}vcpu-{rounds}r-r{run}"),
+        "lazy",
+        &[vm],
+        a,
+    )?;
     let boot = kestrel_boot(&config, &[], 1024)?;
     let f = seed_line(&boot, Some(&name), "futex", "median_us")?;
     let counters = counters_of(&boot)
@@ -809,7 +841,9 @@ fn ipi_boot(a: &assets::LinuxAssets, vcpus: u32, rounds: u64) -> Got<IpiRun> {
 }
 
 /// The exit counters the IPI table breaks a round's exits into.
-const IPI_KEYS: [&str; 8] = ["exits", "ipi", "idle", "irq", "timer", "mmio", "abort", "fp"];
+const IPI_KEYS: [&str; 8] = [
+    "exits", "ipi", "idle", "irq", "timer", "mmio", "abort", "fp",
+];
 
 /// Exits by reason per wake-all: the run's counts minus the 1-round boot's,
 /// over the extra rounds.
@@ -843,7 +877,7 @@ fn ipi(p: &Params, a: &assets::LinuxAssets, r: &mut Report) -> Result<(), String
     r.line("|---|---|---|---|---|---|---|");
     for vcpus in [16u32, 4] {
         eprintln!("bench-seeds: ipi {vcpus} vCPUs baseline (1 round)");
-        let base = ipi_boot(a, vcpus, 1);
+        let base = ipi_boot(a, vcpus, 1, 0);
         let (mut bare, mut kes, mut mean, mut ratio) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         let mut per: BTreeMap<&str, Vec<Got<f64>>> = BTreeMap::new();
@@ -861,7 +895,7 @@ fn ipi(p: &Params, a: &assets::LinuxAssets, r: &mut Report) -> Result<(), String
             .and_then(|b| seed_line(&b, None, "futex", "median_us"))
             .map(|f| f["median_us"]);
             eprintln!("bench-seeds: ipi {vcpus} vCPUs run {}", run + 1);
-            let k = ipi_boot(a, vcpus, p.futex_rounds);
+            let k = ipi_boot(a, vcpus, p.futex_rounds, run);
             ratio.push(match (&b, &k) {
                 (Ok(b), Ok(k)) => Ok(k.median_us / b),
                 (Err(e), _) => Err(e.clone()),
@@ -878,10 +912,7 @@ fn ipi(p: &Params, a: &assets::LinuxAssets, r: &mut Report) -> Result<(), String
             mean.push(k.as_ref().map(|k| k.mean_us).map_err(Clone::clone));
             kes.push(k.map(|k| k.median_us));
         }
-        let exits: Vec<String> = IPI_KEYS
-            .iter()
-            .map(|k| fmt_opt(med(&per[*k]), 1))
-            .collect();
+        let exits: Vec<String> = IPI_KEYS.iter().map(|k| fmt_opt(med(&per[*k]), 1)).collect();
         r.line(format!(
             "| {vcpus} | 0.0176 / 0.1140 (6.5x) / 0.0481 (2.7x), 16 CPUs | {} | {} | {} | {} | {} |",
             summary(&bare, 1),
