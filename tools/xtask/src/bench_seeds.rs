@@ -679,12 +679,13 @@ fn fp_boot(
 }
 
 /// FP switches (restores) per second of workload: this run's counts minus
-/// the empty-workload boot's, over each VM's measured seconds, summed.
+/// the empty-workload boot's, over each VM's measured seconds, summed
+/// (negative when the boots differed by more than the workload added).
 fn fp_rate(run: &FpRun, base: &FpRun) -> f64 {
     run.vms
         .iter()
         .zip(&base.vms)
-        .map(|(r, b)| r.0.saturating_sub(b.0) as f64 / r.3.max(1e-9))
+        .map(|(r, b)| (r.0 as f64 - b.0 as f64) / r.3.max(1e-9))
         .sum()
 }
 
@@ -754,7 +755,7 @@ fn fp(p: &Params, a: &assets::LinuxAssets, r: &mut Report) -> Result<(), String>
                             .vms
                             .iter()
                             .zip(&b.vms)
-                            .map(|(x, y)| x.2.saturating_sub(y.2) as f64 / x.3.max(1e-9))
+                            .map(|(x, y)| (x.2 as f64 - y.2 as f64) / x.3.max(1e-9))
                             .sum()),
                         (Err(e), _) | (_, Err(e)) => Err(e.clone()),
                     });
