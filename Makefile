@@ -8,7 +8,8 @@
 #   make image [ARCH=...]     build the bootable image and print its path
 #   make image|run CONFIG=f   ... with the VMs of config file f packed in (docs/config.md)
 #   make debug [ARCH=...]     boot under QEMU waiting for gdb on :1234
-#   make bench                benchmark tables: host simulations, VMs under kestrel, Linux boot
+#   make bench                benchmark tables: host simulations, VMs under kestrel, Linux boot,
+#                             the seeds' experiments with Linux guests (SEEDS_OPTS=--quick: minutes)
 #   make lint                 cargo fmt --check + clippy (host, the loom build and both targets)
 #   make fuzz [FUZZ_SECONDS=60] every cargo-fuzz target for FUZZ_SECONDS each (docs/fuzzing.md)
 #   make setup                install what is missing (toolchain targets, QEMU 10)
@@ -25,6 +26,8 @@ FEATURES ?=
 APPEND   ?=
 CONFIG   ?=
 CARGO    ?= cargo
+# Options of `cargo xtask bench-seeds` in `make bench` (e.g. --quick, --only ipi).
+SEEDS_OPTS ?=
 
 XTASK_BASE = --arch $(ARCH) --smp $(SMP) --gic $(GIC) --mem $(MEM) \
              $(if $(FEATURES),--features "$(FEATURES)") $(if $(APPEND),--append "$(APPEND)") \
@@ -119,6 +122,7 @@ bench: setup
 	$(CARGO) xtask bench-linux --config configs/bench/linux-hvc0.toml
 	$(CARGO) xtask bench-linux --arch loongarch64
 	$(CARGO) xtask bench-net
+	$(CARGO) xtask bench-seeds $(SEEDS_OPTS)
 
 lint: setup-rust
 	$(CARGO) fmt --all --check
@@ -128,6 +132,7 @@ lint: setup-rust
 	$(CARGO) clippy -p kestrel-boot --target aarch64-unknown-none-softfloat -- -D warnings
 	$(LA_BUILD) -- -D warnings
 	$(CARGO) clippy -p kestrel-guest-arm64-test --target aarch64-unknown-none -- -D warnings
+	$(CARGO) clippy -p kestrel-seedbench --target aarch64-unknown-linux-musl -- -D warnings
 	RUSTC_BOOTSTRAP=1 $(CARGO) clippy -p kestrel-guest-loongarch64-test --target loongarch64-unknown-none \
 	    -Zbuild-std=core -Zbuild-std-features=compiler-builtins-mem -- -D warnings
 	cd tools/fuzz && $(CARGO) fmt --check && $(CARGO) clippy --bins -- -D warnings

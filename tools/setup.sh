@@ -72,9 +72,11 @@ install_rust() {
     local tc
     tc=$(cd "$here" && rustup show active-toolchain | cut -d' ' -f1)
     # softfloat for the hypervisor (it must never touch FP), hard-float for
-    # the arm64 test guest (it checks FP/SIMD registers survive switches).
-    (cd "$here" && rustup target add --toolchain "$tc" aarch64-unknown-none-softfloat aarch64-unknown-none >/dev/null 2>&1) ||
-        die "rustup could not add the aarch64-unknown-none(-softfloat) targets to $tc"
+    # the arm64 test guest (it checks FP/SIMD registers survive switches),
+    # musl for the Linux guest's workloads (tools/guests/seedbench).
+    (cd "$here" && rustup target add --toolchain "$tc" aarch64-unknown-none-softfloat aarch64-unknown-none \
+        aarch64-unknown-linux-musl >/dev/null 2>&1) ||
+        die "rustup could not add the aarch64-unknown-none(-softfloat) and aarch64-unknown-linux-musl targets to $tc"
     (cd "$here" && rustup component add --toolchain "$tc" rust-src llvm-tools clippy rustfmt >/dev/null 2>&1) ||
         die "rustup could not add rust-src/llvm-tools/clippy/rustfmt to $tc"
 }

@@ -1607,6 +1607,12 @@ mod writer {
                 out.truncate(HEADER_SIZE);
             }
             let mut records = Vec::new();
+            // Kernel, initrd and DTB blobs already written (offset, bytes):
+            // VMs booting the same file share one copy (40 VMs of one
+            // kernel would otherwise pack it 40 times). Only these images
+            // are shared: kestrel copies them into each VM's RAM and never
+            // writes them. The reader accepts any blob inside the area.
+            let mut written: Vec<(usize, &[u8])> = Vec::new();
             for vm in &self.vms {
                 let mut rec = [0u8; RECORD_SIZE];
                 assert!(vm.name.len() <= NAME_LEN, "name too long");
@@ -1637,12 +1643,23 @@ mod writer {
                     let Some(data) = data.filter(|d| !d.is_empty()) else {
                         continue;
                     };
-                    if aligned {
-                        align_vec(&mut out);
-                    }
-                    put(&mut rec, field, &(out.len() as u64).to_le_bytes());
+                    let shared = written
+                        .iter()
+                        .find(|(_, d)| aligned && *d == data)
+                        .map(|&(off, _)| off);
+                    let off = match shared {
+                        Some(off) => off,
+                        None => {
+                            if aligned {
+                                align_vec(&mut out);
+                                written.push((out.len(), data));
+                            }
+                            out.extend_from_slice(data);
+                            out.len() - data.len()
+                        }
+                    };
+                    put(&mut rec, field, &(off as u64).to_le_bytes());
                     put(&mut rec, field + 8, &(data.len() as u64).to_le_bytes());
-                    out.extend_from_slice(data);
                     crc = crc32_update(crc, data);
                 }
                 assert!(

@@ -16,6 +16,10 @@
 #                            until N reboots are done, then go on
 #   kestrel.reboots=N:/dev/vdX  the same, counting in kestrel-boots on that
 #                            ext4 disk (mounted for it), root disk or not
+#   kestrel.bench=CMD+CMD    after the test, each CMD (commas for spaces) as
+#                            `kestrel-seedbench CMD`, e.g.
+#                            kestrel.bench=futex,threads=16,rounds=100
+#   kestrel.test=0           skip the test (benchmark boots)
 #   kestrel.pt=/dev/vdX      after the test, the passthrough test: mount that
 #                            ext4 disk, print its hello.txt, write pt.txt and
 #                            1 MiB pt.bin, print what was written, unmount
@@ -40,7 +44,7 @@ mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev 2>&-
 read up rest < /proc/uptime
-shell=0 cpus= name=linux root= console= ip= net= reboots= pt=
+shell=0 cpus= name=linux root= console= ip= net= reboots= pt= bench= test=1
 for arg in $(cat /proc/cmdline); do
     case "$arg" in
         kestrel.shell=1) shell=1 ;;
@@ -52,6 +56,8 @@ for arg in $(cat /proc/cmdline); do
         kestrel.net=*) net=${arg#*=} ;;
         kestrel.reboots=*) reboots=${arg#*=} ;;
         kestrel.pt=*) pt=${arg#*=} ;;
+        kestrel.bench=*) bench=${arg#*=} ;;
+        kestrel.test=0) test=0 ;;
     esac
 done
 
@@ -220,9 +226,15 @@ elif [ -n "$tty" ]; then
     /bin/kestrel-linux-test "$cpus" <"$tty" >"$tty" 2>&1
     [ -n "$net" ] && /bin/kestrel-net-test $(echo "$net" | tr : ' ') <"$tty" >"$tty" 2>&1
 else
-    /bin/kestrel-linux-test "$cpus"
+    [ "$test" = 1 ] && /bin/kestrel-linux-test "$cpus"
     [ -n "$net" ] && /bin/kestrel-net-test $(echo "$net" | tr : ' ')
     [ -n "$pt" ] && pt_test "$pt"
+    # The seeds' workloads (docs/performance.md): one command per `+`.
+    for cmd in $(echo "$bench" | tr + ' '); do
+        echo "LINUX-BENCH: kestrel-seedbench $(echo "$cmd" | tr , ' ')"
+        /bin/kestrel-seedbench $(echo "$cmd" | tr , ' ') ||
+            echo "LINUX-BENCH: FAIL kestrel-seedbench $cmd exited with $?"
+    done
 fi
 poweroff -f
 sleep 5

@@ -68,10 +68,23 @@ pub fn parse_vm_counters(log: &str) -> Vec<VmCounters> {
             else {
                 continue;
             };
+            // The exit reasons on the same line, as `exit_<reason>`.
+            let values = tail
+                .split("exits ")
+                .nth(1)
+                .and_then(|t| t.split_once(':'))
+                .map(|(_, pairs)| {
+                    pairs
+                        .split_whitespace()
+                        .filter_map(|p| p.split_once('='))
+                        .filter_map(|(k, v)| Some((format!("exit_{k}"), v.parse().ok()?)))
+                        .collect()
+                })
+                .unwrap_or_default();
             current = Some(VmCounters {
                 name: name.to_string(),
                 exits,
-                values: BTreeMap::new(),
+                values,
             });
             continue;
         }

@@ -8,10 +8,12 @@
 //! cargo xtask smoke   [--case NAME] [--list]             QEMU smoke tests on both architectures
 //! cargo xtask vmtest  [--arch A] [--case NAME] [--list]  the test guests as VMs under kestrel (docs/test-guest*.md)
 //! cargo xtask check-fp                                   prove no FP/SIMD register is used
+//! cargo xtask bench-seeds [--quick] [--only vmid,fp,ipi]  the seeds' experiments with Linux guests
 //! ```
 
 mod assets;
 mod bench_exits;
+mod bench_seeds;
 mod bench_vm;
 mod config;
 mod configs_test;
@@ -477,6 +479,7 @@ fn run() -> Result<(), String> {
         "firmware" => assets::firmware::command(rest),
         "bench-vm" => bench_vm::run(rest),
         "bench-exits" => bench_exits::run(rest),
+        "bench-seeds" => bench_seeds::run(rest),
         "bench-net" => vmtests_linux::bench_net(rest),
         "boot-scr" => boot_scr(rest),
         "check-fp" => {

@@ -224,6 +224,10 @@ struct KestrelCase {
     /// Reboots the first VM does before its test (`kestrel.reboots=N`),
     /// counting them on its /dev/vda.
     reboots: u32,
+    /// Each VM also runs the seeds' workloads after its test
+    /// (`kestrel.bench=`, short): each prints its result and kestrel's
+    /// counters for FP, IPI and VMID moved ([`judge_seeds`]).
+    seeds: bool,
 }
 
 const KESTREL_CASES: [KestrelCase; 5] = [
@@ -235,15 +239,17 @@ const KESTREL_CASES: [KestrelCase; 5] = [
         pass: PASS_4,
         virtio: false,
         reboots: 0,
+        seeds: false,
     },
     KestrelCase {
-        name: "linux on kestrel: 2 VMs x 4 vCPUs sharing 4 pCPUs, GICv3",
+        name: "linux on kestrel: 2 VMs x 4 vCPUs sharing 4 pCPUs, the seeds' workloads (short), GICv3",
         config: "configs/linux-2vm.toml",
         gic: 3,
         vms: &["linux0", "linux1"],
         pass: PASS_4,
         virtio: false,
         reboots: 0,
+        seeds: true,
     },
     KestrelCase {
         name: "linux on kestrel: 1 VM x 4 vCPUs, GICv2",
@@ -253,6 +259,7 @@ const KESTREL_CASES: [KestrelCase; 5] = [
         pass: PASS_4,
         virtio: false,
         reboots: 0,
+        seeds: false,
     },
     KestrelCase {
         name: "linux on kestrel virtio: 2 VMs, root on virtio-blk, test on hvc0, ping + 4 MiB over TCP",
@@ -262,6 +269,7 @@ const KESTREL_CASES: [KestrelCase; 5] = [
         pass: PASS_2,
         virtio: true,
         reboots: 0,
+        seeds: false,
     },
     KestrelCase {
         name: "linux on kestrel reboot: root on virtio-blk, reboot -f once, the second boot finds its count on the disk, GICv2",
@@ -271,6 +279,7 @@ const KESTREL_CASES: [KestrelCase; 5] = [
         pass: PASS_2,
         virtio: false,
         reboots: 1,
+        seeds: false,
     },
 ];
 
@@ -290,6 +299,9 @@ fn judge_kestrel(boot: &Boot, case: &KestrelCase) -> Vec<String> {
     }
     if case.reboots > 0 {
         problems.extend(judge_reboots(boot, &case.vms[..1], case.reboots));
+    }
+    if case.seeds {
+        problems.extend(judge_seeds(boot, case.vms));
     }
     let has = |s: &str| boot.has(s);
     for vm in case.vms {
@@ -322,6 +334,56 @@ fn judge_kestrel(boot: &Boot, case: &KestrelCase) -> Vec<String> {
     }
     if let Some(s) = boot.exit.filter(|s| !s.success()) {
         problems.push(format!("QEMU exited with {s}"));
+    }
+    problems
+}
+
+/// The seeds' workloads (`kestrel-seedbench`, docs/performance.md) in each
+/// VM: every command announced ran and printed its result line (hackbench's
+/// `done`, fp's `wrong=0`, futex's wake-all times), none failed, and
+/// kestrel's counters of the VM moved: FP registers restored, trapped SGI
+/// writes (the futex wakes send IPIs), VMID loads.
+fn judge_seeds(boot: &Boot, vms: &[&str]) -> Vec<String> {
+    let mut problems = Vec::new();
+    let counters = crate::bench_vm::parse_vm_counters(&boot.text());
+    for vm in vms {
+        let tagged = |s: &str| format!("[{vm}] {s}");
+        for (workload, result) in [
+            ("hackbench", "SEEDBENCH hackbench done runs="),
+            ("fp", "SEEDBENCH fp procs="),
+            ("futex", "SEEDBENCH futex threads="),
+        ] {
+            let started = tagged(&format!("LINUX-BENCH: kestrel-seedbench {workload} "));
+            if !boot.has(&started) {
+                problems.push(format!("{vm}: never started {workload} ({started:?})"));
+            } else if !boot.has(&tagged(result)) {
+                let fail = tagged(&format!("SEEDBENCH {workload} FAIL"));
+                match boot.lines.iter().find(|l| l.text.contains(&fail)) {
+                    Some(l) => problems.push(format!("{vm}: {}", l.text)),
+                    None => problems.push(format!("{vm}: no {workload} result ({result:?})")),
+                }
+            }
+        }
+        if let Some(l) = boot
+            .lines
+            .iter()
+            .find(|l| l.text.contains(&tagged("SEEDBENCH fp ")) && !l.text.contains(" wrong=0"))
+        {
+            problems.push(format!("{vm}: FP results wrong: {}", l.text));
+        }
+        if boot.has(&tagged("LINUX-BENCH: FAIL")) {
+            problems.push(format!("{vm}: a workload exited with an error"));
+        }
+        match counters.iter().find(|c| c.name == *vm) {
+            None => problems.push(format!("{vm}: kestrel printed no counters")),
+            Some(c) => {
+                for key in ["fp_restores", "exit_ipi", "vmid_fast"] {
+                    if c.values.get(key).copied().unwrap_or(0) == 0 {
+                        problems.push(format!("{vm}: kestrel's {key} counter did not move"));
+                    }
+                }
+            }
+        }
     }
     problems
 }
@@ -553,6 +615,7 @@ fn judge_lvz_la64(boot: &Boot, vms: &[(&'static str, &'static str)]) -> Vec<Stri
             pass,
             virtio: false,
             reboots: 0,
+            seeds: false,
         };
         for p in judge_kestrel(boot, &case) {
             if !problems.contains(&p) {
@@ -789,6 +852,7 @@ const PT_CASES: [KestrelCase; 2] = [
         pass: PASS_2,
         virtio: false,
         reboots: 1,
+        seeds: false,
     },
     KestrelCase {
         name: "linux on kestrel passthrough: QEMU's virtio-blk (slot 31, SPI 47) in an identity-RAM VM beside another, its file read back from the disk, after a VM reboot, GICv2",
@@ -798,6 +862,7 @@ const PT_CASES: [KestrelCase; 2] = [
         pass: PASS_2,
         virtio: false,
         reboots: 1,
+        seeds: false,
     },
 ];
 

@@ -149,6 +149,36 @@ fn round_trip_preserves_every_field() {
 }
 
 #[test]
+fn vms_of_one_kernel_and_initrd_share_their_blobs() {
+    let (k, other) = (kernel(10_000, 1), kernel(10_000, 2));
+    let (k_copy, initrd, initrd_copy) = (k.clone(), kernel(3000, 9), kernel(3000, 9));
+    let mut w = Writer::new(HypervisorSettings::default());
+    w.vms.push(VmInput {
+        initrd: Some(&initrd),
+        ..vm("a", &k)
+    });
+    w.vms.push(VmInput {
+        initrd: Some(&initrd_copy),
+        cmdline: "console=ttyAMA0 other",
+        ..vm("b", &k_copy)
+    });
+    w.vms.push(vm("c", &other));
+    let bytes = w.finish();
+    let pkg = Package::parse(&bytes).unwrap();
+    let (a, b, c) = (pkg.vm(0).unwrap(), pkg.vm(1).unwrap(), pkg.vm(2).unwrap());
+    assert_eq!(a.kernel.as_ptr(), b.kernel.as_ptr(), "one kernel blob");
+    assert_eq!(a.initrd.unwrap().as_ptr(), b.initrd.unwrap().as_ptr());
+    assert_ne!(a.kernel.as_ptr(), c.kernel.as_ptr());
+    assert_eq!((a.kernel, b.kernel, c.kernel), (&k[..], &k[..], &other[..]));
+    assert_eq!(
+        (a.cmdline, b.cmdline),
+        ("console=ttyAMA0", "console=ttyAMA0 other")
+    );
+    // One copy of each distinct image (plus alignment), not two.
+    assert!(bytes.len() < 2 * 10_000 + 3000 + 6 * BLOB_ALIGN as usize + 4096);
+}
+
+#[test]
 fn empty_package_is_valid() {
     let bytes = Writer::new(HypervisorSettings::default()).finish();
     assert_eq!(bytes.len(), HEADER_SIZE);

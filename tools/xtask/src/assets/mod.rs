@@ -33,6 +33,7 @@ mod initramfs;
 pub mod loong64;
 mod modules;
 mod rootfs;
+pub mod seedbench;
 
 use apt::{
     check_cached, deb_member, extract_member, fetch, need_tools, parse_manifest, render_manifest,
@@ -250,9 +251,13 @@ pub fn ensure(refresh: bool) -> Result<LinuxAssets, String> {
     ));
     let initramfs = out.join("initramfs.cpio.gz");
     let tree = out.join("initramfs.d");
+    let seedbench = seedbench::build()?;
     build_initramfs(
         &busybox,
-        |staging| extract_modules(&kernel_deb, &release, staging),
+        |staging| {
+            extract_modules(&kernel_deb, &release, staging)?;
+            seedbench::install(&seedbench, staging)
+        },
         &tree,
         &initramfs,
     )?;

@@ -22,7 +22,7 @@ pub mod vgic_hw;
 use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
-use core::sync::atomic::{AtomicBool, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use crate::exitctx::ExitCtx;
 use crate::fpu::{self, pcpu::PcpuFp, FpPolicy};
@@ -106,6 +106,9 @@ struct Pcpu {
     loaded: AtomicBool,
     /// The physical virtual-timer PPI was left active for the loaded vCPU.
     vtimer_forwarded: AtomicBool,
+    /// The VM whose vCPU was loaded here last (its address; 0: none), for
+    /// the `vmid-flush-switch` comparison policy.
+    last_vm: AtomicUsize,
 }
 
 impl Pcpu {
@@ -116,6 +119,7 @@ impl Pcpu {
             vtimer_enabled: AtomicBool::new(true),
             loaded: AtomicBool::new(false),
             vtimer_forwarded: AtomicBool::new(false),
+            last_vm: AtomicUsize::new(0),
         }
     }
 }
@@ -214,6 +218,19 @@ impl Backend for Arm64Backend {
             .add(Counter::TlbFlushes, after.flushes - before.flushes);
         msr!("vtcr_el2", vm.arch.stage2.vtcr());
         msr!("vttbr_el2", vm.arch.stage2.vttbr(l.vmid));
+        if cfg!(feature = "vmid-flush-switch") {
+            // The naive policy (a benchmark baseline): another VM than the
+            // last one on this pCPU starts with an empty TLB.
+            let me = vm as *const Vm<Self> as usize;
+            if PCPU[cpu].last_vm.swap(me, Ordering::Relaxed) != me {
+                // SAFETY: TLB maintenance only: drops this pCPU's EL1&0
+                // entries of every VMID, which the walks refill.
+                unsafe {
+                    core::arch::asm!("isb", "tlbi alle1", "dsb nsh", "isb", options(nostack))
+                };
+                vm.stats.inc(Counter::TlbFlushes);
+            }
+        }
         if l.flush_local {
             // Only needed where the rollover flush is not broadcast; cheap
             // insurance here: this VMID's stale entries go.

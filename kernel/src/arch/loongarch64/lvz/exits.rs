@@ -118,12 +118,14 @@ fn stage2_fill(vm: &Vm<B>, gpa: u64) -> RunExit {
     for (half, e) in elo.iter_mut().enumerate() {
         let page = base + half as u64 * S2_PAGE;
         // The whole page must be RAM (one 2 MiB frame).
-        if let (Some(h), Some(_)) = (vm.arch.hpa(page), vm.arch.hpa(page + S2_PAGE - 1)) {
+        // (Frames are 2 MiB aligned; a misaligned one is never mapped.)
+        let h = vm.arch.hpa(page).filter(|h| h & (S2_PAGE - 1) == 0);
+        if let (Some(h), Some(_)) = (h, vm.arch.hpa(page + S2_PAGE - 1)) {
             // V, D, PLV0, MAT 1 (coherent cached), G (any root ASID).
             *e = (h & 0x0000_ffff_ffff_f000) | 1 | 1 << 1 | 1 << 4 | 1 << 6;
         }
     }
-    let gid = u64::from(gcsr::gstat() >> gcsr::GSTAT_GID_SHIFT & 0xff);
+    let gid = gcsr::gstat() >> gcsr::GSTAT_GID_SHIFT & 0xff;
     // SAFETY: writes one root TLB entry tagged with the running VM's GID
     // (GTLBC.USETGID + TGID for this one instruction) mapping only this
     // VM's frames; kestrel's own translations are DMWs. TLBRERA.IsTLBR is
