@@ -545,6 +545,30 @@ fn tlb_entries() -> u64 {
     }
 }
 
+/// A garbage page size for the guest's own TLB. Trap-and-emulate keeps
+/// every size (kestrel emulates the TLB and must answer all of them).
+/// Under LVZ the guest's TLB is the CPU's, and a size PRCFG2 does not
+/// list is one the architecture leaves undefined for that guest's own
+/// TLB; the LVZ emulator (tools/qemu-lvz) computes its page masks and
+/// flush ranges from it unchecked (shifts by 64 and more), and with PS 63
+/// it stopped running this vCPU now and then (the case hung in this phase
+/// in about one run of three). So under LVZ an unsupported size becomes
+/// the nearest one PRCFG2 lists: the garbage stays in the index, the
+/// addresses, the PPNs and the bits, which is what reaches kestrel.
+fn garbage_ps(ps: u64) -> u64 {
+    if !lvz() {
+        return ps;
+    }
+    let sizes = csr_read!(0x22);
+    if ps < 64 && sizes >> ps & 1 != 0 {
+        return ps;
+    }
+    (0..64u64)
+        .filter(|p| sizes >> p & 1 != 0)
+        .min_by_key(|p| p.abs_diff(ps))
+        .unwrap_or(12)
+}
+
 /// A garbage TLBIDX for `tlbwr`/`tlbrd`. Under LVZ these run on the guest
 /// TLB of the CPU, so the index is kept below the number of entries: the
 /// architecture defines nothing for an index beyond the TLB, and the LVZ
@@ -790,7 +814,7 @@ fn attack_tlb(_kestrel: bool) -> Tally {
             let mut v = rng.next();
             // TLBIDX.PS and STLBPS from the same odd sizes (so tlbfill
             // often meets PS = STLBPS = 63), index anywhere, NE either way.
-            let ps = [63u64, 0, 12, 13, 21, 29, 30, 47, 48, 62][(v >> 8) as usize % 10];
+            let ps = garbage_ps([63u64, 0, 12, 13, 21, 29, 30, 47, 48, 62][(v >> 8) as usize % 10]);
             if i == 0 && k % 2 == 0 {
                 v = (v & !(0x3f << 24)) | ps << 24;
             }
@@ -817,7 +841,7 @@ fn attack_tlb(_kestrel: bool) -> Tally {
     }
     // Each odd size for certain: PS = STLBPS (tlbfill into the STLB), then
     // tlbwr, tlbsrch and tlbrd of it.
-    for ps in [63u64, 0, 1, 62, 48, 47, 31] {
+    for ps in [63u64, 0, 1, 62, 48, 47, 31].map(garbage_ps) {
         for (i, v) in [
             tlbidx(rng.next() & 0xffff, entries) | ps << 24,
             rng.next(),
@@ -1784,8 +1808,14 @@ fn attack_memory(kestrel: bool) -> Tally {
         }
     }
     // 3. TLB entries (MTLB index 256, 4 KiB pages, global) for a high VA.
+    // Not under LVZ: there this rewrites the CPU's own guest TLB entry at
+    // one upper-half VA 512 times, and the LVZ emulator (tools/qemu-lvz)
+    // flushes a replaced entry's translations without sign extension; in
+    // about one run of five its vCPU then never ran again (the emulator
+    // deadlocked; kestrel and the victim went on). Step 4 still writes
+    // garbage entries at random upper-half VAs under LVZ.
     let mut stale = 0u64;
-    for k in 0..512usize {
+    for k in 0..if lvz() { 0 } else { 512usize } {
         let pa = if k < 256 {
             k * (SPAN / 256) + OFF
         } else {
@@ -1836,7 +1866,7 @@ fn attack_memory(kestrel: bool) -> Tally {
     let (mut refills, mut values) = (0u64, 0u64);
     let entries = tlb_entries();
     for k in 0..1500u64 {
-        let ps = [63u64, 12, 14, 21, 30, 47, 48, 62, 0, 13][(k % 10) as usize];
+        let ps = garbage_ps([63u64, 12, 14, 21, 30, 47, 48, 62, 0, 13][(k % 10) as usize]);
         let va = (0xffff_0000_0000_0000 | rng.next()) & !7;
         let elo = |r: u64| (r & 0xe000_ffff_ffff_f05f) | 1;
         let csrs = [
