@@ -1065,16 +1065,6 @@ fn devices(
             ),
         ));
     }
-    if arch == Arch::LoongArch64 && n > 0 {
-        let field = if !v.disk.is_empty() { "disk" } else { "net" };
-        return Err(err(
-            &f(field),
-            String::from(
-                "virtio disks and network ports are not available on LoongArch yet (only \
-                 the virtio console is): remove it",
-            ),
-        ));
-    }
     let mut out = Vec::new();
     for (i, d) in v.disk.iter().enumerate() {
         let field = f(&format!("disk[{i}].image"));
