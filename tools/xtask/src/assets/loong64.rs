@@ -358,7 +358,7 @@ pub fn ensure(refresh: bool) -> Result<Loong64Assets, String> {
     std::fs::write(out.join("ASSETS.txt"), render_manifest(&info))
         .map_err(|e| format!("{}: {e}", out.join("ASSETS.txt").display()))?;
     say(&format!(
-        "done in {:.1} s: {} ({} {}; unpacked {:.1} MiB, entry {:#x}, loaded at {:#x}), {}, {}",
+        "done in {:.1} s: {} ({} {}; unpacked {:.1} MiB, entry {:#x}, loaded at {:#x}), {}, {}, {}",
         t0.elapsed().as_secs_f64(),
         vmlinuz.display(),
         guest["kernel_package"],
@@ -367,6 +367,7 @@ pub fn ensure(refresh: bool) -> Result<Loong64Assets, String> {
         header.entry,
         header.text_offset,
         initramfs.display(),
+        rootfs.display(),
         firmware.display()
     ));
     Ok(Loong64Assets {
