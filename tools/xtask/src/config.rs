@@ -889,7 +889,7 @@ fn check(text: &str, file: &Path, arch: Arch) -> Result<Config, ConfigError> {
         })?;
 
         // virtio devices
-        let devices = devices(v, arch, &dir, &f, &err)?;
+        let devices = devices(v, &dir, &f, &err)?;
         let nets = devices.iter().filter_map(|d| match d {
             DeviceConfig::Net { network, mac, .. } => Some((network, *mac)),
             _ => None,
@@ -1050,7 +1050,6 @@ pub fn pack(cfg: &Config) -> Vec<u8> {
 /// The `[[vm.disk]]` and `[[vm.net]]` tables of `v`, checked, disk images read.
 fn devices(
     v: &RawVm,
-    arch: Arch,
     dir: &Path,
     f: &dyn Fn(&str) -> String,
     err: &dyn Fn(&str, String) -> ConfigError,

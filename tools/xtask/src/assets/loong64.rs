@@ -258,7 +258,10 @@ pub fn ensure(refresh: bool) -> Result<Loong64Assets, String> {
     let t0 = Instant::now();
     need_tools()?;
     let gcache = cache_dir().join("loong64");
-    let guest = match (refresh, cached(&gcache, SUITE, &["kernel", "modules", "busybox"])) {
+    let guest = match (
+        refresh,
+        cached(&gcache, SUITE, &["kernel", "modules", "busybox"]),
+    ) {
         (false, Some(m)) => {
             say(&format!(
                 "[1/4] using the cache in {} ({} {}, {BUSYBOX} {})",

@@ -219,8 +219,13 @@ pub(super) fn extract_modules_la64(
         if let Some(p) = path.parent() {
             std::fs::create_dir_all(p).map_err(|e| format!("{}: {e}", p.display()))?;
         }
-        check_module_for(&out.stdout, kestrel_abi::image::EM_LOONGARCH, release, &loaded)
-            .map_err(|e| format!("{} of {}: {e}", member(m), modules_deb.display()))?;
+        check_module_for(
+            &out.stdout,
+            kestrel_abi::image::EM_LOONGARCH,
+            release,
+            &loaded,
+        )
+        .map_err(|e| format!("{} of {}: {e}", member(m), modules_deb.display()))?;
         std::fs::write(&path, &out.stdout).map_err(|e| format!("{}: {e}", path.display()))?;
         loaded.push(module_name(m));
     }
