@@ -1,7 +1,7 @@
 # kestrel: one-command build, run and test. See README.md.
 #
 #   make run   [ARCH=aarch64|loongarch64] [SMP=N] [GIC=2|3] [LVZ=1|0] [APPEND="kestrel.exit=poweroff"]
-#                             arm64 default: two Debian Linux VMs to busybox shells (Ctrl-] N
+#                             default: two Debian Linux VMs to busybox shells (LoongArch: with LVZ=1) (Ctrl-] N
 #                             switches the console; CONFIG=none boots kestrel alone)
 #   make test                 host unit tests, loom models, FP check, QEMU smoke tests, VM tests (both arches)
 #   make test-loom            the loom models of the lock-free and cross-pCPU protocols (docs/concurrency.md)
@@ -34,10 +34,12 @@ XTASK_BASE = --arch $(ARCH) --smp $(SMP) --gic $(GIC) --mem $(MEM) \
              $(if $(and $(filter loongarch64 la64,$(ARCH)),$(filter 1,$(LVZ))),--lvz)
 XTASK_OPTS = $(XTASK_BASE) $(if $(CONFIG),--config "$(CONFIG)")
 
-# What `make run` boots: the config given, else on arm64 the two-Linux-VM
-# demo (its kernel and initramfs come from `cargo xtask guest-assets`).
-DEMO_CONFIG = configs/linux-shell.toml
-RUN_CONFIG  = $(if $(CONFIG),$(filter-out none,$(CONFIG)),$(if $(filter aarch64 arm64,$(ARCH)),$(DEMO_CONFIG)))
+# What `make run` boots: the config given, else the two-Linux-VM demo (on
+# arm64, and on LoongArch with LVZ; its kernel, initramfs and root disk come
+# from `cargo xtask guest-assets [--arch loongarch64]`).
+DEMO_CONFIG    = configs/linux-shell.toml
+LA_DEMO_CONFIG = configs/la64-linux-shell.toml
+RUN_CONFIG  = $(if $(CONFIG),$(filter-out none,$(CONFIG)),$(if $(filter aarch64 arm64,$(ARCH)),$(DEMO_CONFIG),$(if $(filter 1,$(LVZ)),$(LA_DEMO_CONFIG))))
 
 # The build tool itself, built visibly first (the `cargo xtask` alias is
 # quiet, and its first build takes about a minute).
@@ -69,6 +71,9 @@ run: setup
 	$(XTASK_BUILD)
 ifeq ($(RUN_CONFIG),$(DEMO_CONFIG))
 	@$(CARGO) xtask guest-assets
+endif
+ifeq ($(RUN_CONFIG),$(LA_DEMO_CONFIG))
+	@$(CARGO) xtask guest-assets --arch loongarch64
 endif
 	@$(CARGO) xtask run $(XTASK_BASE) $(if $(RUN_CONFIG),--config "$(RUN_CONFIG)")
 

@@ -889,7 +889,7 @@ fn check(text: &str, file: &Path, arch: Arch) -> Result<Config, ConfigError> {
         })?;
 
         // virtio devices
-        let devices = devices(v, arch, &dir, &f, &err)?;
+        let devices = devices(v, &dir, &f, &err)?;
         let nets = devices.iter().filter_map(|d| match d {
             DeviceConfig::Net { network, mac, .. } => Some((network, *mac)),
             _ => None,
@@ -1050,7 +1050,6 @@ pub fn pack(cfg: &Config) -> Vec<u8> {
 /// The `[[vm.disk]]` and `[[vm.net]]` tables of `v`, checked, disk images read.
 fn devices(
     v: &RawVm,
-    arch: Arch,
     dir: &Path,
     f: &dyn Fn(&str) -> String,
     err: &dyn Fn(&str, String) -> ConfigError,
@@ -1062,16 +1061,6 @@ fn devices(
             format!(
                 "{n} disks and network ports: at most {} per VM",
                 package::MAX_DEVICES
-            ),
-        ));
-    }
-    if arch == Arch::LoongArch64 && n > 0 {
-        let field = if !v.disk.is_empty() { "disk" } else { "net" };
-        return Err(err(
-            &f(field),
-            String::from(
-                "virtio disks and network ports are not available on LoongArch yet (only \
-                 the virtio console is): remove it",
             ),
         ));
     }

@@ -551,7 +551,7 @@ const LA64_LVZ_CONFIG: &str = "configs/la64-linux-1vm.toml";
 /// Two Debian loong64 VMs (4 + 2 vCPUs) sharing 4 pCPUs under the LVZ
 /// backend.
 pub const LA64_LVZ_2VM_CASE: &str =
-    "linux-la64 on kestrel LVZ: 2 VMs (4 + 2 vCPUs) sharing 4 pCPUs, init test in each, IPIs by PV hypercall";
+    "linux-la64 on kestrel LVZ: 2 VMs (4 + 2 vCPUs) sharing 4 pCPUs, root on virtio-blk, test on hvc0, IPIs by PV hypercall, ping + 4 MiB over TCP";
 const LA64_LVZ_2VM_CONFIG: &str = "configs/la64-linux-2vm.toml";
 
 /// Boots [`LA64_LVZ_CASE`].
@@ -564,7 +564,23 @@ fn lvz_test_la64() -> Verdict {
 /// Boots [`LA64_LVZ_2VM_CASE`].
 fn lvz_test_la64_2vm() -> Verdict {
     lvz_boot_la64(LA64_LVZ_2VM_CONFIG, 1024, |b| {
-        judge_lvz_la64(b, &[("linux0", PASS_4), ("linux1", PASS_2)])
+        let vms = ["linux0", "linux1"];
+        let mut problems = judge_lvz_la64(b, &[("linux0", PASS_4), ("linux1", PASS_2)]);
+        problems.extend(judge_virtio_vms(b, &vms));
+        // The first /init (in the initramfs) loads every module the root
+        // disk and the network need (virtio-mmio, block, net, ext4).
+        let names: Vec<&str> = assets::LA64_VIRTIO_MODULES
+            .iter()
+            .map(|m| assets::module_name(m))
+            .collect();
+        let modules = format!("LINUX-INIT: modules loaded: {}", names.join(" "));
+        for vm in vms {
+            let want = format!("[{vm}] {modules}");
+            if !b.has(&want) {
+                problems.push(format!("serial log lacks {want:?}"));
+            }
+        }
+        problems
     })
 }
 

@@ -546,6 +546,8 @@ pub(super) fn need_tools() -> Result<(), String> {
         }
     }
     install_if_missing("cpio", &["cpio"], || have("cpio"))?;
+    // The loong64 kernel's modules are xz-compressed.
+    install_if_missing("xz-utils", &["xz"], || have("xz"))?;
     install_if_missing("e2fsprogs", &E2FS_TOOLS, || {
         E2FS_TOOLS.iter().all(|t| find_tool(t).is_some())
     })

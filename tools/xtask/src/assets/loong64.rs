@@ -1,18 +1,21 @@
 //! The LoongArch guest's assets (`cargo xtask guest-assets --arch
-//! loongarch64`): Debian sid's loong64 kernel and busybox, the same test
-//! initramfs as arm64 (without modules), and Debian trixie's edk2 firmware
-//! for `qemu-system-loongarch64 -M virt` (the bare-QEMU case boots the
-//! kernel under it: UEFI and ACPI, as on a real machine).
+//! loongarch64`): Debian sid's loong64 kernel, its virtio-mmio, block, net
+//! and ext4 modules, and busybox; the same test initramfs as arm64 (with
+//! those modules) and the same ext4 root filesystem image of it; and Debian
+//! trixie's edk2 firmware for `qemu-system-loongarch64 -M virt` (the
+//! bare-QEMU case boots the kernel under it: UEFI and ACPI, as on a real
+//! machine).
 //!
 //! Two private apt states under the asset cache: `loong64/` (sid, loong64:
 //! `linux-image-loong64` -> `linux-image-<v>-loong64` ->
 //! `linux-binary-<v>-loong64`, whose `vmlinuz` is an EFI zboot image, and
-//! `busybox-static`) and `edk2-loongarch64/` (trixie, `qemu-efi-loongarch64`,
-//! an `all` package: the lists of one architecture name it). Each `.deb` is
-//! checked against the signed apt metadata as for arm64. Output in
-//! `build/guests/linux-loong64/`: `vmlinuz` (as Debian ships it),
-//! `vmlinux.efi` (its unpacked zstd payload, checked as a LoongArch Linux
-//! image), `initramfs.cpio.gz`, `QEMU_EFI.fd`, `ASSETS.txt`.
+//! `linux-modules-<v>-loong64`; `busybox-static`) and `edk2-loongarch64/`
+//! (trixie, `qemu-efi-loongarch64`, an `all` package: the lists of one
+//! architecture name it). Each `.deb` is checked against the signed apt
+//! metadata as for arm64. Output in `build/guests/linux-loong64/`:
+//! `vmlinuz` (as Debian ships it), `vmlinux.efi` (its unpacked zstd
+//! payload, checked as a LoongArch Linux image), `initramfs.cpio.gz`,
+//! `rootfs.ext4`, `QEMU_EFI.fd`, `ASSETS.txt`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -26,6 +29,8 @@ use super::apt::{
     show, update,
 };
 use super::initramfs::build_initramfs;
+use super::modules::{extract_modules_la64, module_name, LA64_VIRTIO_MODULES};
+use super::rootfs::ensure_rootfs;
 use super::{cache_dir, mkdir, say};
 
 /// The meta package naming the current loong64 kernel.
@@ -48,8 +53,11 @@ pub struct Loong64Assets {
     pub vmlinuz: PathBuf,
     /// Its unpacked payload (the kernel image proper).
     pub image: PathBuf,
-    /// gzip-compressed `newc` cpio archive with the Linux test as `/init`.
+    /// gzip-compressed `newc` cpio archive with the Linux test as `/init`
+    /// and the virtio modules.
     pub initramfs: PathBuf,
+    /// ext4 image of the same tree (a root disk).
+    pub rootfs: PathBuf,
     /// edk2 for `qemu-system-loongarch64 -M virt` (`-bios`).
     pub firmware: PathBuf,
     /// Kernel package and version.
@@ -71,13 +79,14 @@ pub fn built() -> Option<Loong64Assets> {
         vmlinuz: dir.join("vmlinuz"),
         image: dir.join("vmlinux.efi"),
         initramfs: dir.join("initramfs.cpio.gz"),
+        rootfs: dir.join("rootfs.ext4"),
         firmware: dir.join("QEMU_EFI.fd"),
         kernel: match (m.get("kernel_package"), m.get("kernel_version")) {
             (Some(p), Some(v)) => format!("{p} {v}"),
             _ => "unknown kernel".into(),
         },
     };
-    [&a.vmlinuz, &a.image, &a.initramfs, &a.firmware]
+    [&a.vmlinuz, &a.image, &a.initramfs, &a.rootfs, &a.firmware]
         .iter()
         .all(|p| p.is_file())
         .then_some(a)
@@ -104,7 +113,7 @@ fn save_manifest(cache: &Path, m: &BTreeMap<String, String>) -> Result<(), Strin
     std::fs::write(&p, render_manifest(m)).map_err(|e| format!("{}: {e}", p.display()))
 }
 
-/// sid loong64: the kernel binary package and busybox-static.
+/// sid loong64: the kernel binary and modules packages and busybox-static.
 fn fetch_guest(cache: &Path) -> Result<BTreeMap<String, String>, String> {
     let debs = cache.join("debs");
     mkdir(&debs)?;
@@ -131,19 +140,25 @@ fn fetch_guest(cache: &Path) -> Result<BTreeMap<String, String>, String> {
             )
         })?;
     let kernel = show(&opts, &bname, bver.as_deref())?;
+    let (mname, mver) =
+        dependency(&image_pkg, |n| n.starts_with("linux-modules-")).ok_or_else(|| {
+            format!("{iname}: no linux-modules-* dependency (the virtio-mmio, block and net modules are expected there)")
+        })?;
+    let modules = show(&opts, &mname, mver.as_deref())?;
     let busybox = candidate(&opts, BUSYBOX)?;
     say(&format!(
-        "      {KERNEL_META} {} -> {iname} -> {} {}; {BUSYBOX} {}",
-        meta.version, kernel.name, kernel.version, busybox.version
+        "      {KERNEL_META} {} -> {iname} -> {} {}, {} {}; {BUSYBOX} {}",
+        meta.version, kernel.name, kernel.version, modules.name, modules.version, busybox.version
     ));
-    download(&opts, &debs, &[&kernel, &busybox])?;
+    download(&opts, &debs, &[&kernel, &modules, &busybox])?;
     let mut m = BTreeMap::new();
     record(&mut m, "kernel", &debs, &kernel)?;
+    record(&mut m, "modules", &debs, &modules)?;
     record(&mut m, "busybox", &debs, &busybox)?;
     m.insert("kernel_meta_version".into(), meta.version.clone());
     m.insert("suite".into(), SUITE.into());
     m.insert("mirror".into(), mirror);
-    drop_other_debs(&debs, &m, &["kernel", "busybox"]);
+    drop_other_debs(&debs, &m, &["kernel", "modules", "busybox"]);
     Ok(m)
 }
 
@@ -243,7 +258,10 @@ pub fn ensure(refresh: bool) -> Result<Loong64Assets, String> {
     let t0 = Instant::now();
     need_tools()?;
     let gcache = cache_dir().join("loong64");
-    let guest = match (refresh, cached(&gcache, SUITE, &["kernel", "busybox"])) {
+    let guest = match (
+        refresh,
+        cached(&gcache, SUITE, &["kernel", "modules", "busybox"]),
+    ) {
         (false, Some(m)) => {
             say(&format!(
                 "[1/4] using the cache in {} ({} {}, {BUSYBOX} {})",
@@ -285,11 +303,46 @@ pub fn ensure(refresh: bool) -> Result<Loong64Assets, String> {
     let firmware = out.join("QEMU_EFI.fd");
     let fdeb = fcache.join("debs").join(&fw["firmware_deb"]);
     extract_member(&fdeb, FIRMWARE_MEMBER, &firmware)?;
-    say("[4/4] building the initramfs (cpio -H newc, gzip; the Linux test as /init)");
+    // ./usr/lib/modules/<release>/vmlinuz
+    let release = member
+        .trim_end_matches("/vmlinuz")
+        .rsplit('/')
+        .next()
+        .filter(|r| !r.is_empty())
+        .ok_or_else(|| format!("{member}: no kernel release in its path"))?
+        .to_string();
+    say(&format!(
+        "[4/4] building the initramfs (cpio -H newc, gzip; the Linux test as /init, {} modules of {release}) and rootfs.ext4",
+        LA64_VIRTIO_MODULES.len()
+    ));
     let initramfs = out.join("initramfs.cpio.gz");
-    build_initramfs(&busybox, |_| Ok(()), &out.join("initramfs.d"), &initramfs)?;
+    let tree = out.join("initramfs.d");
+    let mdeb = gcache.join("debs").join(&guest["modules_deb"]);
+    build_initramfs(
+        &busybox,
+        |staging| extract_modules_la64(&mdeb, &release, staging),
+        &tree,
+        &initramfs,
+    )?;
+    let last = std::fs::read_to_string(out.join("ASSETS.txt"))
+        .map(|t| parse_manifest(&t))
+        .unwrap_or_default();
+    let rootfs = out.join("rootfs.ext4");
+    let (rootfs_inputs, rootfs_sha, _) = ensure_rootfs(
+        &tree,
+        &rootfs,
+        last.get("rootfs_inputs_sha256"),
+        last.get("rootfs_sha256"),
+    )?;
     let mut info = guest.clone();
     info.insert("kernel_member".into(), member.clone());
+    info.insert("kernel_release".into(), release.clone());
+    info.insert(
+        "modules".into(),
+        LA64_VIRTIO_MODULES.map(module_name).join(","),
+    );
+    info.insert("rootfs_sha256".into(), rootfs_sha);
+    info.insert("rootfs_inputs_sha256".into(), rootfs_inputs);
     info.insert("image_sha256".into(), sha256(&image)?);
     info.insert("image_entry".into(), format!("{:#x}", header.entry));
     info.insert(
@@ -308,7 +361,7 @@ pub fn ensure(refresh: bool) -> Result<Loong64Assets, String> {
     std::fs::write(out.join("ASSETS.txt"), render_manifest(&info))
         .map_err(|e| format!("{}: {e}", out.join("ASSETS.txt").display()))?;
     say(&format!(
-        "done in {:.1} s: {} ({} {}; unpacked {:.1} MiB, entry {:#x}, loaded at {:#x}), {}, {}",
+        "done in {:.1} s: {} ({} {}; unpacked {:.1} MiB, entry {:#x}, loaded at {:#x}), {}, {}, {}",
         t0.elapsed().as_secs_f64(),
         vmlinuz.display(),
         guest["kernel_package"],
@@ -317,12 +370,14 @@ pub fn ensure(refresh: bool) -> Result<Loong64Assets, String> {
         header.entry,
         header.text_offset,
         initramfs.display(),
+        rootfs.display(),
         firmware.display()
     ));
     Ok(Loong64Assets {
         vmlinuz,
         image,
         initramfs,
+        rootfs,
         firmware,
         kernel: format!("{} {}", guest["kernel_package"], guest["kernel_version"]),
     })

@@ -43,7 +43,7 @@ pub use arm64::check_arm64_image;
 use arm64::{check_static_aarch64_elf, BUSYBOX};
 use initramfs::build_initramfs;
 use modules::{extract_modules, kernel_release};
-pub use modules::{module_name, VIRTIO_MODULES};
+pub use modules::{module_name, LA64_VIRTIO_MODULES, VIRTIO_MODULES};
 use rootfs::{ensure_rootfs, ROOTFS_LABEL};
 pub use rootfs::{find_tool, ROOTFS_MIB};
 

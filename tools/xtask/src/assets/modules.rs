@@ -2,6 +2,10 @@
 //! kernel builds virtio, virtio-mmio and the block, console and net drivers
 //! as modules (`CONFIG_VIRTIO_MMIO=m` ...), so the initramfs carries them,
 //! taken from the same kernel `.deb` and checked against that kernel.
+//! Debian's loong64 kernel has virtio, virtio_ring, virtio-pci and the
+//! virtio console built in, and builds virtio-mmio, the block and net
+//! drivers and ext4 as modules (xz-compressed, in its `linux-modules-*`
+//! package): [`LA64_VIRTIO_MODULES`], unpacked into the initramfs.
 
 use std::path::Path;
 
@@ -18,6 +22,22 @@ pub const VIRTIO_MODULES: [&str; 8] = [
     "net/core/failover.ko",
     "drivers/net/net_failover.ko",
     "drivers/net/virtio_net.ko",
+];
+
+/// Debian's loong64 kernel's modules for virtio-mmio, disks, the network
+/// and an ext4 root, in load order (its virtio core and console are built
+/// in), as paths below `lib/modules/<release>/kernel/` once unpacked (the
+/// package has each as `<path>.xz`).
+pub const LA64_VIRTIO_MODULES: [&str; 9] = [
+    "drivers/virtio/virtio_mmio.ko",
+    "drivers/block/virtio_blk.ko",
+    "net/core/failover.ko",
+    "drivers/net/net_failover.ko",
+    "drivers/net/virtio_net.ko",
+    "lib/crc/crc16.ko",
+    "fs/mbcache.ko",
+    "fs/jbd2/jbd2.ko",
+    "fs/ext4/ext4.ko",
 ];
 
 /// The file `/init` reads the load order from, below `lib/modules/<release>/`
@@ -40,9 +60,9 @@ pub fn module_name(path: &str) -> &str {
     file.strip_suffix(".ko").unwrap_or(file)
 }
 
-/// The text of [`LOAD_ORDER`].
-pub fn load_order() -> String {
-    VIRTIO_MODULES.iter().map(|m| format!("{m}\n")).collect()
+/// The text of [`LOAD_ORDER`] for `modules`.
+pub fn load_order(modules: &[&str]) -> String {
+    modules.iter().map(|m| format!("{m}\n")).collect()
 }
 
 fn u16_at(d: &[u8], off: usize) -> Option<u16> {
@@ -102,6 +122,16 @@ fn section<'a>(d: &'a [u8], name: &str) -> Result<&'a [u8], String> {
 /// and depends only on modules in `loaded` (those before it in the load
 /// order). Returns its `depends=` list.
 pub fn check_module(d: &[u8], release: &str, loaded: &[&str]) -> Result<Vec<String>, String> {
+    check_module_for(d, kestrel_abi::image::EM_AARCH64, release, loaded)
+}
+
+/// [`check_module`] for machine `em` (`EM_AARCH64`, `EM_LOONGARCH`).
+pub fn check_module_for(
+    d: &[u8],
+    em: u16,
+    release: &str,
+    loaded: &[&str],
+) -> Result<Vec<String>, String> {
     if d.get(..4) != Some(b"\x7fELF") || d.get(4) != Some(&2) || d.get(5) != Some(&1) {
         return Err("not a 64-bit little-endian ELF file".into());
     }
@@ -109,8 +139,8 @@ pub fn check_module(d: &[u8], release: &str, loaded: &[&str]) -> Result<Vec<Stri
         return Err("not a relocatable object (ET_REL)".into());
     }
     let machine = u16_at(d, 0x12).unwrap_or_default();
-    if machine != kestrel_abi::image::EM_AARCH64 {
-        return Err(format!("e_machine {machine} is not aarch64"));
+    if machine != em {
+        return Err(format!("e_machine {machine}, expected {em}"));
     }
     let info = section(d, ".modinfo")?;
     let field = |key: &str| {
@@ -152,7 +182,57 @@ pub(super) fn extract_modules(kernel_deb: &Path, release: &str, dest: &Path) -> 
             .map_err(|e| format!("{} of {}: {e}", member(m), kernel_deb.display()))?;
         loaded.push(module_name(m));
     }
-    std::fs::write(dir.join(LOAD_ORDER), load_order())
+    std::fs::write(dir.join(LOAD_ORDER), load_order(&VIRTIO_MODULES))
+        .map_err(|e| format!("{}: {e}", dir.join(LOAD_ORDER).display()))
+}
+
+/// Extracts [`LA64_VIRTIO_MODULES`] of kernel `release` from the loong64
+/// `modules_deb` (`./usr/lib/modules/<release>/kernel/<path>.xz`), unpacks
+/// them (`xz -d`) into `dest/lib/modules/<release>/kernel/...`, checks
+/// each, and writes the [`LOAD_ORDER`] file next to them.
+pub(super) fn extract_modules_la64(
+    modules_deb: &Path,
+    release: &str,
+    dest: &Path,
+) -> Result<(), String> {
+    let member = |m: &str| format!("./usr/lib/modules/{release}/kernel/{m}.xz");
+    let members: Vec<String> = LA64_VIRTIO_MODULES.iter().map(|m| member(m)).collect();
+    extract_members(modules_deb, &members, dest)?;
+    let packed = dest.join("usr/lib/modules").join(release).join("kernel");
+    let dir = dest.join("lib/modules").join(release);
+    let mut loaded: Vec<&str> = Vec::new();
+    for m in LA64_VIRTIO_MODULES {
+        let xz = packed.join(format!("{m}.xz"));
+        let out = std::process::Command::new("xz")
+            .arg("-dc")
+            .arg(&xz)
+            .output()
+            .map_err(|e| format!("cannot run xz (Debian's xz-utils): {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "xz -d {}: {}",
+                xz.display(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        let path = dir.join("kernel").join(m);
+        if let Some(p) = path.parent() {
+            std::fs::create_dir_all(p).map_err(|e| format!("{}: {e}", p.display()))?;
+        }
+        check_module_for(
+            &out.stdout,
+            kestrel_abi::image::EM_LOONGARCH,
+            release,
+            &loaded,
+        )
+        .map_err(|e| format!("{} of {}: {e}", member(m), modules_deb.display()))?;
+        std::fs::write(&path, &out.stdout).map_err(|e| format!("{}: {e}", path.display()))?;
+        loaded.push(module_name(m));
+    }
+    // Only the unpacked copies stay (the packed ones were all of usr/lib).
+    std::fs::remove_dir_all(dest.join("usr/lib"))
+        .map_err(|e| format!("{}: {e}", dest.join("usr/lib").display()))?;
+    std::fs::write(dir.join(LOAD_ORDER), load_order(&LA64_VIRTIO_MODULES))
         .map_err(|e| format!("{}: {e}", dir.join(LOAD_ORDER).display()))
 }
 
@@ -235,7 +315,7 @@ mod tests {
 
     #[test]
     fn load_order_lists_every_module_once() {
-        let order = load_order();
+        let order = load_order(&VIRTIO_MODULES);
         assert_eq!(order.lines().count(), VIRTIO_MODULES.len());
         let names: Vec<&str> = order.lines().map(module_name).collect();
         assert_eq!(names[0], "virtio_ring");

@@ -79,17 +79,10 @@ pub(in crate::arch::loongarch64) fn new_vm_state(
             "console: only the NS16550 is emulated on LoongArch (console = \"ns16550\")",
         ));
     }
-    if !spec.devices.is_empty() {
-        // The config tool refuses these for LoongArch; a package that
-        // has them anyway is refused here.
-        return Err(String::from(
-            "virtio disks and network ports: not attached to LoongArch VMs yet",
-        ));
-    }
     let vcpus = spec.vcpus as usize;
     let ram = pool.alloc_ram(spec.ram_size)?;
     mem::clear(&ram);
-    let devices = super::devices::build(vcpus, spec)?;
+    let devices = super::devices::build(vcpus, spec, &mut |bytes| mem::disk_memory(pool, bytes))?;
     let st = VmState {
         ram_size: spec.ram_size,
         ram,

@@ -9,6 +9,7 @@
 use alloc::format;
 use alloc::string::String;
 use alloc::sync::Arc;
+use alloc::vec::Vec;
 
 use crate::guest::loongarch::intc::{Intc, PchPicDevice};
 use crate::guest::loongarch::layout;
@@ -39,10 +40,14 @@ pub struct Devices {
 }
 
 /// Maps the devices of `spec`'s VM (`vcpus` vCPUs) at the addresses its
-/// device tree gives them. Its virtio devices (the console only: disks and
-/// ports are refused before) interrupt through the PCH-PIC, lines from
-/// `layout::VIRTIO`'s.
-pub fn build(vcpus: usize, spec: &VmSpec<'static>) -> Result<Devices, String> {
+/// device tree gives them. Its virtio devices (console, disks, network
+/// ports) interrupt through the PCH-PIC, lines from `layout::VIRTIO`'s;
+/// `disk_memory` provides writable disks' memory.
+pub fn build(
+    vcpus: usize,
+    spec: &VmSpec<'static>,
+    disk_memory: &mut dyn FnMut(u64) -> Result<Vec<&'static mut [u8]>, String>,
+) -> Result<Devices, String> {
     let intc = Arc::new(Intc::new(vcpus));
     // The 16550's line is PCH-PIC input 2, as on QEMU virt.
     let uart = Arc::new(Uart::new(Ns16550::new(), Some(layout::UART_IRQ)));
@@ -65,11 +70,7 @@ pub fn build(vcpus: usize, spec: &VmSpec<'static>) -> Result<Devices, String> {
         spec,
         &spec.virtio_slots_at(layout::VIRTIO),
         &mut bus,
-        &mut |_| {
-            Err(String::from(
-                "virtio disks are not attached to LoongArch VMs yet",
-            ))
-        },
+        disk_memory,
     )?;
     Ok(Devices {
         bus,
