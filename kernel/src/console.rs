@@ -116,8 +116,12 @@ pub enum Command {
 
 struct VmConsole {
     name: String,
-    /// Log mode: the line being collected.
+    /// Log mode: the line being collected (from the VM's UART).
     line: Vec<u8>,
+    /// Log mode: the line being collected from its virtio console, apart,
+    /// so the two devices' lines never mix (a guest writing to both at
+    /// once).
+    line_virtio: Vec<u8>,
     /// Typed bytes the VM's UART had no room for yet, oldest first.
     held: VecDeque<u8>,
     /// Raw mode: the last bytes the VM wrote.
@@ -214,6 +218,7 @@ impl ConsoleMux {
         self.vms.push(VmConsole {
             name: name.into(),
             line: Vec::new(),
+            line_virtio: Vec::new(),
             held: VecDeque::new(),
             ring: VecDeque::new(),
             ring_wrapped: false,
@@ -290,13 +295,44 @@ impl ConsoleMux {
     /// anything: raw mode, the byte itself for the focused VM; log mode, a
     /// complete tagged line, or (for the focused VM) the byte itself.
     pub fn output(&mut self, vm: usize, byte: u8) -> Option<Out> {
+        self.output_from(vm, false, byte)
+    }
+
+    /// [`ConsoleMux::output`] of a byte from VM `vm`'s virtio console
+    /// (`virtio`) or its UART: in log mode each device's lines are
+    /// collected apart.
+    pub fn output_from(&mut self, vm: usize, virtio: bool, byte: u8) -> Option<Out> {
         if vm >= self.vms.len() {
             return None;
         }
         match self.mode {
             Mode::Raw => self.output_raw(vm, byte),
+            Mode::Log if virtio && !(vm == self.focus && self.interactive) => {
+                self.output_log_virtio(vm, byte).map(Out::Text)
+            }
             Mode::Log => self.output_log(vm, byte).map(Out::Text),
         }
+    }
+
+    /// Log mode, a byte of a virtio console: its own line buffer.
+    fn output_log_virtio(&mut self, vm: usize, byte: u8) -> Option<String> {
+        if byte == b'\r' {
+            return None;
+        }
+        let c = &mut self.vms[vm];
+        if byte != b'\n' {
+            c.line_virtio.push(byte);
+            if c.line_virtio.len() < LINE_MAX {
+                return None;
+            }
+        }
+        core::mem::swap(&mut c.line, &mut c.line_virtio);
+        let line = Self::take_line(c);
+        core::mem::swap(&mut c.line, &mut c.line_virtio);
+        Some(match self.open.take() {
+            Some(_) => String::from("\n") + &line,
+            None => line,
+        })
     }
 
     fn output_raw(&mut self, vm: usize, byte: u8) -> Option<Out> {
@@ -858,6 +894,24 @@ mod tests {
             InputAction::Say(o) => shown(o),
             other => panic!("expected a message, got {other:?}"),
         }
+    }
+
+    /// A guest writing to its UART and its virtio console at once (the
+    /// serial line's bytes still in flight when hvc0's start): each
+    /// device's line comes out whole.
+    #[test]
+    fn a_vms_uart_and_virtio_console_lines_do_not_mix() {
+        let mut m = mux();
+        let mut out = Vec::new();
+        for (virtio, s) in [(false, "eth0 "), (true, "console on hvc0"), (false, "up\n")] {
+            out.extend(
+                s.bytes()
+                    .filter_map(|b| m.output_from(0, virtio, b))
+                    .map(shown),
+            );
+        }
+        out.extend(m.output_from(0, true, b'\n').map(shown));
+        assert_eq!(out, ["[alpha] eth0 up\n", "[alpha] console on hvc0\n"]);
     }
 
     #[test]

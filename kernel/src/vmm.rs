@@ -180,10 +180,16 @@ pub fn configure_console(mode: Mode, scrollback: usize) {
 /// A guest byte for the console: passed through (raw mode) or in tagged
 /// lines (log mode) on the physical UART.
 pub fn console_out(slot: u16, byte: u8) {
+    console_out_from(slot, false, byte);
+}
+
+/// [`console_out`] of a byte from the VM's virtio console (`virtio`) or its
+/// UART (log mode keeps their lines apart).
+pub fn console_out_from(slot: u16, virtio: bool, byte: u8) {
     // Written under the multiplexer's lock: the terminal must see the
     // order the multiplexer decided (streamed partial lines).
     let mut mux = console().lock();
-    if let Some(out) = mux.output(usize::from(slot), byte) {
+    if let Some(out) = mux.output_from(usize::from(slot), virtio, byte) {
         crate::console::write(&out);
     }
 }

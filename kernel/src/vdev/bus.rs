@@ -43,6 +43,10 @@ pub trait DeviceEnv {
     fn set_irq(&mut self, line: u32, level: bool);
     /// One byte of the VM's console output.
     fn console_out(&mut self, byte: u8);
+    /// One byte of the VM's virtio console output (by default as the UART's).
+    fn console_out_virtio(&mut self, byte: u8) {
+        self.console_out(byte);
+    }
     /// The guest asked to power the VM off (a board power register).
     fn power_off(&mut self);
     /// The guest asked to reset the VM.

@@ -25,6 +25,11 @@ pub trait DeviceHost: Backend {
     fn device_console(&self, vm: &Vm<Self>, byte: u8) {
         crate::vmm::console_out(vm.slot, byte);
     }
+    /// One byte of `vm`'s virtio console output (log mode keeps its lines
+    /// apart from the UART's).
+    fn device_console_virtio(&self, vm: &Vm<Self>, byte: u8) {
+        crate::vmm::console_out_from(vm.slot, true, byte);
+    }
     /// `vm`'s RAM as devices reach it.
     fn guest_memory(vm: &Vm<Self>) -> &dyn GuestMemory;
     /// `vm`'s console UART (also on its bus), for typed input
@@ -102,6 +107,10 @@ impl<B: DeviceHost> DeviceEnv for VmDeviceEnv<'_, B> {
 
     fn console_out(&mut self, byte: u8) {
         self.hv.backend.device_console(self.vm, byte);
+    }
+
+    fn console_out_virtio(&mut self, byte: u8) {
+        self.hv.backend.device_console_virtio(self.vm, byte);
     }
 
     fn power_off(&mut self) {

@@ -140,7 +140,7 @@ impl Console {
                     break;
                 }
                 for &b in &buf[..n] {
-                    env.console_out(b);
+                    env.console_out_virtio(b);
                 }
                 budget.spend(n as u64 * TX_COST);
                 budget.spend(core::mem::take(&mut r.calls) * super::CALL_COST);
