@@ -80,6 +80,8 @@ macro_rules! csr_access {
     )*};
 }
 
+pub(crate) use csr_access;
+
 csr_access! {
     crmd, write_crmd, xchg_crmd = num::CRMD;
     prmd, write_prmd, xchg_prmd = num::PRMD;

@@ -30,10 +30,11 @@ use crate::vdev::Width;
 use crate::vm::{RunExit, Vm, VmEnd};
 use kestrel_abi::loongarch as la;
 
-use super::super::vm::exits::try_start;
+use super::super::vm::exits::{raise_swi0, set_boot_entry, try_start};
+use super::super::vm::PCPU;
 use super::super::{csr, exceptions};
 use super::gcsr::{self, g, gcsr_read, gcsr_write, gcsr_xchg};
-use super::{LvzBackend, VcpuState, PCPU};
+use super::{LvzBackend, VcpuState};
 
 type B = LvzBackend;
 
@@ -400,21 +401,12 @@ fn steal_time(vm: &Vm<B>, ctx: &mut VcpuState, feature: u64, arg: u64) -> i64 {
 }
 
 impl ExitArch for B {
-    /// SWI0 in the target's shared state; its next entry writes it into
-    /// its guest ESTAT.
     fn raise_pv_ipi(&self, vm: &Vm<B>, _sender: usize, target: usize) -> bool {
-        let Some(sh) = vm.arch.shared.get(target) else {
-            return true;
-        };
-        sh.swi.fetch_or(1, core::sync::atomic::Ordering::AcqRel) & 1 != 0
+        raise_swi0(&vm.arch, target)
     }
 
     fn set_entry(&self, vm: &Vm<B>, index: usize, entry: Option<(u64, u64)>) -> bool {
-        let Some(sh) = vm.arch.shared.get(index) else {
-            return false;
-        };
-        *sh.boot.lock() = entry;
-        true
+        set_boot_entry(&vm.arch, index, entry)
     }
 
     fn is_guest_ram(&self, vm: &Vm<B>, addr: u64) -> bool {

@@ -80,42 +80,7 @@ macro_rules! gcsr_xchg {
 
 pub(crate) use {gcsr_read, gcsr_word, gcsr_write, gcsr_xchg};
 
-macro_rules! root_csr {
-    ($($read:ident, $write:ident, $xchg:ident = $num:expr;)*) => {$(
-        #[inline(always)]
-        pub fn $read() -> u64 {
-            let v: u64;
-            // SAFETY: reading an LVZ root CSR has no side effect.
-            unsafe { asm!("csrrd {0}, {n}", out(reg) v, n = const $num, options(nomem, nostack)) };
-            v
-        }
-
-        /// # Safety
-        /// The caller keeps guest entry and TLB maintenance coherent with it.
-        #[inline(always)]
-        #[allow(dead_code)]
-        pub unsafe fn $write(v: u64) {
-            // SAFETY: forwarded to the caller.
-            unsafe { asm!("csrwr {0}, {n}", inout(reg) v => _, n = const $num, options(nostack)) };
-        }
-
-        /// # Safety
-        /// As for the write.
-        #[inline(always)]
-        #[allow(dead_code)]
-        pub unsafe fn $xchg(v: u64, mask: u64) -> u64 {
-            let old: u64;
-            // SAFETY: forwarded to the caller.
-            unsafe {
-                asm!("csrxchg {0}, {1}, {n}", inout(reg) v => old, in(reg) mask, n = const $num,
-                    options(nostack))
-            };
-            old
-        }
-    )*};
-}
-
-root_csr! {
+super::super::csr::csr_access! {
     gstat, write_gstat, xchg_gstat = num::GSTAT;
     gcfg, write_gcfg, xchg_gcfg = num::GCFG;
     gintc, write_gintc, xchg_gintc = num::GINTC;

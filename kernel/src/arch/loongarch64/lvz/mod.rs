@@ -31,15 +31,13 @@ pub mod vcpu;
 
 use alloc::vec::Vec;
 use core::arch::asm;
-use core::sync::atomic::{AtomicU64, Ordering};
-use spin::Mutex;
+use core::sync::atomic::Ordering;
 
 use crate::board::BoardInfo;
 use crate::exitctx::ExitCtx;
-use crate::fpu::pcpu::{self as fpcpu, PcpuFp};
+use crate::fpu::pcpu as fpcpu;
 use crate::fpu::FpPolicy;
 use crate::haltpoll::PollEnd;
-use crate::sched::VcpuKey;
 use crate::stats::Counter;
 use crate::vm::{Backend, Hypervisor, RunExit, Vcpu, Vm};
 use crate::vmid::VmidAllocator;
@@ -47,7 +45,7 @@ use crate::vmm;
 use crate::MAX_CPUS;
 
 use super::vm::fpu::{self as lafpu, LaFpHw};
-use super::vm::VmState;
+use super::vm::{ticks, VmState, PCPU};
 use super::{csr, iocsr, platform};
 use gcsr::{g, gcsr_read, gcsr_xchg};
 pub use vcpu::VcpuState;
@@ -60,30 +58,6 @@ const HALT_POLL_US: u64 = 100;
 /// A periodic guest timer is never reloaded faster than this many counter
 /// ticks when kestrel computes it for a vCPU that was not loaded.
 const MIN_PERIOD: u64 = 4;
-
-/// Per-pCPU state of the backend.
-struct Pcpu {
-    fp: PcpuFp<LaFpHw>,
-    slice_tick: AtomicU64,
-    /// Whose guest TLB entries this pCPU may hold: (vCPU, epoch, GID).
-    last: Mutex<Option<(VcpuKey, u64, u16)>>,
-}
-
-impl Pcpu {
-    const fn new() -> Pcpu {
-        Pcpu {
-            fp: PcpuFp::new(),
-            slice_tick: AtomicU64::new(0),
-            last: Mutex::new(None),
-        }
-    }
-}
-
-static PCPU: [Pcpu; MAX_CPUS] = [const { Pcpu::new() }; MAX_CPUS];
-
-fn ticks(cpu: usize) -> u64 {
-    crate::runtime::cpu(cpu).map_or(0, |c| c.ticks())
-}
 
 /// The CPU's PRCFG1-3 (what the guest's copies report).
 pub fn host_prcfg() -> [(u32, u64); 3] {

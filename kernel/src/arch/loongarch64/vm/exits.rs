@@ -442,28 +442,41 @@ where
 }
 
 impl ExitArch for B {
-    /// SWI0 in the target's shared state; its next entry merges it into
-    /// its virtual ESTAT.
     fn raise_pv_ipi(&self, vm: &Vm<B>, _sender: usize, target: usize) -> bool {
-        let Some(sh) = vm.arch.shared.get(target) else {
-            return true;
-        };
-        sh.swi.fetch_or(1, core::sync::atomic::Ordering::AcqRel) & 1 != 0
+        raise_swi0(&vm.arch, target)
     }
 
-    /// Applied at the vCPU's next load: the reset state (DA mode, PLV0),
-    /// PC = entry, a0 = context.
     fn set_entry(&self, vm: &Vm<B>, index: usize, entry: Option<(u64, u64)>) -> bool {
-        let Some(sh) = vm.arch.shared.get(index) else {
-            return false;
-        };
-        *sh.boot.lock() = entry;
-        true
+        set_boot_entry(&vm.arch, index, entry)
     }
 
     fn is_guest_ram(&self, vm: &Vm<B>, addr: u64) -> bool {
         vm.arch.ram_offset(addr).is_some()
     }
+}
+
+/// A PV IPI to vCPU `target` (both LoongArch backends): SWI0 in its shared
+/// state, which its next entry merges into its ESTAT. Returns whether it
+/// was already pending (or there is no such vCPU).
+pub(in crate::arch::loongarch64) fn raise_swi0(st: &super::VmState, target: usize) -> bool {
+    let Some(sh) = st.shared.get(target) else {
+        return true;
+    };
+    sh.swi.fetch_or(1, core::sync::atomic::Ordering::AcqRel) & 1 != 0
+}
+
+/// Records vCPU `index`'s start (both LoongArch backends): applied at its
+/// next load as the reset state (DA mode, PLV0), PC = entry, a0 = context.
+pub(in crate::arch::loongarch64) fn set_boot_entry(
+    st: &super::VmState,
+    index: usize,
+    entry: Option<(u64, u64)>,
+) -> bool {
+    let Some(sh) = st.shared.get(index) else {
+        return false;
+    };
+    *sh.boot.lock() = entry;
+    true
 }
 
 /// `hvcl code`: Linux KVM's LoongArch ABI (a0 function, a1-a5 arguments,

@@ -143,13 +143,15 @@ impl VmState {
     }
 }
 
-/// Per-pCPU state of the backend.
-struct Pcpu {
-    fp: PcpuFp<LaFpHw>,
+/// Per-pCPU state of a LoongArch backend (both use it: one runs per boot).
+pub(in crate::arch::loongarch64) struct Pcpu {
+    pub fp: PcpuFp<LaFpHw>,
     /// kestrel's tick count when the current time slice started.
-    slice_tick: AtomicU64,
-    /// Whose shadow entries this pCPU's TLB holds: (vCPU, epoch, VMID).
-    last: Mutex<Option<(VcpuKey, u64, u16)>>,
+    pub slice_tick: AtomicU64,
+    /// Whose guest translations this pCPU's TLB may hold: (vCPU, epoch,
+    /// VMID); trap-and-emulate's shadow entries, LVZ's guest TLB entries
+    /// of the VMID (its GID).
+    pub last: Mutex<Option<(VcpuKey, u64, u16)>>,
 }
 
 impl Pcpu {
@@ -162,11 +164,11 @@ impl Pcpu {
     }
 }
 
-static PCPU: [Pcpu; MAX_CPUS] = [const { Pcpu::new() }; MAX_CPUS];
+pub(in crate::arch::loongarch64) static PCPU: [Pcpu; MAX_CPUS] = [const { Pcpu::new() }; MAX_CPUS];
 
 /// kestrel's ticks on `cpu` so far (the timer interrupts `platform::tick_due`
 /// found due).
-fn ticks(cpu: usize) -> u64 {
+pub(in crate::arch::loongarch64) fn ticks(cpu: usize) -> u64 {
     crate::runtime::cpu(cpu).map_or(0, |c| c.ticks())
 }
 
