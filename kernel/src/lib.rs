@@ -24,6 +24,7 @@ pub mod reserve;
 pub mod runtime;
 
 // The portable mechanisms (issue: portable core).
+pub mod deadline;
 pub mod exitctx;
 pub mod fpu;
 pub mod frames;

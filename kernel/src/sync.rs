@@ -1,5 +1,6 @@
 //! The atomics and locks of kestrel's lock-free and cross-pCPU protocols
-//! (VMIDs, lazy FP hand-off, first-touch zeroing, the scheduler), in one
+//! (VMIDs, lazy FP hand-off, first-touch zeroing, the scheduler, the
+//! deadline bound), in one
 //! place so a model checker can stand in for them.
 //!
 //! Normally these are `core::sync::atomic`'s atomics and `spin`'s mutex,
@@ -136,6 +137,9 @@ mod loom_atomic {
             impl $name {
                 pub fn fetch_add(&self, v: $t, o: Ordering) -> $t {
                     seq_cst(o == Ordering::SeqCst, || self.0.fetch_add(v, o))
+                }
+                pub fn fetch_min(&self, v: $t, o: Ordering) -> $t {
+                    seq_cst(o == Ordering::SeqCst, || self.0.fetch_min(v, o))
                 }
             }
         };

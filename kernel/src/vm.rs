@@ -20,6 +20,7 @@ use core::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use spin::{Mutex, Once};
 
 use crate::console::Op;
+pub use crate::deadline::{DeadlineBound, Deadlines, DEADLINES};
 use crate::exitctx::ExitCtx;
 use crate::platform::ExitStatus;
 use crate::sched::{CpuMask, Kick, PutReason, RunState, SchedError, Scheduler, VcpuKey};
@@ -140,67 +141,6 @@ pub trait Backend: Sync + Sized {
     fn relax(&self, cpu: usize) {
         let _ = cpu;
         core::hint::spin_loop();
-    }
-}
-
-/// How many deadlines a vCPU has ([`Deadlines`]).
-pub const DEADLINES: usize = 3;
-
-/// Platform counter values at which a vCPU that is not loaded must be
-/// looked at (its timers, a timed wait), `u64::MAX` for none. The backend
-/// sets them when it puts the vCPU and clears them at its load; what each
-/// slot means is the backend's ([`Backend::deadline_passed`]).
-pub struct Deadlines([AtomicU64; DEADLINES]);
-
-impl Deadlines {
-    pub const fn new() -> Deadlines {
-        Deadlines([const { AtomicU64::new(u64::MAX) }; DEADLINES])
-    }
-
-    /// Sets deadline `which` (out of range: ignored).
-    pub fn set(&self, which: usize, at: u64) {
-        if let Some(d) = self.0.get(which) {
-            d.store(at, Ordering::Release);
-        }
-    }
-
-    /// Deadline `which` (`u64::MAX`: none).
-    pub fn get(&self, which: usize) -> u64 {
-        self.0
-            .get(which)
-            .map_or(u64::MAX, |d| d.load(Ordering::Acquire))
-    }
-
-    /// Clears every deadline (the vCPU is loaded: it watches its own).
-    pub fn clear(&self) {
-        for d in &self.0 {
-            d.store(u64::MAX, Ordering::Release);
-        }
-    }
-
-    /// The earliest deadline.
-    pub fn earliest(&self) -> u64 {
-        self.0
-            .iter()
-            .map(|d| d.load(Ordering::Relaxed))
-            .min()
-            .unwrap_or(u64::MAX)
-    }
-
-    /// Clears deadline `which` if it has passed at `now`; whether it did
-    /// (exactly one caller sees each deadline pass).
-    fn take_passed(&self, which: usize, now: u64) -> bool {
-        let d = &self.0[which];
-        let t = d.load(Ordering::Acquire);
-        t <= now
-            && d.compare_exchange(t, u64::MAX, Ordering::AcqRel, Ordering::Relaxed)
-                .is_ok()
-    }
-}
-
-impl Default for Deadlines {
-    fn default() -> Self {
-        Deadlines::new()
     }
 }
 
@@ -358,6 +298,8 @@ pub struct Hypervisor<B: Backend> {
     pub loads: AtomicU64,
     /// Some VM has an operation the console asked for.
     requests: AtomicBool,
+    /// A lower bound of every vCPU's deadlines ([`DeadlineBound`]).
+    deadline_bound: Arc<DeadlineBound>,
 }
 
 impl<B: Backend> Hypervisor<B> {
@@ -371,6 +313,7 @@ impl<B: Backend> Hypervisor<B> {
             finished: AtomicBool::new(false),
             loads: AtomicU64::new(0),
             requests: AtomicBool::new(false),
+            deadline_bound: Arc::new(DeadlineBound::new()),
         }
     }
 
@@ -394,7 +337,7 @@ impl<B: Backend> Hypervisor<B> {
                 },
                 ctx: Mutex::new(ctx),
                 stats: Stats::new(),
-                deadlines: Deadlines::new(),
+                deadlines: Deadlines::new(Arc::clone(&self.deadline_bound)),
             })
             .collect();
         for v in &vcpus {
@@ -453,6 +396,9 @@ impl<B: Backend> Hypervisor<B> {
     /// passed at `now` goes to [`Backend::deadline_passed`], and a vCPU it
     /// says must wake is woken (counted as a timer exit of its VM).
     pub fn check_timers(&self, cpu: usize, now: u64) {
+        if now < self.deadline_bound.get() {
+            return; // nothing set has passed
+        }
         for vm in self.created() {
             if vm.has_ended() {
                 continue;
@@ -482,6 +428,14 @@ impl<B: Backend> Hypervisor<B> {
             .map(|v| v.deadlines.earliest())
             .min()
             .unwrap_or(u64::MAX)
+    }
+
+    /// A counter value no later than [`Hypervisor::next_deadline`] (a
+    /// pCPU's timer armed for it misses no vCPU's deadline), at `now`: the
+    /// [`DeadlineBound`], recomputed from the deadlines only when it has
+    /// passed. An exit's path: one load, unless a deadline was due.
+    pub fn deadline_bound(&self, now: u64) -> u64 {
+        self.deadline_bound.at(now, || self.next_deadline())
     }
 
     /// An interrupt is pending for `key`: wake it and kick whoever must notice.

@@ -47,8 +47,18 @@ impl<H: FpHw> PcpuFp<H> {
         self.asked.store(true, Ordering::Release);
     }
 
-    /// Writes back the FP registers other pCPUs asked for.
+    /// Writes back the FP registers other pCPUs asked for. Called on every
+    /// exit: the look at the flag is inlined, the work (and the register
+    /// saves of a bigger function) only when something was asked.
+    #[inline]
     pub fn service(&self) {
+        if self.asked.load(Ordering::Acquire) {
+            self.serve_requests();
+        }
+    }
+
+    #[inline(never)]
+    fn serve_requests(&self) {
         // A request pushed after this swap sets the flag again and is
         // served at the next call (its requester kicks and waits).
         if !self.asked.swap(false, Ordering::AcqRel) {

@@ -216,6 +216,35 @@ impl Bus {
         })
     }
 
+    /// [`Bus::find`] for a vCPU that remembers where it last hit:
+    /// region `*last` is tried first (a driver polling one register finds
+    /// it without the search), and a hit elsewhere is remembered there.
+    /// Regions do not overlap, so the answer is [`Bus::find`]'s.
+    #[inline]
+    pub fn find_from(&self, gpa: u64, last: &mut usize) -> Option<Hit<'_>> {
+        if let Some(r) = self.regions.get(*last) {
+            if let Some(offset) = gpa.checked_sub(r.base).filter(|o| *o < r.size) {
+                return Some(Hit {
+                    dev: &r.dev,
+                    offset,
+                });
+            }
+        }
+        let at = self
+            .regions
+            .partition_point(|r| r.base <= gpa)
+            .checked_sub(1)?;
+        let r = self.regions.get(at)?;
+        let offset = gpa - r.base;
+        (offset < r.size).then(|| {
+            *last = at;
+            Hit {
+                dev: &r.dev,
+                offset,
+            }
+        })
+    }
+
     /// A read at `gpa`: `Err(NoDevice)` where nothing is mapped.
     pub fn read(&self, env: &mut dyn DeviceEnv, gpa: u64, width: Width) -> Result<u64, BusFault> {
         let hit = self.find(gpa).ok_or(BusFault::NoDevice)?;
@@ -353,6 +382,49 @@ mod tests {
         );
         let names: Vec<_> = bus.regions().map(|r| r.2).collect();
         assert_eq!(names, ["a", "b"]);
+    }
+
+    #[test]
+    fn find_from_answers_as_find_does_and_remembers_hits() {
+        let mut bus = Bus::new();
+        bus.add(0x3000, 0x100, reg("c")).unwrap();
+        bus.add(0x1000, 0x100, reg("a")).unwrap();
+        bus.add(0x2000, 0x800, reg("b")).unwrap();
+        let probes = [
+            0,
+            0xfff,
+            0x1000,
+            0x10ff,
+            0x1100,
+            0x2000,
+            0x27ff,
+            0x2800,
+            0x3050,
+            0x3100,
+            u64::MAX,
+        ];
+        // From every remembered region (and a stale index past the end),
+        // every probe lands where `find` says.
+        for start in 0..5 {
+            for gpa in probes {
+                let mut last = start;
+                let want = bus.find(gpa).map(|h| (h.dev.name(), h.offset));
+                let got = bus
+                    .find_from(gpa, &mut last)
+                    .map(|h| (h.dev.name(), h.offset));
+                assert_eq!(got, want, "gpa {gpa:#x} from region {start}");
+                if want.is_none() {
+                    assert_eq!(last, start, "a miss leaves the hint alone");
+                }
+            }
+        }
+        let mut last = 99;
+        assert!(bus.find_from(0x2004, &mut last).is_some());
+        assert_eq!(last, 1, "regions are kept sorted: b is the second");
+        assert_eq!(
+            bus.find_from(0x2010, &mut last).map(|h| h.offset),
+            Some(0x10)
+        );
     }
 
     #[test]

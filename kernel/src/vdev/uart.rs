@@ -97,7 +97,11 @@ impl<R: UartRegs> Uart<R> {
     /// As [`Uart::update_line`], given the registers' line level.
     pub fn update_level(&self, level: bool, env: &mut dyn DeviceEnv) {
         let Some(line) = self.irq else { return };
-        if self.level.swap(level, Ordering::AcqRel) != level {
+        // Changed only under the registers' lock: a plain look first (the
+        // line rarely changes; a swap is a loop on some CPUs).
+        if self.level.load(Ordering::Acquire) != level
+            && self.level.swap(level, Ordering::AcqRel) != level
+        {
             env.set_irq(line, level);
         }
     }

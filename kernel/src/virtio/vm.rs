@@ -208,7 +208,9 @@ impl VmVirtio {
         (!s.is_empty()).then(|| String::from(s.trim_end_matches(';').trim_start()))
     }
 
-    /// Whether any device has work a budget did not cover.
+    /// Whether any device has work a budget did not cover (asked before
+    /// every entry).
+    #[inline]
     pub fn pending(&self) -> bool {
         self.console.iter().any(|c| c.has_pending())
             || self.disks.iter().any(|d| d.has_pending())

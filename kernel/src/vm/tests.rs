@@ -530,6 +530,60 @@ fn power_on_of_a_running_vcpu_is_refused() {
 }
 
 #[test]
+fn deadline_bound_is_never_above_a_set_deadline() {
+    let hv = hv(2);
+    let a = add(
+        &hv,
+        "a",
+        vec![vec![Op::WaitIpi], vec![]],
+        CpuMask::first(2),
+        false,
+    );
+    let b = add(&hv, "b", vec![vec![Op::WaitIpi]], CpuMask::first(2), false);
+    hv.publish();
+    assert_eq!(hv.deadline_bound(0), u64::MAX, "nothing set");
+    a.vcpus[1].deadlines.set(1, 500);
+    b.vcpus[0].deadlines.set(0, 300);
+    assert_eq!(hv.deadline_bound(0), 300);
+    // The vCPU holding the bound is loaded: its deadlines go, the bound is
+    // recomputed at the next look, not left at 300 (a timer interrupt for
+    // nothing) and never raised past 500.
+    b.vcpus[0].deadlines.clear();
+    assert_eq!(hv.deadline_bound(10), 500);
+    // Clearing a vCPU that does not hold the bound leaves it alone.
+    b.vcpus[0].deadlines.set(2, 700);
+    b.vcpus[0].deadlines.clear();
+    assert_eq!(
+        hv.deadline_bound(10),
+        500,
+        "stale-low is allowed, recomputed once passed"
+    );
+    assert_eq!(
+        hv.deadline_bound(600),
+        500,
+        "passed, not yet taken: still due"
+    );
+    hv.check_timers(0, 600);
+    assert_eq!(hv.deadline_bound(600), u64::MAX, "taken: none set");
+    // Taken deadlines: the bound passes, is recomputed, moves on.
+    a.vcpus[0].deadlines.set(0, 40);
+    a.vcpus[1].deadlines.set(0, 90);
+    assert_eq!(hv.deadline_bound(0), 40);
+    hv.check_timers(0, 50);
+    assert_eq!(a.vcpus[0].deadlines.get(0), u64::MAX, "taken");
+    assert_eq!(hv.deadline_bound(50), 90);
+    // Below the bound nothing is looked at; at it the deadline is taken.
+    hv.check_timers(0, 89);
+    assert_eq!(a.vcpus[1].deadlines.get(0), 90);
+    hv.check_timers(0, 90);
+    assert_eq!(a.vcpus[1].deadlines.get(0), u64::MAX);
+    // A lower deadline set later lowers the bound at once.
+    a.vcpus[0].deadlines.set(2, 1000);
+    a.vcpus[1].deadlines.set(2, 95);
+    assert_eq!(hv.deadline_bound(91), 95);
+}
+
+#[test]
 fn passed_deadlines_wake_blocked_vcpus_once() {
     let hv = hv(2);
     let a = add(

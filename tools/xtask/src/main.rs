@@ -389,7 +389,11 @@ const COMMANDS: &[(&str, &str, &str)] = &[
         "[--arch A]",
         "benchmark VMs under kestrel (docs/performance.md)",
     ),
-    ("bench-exits", "[--arch A]", "exit round-trip costs by kind"),
+    (
+        "bench-exits",
+        "[--arch A] [--gic 2|3] [--lvz]",
+        "exit round-trip costs by kind",
+    ),
     (
         "bench-linux",
         "[--runs N] [--config FILE]",

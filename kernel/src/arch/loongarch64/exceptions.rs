@@ -190,8 +190,8 @@ extern "C" fn handle_exception(frame: &mut TrapFrame) {
 pub fn host_interrupts(estat: u64) {
     let pending = csr::Irqs::from_bits_truncate(estat & csr::ecfg());
     if pending.contains(csr::Irqs::TI) {
-        timer::ack();
         let cpu = super::platform::current_cpu();
+        timer::ack(cpu);
         // While VMs run the timer is one-shot and also serves guest timers:
         // only some of its interrupts are kestrel's tick.
         if super::platform::tick_due(cpu) {

@@ -4,6 +4,8 @@
 
 use core::sync::atomic::{AtomicU64, Ordering};
 
+use crate::MAX_CPUS;
+
 use super::csr;
 
 /// The host tick's period in counter ticks (set by `start_periodic`).
@@ -23,6 +25,34 @@ pub fn oneshot(ticks: u64) {
     unsafe { csr::write_tcfg(t | TCFG_EN) };
 }
 
+/// The counter value each CPU's one-shot timer was last armed for by
+/// [`oneshot_at`], 0 once it fired (or was reprogrammed otherwise).
+static ARMED: [AtomicU64; MAX_CPUS] = [const { AtomicU64::new(0) }; MAX_CPUS];
+
+/// Arms `cpu`'s one-shot interrupt for counter value `at` (`now`: the
+/// counter now; a time already passed fires at once). The calling CPU must
+/// be `cpu`. A timer already armed for `at` that has not fired yet is left
+/// alone: the VM backends ask for the same instant on most exits, and a
+/// TCFG write each time would cost every exit a CSR write.
+pub fn oneshot_at(cpu: usize, at: u64, now: u64) {
+    let Some(armed) = ARMED.get(cpu) else {
+        return oneshot(at.saturating_sub(now));
+    };
+    if at != 0 && armed.load(Ordering::Relaxed) == at {
+        return;
+    }
+    armed.store(at, Ordering::Relaxed);
+    oneshot(at.saturating_sub(now));
+}
+
+/// Forgets what `cpu`'s timer was armed for (it fired, or TCFG was
+/// written another way): the next [`oneshot_at`] programs it.
+fn disarmed(cpu: usize) {
+    if let Some(a) = ARMED.get(cpu) {
+        a.store(0, Ordering::Relaxed);
+    }
+}
+
 const TCFG_EN: u64 = 1 << 0;
 const TCFG_PERIODIC: u64 = 1 << 1;
 const TCFG_INIT_MASK: u64 = ((1 << 48) - 1) & !3;
@@ -32,6 +62,7 @@ const TCFG_INIT_MASK: u64 = ((1 << 48) - 1) & !3;
 pub fn start_periodic(counter_hz: u64, hz: u32) {
     let period = (counter_hz / u64::from(hz.max(1))).max(4) & TCFG_INIT_MASK;
     PERIOD.store(period, Ordering::Relaxed);
+    disarmed(super::platform::current_cpu());
     // SAFETY: programs this core's timer and unmasks its line; the
     // exception entry handles TI (exceptions::init_cpu ran on this CPU).
     unsafe {
@@ -41,8 +72,10 @@ pub fn start_periodic(counter_hz: u64, hz: u32) {
     }
 }
 
-/// Acknowledges the timer interrupt (TICLR.CLR).
-pub fn ack() {
+/// Acknowledges the timer interrupt (TICLR.CLR) on the calling CPU,
+/// `cpu`: a one-shot timer that fired is no longer armed.
+pub fn ack(cpu: usize) {
+    disarmed(cpu);
     // SAFETY: TICLR bit 0 only clears the pending timer interrupt.
     unsafe { csr::write_ticlr(1) };
 }

@@ -309,7 +309,9 @@ pub fn writes_memory(w: u32) -> bool {
         || (0x387c_0000..0x3880_0000).contains(&w)
 }
 
-fn decode_mem(w: u32) -> Option<Insn> {
+/// The loads and stores of [`decode`] alone: what a second-stage fault
+/// (LVZ's PIL/PIS) can be, without looking at every other class first.
+pub fn decode_mem(w: u32) -> Option<Insn> {
     // ld/st with si12: 0010 10 op[25:22].
     if w & 0xfc00_0000 == 0x2800_0000 {
         let op = (w >> 22) & 0xf;

@@ -183,7 +183,7 @@ fn inject(ctx: &mut VcpuState, code: u8, sub: u16, badv: Option<u64>, insn: u32)
 /// device on the VM's bus, else the guest's ADE.
 fn mmio(env: &ExitCtx<'_, B>, ctx: &mut VcpuState, gpa: u64, w: u32) -> RunExit {
     let vm = env.vm;
-    let (rd, size, store, signed, addr) = match insn::decode(w) {
+    let (rd, size, store, signed, addr) = match insn::decode_mem(w) {
         Some(Insn::Load {
             rd,
             size,
@@ -204,7 +204,8 @@ fn mmio(env: &ExitCtx<'_, B>, ctx: &mut VcpuState, gpa: u64, w: u32) -> RunExit 
         Addr::Imm(rj, imm) => ctx.frame.reg(rj).wrapping_add(imm as u64),
         Addr::Index(rj, rk) => ctx.frame.reg(rj).wrapping_add(ctx.frame.reg(rk)),
     };
-    let (Some(hit), Some(width)) = (vm.bus.find(gpa), Width::new(size.bytes() as u8)) else {
+    let hit = vm.bus.find_from(gpa, &mut ctx.mmio_region);
+    let (Some(hit), Some(width)) = (hit, Width::new(size.bytes() as u8)) else {
         count(env, ExitReason::Abort);
         return inject(ctx, ecode::ADE, ecode::ADEM, Some(va), w);
     };

@@ -112,8 +112,9 @@ fn tval_of(tval: u64, tcfg: u64) -> u64 {
 /// Arms this CPU's one-shot timer for kestrel's next tick or the earliest
 /// deadline of a vCPU that is not loaded.
 fn arm_timer(hv: &Hypervisor<LvzBackend>, cpu: usize) {
-    let at = platform::next_tick(cpu).min(hv.next_deadline());
-    super::timer::oneshot(at.saturating_sub(csr::rdtime()));
+    let now = csr::rdtime();
+    let at = platform::next_tick(cpu).min(hv.deadline_bound(now));
+    super::timer::oneshot_at(cpu, at, now);
 }
 
 /// The LVZ backend.

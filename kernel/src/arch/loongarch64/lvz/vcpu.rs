@@ -85,6 +85,8 @@ pub struct VcpuState {
     /// counts from 0 at the VM's creation (or restart), the same for all
     /// of its vCPUs wherever they run.
     pub counter_offset: u64,
+    /// The bus region of its last MMIO access ([`crate::vdev::bus::Bus::find_from`]).
+    pub mmio_region: usize,
 }
 
 impl VcpuState {
@@ -111,6 +113,7 @@ impl VcpuState {
             preempted_at: None,
             steal: 0,
             counter_offset: 0,
+            mmio_region: 0,
         };
         s.reset(index, 0, [0; 3]);
         s

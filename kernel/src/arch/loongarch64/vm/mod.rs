@@ -176,9 +176,12 @@ pub(in crate::arch::loongarch64) fn ticks(cpu: usize) -> u64 {
 /// (the loaded vCPU's virtual timer) and the deadlines of vCPUs that are
 /// not loaded.
 fn arm_timer(hv: &Hypervisor<LaBackend>, cpu: usize, guest: Option<u64>) {
+    let now = csr::rdtime();
     let next = platform::next_tick(cpu);
-    let at = next.min(guest.unwrap_or(u64::MAX)).min(hv.next_deadline());
-    super::timer::oneshot(at.saturating_sub(csr::rdtime()));
+    let at = next
+        .min(guest.unwrap_or(u64::MAX))
+        .min(hv.deadline_bound(now));
+    super::timer::oneshot_at(cpu, at, now);
 }
 
 /// The trap-and-emulate backend.
