@@ -554,6 +554,12 @@ pub const LA64_LVZ_2VM_CASE: &str =
     "linux-la64 on kestrel LVZ: 2 VMs (4 + 2 vCPUs) sharing 4 pCPUs, root on virtio-blk, test on hvc0, IPIs by PV hypercall, ping + 4 MiB over TCP";
 const LA64_LVZ_2VM_CONFIG: &str = "configs/la64-linux-2vm.toml";
 
+/// One Debian loong64 VM (2 vCPUs) that reboots itself once through the
+/// GED's reset register (`syscon-reboot`), its boot count on its disk.
+pub const LA64_LVZ_REBOOT_CASE: &str =
+    "linux-la64 on kestrel LVZ reboot: 1 VM x 2 vCPUs, root on virtio-blk, reboot -f through the GED once, the second boot finds its count on the disk";
+const LA64_LVZ_REBOOT_CONFIG: &str = "configs/la64-linux-reboot.toml";
+
 /// Boots [`LA64_LVZ_CASE`].
 fn lvz_test_la64() -> Verdict {
     lvz_boot_la64(LA64_LVZ_CONFIG, 2048, |b| {
@@ -582,6 +588,51 @@ fn lvz_test_la64_2vm() -> Verdict {
         }
         problems
     })
+}
+
+/// Boots [`LA64_LVZ_REBOOT_CASE`]: the VM's two boots in order (the first
+/// announcing its `reboot -f`, kestrel's restart of the VM, the second
+/// finding the count on its disk), its test passed on the second boot,
+/// kestrel's clean power-off on its LVZ backend.
+fn lvz_test_la64_reboot() -> Verdict {
+    lvz_boot_la64(LA64_LVZ_REBOOT_CONFIG, 1024, judge_lvz_la64_reboot)
+}
+
+fn judge_lvz_la64_reboot(b: &Boot) -> Vec<String> {
+    let case = KestrelCase {
+        name: LA64_LVZ_REBOOT_CASE,
+        config: LA64_LVZ_REBOOT_CONFIG,
+        gic: 3,
+        vms: &["rb0"],
+        pass: PASS_2,
+        virtio: false,
+        reboots: 1,
+        seeds: false,
+    };
+    let mut problems = judge_kestrel(b, &case);
+    // Exactly one restart: the VM did not reboot again after its count.
+    let restarts = b
+        .lines
+        .iter()
+        .filter(|l| l.text.contains("VM \"rb0\" restarted ("))
+        .count();
+    if restarts != 1 {
+        problems.push(format!("kestrel restarted rb0 {restarts} times, want 1"));
+    }
+    // Both boots mounted the root from the disk and the test ran after the
+    // second (its PASS line follows the count).
+    let mounted = b
+        .lines
+        .iter()
+        .filter(|l| l.text.contains("[rb0] LINUX-INIT: root mounted from /dev/vda"))
+        .count();
+    if mounted != 2 {
+        problems.push(format!("rb0 mounted its root disk {mounted} times, want 2"));
+    }
+    if !b.has("backend:  LVZ") || !b.has("LoongArch VMs: LVZ guest mode") {
+        problems.push("kestrel did not run the VM on its LVZ backend".into());
+    }
+    problems
 }
 
 /// Boots `config` on the LVZ emulator (`mem_mib` of host RAM) and judges
@@ -694,7 +745,12 @@ fn judge_pv_ipis(boot: &Boot, vm: &str, boot_ipis: u64) -> Vec<String> {
 /// The LoongArch Linux cases of `cargo xtask smoke`: fetches or reuses the
 /// loong64 assets first (at most [`FETCH_LIMIT`]), or skips, saying why.
 pub fn smoke_tests_la64(sel: &Selection) -> Vec<Test<'static>> {
-    let names = [LA64_BARE_CASE, LA64_LVZ_CASE, LA64_LVZ_2VM_CASE];
+    let names = [
+        LA64_BARE_CASE,
+        LA64_LVZ_CASE,
+        LA64_LVZ_2VM_CASE,
+        LA64_LVZ_REBOOT_CASE,
+    ];
     if !names.iter().any(|n| sel.matches(n)) {
         return Vec::new();
     }
@@ -710,6 +766,7 @@ pub fn smoke_tests_la64(sel: &Selection) -> Vec<Test<'static>> {
             Test::new(LA64_BARE_CASE, move || bare_test_la64(&a)),
             Test::new(LA64_LVZ_CASE, lvz_test_la64),
             Test::new(LA64_LVZ_2VM_CASE, lvz_test_la64_2vm),
+            Test::new(LA64_LVZ_REBOOT_CASE, lvz_test_la64_reboot),
         ],
         Err(why) => {
             println!("SKIP LoongArch linux cases: no LoongArch guest assets: {why}");
