@@ -47,7 +47,8 @@ use crate::MAX_CPUS;
 use super::vm::fpu::{self as lafpu, LaFpHw};
 use super::vm::{ticks, VmState, PCPU};
 use super::{csr, iocsr, platform};
-use gcsr::{g, gcsr_read, gcsr_xchg};
+use crate::guest::loongarch::gtimer;
+use gcsr::{g, gcsr_read, gcsr_write, gcsr_xchg};
 pub use vcpu::VcpuState;
 use vcpu::{IS_HWI, IS_IPI, IS_TI, TCFG_EN, TCFG_INIT, TCFG_PERIODIC};
 
@@ -106,6 +107,24 @@ fn tval_of(tval: u64, tcfg: u64) -> u64 {
         0
     } else {
         tval
+    }
+}
+
+/// After an exit: a guest timer that expired without its expiry being
+/// processed reads back a huge TVAL, and the next entry would arm it at
+/// the end of time (`guest::loongarch::gtimer`): its TI is raised and it
+/// is stopped (one-shot) or reloaded (periodic) here.
+fn catch_overdue_timer() {
+    let tcfg = gcsr_read!(g::TCFG);
+    if tcfg & TCFG_EN == 0 {
+        return;
+    }
+    if let Some((tcfg, tval)) = gtimer::overdue(tcfg, gcsr_read!(g::TVAL), MIN_PERIOD) {
+        // This vCPU's guest CSRs are loaded: TI raised, the timer stopped
+        // or given its next period, as the hardware's would be.
+        gcsr_write!(g::TCFG, tcfg);
+        gcsr_write!(g::TVAL, tval);
+        gcsr_xchg!(g::ESTAT, IS_TI, IS_TI);
     }
 }
 
@@ -385,6 +404,7 @@ impl Backend for LvzBackend {
         // second-stage entries of its GID map only its RAM; EUEN exposes the
         // FP unit only if this vCPU owns it.
         unsafe { switch::enter(&mut ctx.frame) };
+        catch_overdue_timer();
         let exit = exits::handle(env, ctx);
         if ctx.frame.kind != 1 && exits::is_interrupt(ctx.frame.estat) {
             hv.check_timers(cpu, csr::rdtime());
