@@ -256,7 +256,13 @@ impl LvzBackend {
         let swi = u64::from(sh.swi.swap(0, Ordering::AcqRel) & 3);
         let ipi = if vm.arch.ipi[index].line() { IS_IPI } else { 0 };
         let hwi = u64::from(vm.arch.intc.hwi(index)) << 2;
-        gcsr_xchg!(g::ESTAT, swi | ipi | hwi, swi | IS_IPI | IS_HWI);
+        // Written only when it changes: on the LVZ emulator the guest
+        // timer's expiry sets TI from another thread, and a read-modify-
+        // write here at that moment would put the old TI back.
+        let (set, mask) = (swi | ipi | hwi, swi | IS_IPI | IS_HWI);
+        if gcsr_read!(g::ESTAT) & mask != set {
+            gcsr_xchg!(g::ESTAT, set, mask);
+        }
         let owns = PCPU[cpu]
             .fp
             .lock()
@@ -422,6 +428,13 @@ impl Backend for LvzBackend {
         }
         self.vmids.vcpu_put(cpu);
         gcsr::save(&mut ctx.gcsr.regs);
+        // The emulator's timer expiry (another thread) may have set TI and
+        // cleared a one-shot timer's EN between the reads of ESTAT and
+        // TCFG: TI read again after TCFG, so it is not lost with EN.
+        if gcsr_read!(g::ESTAT) & IS_TI != 0 {
+            let e = ctx.gcsr.get(g::ESTAT);
+            ctx.gcsr.set(g::ESTAT, e | IS_TI);
+        }
         let now = csr::rdtime();
         let tcfg = ctx.gcsr.get(g::TCFG);
         let tval = tval_of(ctx.gcsr.get(g::TVAL), tcfg);
