@@ -1976,6 +1976,16 @@ fn attack_storm(_kestrel: bool) -> Tally {
         let seen = trap::TICKS[0].load(Ordering::Relaxed);
         wr(0x41, 4 | 1);
         if !crate::wait_for(10_000, || trap::TICKS[0].load(Ordering::Relaxed) != seen) {
+            if missed < 3 {
+                println!(
+                    "ATTACK storm: one-shot timer lost: TCFG {:#x} TVAL {:#x} ESTAT {:#x} ECFG {:#x} CRMD {:#x}",
+                    rd(0x41),
+                    rd(0x42),
+                    rd(5),
+                    rd(4),
+                    rd(0)
+                );
+            }
             missed += 1;
         }
     }
@@ -2049,6 +2059,14 @@ fn attack_timer0(kestrel: bool) -> Tally {
         // main loop, which a loaded host delays by milliseconds while the
         // vCPU runs on: allow it up to 100 ms of counter time.
         let pending = crate::wait_for(TI_WAIT_US, || rd(ESTAT) & TI != 0);
+        if !pending {
+            println!(
+                "ATTACK timer0: no TI: TCFG {:#x} TVAL {:#x} ESTAT {:#x}",
+                rd(TCFG),
+                rd(0x42),
+                rd(ESTAT)
+            );
+        }
         wr(TCFG, 0);
         wr(TICLR, 1);
         let (e, took) = (irq_exits().wrapping_sub(e0), ms(cpu::now() - c0));
