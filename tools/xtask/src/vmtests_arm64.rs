@@ -371,7 +371,7 @@ fn parse_victim(log: &str) -> Option<VictimLine> {
 
 /// What kestrel must say about the attacker's virtio devices when it ends:
 /// the attacker leaves each broken by a different ring.
-const VIRTIO_LEFT_BROKEN: [&str; 3] = [
+pub(crate) const VIRTIO_LEFT_BROKEN: [&str; 3] = [
     "virtio-console needs reset (ChainTooLong)",
     "virtio-blk needs reset (BadIndex(200))",
     "virtio-net needs reset (AvailOverrun",

@@ -361,6 +361,7 @@ const ATTACK_PHASES: &[&str] = &[
     "attack-memory",
     "attack-storm",
     "attack-timer0",
+    "attack-intc",
 ];
 
 /// The victim's part of the time either VM ran in its window must be at

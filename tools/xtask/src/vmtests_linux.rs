@@ -554,6 +554,33 @@ pub const LA64_LVZ_2VM_CASE: &str =
     "linux-la64 on kestrel LVZ: 2 VMs (4 + 2 vCPUs) sharing 4 pCPUs, root on virtio-blk, test on hvc0, IPIs by PV hypercall, ping + 4 MiB over TCP";
 const LA64_LVZ_2VM_CONFIG: &str = "configs/la64-linux-2vm.toml";
 
+/// One Debian loong64 VM (2 vCPUs) that reboots itself once through the
+/// GED's reset register (`syscon-reboot`), its boot count on its disk.
+pub const LA64_LVZ_REBOOT_CASE: &str =
+    "linux-la64 on kestrel LVZ reboot: 1 VM x 2 vCPUs, root on virtio-blk, reboot -f through the GED once, the second boot finds its count on the disk";
+const LA64_LVZ_REBOOT_CONFIG: &str = "configs/la64-linux-reboot.toml";
+
+/// The test guest's attacker beside a Debian loong64 victim VM, sharing
+/// two pCPUs: every attack phase, the interrupt controllers' and virtio's
+/// included.
+pub const LA64_LVZ_HOSTILE_CASE: &str =
+    "linux-la64 on kestrel LVZ hostile: the test guest's attacker (EIOINTC/PCH-PIC and virtio phases included) beside a Linux victim (root on virtio-blk, hvc0, network) on 2 pCPUs";
+const LA64_LVZ_HOSTILE_CONFIG: &str = "configs/test/la64-hostile-linux.toml";
+/// The attack phases its attacker runs (its command line): all but the
+/// timer phases, whose counts the LVZ emulator's guest timer spoils beside
+/// a busy VM (`configs/test/la64-hostile-linux.toml`).
+const LA64_HOSTILE_PHASES: [&str; 10] = [
+    "iocsr", "insn", "user", "console", "memory", "csr", "tlb", "hvcl", "intc", "virtio",
+];
+const LA64_HOSTILE_VIRTIO: [&str; 6] = [
+    "setup",
+    "rings",
+    "block",
+    "switch",
+    "registers",
+    "left-broken",
+];
+
 /// Boots [`LA64_LVZ_CASE`].
 fn lvz_test_la64() -> Verdict {
     lvz_boot_la64(LA64_LVZ_CONFIG, 2048, |b| {
@@ -584,13 +611,215 @@ fn lvz_test_la64_2vm() -> Verdict {
     })
 }
 
+/// Boots [`LA64_LVZ_REBOOT_CASE`]: the VM's two boots in order (the first
+/// announcing its `reboot -f`, kestrel's restart of the VM, the second
+/// finding the count on its disk), its test passed on the second boot,
+/// kestrel's clean power-off on its LVZ backend.
+fn lvz_test_la64_reboot() -> Verdict {
+    lvz_boot_la64(LA64_LVZ_REBOOT_CONFIG, 1024, judge_lvz_la64_reboot)
+}
+
+fn judge_lvz_la64_reboot(b: &Boot) -> Vec<String> {
+    let case = KestrelCase {
+        name: LA64_LVZ_REBOOT_CASE,
+        config: LA64_LVZ_REBOOT_CONFIG,
+        gic: 3,
+        vms: &["rb0"],
+        pass: PASS_2,
+        virtio: false,
+        reboots: 1,
+        seeds: false,
+    };
+    let mut problems = judge_kestrel(b, &case);
+    // Exactly one restart: the VM did not reboot again after its count.
+    let restarts = b
+        .lines
+        .iter()
+        .filter(|l| l.text.contains("VM \"rb0\" restarted ("))
+        .count();
+    if restarts != 1 {
+        problems.push(format!("kestrel restarted rb0 {restarts} times, want 1"));
+    }
+    // Both boots mounted the root from the disk and the test ran after the
+    // second (its PASS line follows the count).
+    let mounted = b
+        .lines
+        .iter()
+        .filter(|l| {
+            l.text
+                .contains("[rb0] LINUX-INIT: root mounted from /dev/vda")
+        })
+        .count();
+    if mounted != 2 {
+        problems.push(format!("rb0 mounted its root disk {mounted} times, want 2"));
+    }
+    if !b.has("backend:  LVZ") || !b.has("LoongArch VMs: LVZ guest mode") {
+        problems.push("kestrel did not run the VM on its LVZ backend".into());
+    }
+    problems
+}
+
+/// Boots [`LA64_LVZ_HOSTILE_CASE`] (the test guest built first).
+fn lvz_test_la64_hostile() -> Verdict {
+    if let Err(e) = crate::vmtests_la64::build_guest_la64() {
+        return Verdict::error(e);
+    }
+    lvz_boot_la64_on(LA64_LVZ_HOSTILE_CONFIG, 2, 1024, judge_lvz_la64_hostile)
+}
+
+/// The victim unharmed: its test passed on hvc0 with root on its disk and
+/// its network up, it powered off (not stopped), its devices worked and
+/// none needs reset, its IPIs went by PV hypercall. The attacker: every
+/// phase PASS, the virtio sub-phases too, its own interrupt back after the
+/// controller games, its virtio console lines all on the console, its
+/// devices left broken as kestrel's end-of-VM line names them. kestrel:
+/// no panic, nothing stopped but (at most) the attacker, a clean
+/// power-off on its LVZ backend.
+fn judge_lvz_la64_hostile(b: &Boot) -> Vec<String> {
+    let case = KestrelCase {
+        name: LA64_LVZ_HOSTILE_CASE,
+        config: LA64_LVZ_HOSTILE_CONFIG,
+        gic: 3,
+        vms: &["victim"],
+        pass: PASS_2,
+        virtio: false,
+        reboots: 0,
+        seeds: false,
+    };
+    let mut problems = judge_kestrel(b, &case);
+    let line_of = |s: &str| b.lines.iter().find(|l| l.text.contains(s));
+    for step in [
+        "[victim] LINUX-INIT: root mounted from /dev/vda (ext4, read-write): switch_root",
+        "[victim] LINUX-INIT: console on hvc0",
+        "[victim] LINUX-INIT: eth0 up 10.0.0.2",
+        "VM \"victim\" powered off; stats: ",
+    ] {
+        if line_of(step).is_none() {
+            problems.push(format!("serial log lacks {step:?}"));
+        }
+    }
+    match line_of("VM \"victim\" virtio: ") {
+        None => problems.push("kestrel printed no virtio counters for the victim".into()),
+        Some(l) => {
+            let t = &l.text;
+            let bytes: u64 = t[t.find("console: ").map_or(0, |i| i + 9)..]
+                .split(' ')
+                .next()
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0);
+            if bytes < 100 {
+                problems.push(format!(
+                    "victim: its virtio console carried {bytes} bytes: {t}"
+                ));
+            }
+            if t.contains("disk0: 0 reads") || !t.contains(" 0 errors") {
+                problems.push(format!(
+                    "victim: its disk was not read, or with errors: {t}"
+                ));
+            }
+            if t.contains("needs reset") || !t.contains("switch dropped 0 spoofed") {
+                problems.push(format!("victim: a device broken or frames spoofed: {t}"));
+            }
+        }
+    }
+    problems.extend(judge_pv_ipis(b, "victim", 1));
+    for l in &b.lines {
+        let t = &l.text;
+        if t.contains("[victim]") {
+            continue;
+        }
+        if t.contains("panic") || t.contains("PANIC") {
+            problems.push(format!("kestrel or the attacker panicked: {t}"));
+        }
+        if t.contains("stopped") && t.contains("\"victim\"") {
+            problems.push(format!("kestrel stopped the victim: {t}"));
+        }
+        if t.contains("[attacker] FAIL ") || t.contains("[attacker] guest: unexpected exception") {
+            problems.push(format!("attacker: {t}"));
+        }
+    }
+    let phases = LA64_HOSTILE_PHASES
+        .iter()
+        .map(|p| format!("attack-{p}"))
+        .chain(
+            LA64_HOSTILE_VIRTIO
+                .iter()
+                .map(|p| format!("attack-virtio-{p}")),
+        );
+    for p in phases {
+        let want = format!("[attacker] PASS {p}:");
+        let n = b.lines.iter().filter(|l| l.text.contains(&want)).count();
+        if n != 1 {
+            problems.push(format!("{n} \"PASS {p}\" from the attacker, want 1"));
+        }
+    }
+    if line_of("[attacker] ATTACK intc: ")
+        .is_none_or(|l| !l.text.contains("own interrupt back: yes"))
+    {
+        problems.push(
+            "the attacker did not get its own interrupt back after the controller games".into(),
+        );
+    }
+    let written = b
+        .lines
+        .iter()
+        .find_map(|l| {
+            let (_, rest) = l
+                .text
+                .split_once("[attacker] PASS attack-virtio-left-broken: ")?;
+            let (_, n) = rest.split_once("; ")?;
+            n.split_whitespace().next()?.parse::<usize>().ok()
+        })
+        .unwrap_or(0);
+    let seen = b
+        .lines
+        .iter()
+        .filter(|l| l.text.contains("[attacker] VIRTIO-CONSOLE ok after "))
+        .count();
+    if written == 0 || seen != written {
+        problems.push(format!(
+            "attacker: {seen} VIRTIO-CONSOLE lines on the console, {written} written through its virtio console"
+        ));
+    }
+    match line_of("VM \"attacker\" virtio: ") {
+        None => problems.push("kestrel printed no virtio line for the attacker".into()),
+        Some(l) => {
+            for want in crate::vmtests_arm64::VIRTIO_LEFT_BROKEN {
+                if !l.text.contains(want) {
+                    problems.push(format!(
+                        "attacker's virtio line lacks \"{want}\": {}",
+                        l.text
+                    ));
+                }
+            }
+        }
+    }
+    if !b.has("backend:  LVZ") || !b.has("LoongArch VMs: LVZ guest mode") {
+        problems.push("kestrel did not run the VMs on its LVZ backend".into());
+    }
+    if !b.has("[attacker] ATTACK start: on kestrel , RAM top 0x2000000, LVZ guest mode") {
+        problems.push("the attacker did not start on kestrel in LVZ guest mode".into());
+    }
+    problems
+}
+
 /// Boots `config` on the LVZ emulator (`mem_mib` of host RAM) and judges
 /// the run with `judge`.
 fn lvz_boot_la64(config: &str, mem_mib: u32, judge: impl Fn(&Boot) -> Vec<String>) -> Verdict {
+    lvz_boot_la64_on(config, 4, mem_mib, judge)
+}
+
+/// [`lvz_boot_la64`] on an emulated machine of `smp` CPUs.
+fn lvz_boot_la64_on(
+    config: &str,
+    smp: u32,
+    mem_mib: u32,
+    judge: impl Fn(&Boot) -> Vec<String>,
+) -> Verdict {
     let config = crate::root().join(config);
     let opts = Opts {
         arch: Arch::LoongArch64,
-        smp: 4,
+        smp,
         mem_mib,
         append: crate::TEST_APPEND.into(),
         config: Some(config.clone()),
@@ -694,7 +923,13 @@ fn judge_pv_ipis(boot: &Boot, vm: &str, boot_ipis: u64) -> Vec<String> {
 /// The LoongArch Linux cases of `cargo xtask smoke`: fetches or reuses the
 /// loong64 assets first (at most [`FETCH_LIMIT`]), or skips, saying why.
 pub fn smoke_tests_la64(sel: &Selection) -> Vec<Test<'static>> {
-    let names = [LA64_BARE_CASE, LA64_LVZ_CASE, LA64_LVZ_2VM_CASE];
+    let names = [
+        LA64_BARE_CASE,
+        LA64_LVZ_CASE,
+        LA64_LVZ_2VM_CASE,
+        LA64_LVZ_REBOOT_CASE,
+        LA64_LVZ_HOSTILE_CASE,
+    ];
     if !names.iter().any(|n| sel.matches(n)) {
         return Vec::new();
     }
@@ -710,6 +945,8 @@ pub fn smoke_tests_la64(sel: &Selection) -> Vec<Test<'static>> {
             Test::new(LA64_BARE_CASE, move || bare_test_la64(&a)),
             Test::new(LA64_LVZ_CASE, lvz_test_la64),
             Test::new(LA64_LVZ_2VM_CASE, lvz_test_la64_2vm),
+            Test::new(LA64_LVZ_REBOOT_CASE, lvz_test_la64_reboot),
+            Test::new(LA64_LVZ_HOSTILE_CASE, lvz_test_la64_hostile),
         ],
         Err(why) => {
             println!("SKIP LoongArch linux cases: no LoongArch guest assets: {why}");

@@ -9,6 +9,7 @@ pub mod csr;
 pub mod efi;
 pub mod emulate;
 pub mod exit;
+pub mod gtimer;
 pub mod insn;
 pub mod intc;
 pub mod iocsr;

@@ -61,7 +61,7 @@ fn pch_write8(off: usize, v: u8) {
     unsafe { core::ptr::write_volatile((PCH_PIC + off) as *mut u8, v) };
 }
 
-fn uart_ier(v: u8) {
+pub fn uart_ier(v: u8) {
     // SAFETY: the 16550 is identity mapped uncached; IER only changes which
     // of its interrupts are enabled (LCR.DLAB is 0: the console never sets it).
     unsafe { core::ptr::write_volatile((crate::console::base() + UART_IER) as *mut u8, v) };

@@ -47,7 +47,8 @@ use crate::MAX_CPUS;
 use super::vm::fpu::{self as lafpu, LaFpHw};
 use super::vm::{ticks, VmState, PCPU};
 use super::{csr, iocsr, platform};
-use gcsr::{g, gcsr_read, gcsr_xchg};
+use crate::guest::loongarch::gtimer;
+use gcsr::{g, gcsr_read, gcsr_write, gcsr_xchg};
 pub use vcpu::VcpuState;
 use vcpu::{IS_HWI, IS_IPI, IS_TI, TCFG_EN, TCFG_INIT, TCFG_PERIODIC};
 
@@ -106,6 +107,24 @@ fn tval_of(tval: u64, tcfg: u64) -> u64 {
         0
     } else {
         tval
+    }
+}
+
+/// After an exit: a guest timer that expired without its expiry being
+/// processed reads back a huge TVAL, and the next entry would arm it at
+/// the end of time (`guest::loongarch::gtimer`): its TI is raised and it
+/// is stopped (one-shot) or reloaded (periodic) here.
+fn catch_overdue_timer() {
+    let tcfg = gcsr_read!(g::TCFG);
+    if tcfg & TCFG_EN == 0 {
+        return;
+    }
+    if let Some((tcfg, tval)) = gtimer::overdue(tcfg, gcsr_read!(g::TVAL), MIN_PERIOD) {
+        // This vCPU's guest CSRs are loaded: TI raised, the timer stopped
+        // or given its next period, as the hardware's would be.
+        gcsr_write!(g::TCFG, tcfg);
+        gcsr_write!(g::TVAL, tval);
+        gcsr_xchg!(g::ESTAT, IS_TI, IS_TI);
     }
 }
 
@@ -238,7 +257,13 @@ impl LvzBackend {
         let swi = u64::from(sh.swi.swap(0, Ordering::AcqRel) & 3);
         let ipi = if vm.arch.ipi[index].line() { IS_IPI } else { 0 };
         let hwi = u64::from(vm.arch.intc.hwi(index)) << 2;
-        gcsr_xchg!(g::ESTAT, swi | ipi | hwi, swi | IS_IPI | IS_HWI);
+        // Written only when it changes: on the LVZ emulator the guest
+        // timer's expiry sets TI from another thread, and a read-modify-
+        // write here at that moment would put the old TI back.
+        let (set, mask) = (swi | ipi | hwi, swi | IS_IPI | IS_HWI);
+        if gcsr_read!(g::ESTAT) & mask != set {
+            gcsr_xchg!(g::ESTAT, set, mask);
+        }
         let owns = PCPU[cpu]
             .fp
             .lock()
@@ -386,6 +411,7 @@ impl Backend for LvzBackend {
         // second-stage entries of its GID map only its RAM; EUEN exposes the
         // FP unit only if this vCPU owns it.
         unsafe { switch::enter(&mut ctx.frame) };
+        catch_overdue_timer();
         let exit = exits::handle(env, ctx);
         if ctx.frame.kind != 1 && exits::is_interrupt(ctx.frame.estat) {
             hv.check_timers(cpu, csr::rdtime());
@@ -403,6 +429,13 @@ impl Backend for LvzBackend {
         }
         self.vmids.vcpu_put(cpu);
         gcsr::save(&mut ctx.gcsr.regs);
+        // The emulator's timer expiry (another thread) may have set TI and
+        // cleared a one-shot timer's EN between the reads of ESTAT and
+        // TCFG: TI read again after TCFG, so it is not lost with EN.
+        if gcsr_read!(g::ESTAT) & IS_TI != 0 {
+            let e = ctx.gcsr.get(g::ESTAT);
+            ctx.gcsr.set(g::ESTAT, e | IS_TI);
+        }
         let now = csr::rdtime();
         let tcfg = ctx.gcsr.get(g::TCFG);
         let tval = tval_of(ctx.gcsr.get(g::TVAL), tcfg);

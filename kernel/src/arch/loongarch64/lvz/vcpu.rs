@@ -16,9 +16,7 @@ use super::gcsr::{g, GuestCsrs};
 use super::HALT_POLL_US;
 
 /// TCFG fields.
-pub const TCFG_EN: u64 = 1;
-pub const TCFG_PERIODIC: u64 = 2;
-pub const TCFG_INIT: u64 = !3 & ((1 << 48) - 1);
+pub use crate::guest::loongarch::gtimer::{TCFG_EN, TCFG_INIT, TCFG_PERIODIC};
 /// ESTAT.IS bits.
 pub const IS_SWI: u64 = 3;
 /// HWI0-7: the lines of the interrupt controllers.

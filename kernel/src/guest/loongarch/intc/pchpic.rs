@@ -24,8 +24,10 @@
 //! on one vector are or-ed.
 //!
 //! 32-bit registers take 4- and 8-byte accesses (8 = both halves); the
-//! byte arrays any naturally aligned width. Anything else is refused (the
-//! guest gets an address error); offsets with no register read 0 and
+//! byte arrays any naturally aligned width. Anything else is refused
+//! ([`BadAccess`]; both LoongArch backends then complete the guest's
+//! access, a load reading 0 and a store dropped, as for any device's
+//! refused access); offsets with no register read 0 and
 //! ignore writes.
 
 pub const LINES: usize = 64;
