@@ -155,14 +155,23 @@ impl VmRam {
     }
 
     /// A stage-2 translation fault of the guest on block `i`: zeroes and
-    /// maps it if untouched; [`Touch::Busy`] while another pCPU does (the
-    /// guest retries the access either way). A block found ready was
-    /// mapped before the fault was seen: its entry is written again (the
-    /// same value), so the retry cannot fault forever. `None`: not RAM.
+    /// maps it if untouched; [`Touch::Busy`] when another pCPU was at it,
+    /// which this one then waits for (the zeroing of one block, on a pCPU
+    /// that does nothing else meanwhile): returning to the guest at once
+    /// made it fault again and again, an exit each time (thousands per
+    /// boot when two vCPUs of a VM first touched one block together). The
+    /// guest retries the access either way. A block found ready was mapped
+    /// before the fault was seen: its entry is written again (the same
+    /// value), so the retry cannot fault forever. `None`: not RAM.
     pub fn guest_fault(&self, i: usize) -> Option<Touch> {
         let t = self.blocks.try_touch(i, || self.zero_and_map(i))?;
-        if t == Touch::Ready {
-            self.slots[i].map(self.frames[i]);
+        match t {
+            Touch::Ready => self.slots[i].map(self.frames[i]),
+            Touch::Busy => {
+                self.blocks
+                    .touch(i, || self.zero_and_map(i), core::hint::spin_loop)?;
+            }
+            Touch::Zeroed => {}
         }
         Some(t)
     }
