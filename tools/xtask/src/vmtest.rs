@@ -19,6 +19,7 @@ use crate::{root, Arch, Opts};
 pub const ICOUNT: &[&str] = &["-icount", "shift=0,sleep=off"];
 
 /// One kestrel boot with test-guest VMs.
+#[derive(Clone)]
 pub struct VmCase {
     pub name: &'static str,
     /// Config file, relative to the workspace root.

@@ -165,23 +165,71 @@ pub const ALL_CHECKS_4_VIRTIO: &[&str] = &[
     "outside-ram",
 ];
 
-/// The kestrel cases (they need the trap-and-emulate backend).
+/// The kestrel cases: the trap-and-emulate backend on stock QEMU, then
+/// some of the same cases under the LVZ backend on the LVZ emulator.
 pub fn vm_cases() -> Vec<VmCase> {
-    vec![
-        VmCase {
-            name: "la64-1vm: one VM, 4 vCPUs on -smp 4, every check",
-            config: "configs/test/la64-1vm.toml",
-            features: &[],
-            gic: 3,
-            mem_mib: 1024,
-            vms: vec!["la64-test".into()],
-            must_pass: ALL_CHECKS_4_VIRTIO,
-            check: Some(check_1vm),
-            timeout: Duration::from_secs(300),
-            qemu_args: &[],
-            stop_after: None,
-            lvz: false,
-        },
+    let one_vm = VmCase {
+        name: "la64-1vm: one VM, 4 vCPUs on -smp 4, every check",
+        config: "configs/test/la64-1vm.toml",
+        features: &[],
+        gic: 3,
+        mem_mib: 1024,
+        vms: vec!["la64-test".into()],
+        must_pass: ALL_CHECKS_4_VIRTIO,
+        check: Some(check_1vm),
+        timeout: Duration::from_secs(300),
+        qemu_args: &[],
+        stop_after: None,
+        lvz: false,
+    };
+    let rollover = VmCase {
+        name: "la64-rollover: 18 VMs on a 4-bit VMID space (vmid4), every VM passing",
+        config: "configs/test/la64-rollover.toml",
+        features: &["vmid4"],
+        gic: 3,
+        mem_mib: 1024,
+        vms: (0..18).map(|i| format!("roll-{i:02}")).collect(),
+        must_pass: &[
+            "kestrel-probe",
+            "paging",
+            "fp-lsx",
+            "user-isolation",
+            "outside-ram",
+        ],
+        check: Some(vmtest::check_rollover),
+        timeout: Duration::from_secs(600),
+        qemu_args: &[],
+        stop_after: None,
+        lvz: false,
+    };
+    let hostile = vmtest::hostile_case(
+        "la64-hostile: an attacker VM and a victim VM sharing pCPU 0",
+        "configs/test/la64-hostile.toml",
+        3,
+        check_hostile,
+        Duration::from_secs(180),
+        &[],
+    );
+    // The same guests under the LVZ backend, on the LVZ emulator.
+    let lvz = [
+        on_lvz(
+            &one_vm,
+            "la64-lvz-1vm: LVZ backend, one VM, 4 vCPUs on -smp 4, every check",
+            check_lvz_1vm,
+        ),
+        on_lvz(
+            &rollover,
+            "la64-lvz-rollover: LVZ backend, 18 VMs on 4-bit GIDs (vmid4), every VM passing",
+            check_lvz_rollover,
+        ),
+        on_lvz(
+            &hostile,
+            "la64-lvz-hostile: LVZ backend, an attacker VM and a victim VM sharing pCPU 0",
+            check_hostile_lvz,
+        ),
+    ];
+    let mut cases = vec![
+        one_vm,
         VmCase {
             name: "la64-fp-shared: 3 VMs x 4 vCPUs sharing 4 pCPUs, FP/LSX across switches",
             config: "configs/test/la64-fp-shared.toml",
@@ -203,26 +251,7 @@ pub fn vm_cases() -> Vec<VmCase> {
             stop_after: None,
             lvz: false,
         },
-        VmCase {
-            name: "la64-rollover: 18 VMs on a 4-bit VMID space (vmid4), every VM passing",
-            config: "configs/test/la64-rollover.toml",
-            features: &["vmid4"],
-            gic: 3,
-            mem_mib: 1024,
-            vms: (0..18).map(|i| format!("roll-{i:02}")).collect(),
-            must_pass: &[
-                "kestrel-probe",
-                "paging",
-                "fp-lsx",
-                "user-isolation",
-                "outside-ram",
-            ],
-            check: Some(vmtest::check_rollover),
-            timeout: Duration::from_secs(600),
-            qemu_args: &[],
-            stop_after: None,
-            lvz: false,
-        },
+        rollover,
         VmCase {
             name: "la64-reboot: a VM resets itself through the GED 40 times, each boot on fresh RAM",
             config: "configs/test/la64-reboot.toml",
@@ -258,61 +287,21 @@ pub fn vm_cases() -> Vec<VmCase> {
             stop_after: Some(("[victim] RESULT: ", 1)),
             lvz: false,
         },
-        vmtest::hostile_case(
-            "la64-hostile: an attacker VM and a victim VM sharing pCPU 0",
-            "configs/test/la64-hostile.toml",
-            3,
-            check_hostile,
-            Duration::from_secs(180),
-            &[],
-        ),
-        // The same guests under the LVZ backend, on the LVZ emulator.
-        VmCase {
-            name: "la64-lvz-1vm: LVZ backend, one VM, 4 vCPUs on -smp 4, every check",
-            config: "configs/test/la64-1vm.toml",
-            features: &[],
-            gic: 3,
-            mem_mib: 1024,
-            vms: vec!["la64-test".into()],
-            must_pass: ALL_CHECKS_4,
-            check: Some(check_lvz_1vm),
-            timeout: Duration::from_secs(300),
-            qemu_args: &[],
-            stop_after: None,
-            lvz: true,
-        },
-        VmCase {
-            name: "la64-lvz-rollover: LVZ backend, 18 VMs on 4-bit GIDs (vmid4), every VM passing",
-            config: "configs/test/la64-rollover.toml",
-            features: &["vmid4"],
-            gic: 3,
-            mem_mib: 1024,
-            vms: (0..18).map(|i| format!("roll-{i:02}")).collect(),
-            must_pass: &[
-                "kestrel-probe",
-                "paging",
-                "fp-lsx",
-                "user-isolation",
-                "outside-ram",
-            ],
-            check: Some(check_lvz_rollover),
-            timeout: Duration::from_secs(600),
-            qemu_args: &[],
-            stop_after: None,
-            lvz: true,
-        },
-        VmCase {
-            lvz: true,
-            ..vmtest::hostile_case(
-                "la64-lvz-hostile: LVZ backend, an attacker VM and a victim VM sharing pCPU 0",
-                "configs/test/la64-hostile.toml",
-                3,
-                check_hostile_lvz,
-                Duration::from_secs(180),
-                &[],
-            )
-        },
-    ]
+        hostile,
+    ];
+    cases.extend(lvz);
+    cases
+}
+
+/// `twin`, a trap-and-emulate case, under the LVZ backend on the LVZ
+/// emulator, named `name` and judged by `check`.
+fn on_lvz(twin: &VmCase, name: &'static str, check: fn(&str) -> Vec<String>) -> VmCase {
+    VmCase {
+        name,
+        check: Some(check),
+        lvz: true,
+        ..twin.clone()
+    }
 }
 
 /// The LVZ backend ran the VMs (not trap-and-emulate).
