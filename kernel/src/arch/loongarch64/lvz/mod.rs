@@ -339,17 +339,19 @@ impl Backend for LvzBackend {
             ctx.steal = ctx.steal.wrapping_add(now.saturating_sub(at));
             Self::write_steal(vm, ctx);
         }
-        // VMID -> GID; TLB invalidation is CPU-local, so a rollover is seen
-        // as `flush_local` on each CPU's next load.
+        // Each vCPU has a GID of its own from the VMID allocator, as KVM
+        // gives each vCPU a VPID: its guest TLB entries and the second-stage
+        // entries it fills are tagged with it, so a switch between vCPUs on
+        // a pCPU flushes nothing. TLB invalidation is CPU-local, so a
+        // rollover is seen as `flush_local` on each CPU's next load.
         let before = self.vmids.counters().rollovers;
-        let l = self.vmids.vcpu_load(cpu, &vm.vmid, &|| {});
+        let l = self.vmids.vcpu_load(cpu, &ctx.vmid, &|| {});
         let rolled = self.vmids.counters().rollovers - before;
         vm.stats.record_vmid(&l);
         vm.stats.add(Counter::VmidRollovers, rolled);
         if l.flush_local {
             vm.stats.inc(Counter::TlbFlushes);
             flush_all_gids();
-            *PCPU[cpu].last.lock() = None;
         }
         ctx.gid = l.vmid;
         ctx.key = vcpu.key;
@@ -362,16 +364,21 @@ impl Backend for LvzBackend {
                 0xff << gcsr::GSTAT_GID_SHIFT,
             );
         }
-        // The guest TLB is shared by every vCPU of a GID on this pCPU:
-        // whatever another vCPU (or this one, elsewhere, since) left is stale.
+        // Its entries on this pCPU are stale if it ran on another one since
+        // it was last here (the guest may have changed its page tables and
+        // flushed only there), was reset (a new epoch) or has another GID.
+        let here = (cpu, ctx.epoch, ctx.gid);
+        if ctx.tlb_on != Some(here) {
+            flush_guest_tlb(ctx.gid);
+            ctx.tlb_on = Some(here);
+        }
+        // Another vCPU ran here since, or this one moved: an LL/SC pair it
+        // had open must fail.
         let me = (vcpu.key, ctx.epoch, ctx.gid);
         let moved = {
             let mut last = PCPU[cpu].last.lock();
             let moved = *last != Some(me);
-            if moved {
-                flush_guest_tlb(ctx.gid);
-                *last = Some(me);
-            }
+            *last = Some(me);
             moved
         };
         Self::restore_timer(ctx, now);

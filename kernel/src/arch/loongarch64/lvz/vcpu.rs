@@ -9,6 +9,7 @@ use crate::fpu::{LoongArchFpState, VcpuFp};
 use crate::haltpoll::HaltPoll;
 use crate::sched::VcpuKey;
 use crate::stats::Stats;
+use crate::vmid::VmVmid;
 
 use super::super::csr;
 use super::super::vm::switch::GuestFrame;
@@ -68,7 +69,12 @@ pub struct VcpuState {
     pub fp: Arc<VcpuFp<LoongArchFpState>>,
     /// Bumped whenever its guest TLB entries on other pCPUs are stale.
     pub epoch: u64,
+    /// Its own VMID (the GID): per vCPU under LVZ ([`super::LvzBackend`]'s `load`).
+    pub vmid: VmVmid,
     pub gid: u16,
+    /// The pCPU, epoch and GID its guest TLB entries were last made under:
+    /// anything else at a load and they are flushed there.
+    pub tlb_on: Option<(usize, u64, u16)>,
     pub key: VcpuKey,
     /// Waiting in `idle` for an interrupt it enables.
     pub idle: bool,
@@ -99,7 +105,9 @@ impl VcpuState {
                 Arc::clone(stats),
             )),
             epoch: 0,
+            vmid: VmVmid::new(),
             gid: 0,
+            tlb_on: None,
             key: VcpuKey {
                 vm: 0,
                 vcpu: index as u16,
