@@ -28,6 +28,7 @@ fn input<'a>(name: &'a str, kernel: &'a [u8]) -> VmInput<'a> {
         devices: &[],
         passthrough: &[],
         identity: false,
+        pv_ipi_hidden: false,
     }
 }
 
