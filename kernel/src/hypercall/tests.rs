@@ -90,7 +90,11 @@ fn arm64_ipi_send() {
 fn hidden_pv_ipi_is_refused_and_not_advertised() {
     let mut env = Env::new(8);
     env.pv_ipi = false;
-    let r = dispatch(Abi::LoongArch, &la(loongarch::FN_IPI, [0b110, 0, 0, 0, 0]), &mut env);
+    let r = dispatch(
+        Abi::LoongArch,
+        &la(loongarch::FN_IPI, [0b110, 0, 0, 0, 0]),
+        &mut env,
+    );
     assert_eq!(r.regs(), [ret::INVALID_CODE as u64]);
     let r = dispatch(Abi::Arm64, &arm(IPI_ARM, [1, 0, 3, 0, 0]), &mut env);
     assert_eq!(r.code(), ret::INVALID_CODE);
@@ -104,11 +108,19 @@ fn hidden_pv_ipi_is_refused_and_not_advertised() {
         assert_eq!(r.x0(), features::ALL & !features::PV_IPI);
         assert_eq!(r.x0() & features::STATS, features::STATS);
     }
-    let r = dispatch(Abi::LoongArch, &la(loongarch::FN_KESTREL_PROBE, [0; 5]), &mut env);
+    let r = dispatch(
+        Abi::LoongArch,
+        &la(loongarch::FN_KESTREL_PROBE, [0; 5]),
+        &mut env,
+    );
     assert_eq!(r.regs(), [KESTREL_MAGIC]);
     // Offered again: the same send goes through.
     env.pv_ipi = true;
-    let r = dispatch(Abi::LoongArch, &la(loongarch::FN_IPI, [0b110, 0, 0, 0, 0]), &mut env);
+    let r = dispatch(
+        Abi::LoongArch,
+        &la(loongarch::FN_IPI, [0b110, 0, 0, 0, 0]),
+        &mut env,
+    );
     assert_eq!(r.regs(), [0]);
     assert_eq!(env.pending(), [1, 2]);
 }
