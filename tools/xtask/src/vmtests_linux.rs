@@ -544,7 +544,7 @@ fn bare_test_la64(assets: &assets::loong64::Loong64Assets) -> Verdict {
 /// Debian's loong64 kernel as one VM with 4 vCPUs under kestrel's LVZ
 /// backend, on the LVZ emulator.
 pub const LA64_LVZ_CASE: &str =
-    "linux-la64 on kestrel LVZ: 1 VM x 4 vCPUs, Debian vmlinuz as shipped, init test, IPIs by PV hypercall";
+    "linux-la64 on kestrel LVZ: 1 VM x 4 vCPUs, Debian vmlinuz as shipped, init test, futex wake-all workload, IPIs by PV hypercall";
 /// Its config (the same kernel and initramfs as the bare case).
 const LA64_LVZ_CONFIG: &str = "configs/la64-linux-1vm.toml";
 
@@ -554,11 +554,51 @@ pub const LA64_LVZ_2VM_CASE: &str =
     "linux-la64 on kestrel LVZ: 2 VMs (4 + 2 vCPUs) sharing 4 pCPUs, root on virtio-blk, test on hvc0, IPIs by PV hypercall, ping + 4 MiB over TCP";
 const LA64_LVZ_2VM_CONFIG: &str = "configs/la64-linux-2vm.toml";
 
-/// Boots [`LA64_LVZ_CASE`].
+/// Boots [`LA64_LVZ_CASE`]: after the init test the VM runs the IPI
+/// experiment's workload briefly (`kestrel.bench=futex,threads=16,rounds=5`
+/// in its config).
 fn lvz_test_la64() -> Verdict {
     lvz_boot_la64(LA64_LVZ_CONFIG, 2048, |b| {
-        judge_lvz_la64(b, &[("linux0", PASS_4)])
+        let mut problems = judge_lvz_la64(b, &[("linux0", PASS_4)]);
+        problems.extend(judge_futex_la64(b, "linux0", 16, 5));
+        problems
     })
+}
+
+/// The LoongArch workload program (`tools/guests/seedbench-nostd`) ran the
+/// futex wake-all in `vm`: its result line with every thread pinned, all
+/// rounds done and at least one FUTEX_WAKE per thread and round, no
+/// failure line.
+fn judge_futex_la64(boot: &Boot, vm: &str, threads: u64, rounds: u64) -> Vec<String> {
+    let head = format!("[{vm}] SEEDBENCH futex ");
+    let Some(line) = boot.lines.iter().find(|l| l.text.contains(&head)) else {
+        return vec![format!("{vm}: no futex wake-all result ({head:?})")];
+    };
+    let field = |k: &str| {
+        line.text
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix(k)?.strip_prefix('=')?.parse::<f64>().ok())
+    };
+    let mut problems = Vec::new();
+    if line.text.contains(" FAIL ") {
+        problems.push(format!("{vm}: {}", line.text));
+        return problems;
+    }
+    for (k, want) in [
+        ("threads", threads),
+        ("pinned", threads),
+        ("rounds", rounds),
+    ] {
+        if field(k) != Some(want as f64) {
+            problems.push(format!("{vm}: futex {k} is not {want}: {}", line.text));
+        }
+    }
+    if field("wake_calls").unwrap_or(0.0) < (threads * rounds) as f64
+        || !field("median_us").is_some_and(|m| m > 0.0)
+    {
+        problems.push(format!("{vm}: futex result implausible: {}", line.text));
+    }
+    problems
 }
 
 /// Boots [`LA64_LVZ_2VM_CASE`].
