@@ -1044,8 +1044,9 @@ fn bare_boot_la64(
 
 /// The exit counters the LoongArch IPI table breaks a round's exits into
 /// (kestrel's LVZ exit reasons: `ipi` is an IOCSR access, `hypercall` an
-/// `hvcl`), then the PV IPI sends and the emulated IOCSR IPI sends.
-const IPI_KEYS_LA64: [(&str, &str); 11] = [
+/// `hvcl`), then the PV IPI sends, the emulated IOCSR IPI sends and the
+/// vCPU loads (a vCPU put on a pCPU: `vmid_fast + vmid_slow`).
+const IPI_KEYS_LA64: [(&str, &str); 12] = [
     ("exits", "all"),
     ("exit_hypercall", "hypercall"),
     ("exit_ipi", "iocsr"),
@@ -1057,17 +1058,16 @@ const IPI_KEYS_LA64: [(&str, &str); 11] = [
     ("exit_abort", "abort"),
     ("ipi_sent", "PV IPI sends"),
     ("ipi_emulated", "IOCSR IPI sends"),
+    ("loads", "vCPU loads"),
 ];
 
 /// Counter `key` per wake-all round: the run's count minus the 1-round
 /// boot's, over the extra rounds.
 fn per_round_key(run: &IpiRun, base: &IpiRun, rounds: u64, key: &str) -> f64 {
-    let g = |c: &VmCounters| {
-        if key == "exits" {
-            c.exits
-        } else {
-            c.values.get(key).copied().unwrap_or(0)
-        }
+    let g = |c: &VmCounters| match key {
+        "exits" => c.exits,
+        "loads" => get(c, "vmid_fast") + get(c, "vmid_slow"),
+        _ => get(c, key),
     };
     (g(&run.counters) as f64 - g(&base.counters) as f64) / (rounds - 1) as f64
 }
