@@ -15,6 +15,9 @@
 //! - **ipi** (seed 002): a futex wake-all of 16 threads, each pinned to its
 //!   own CPU, in a 16-vCPU and a 4-vCPU VM on 4 pCPUs and on bare QEMU with
 //!   16 and 4 CPUs; the time per wake-all and kestrel's exits per wake-all.
+//!   `--arch loongarch64` runs this one only, on the LVZ emulator: kestrel's
+//!   LVZ backend with the PV IPI offered and hidden (`pv_ipi = false`, the
+//!   IOCSR path), against the bare emulator under edk2.
 //!
 //! Counters come from kestrel's per-VM statistics (printed when a VM
 //! ends); a boot of the same VMs with an empty workload gives the counts of
