@@ -140,6 +140,8 @@ lint: setup-rust
 	$(CARGO) clippy -p kestrel-seedbench --target aarch64-unknown-linux-musl -- -D warnings
 	RUSTC_BOOTSTRAP=1 $(CARGO) clippy -p kestrel-guest-loongarch64-test --target loongarch64-unknown-none \
 	    -Zbuild-std=core -Zbuild-std-features=compiler-builtins-mem -- -D warnings
+	RUSTC_BOOTSTRAP=1 $(CARGO) clippy -p kestrel-seedbench-nostd --target loongarch64-unknown-none \
+	    -Zbuild-std=core -Zbuild-std-features=compiler-builtins-mem -- -D warnings
 	cd tools/fuzz && $(CARGO) fmt --check && $(CARGO) clippy --bins -- -D warnings
 
 clean:

@@ -308,6 +308,10 @@ impl<B: ExitArch> HypercallEnv for ExitCtx<'_, B> {
     fn read_stat(&self, index: u64) -> Option<u64> {
         self.vm.stats.read_index(index)
     }
+
+    fn pv_ipi_offered(&self) -> bool {
+        self.vm.pv_ipi
+    }
 }
 
 #[cfg(test)]

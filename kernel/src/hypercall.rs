@@ -117,6 +117,10 @@ pub trait HypercallEnv {
     fn send_ipi(&mut self, window: &IpiWindow) -> Result<IpiOutcome, IpiError>;
     /// Statistics counter `index` of the calling VM; `None` if out of range.
     fn read_stat(&self, index: u64) -> Option<u64>;
+    /// Whether the calling VM is offered the PV IPI (config `pv_ipi`): when
+    /// not, the features query leaves it out and the send is refused with
+    /// `INVALID_CODE`, what KVM answers a function it does not have.
+    fn pv_ipi_offered(&self) -> bool;
 }
 
 /// Registers to write back: a0/x0 always, x1-x3 for some arm64 queries.
@@ -160,12 +164,16 @@ pub fn dispatch(abi: Abi, args: &HypercallArgs, env: &mut impl HypercallEnv) -> 
         return HypercallRet::one(ret::INVALID_CODE);
     };
     match call {
+        Hypercall::SendIpi(_) if !env.pv_ipi_offered() => HypercallRet::one(ret::INVALID_CODE),
         Hypercall::SendIpi(w) => match env.send_ipi(&w) {
             Ok(_) => HypercallRet::one(ret::SUCCESS),
             Err(e) => HypercallRet::one(e.code()),
         },
         Hypercall::StealTime => HypercallRet::one(ret::INVALID_CODE),
         Hypercall::Probe => HypercallRet::value(KESTREL_MAGIC),
+        Hypercall::Features if !env.pv_ipi_offered() => {
+            HypercallRet::value(features::ALL & !features::PV_IPI)
+        }
         Hypercall::Features => HypercallRet::value(features::ALL),
         Hypercall::Stats { index } => match env.read_stat(index) {
             // Keep values below 2^63 so they never read as an error code.
@@ -185,15 +193,16 @@ pub fn dispatch(abi: Abi, args: &HypercallArgs, env: &mut impl HypercallEnv) -> 
 }
 
 /// LoongArch `cpucfg` in KVM's hypervisor range (trapped on LVZ hardware):
-/// the signature, the PV feature bits, 0 for the rest of the range; `None`
-/// outside it (the arch emulates or passes those through).
-pub fn cpucfg(index: u32) -> Option<u32> {
+/// the signature, the PV feature bits (the IPI bit only when `pv_ipi`, the
+/// VM's config), 0 for the rest of the range; `None` outside it (the arch
+/// emulates or passes those through).
+pub fn cpucfg(index: u32, pv_ipi: bool) -> Option<u32> {
     if !(loongarch::CPUCFG_KVM_SIG..=loongarch::CPUCFG_KVM_LAST).contains(&index) {
         return None;
     }
     Some(match index {
         loongarch::CPUCFG_KVM_SIG => loongarch::KVM_SIGNATURE,
-        loongarch::CPUCFG_KVM_FEATURE => loongarch::KVM_FEATURE_IPI,
+        loongarch::CPUCFG_KVM_FEATURE if pv_ipi => loongarch::KVM_FEATURE_IPI,
         _ => 0,
     })
 }

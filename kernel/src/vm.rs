@@ -171,6 +171,8 @@ pub struct Vm<B: Backend> {
     pub vcpus: Vec<Vcpu<B>>,
     /// What its reset request does.
     pub on_reboot: OnReboot,
+    /// The PV IPI feature is offered to the guest (config `pv_ipi`).
+    pub pv_ipi: bool,
     /// vCPUs that start at once, at creation and at each restart.
     started: usize,
     ended: AtomicBool,
@@ -268,6 +270,8 @@ pub struct VmParts<B: Backend> {
     pub started: usize,
     /// What a reset request does.
     pub on_reboot: OnReboot,
+    /// The PV IPI feature is offered to the guest (config `pv_ipi`).
+    pub pv_ipi: bool,
 }
 
 /// Events the run loop reports, for the log and for tests.
@@ -358,6 +362,7 @@ impl<B: Backend> Hypervisor<B> {
             virtio: parts.virtio,
             vcpus,
             on_reboot: parts.on_reboot,
+            pv_ipi: parts.pv_ipi,
             started: parts.started,
             ended: AtomicBool::new(false),
             reported: AtomicBool::new(false),

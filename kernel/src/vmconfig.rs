@@ -121,6 +121,10 @@ pub struct VmSpec<'a> {
     /// RAM at IPA == PA: `ram_base` and the addresses above are moved to
     /// where the host gives the RAM ([`VmSpec::rebased`]) when the VM is built.
     pub identity: bool,
+    /// The PV IPI feature is offered to the guest (config `pv_ipi`, default
+    /// true): advertised (LoongArch `cpucfg`, the features hypercall) and
+    /// its hypercall served; false hides it and refuses the call.
+    pub pv_ipi: bool,
 }
 
 /// What a VM's reset request (PSCI SYSTEM_RESET, the LoongArch GED reset)
@@ -182,6 +186,7 @@ impl<'a> VmSpec<'a> {
             devices: rec.devices,
             passthrough: rec.passthrough,
             identity: rec.identity,
+            pv_ipi: !rec.pv_ipi_hidden,
         }
     }
 

@@ -133,6 +133,7 @@ pub fn create_vms<B: Machine>(
                     pinned: spec.affinity.pinned,
                     started: 1,
                     on_reboot: spec.on_reboot,
+                    pv_ipi: spec.pv_ipi,
                     bus: b.bus,
                     virtio: b.virtio,
                 })

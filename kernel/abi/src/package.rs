@@ -47,7 +47,7 @@
 //! | 48 | u16 | vCPU count, 1..=[`MAX_VCPUS`] |
 //! | 50 | u8 | guest kind ([`GuestKind`]) |
 //! | 51 | u8 | console device ([`ConsoleKind`]) |
-//! | 52 | u32 | flags: bit 0 = [`FLAG_PINNED`] (vCPU i owns the i-th CPU of the mask), bit 1 = [`FLAG_VIRTIO_CONSOLE`], bit 2 = [`FLAG_REBOOT_STOP`], bit 3 = [`FLAG_IDENTITY`] (RAM at IPA == PA) |
+//! | 52 | u32 | flags: bit 0 = [`FLAG_PINNED`] (vCPU i owns the i-th CPU of the mask), bit 1 = [`FLAG_VIRTIO_CONSOLE`], bit 2 = [`FLAG_REBOOT_STOP`], bit 3 = [`FLAG_IDENTITY`] (RAM at IPA == PA), bit 4 = [`FLAG_PV_IPI_HIDDEN`] (the PV IPI feature hidden from the guest) |
 //! | 56 | 2 x u64 | kernel blob (offset, length); length > 0 |
 //! | 72 | 2 x u64 | initrd blob (offset, length); (0, 0) = none |
 //! | 88 | 2 x u64 | DTB blob (offset, length); (0, 0) = kestrel generates one |
@@ -132,8 +132,13 @@ pub const FLAG_REBOOT_STOP: u32 = 1 << 2;
 /// Record flag: guest RAM at IPA == PA (for a passed-through device that
 /// does DMA without an SMMU).
 pub const FLAG_IDENTITY: u32 = 1 << 3;
+/// Record flag: the PV IPI feature is hidden from the guest (config
+/// `pv_ipi = false`): not advertised, and its hypercall refused, so the
+/// guest sends IPIs the architectural way.
+pub const FLAG_PV_IPI_HIDDEN: u32 = 1 << 4;
 /// Every record flag this version defines.
-pub const FLAGS_KNOWN: u32 = FLAG_PINNED | FLAG_VIRTIO_CONSOLE | FLAG_REBOOT_STOP | FLAG_IDENTITY;
+pub const FLAGS_KNOWN: u32 =
+    FLAG_PINNED | FLAG_VIRTIO_CONSOLE | FLAG_REBOOT_STOP | FLAG_IDENTITY | FLAG_PV_IPI_HIDDEN;
 /// Size of one device table entry.
 pub const DEVICE_SIZE: usize = 64;
 /// Most devices (disks, network ports and passthrough regions together)
@@ -755,6 +760,8 @@ pub struct VmRecord<'a> {
     pub passthrough: Passthroughs,
     /// RAM at IPA == PA ([`FLAG_IDENTITY`]).
     pub identity: bool,
+    /// The PV IPI feature hidden from the guest ([`FLAG_PV_IPI_HIDDEN`]).
+    pub pv_ipi_hidden: bool,
 }
 
 /// A host MMIO region and its SPIs, given to one VM.
@@ -1290,6 +1297,7 @@ impl<'a> Package<'a> {
             devices,
             passthrough,
             identity: flags & FLAG_IDENTITY != 0,
+            pv_ipi_hidden: flags & FLAG_PV_IPI_HIDDEN != 0,
         })
     }
 
@@ -1569,6 +1577,8 @@ mod writer {
         pub passthrough: &'a [Passthrough],
         /// RAM at IPA == PA.
         pub identity: bool,
+        /// The PV IPI feature hidden from the guest (config `pv_ipi = false`).
+        pub pv_ipi_hidden: bool,
     }
 
     /// Builds a package. It does not validate VM contents beyond what it
@@ -1631,6 +1641,9 @@ mod writer {
                 }
                 if vm.identity {
                     flags |= FLAG_IDENTITY;
+                }
+                if vm.pv_ipi_hidden {
+                    flags |= FLAG_PV_IPI_HIDDEN;
                 }
                 put(&mut rec, R_FLAGS, &flags.to_le_bytes());
                 let mut crc = 0;

@@ -80,6 +80,7 @@ fn setup(cpus: usize, vcpus: usize, started: usize) -> (Hypervisor<Mock>, Arc<Vm
             pinned: true,
             started,
             on_reboot: crate::vmconfig::OnReboot::Restart,
+            pv_ipi: true,
             bus: crate::vdev::bus::Bus::new(),
             virtio: Default::default(),
         })

@@ -9,6 +9,7 @@ struct Env {
     vm: FakeVm,
     sender: usize,
     stats: Stats,
+    pv_ipi: bool,
 }
 
 impl Env {
@@ -17,6 +18,7 @@ impl Env {
             vm: FakeVm::new(vcpus),
             sender: 0,
             stats: Stats::new(),
+            pv_ipi: true,
         }
     }
 
@@ -35,6 +37,9 @@ impl HypercallEnv for Env {
     }
     fn read_stat(&self, index: u64) -> Option<u64> {
         self.stats.read_index(index)
+    }
+    fn pv_ipi_offered(&self) -> bool {
+        self.pv_ipi
     }
 }
 
@@ -76,6 +81,48 @@ fn arm64_ipi_send() {
     let r = dispatch(Abi::Arm64, &arm(IPI_ARM, [1, 0, 19, 0, 0]), &mut env);
     assert_eq!(r.code(), 0);
     assert_eq!(env.pending(), [19]);
+}
+
+/// A VM with `pv_ipi = false`: the send is refused on both ABIs as KVM
+/// refuses a function it lacks (-1), nothing is delivered or counted, the
+/// features query leaves the bit out; the other calls still work.
+#[test]
+fn hidden_pv_ipi_is_refused_and_not_advertised() {
+    let mut env = Env::new(8);
+    env.pv_ipi = false;
+    let r = dispatch(
+        Abi::LoongArch,
+        &la(loongarch::FN_IPI, [0b110, 0, 0, 0, 0]),
+        &mut env,
+    );
+    assert_eq!(r.regs(), [ret::INVALID_CODE as u64]);
+    let r = dispatch(Abi::Arm64, &arm(IPI_ARM, [1, 0, 3, 0, 0]), &mut env);
+    assert_eq!(r.code(), ret::INVALID_CODE);
+    assert!(env.pending().is_empty());
+    assert_eq!(env.stats.get(crate::stats::Counter::IpiSent), 0);
+    for (abi, args) in [
+        (Abi::LoongArch, la(loongarch::FN_KESTREL_FEATURES, [0; 5])),
+        (Abi::Arm64, arm(arm64::FEATURES.into(), [0; 5])),
+    ] {
+        let r = dispatch(abi, &args, &mut env);
+        assert_eq!(r.x0(), features::ALL & !features::PV_IPI);
+        assert_eq!(r.x0() & features::STATS, features::STATS);
+    }
+    let r = dispatch(
+        Abi::LoongArch,
+        &la(loongarch::FN_KESTREL_PROBE, [0; 5]),
+        &mut env,
+    );
+    assert_eq!(r.regs(), [KESTREL_MAGIC]);
+    // Offered again: the same send goes through.
+    env.pv_ipi = true;
+    let r = dispatch(
+        Abi::LoongArch,
+        &la(loongarch::FN_IPI, [0b110, 0, 0, 0, 0]),
+        &mut env,
+    );
+    assert_eq!(r.regs(), [0]);
+    assert_eq!(env.pending(), [1, 2]);
 }
 
 /// Each bad input gets its documented code, delivers nothing and changes no
@@ -249,11 +296,15 @@ fn stats_query_reads_the_vm_counters() {
 
 #[test]
 fn cpucfg_kvm_range() {
-    assert_eq!(cpucfg(0x4000_0000), Some(0x004D_564B));
-    assert_eq!(cpucfg(0x4000_0004), Some(1 << 1));
-    assert_eq!(cpucfg(0x4000_0008), Some(0));
-    assert_eq!(cpucfg(0x4000_0100), None);
-    assert_eq!(cpucfg(2), None);
+    for pv_ipi in [true, false] {
+        assert_eq!(cpucfg(0x4000_0000, pv_ipi), Some(0x004D_564B));
+        assert_eq!(cpucfg(0x4000_0008, pv_ipi), Some(0));
+        assert_eq!(cpucfg(0x4000_0100, pv_ipi), None);
+        assert_eq!(cpucfg(2, pv_ipi), None);
+    }
+    // The feature word: the IPI bit only when the VM is offered the PV IPI.
+    assert_eq!(cpucfg(0x4000_0004, true), Some(1 << 1));
+    assert_eq!(cpucfg(0x4000_0004, false), Some(0));
 }
 
 /// Random register contents: never a panic, always a documented answer, and

@@ -304,6 +304,7 @@ fn add_with(
         pinned,
         started: 1,
         on_reboot,
+        pv_ipi: true,
     })
     .unwrap()
 }
@@ -699,6 +700,7 @@ fn pending_device_work_continues_before_entries_and_a_waiting_vcpu_keeps_running
         pinned: false,
         started: 1,
         on_reboot: OnReboot::Restart,
+        pv_ipi: true,
     })
     .unwrap();
     let log = Log::default();

@@ -28,6 +28,7 @@ fn input<'a>(name: &'a str, kernel: &'a [u8]) -> VmInput<'a> {
         devices: &[],
         passthrough: &[],
         identity: false,
+        pv_ipi_hidden: false,
     }
 }
 
@@ -350,6 +351,21 @@ fn on_reboot_stop_comes_from_the_record_flag() {
     let pkg = w.finish();
     let plan = plan(&pkg, host(4, 1 << 30)).unwrap();
     assert_eq!(plan[0].unwrap().on_reboot, OnReboot::Stop);
+}
+
+#[test]
+fn pv_ipi_is_offered_unless_the_record_hides_it() {
+    let k = vec![0xAAu8; 3 * MB as usize];
+    let mut w = Writer::new(HypervisorSettings::default());
+    w.vms.push(VmInput {
+        pv_ipi_hidden: true,
+        ..input("hidden", &k)
+    });
+    w.vms.push(input("offered", &k));
+    let pkg = w.finish();
+    let plan = plan(&pkg, host(4, 1 << 30)).unwrap();
+    assert!(!plan[0].unwrap().pv_ipi);
+    assert!(plan[1].unwrap().pv_ipi);
 }
 
 /// A LoongArch Linux EFI image runs on LoongArch only, at its text_offset,

@@ -108,6 +108,7 @@ fn spec(name: &'static str, vcpus: u16, mask: u64, pinned: bool) -> VmSpec<'stat
         devices: kestrel_abi::package::Devices::NONE,
         passthrough: kestrel_abi::package::Passthroughs::NONE,
         identity: false,
+        pv_ipi: true,
     }
 }
 

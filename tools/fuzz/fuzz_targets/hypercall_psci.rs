@@ -22,6 +22,8 @@ struct Vm {
     on: Vec<bool>,
     ram: (u64, u64),
     stats: Vec<u64>,
+    /// The VM's `pv_ipi`: when false no send may reach the router.
+    pv_ipi: bool,
 }
 
 impl IpiTarget for Vm {
@@ -41,6 +43,7 @@ impl IpiTarget for Vm {
 
 impl HypercallEnv for Vm {
     fn send_ipi(&mut self, w: &IpiWindow) -> Result<IpiOutcome, IpiError> {
+        assert!(self.pv_ipi, "a PV IPI sent with the feature hidden");
         let before: Vec<bool> = self.pending.iter().map(Cell::get).collect();
         self.kicked.borrow_mut().clear();
         let r = ipi::send(&*self, self.sender, w);
@@ -69,6 +72,9 @@ impl HypercallEnv for Vm {
     }
     fn read_stat(&self, index: u64) -> Option<u64> {
         self.stats.get(index as usize).copied()
+    }
+    fn pv_ipi_offered(&self) -> bool {
+        self.pv_ipi
     }
 }
 
@@ -100,9 +106,10 @@ struct Call {
 
 fuzz_target!(|data: &[u8]| {
     let mut u = Unstructured::new(data);
-    let (Ok(n), Ok(sender), Ok(calls)) = (
+    let (Ok(n), Ok(sender), Ok(pv_ipi), Ok(calls)) = (
         u.int_in_range(1usize..=40),
         u.arbitrary::<u8>(),
+        u.arbitrary::<bool>(),
         u.arbitrary::<Vec<Call>>(),
     ) else {
         return;
@@ -115,6 +122,7 @@ fuzz_target!(|data: &[u8]| {
         on: (0..n).map(|v| v == 0).collect(),
         ram: (0x4000_0000, 64 << 20),
         stats: vec![1, 2, u64::MAX],
+        pv_ipi,
     };
     for v in 0..n {
         assert_eq!(psci::vcpu_index_of_mpidr(psci::vcpu_mpidr(v), n), Some(v));
@@ -192,6 +200,9 @@ fuzz_target!(|data: &[u8]| {
             let r = dispatch(abi, &args, &mut vm);
             assert!(!r.regs().is_empty() && r.regs().len() <= 4);
             let code = r.code();
+            if c.pick % 2 == 0 && !vm.pv_ipi {
+                assert_eq!(code, ret::INVALID_CODE, "a hidden PV IPI was not refused");
+            }
             if code < 0 && r.regs().len() == 1 {
                 assert!(
                     code == ret::INVALID_CODE || code == ret::INVALID_PARAMETER,

@@ -110,6 +110,7 @@ fn round_trip(u: &mut Unstructured) -> arbitrary::Result<()> {
             devices: &[],
             passthrough: &[],
             identity: false,
+            pv_ipi_hidden: false,
         })
         .collect();
     let mut w = Writer::new(settings);
@@ -203,6 +204,7 @@ fuzz_target!(|data: &[u8]| {
                     devices: &[],
                     passthrough: &[],
                     identity: false,
+                    pv_ipi_hidden: false,
                 });
             }
             let mut bytes = w.finish();

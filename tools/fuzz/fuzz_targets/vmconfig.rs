@@ -121,6 +121,7 @@ fuzz_target!(|data: &[u8]| {
             devices: &[],
             passthrough: &[],
             identity: false,
+            pv_ipi_hidden: false,
         });
     }
     check(&w.finish(), host);

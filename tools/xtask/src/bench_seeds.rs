@@ -15,6 +15,9 @@
 //! - **ipi** (seed 002): a futex wake-all of 16 threads, each pinned to its
 //!   own CPU, in a 16-vCPU and a 4-vCPU VM on 4 pCPUs and on bare QEMU with
 //!   16 and 4 CPUs; the time per wake-all and kestrel's exits per wake-all.
+//!   `--arch loongarch64` runs this one only, on the LVZ emulator: kestrel's
+//!   LVZ backend with the PV IPI offered and hidden (`pv_ipi = false`, the
+//!   IOCSR path), against the bare emulator under edk2.
 //!
 //! Counters come from kestrel's per-VM statistics (printed when a VM
 //! ends); a boot of the same VMs with an empty workload gives the counts of
@@ -31,14 +34,6 @@ use std::time::Duration;
 use crate::bench_vm::{parse_vm_counters, VmCounters};
 use crate::qemu::{bare_command, BareConsole, Boot, Runner};
 use crate::{assets, qemu, root, Arch, Opts};
-
-/// LoongArch runs the IPI experiment once its workloads exist for
-/// LoongArch: kestrel's LVZ backend runs Debian's loong64 kernel (make
-/// test's `linux-la64 on kestrel LVZ` cases), but the workload program is
-/// built for arm64 only (no LoongArch Linux std from rustup here; a
-/// `no_std` port on raw syscalls is the way) and there is no switch yet to
-/// hide the PV IPI feature from the guest.
-const LA64_LINUX_UNDER_KESTREL: bool = false;
 
 /// One boot may take this long (40 Linux VMs under TCG take minutes).
 const BOOT_LIMIT: Duration = Duration::from_secs(3600);
@@ -300,6 +295,14 @@ fn qemu_version(program: &str) -> String {
         .unwrap_or_else(|| "?".into())
 }
 
+/// The host's 1-, 5- and 15-minute load averages (the machine may be shared).
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|| "?".into())
+}
+
 fn host_cores() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
@@ -326,13 +329,31 @@ struct VmDef {
     memory_mib: u32,
     pinned: bool,
     cmdline: String,
+    /// Further `key = value` lines of the VM's table (LoongArch: its
+    /// console, `pv_ipi`).
+    extra: String,
+}
+
+/// The guest kernel and initramfs a generated config names.
+struct GuestFiles<'a> {
+    kernel: &'a Path,
+    initrd: &'a Path,
+}
+
+impl<'a> From<&'a assets::LinuxAssets> for GuestFiles<'a> {
+    fn from(a: &'a assets::LinuxAssets) -> Self {
+        GuestFiles {
+            kernel: &a.image,
+            initrd: &a.initramfs,
+        }
+    }
 }
 
 fn write_config(
     name: &str,
     fp_policy: &str,
     vms: &[VmDef],
-    a: &assets::LinuxAssets,
+    files: GuestFiles,
 ) -> Result<PathBuf, String> {
     let dir = root().join("build/bench-seeds");
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
@@ -344,14 +365,15 @@ fn write_config(
         let _ = write!(
             t,
             "\n[[vm]]\nname = \"{}\"\nvcpus = {}\nmemory = \"{}M\"\ncpus = [0, 1, 2, 3]\n\
-             pinned = {}\nkernel = \"{}\"\ninitrd = \"{}\"\ncmdline = \"{}\"\n",
+             pinned = {}\nkernel = \"{}\"\ninitrd = \"{}\"\ncmdline = \"{}\"\n{}",
             v.name,
             v.vcpus,
             v.memory_mib,
             v.pinned,
-            a.image.display(),
-            a.initramfs.display(),
-            v.cmdline
+            files.kernel.display(),
+            files.initrd.display(),
+            v.cmdline,
+            v.extra
         );
     }
     let path = dir.join(format!("{name}.toml"));
@@ -366,6 +388,11 @@ fn cmdline(name: &str, bench: &str) -> String {
 
 /// Boots kestrel built with `features` and `config` on QEMU -smp 4.
 fn kestrel_boot(config: &Path, features: &[&str], mem_mib: u32) -> Got<Boot> {
+    kestrel_boot_on(Arch::Aarch64, config, features, mem_mib)
+}
+
+/// [`kestrel_boot`] for `arch` (LoongArch: on the LVZ emulator).
+fn kestrel_boot_on(arch: Arch, config: &Path, features: &[&str], mem_mib: u32) -> Got<Boot> {
     let features: Vec<String> = features.iter().map(|s| s.to_string()).collect();
     let stem = config
         .file_stem()
@@ -373,25 +400,25 @@ fn kestrel_boot(config: &Path, features: &[&str], mem_mib: u32) -> Got<Boot> {
     let private = root().join(format!("build/bench-seeds/kestrel-{stem}.bin"));
     {
         // Two bench-seeds at once (one experiment each) must not pack each
-        // other's config into the shared build/aarch64/package.bin: the
-        // build and the copy of the image happen under a lock.
+        // other's config into the shared build/<arch>/ image: the build
+        // and the copy of the image happen under a lock.
         let lock_path = root().join("build/bench-seeds/.build.lock");
         let lock = std::fs::File::create(&lock_path)
             .map_err(|e| format!("{}: {e}", lock_path.display()))?;
         lock.lock()
             .map_err(|e| format!("{}: {e}", lock_path.display()))?;
-        let image = crate::build_image_with(Arch::Aarch64, &features, Some(config))?;
+        let image = crate::build_image_with(arch, &features, Some(config))?;
         std::fs::copy(&image, &private).map_err(|e| format!("{}: {e}", private.display()))?;
     }
     let opts = Opts {
-        arch: Arch::Aarch64,
+        arch,
         smp: 4,
         gic: 3,
         mem_mib,
         features,
         append: crate::TEST_APPEND.into(),
         config: Some(config.to_path_buf()),
-        lvz: false,
+        lvz: arch == Arch::LoongArch64,
     };
     let log = root().join(format!("build/bench-seeds/{stem}.log"));
     let boot = Runner::new(qemu::command(&opts, &private, true), BOOT_LIMIT)
@@ -465,6 +492,7 @@ fn vmid_boot(p: &Params, a: &assets::LinuxAssets, width: u32, naive: bool) -> Go
             let name = format!("vm{i:02}");
             VmDef {
                 cmdline: cmdline(&name, &bench),
+                extra: String::new(),
                 name,
                 vcpus: 2,
                 memory_mib: 64,
@@ -473,7 +501,7 @@ fn vmid_boot(p: &Params, a: &assets::LinuxAssets, width: u32, naive: bool) -> Go
         })
         .collect();
     let tag = format!("vmid{width}{}", if naive { "-naive" } else { "" });
-    let config = write_config(&tag, "lazy", &vms, a)?;
+    let config = write_config(&tag, "lazy", &vms, a.into())?;
     let mut features = Vec::new();
     match width {
         4 => features.push("vmid4"),
@@ -656,11 +684,12 @@ fn fp_boot(
             memory_mib: 128,
             pinned: false,
             cmdline: cmdline(n, &bench),
+            extra: String::new(),
         })
         .collect();
     let _ = p;
     let tag = format!("fp-{policy}-{sleep_us}us-{seconds}s-r{run}");
-    let config = write_config(&tag, policy, &vms, a)?;
+    let config = write_config(&tag, policy, &vms, a.into())?;
     let boot = kestrel_boot(&config, &[], 1024)?;
     let counters = counters_of(&boot);
     let mut out = Vec::new();
@@ -826,12 +855,13 @@ fn ipi_boot(a: &assets::LinuxAssets, vcpus: u32, rounds: u64, run: usize) -> Got
         memory_mib: 128,
         pinned: vcpus == 4,
         cmdline: cmdline(&name, &bench),
+        extra: String::new(),
     };
     let config = write_config(
         &format!("ipi-{vcpus}vcpu-{rounds}r-r{run}"),
         "lazy",
         &[vm],
-        a,
+        a.into(),
     )?;
     let boot = kestrel_boot(&config, &[], 1024)?;
     let f = seed_line(&boot, Some(&name), "futex", "median_us")?;
@@ -930,6 +960,227 @@ fn ipi(p: &Params, a: &assets::LinuxAssets, r: &mut Report) -> Result<(), String
     Ok(())
 }
 
+// ------------------------------------------------------- IPI, LoongArch ----
+
+/// The LoongArch guest command line (the 1-VM LVZ case's) running `bench`;
+/// `earlycon` only under kestrel (under edk2 it takes the firmware's
+/// console and the kernel stops before init).
+fn cmdline_la64(name: &str, bench: &str, earlycon: bool) -> String {
+    format!(
+        "console=ttyS0,115200{} rdinit=/init initcall_blacklist=i8042_init quiet kestrel.test=0 \
+         kestrel.name={name} kestrel.bench={bench}",
+        if earlycon { " earlycon" } else { "" }
+    )
+}
+
+/// Guest RAM of the LoongArch IPI VM (and of the bare machine).
+const LA64_IPI_MIB: u32 = 512;
+
+/// One kestrel boot of the LoongArch futex VM: `vcpus` vCPUs on 4 pCPUs
+/// (pinned when 4), the PV IPI offered or hidden (`pv_ipi`).
+fn ipi_boot_la64(
+    a: &assets::loong64::Loong64Assets,
+    vcpus: u32,
+    pv_ipi: bool,
+    rounds: u64,
+    run: usize,
+) -> Got<IpiRun> {
+    let name = format!("ipi{vcpus}");
+    let bench = format!("futex,threads=16,rounds={rounds}");
+    let vm = VmDef {
+        name: name.clone(),
+        vcpus,
+        memory_mib: LA64_IPI_MIB,
+        pinned: vcpus == 4,
+        cmdline: cmdline_la64(&name, &bench, true),
+        extra: format!("console = \"ns16550\"\nkind = \"linux\"\npv_ipi = {pv_ipi}\n"),
+    };
+    let path = if pv_ipi { "pv" } else { "iocsr" };
+    let config = write_config(
+        &format!("la64-ipi-{vcpus}vcpu-{path}-{rounds}r-r{run}"),
+        "lazy",
+        &[vm],
+        GuestFiles {
+            kernel: &a.vmlinuz,
+            initrd: &a.initramfs,
+        },
+    )?;
+    let boot = kestrel_boot_on(Arch::LoongArch64, &config, &[], 2048)?;
+    let f = seed_line(&boot, Some(&name), "futex", "median_us")?;
+    let counters = counters_of(&boot)
+        .remove(&name)
+        .ok_or_else(|| format!("{name}: kestrel printed no counters"))?;
+    Ok(IpiRun {
+        median_us: f["median_us"],
+        mean_us: f["mean_us"],
+        counters,
+    })
+}
+
+/// The same kernel and initramfs on the bare LVZ emulator (no kestrel)
+/// with `cpus` CPUs, under Debian's edk2 (the emulator's QEMU loads only
+/// ELF kernels directly), as `bench-linux --arch loongarch64` boots it.
+fn bare_boot_la64(
+    a: &assets::loong64::Loong64Assets,
+    cpus: u32,
+    cmd: &str,
+    tag: &str,
+) -> Got<Boot> {
+    let mut c = qemu::lvz_command();
+    c.args(["-M", "virt", "-cpu", "la464"])
+        .args(["-smp", &cpus.to_string(), "-m", &LA64_IPI_MIB.to_string()])
+        .args(["-nic", "none", "-display", "none", "-monitor", "none"])
+        .args(["-serial", "stdio", "-no-reboot", "-bios"])
+        .arg(&a.firmware)
+        .arg("-kernel")
+        .arg(&a.vmlinuz)
+        .arg("-initrd")
+        .arg(&a.initramfs)
+        .args(["-append", cmd]);
+    let log = root().join(format!("build/bench-seeds/bare-la64-{tag}.log"));
+    let boot = Runner::new(c, BOOT_LIMIT).quiet().log_to(log).run()?;
+    if boot.timed_out {
+        return Err(format!("bare LVZ emulator timed out{}", last_lines(&boot)));
+    }
+    Ok(boot)
+}
+
+/// The exit counters the LoongArch IPI table breaks a round's exits into
+/// (kestrel's LVZ exit reasons: `ipi` is an IOCSR access, `hypercall` an
+/// `hvcl`), then the PV IPI sends, the emulated IOCSR IPI sends and the
+/// vCPU loads (a vCPU put on a pCPU: `vmid_fast + vmid_slow`).
+const IPI_KEYS_LA64: [(&str, &str); 12] = [
+    ("exits", "all"),
+    ("exit_hypercall", "hypercall"),
+    ("exit_ipi", "iocsr"),
+    ("exit_idle", "idle"),
+    ("exit_irq", "irq"),
+    ("exit_timer", "timer"),
+    ("exit_mmio", "mmio"),
+    ("exit_sysreg", "sysreg"),
+    ("exit_abort", "abort"),
+    ("ipi_sent", "PV IPI sends"),
+    ("ipi_emulated", "IOCSR IPI sends"),
+    ("loads", "vCPU loads"),
+];
+
+/// Counter `key` per wake-all round: the run's count minus the 1-round
+/// boot's, over the extra rounds.
+fn per_round_key(run: &IpiRun, base: &IpiRun, rounds: u64, key: &str) -> f64 {
+    let g = |c: &VmCounters| match key {
+        "exits" => c.exits,
+        "loads" => get(c, "vmid_fast") + get(c, "vmid_slow"),
+        _ => get(c, key),
+    };
+    (g(&run.counters) as f64 - g(&base.counters) as f64) / (rounds - 1) as f64
+}
+
+fn ipi_la64(p: &Params, a: &assets::loong64::Loong64Assets, r: &mut Report) -> Result<(), String> {
+    r.line(format!(
+        "\n### IPI (seed 002), LoongArch: futex wake-all of 16 threads, each pinned to its own CPU, {} rounds, PV IPI against IOCSR\n",
+        p.futex_rounds
+    ));
+    r.line(format!(
+        "Workload: `kestrel-seedbench futex threads=16 rounds={}` (`tools/guests/seedbench-nostd`, \
+         the freestanding LoongArch build: the waker wakes one thread per FUTEX_WAKE until all 16 \
+         are awake; the time of that loop is one wake-all; thread i is pinned to CPU i mod CPUs). \
+         kestrel (LVZ backend, on the LVZ emulator -smp 4): one Linux VM of 16 vCPUs (unpinned) or \
+         4 vCPUs (pinned) on 4 pCPUs, {LA64_IPI_MIB} MiB, once with the PV IPI offered (Linux \
+         sends IPIs by `hvcl` KVM_HCALL_FUNC_IPI) and once with `pv_ipi = false` (the feature \
+         hidden: Linux sends by IOCSR IPI_SEND, kestrel emulates the IPI block); bare: the same \
+         kernel and initramfs on the LVZ emulator with 16 and 4 CPUs under edk2. kestrel/bare: \
+         the ratio of medians run by run (each kestrel run paired with a bare run). Exits per \
+         round (the waker's wait until all 16 threads sleep in the futex, then the wake-all): \
+         kestrel's counters minus those of a 1-round boot of the same VM, over the other rounds; \
+         `iocsr` = trapped IOCSR accesses (IPI send, status, clear), `hypercall` = `hvcl`. \
+         Runs: {}.\n",
+        p.futex_rounds, p.runs
+    ));
+    let keys: Vec<&str> = IPI_KEYS_LA64.iter().map(|(_, label)| *label).collect();
+    r.line(format!(
+        "| CPUs | guest IPIs | seed: physical / VM IOCSR / VM PV IPI (ms) | bare median us | kestrel median us | kestrel/bare | kestrel mean us | per round: {} |",
+        keys.join(", ")
+    ));
+    r.line("|---|---|---|---|---|---|---|---|");
+    for vcpus in [16u32, 4] {
+        let mut base = BTreeMap::new();
+        for pv in [true, false] {
+            eprintln!("bench-seeds: la64 ipi {vcpus} vCPUs pv_ipi={pv} baseline (1 round)");
+            base.insert(pv, ipi_boot_la64(a, vcpus, pv, 1, 0));
+        }
+        let mut bare = Vec::new();
+        let mut kes: BTreeMap<bool, Vec<Got<IpiRun>>> = BTreeMap::new();
+        for run in 0..p.runs {
+            eprintln!("bench-seeds: la64 ipi {vcpus} CPUs bare run {}", run + 1);
+            bare.push(
+                bare_boot_la64(
+                    a,
+                    vcpus,
+                    &cmdline_la64(
+                        "bare",
+                        &format!("futex,threads=16,rounds={}", p.futex_rounds),
+                        false,
+                    ),
+                    &format!("ipi-{vcpus}-{run}"),
+                )
+                .and_then(|b| seed_line(&b, None, "futex", "median_us"))
+                .map(|f| f["median_us"]),
+            );
+            for pv in [true, false] {
+                eprintln!(
+                    "bench-seeds: la64 ipi {vcpus} vCPUs pv_ipi={pv} run {}",
+                    run + 1
+                );
+                kes.entry(pv)
+                    .or_default()
+                    .push(ipi_boot_la64(a, vcpus, pv, p.futex_rounds, run));
+            }
+        }
+        for pv in [true, false] {
+            let runs = &kes[&pv];
+            let b = &base[&pv];
+            let ratio: Vec<Got<f64>> = bare
+                .iter()
+                .zip(runs)
+                .map(|(b, k)| match (b, k) {
+                    (Ok(b), Ok(k)) => Ok(k.median_us / b),
+                    (Err(e), _) => Err(e.clone()),
+                    (_, Err(e)) => Err(e.clone()),
+                })
+                .collect();
+            let per: Vec<String> = IPI_KEYS_LA64
+                .iter()
+                .map(|(key, _)| {
+                    let v: Vec<Got<f64>> = runs
+                        .iter()
+                        .map(|k| match (k, b) {
+                            (Ok(k), Ok(bs)) => Ok(per_round_key(k, bs, p.futex_rounds, key)),
+                            (Err(e), _) => Err(e.clone()),
+                            (_, Err(e)) => Err(format!("baseline: {e}")),
+                        })
+                        .collect();
+                    fmt_opt(med(&v), 1)
+                })
+                .collect();
+            let got = |f: fn(&IpiRun) -> f64| -> Vec<Got<f64>> {
+                runs.iter()
+                    .map(|k| k.as_ref().map(f).map_err(Clone::clone))
+                    .collect()
+            };
+            r.line(format!(
+                "| {vcpus} | {} | 0.0176 / 0.1140 (6.5x) / 0.0481 (2.7x), 16 CPUs | {} | {} | {} | {} | {} |",
+                if pv { "PV IPI (hvcl)" } else { "IOCSR (pv_ipi = false)" },
+                summary(&bare, 1),
+                summary(&got(|k| k.median_us), 1),
+                summary(&ratio, 2),
+                summary(&got(|k| k.mean_us), 1),
+                per.join(", ")
+            ));
+        }
+    }
+    Ok(())
+}
+
 pub fn run(args: &[String]) -> Result<(), String> {
     let p = parse(args)?;
     let dir = root().join("build/bench-seeds");
@@ -946,36 +1197,46 @@ pub fn run(args: &[String]) -> Result<(), String> {
                 .join("-")
         )),
     };
+    // LoongArch runs on the LVZ emulator (tools/qemu-lvz), both sides.
     let program = match p.arch {
-        Arch::Aarch64 => "qemu-system-aarch64",
-        Arch::LoongArch64 => "qemu-system-loongarch64",
+        Arch::Aarch64 => "qemu-system-aarch64".to_string(),
+        Arch::LoongArch64 => qemu::lvz_binary().to_string_lossy().into_owned(),
     };
     r.line(format!(
-        "## bench-seeds ({}): QEMU {} TCG on {} host cores, commit {}, {} run(s) per figure ({} for VMID)",
+        "## bench-seeds ({}): QEMU {}{} TCG on {} host cores, load {}, commit {}, {} run(s) per figure ({} for VMID)",
         p.arch.name(),
-        qemu_version(program),
+        qemu_version(&program),
+        if p.arch == Arch::LoongArch64 { " (LVZ emulator)" } else { "" },
         host_cores(),
+        load_average(),
         git_commit(),
         p.runs,
         p.vmid_runs
     ));
     if p.arch == Arch::LoongArch64 {
         for e in &p.only {
-            match e {
-                Exp::Ipi if LA64_LINUX_UNDER_KESTREL => {
-                    return Err("the LoongArch IPI experiment (PV IPI against IOCSR) is not written yet".into())
-                }
-                Exp::Ipi => r.line(
-                    "- ipi (PV IPI hypercall against the IOCSR path, PV feature hidden): not yet: the \
-                     LVZ backend runs Debian's loong64 kernel, but the workload program has no \
-                     LoongArch build yet and no switch hides the PV IPI feature. No figure.",
-                ),
-                Exp::Vmid | Exp::Fp => r.line(format!(
+            if *e != Exp::Ipi {
+                r.line(format!(
                     "- {}: arm64 only (the seed's experiment is an arm64 one).",
                     if *e == Exp::Vmid { "vmid" } else { "fp" }
-                )),
+                ));
             }
         }
+        if !p.only.contains(&Exp::Ipi) {
+            return Ok(());
+        }
+        let a = match assets::ensure_within_la64(Duration::from_secs(600)) {
+            Ok(a) => a,
+            Err(e) => {
+                r.line(format!(
+                    "bench-seeds: skipped: no LoongArch Linux guest assets: {e}"
+                ));
+                return Ok(());
+            }
+        };
+        r.line(format!("Guest: {} with the test initramfs.", a.kernel));
+        ipi_la64(&p, &a, &mut r)?;
+        r.line(format!("\n(report written to {})", r.path.display()));
         return Ok(());
     }
     let a = match assets::ensure_within(Duration::from_secs(600)) {

@@ -25,7 +25,8 @@ use crate::{qemu, root, Arch, Opts};
 const LIMIT: Duration = Duration::from_secs(600);
 
 /// Per-VM counters kestrel prints when a VM ends
-/// (`vm "x" powered off; exits N: ...` then `fp: ...`, `vmid: ...`, `ipi: ...`, `mem: ...`).
+/// (`vm "x" powered off; exits N: ...` then `fp: ...`, `vmid: ...`, `ipi: ...`,
+/// `emulated ipi: ...`, `mem: ...`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct VmCounters {
     pub name: String,
@@ -90,7 +91,7 @@ pub fn parse_vm_counters(log: &str) -> Vec<VmCounters> {
         }
         let Some(c) = current.as_mut() else { continue };
         let trimmed = line.trim();
-        let group = ["fp:", "vmid:", "ipi:", "mem:"]
+        let group = ["fp:", "vmid:", "ipi:", "emulated ipi:", "mem:"]
             .iter()
             .find_map(|g| trimmed.strip_prefix(g));
         match group {

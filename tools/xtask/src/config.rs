@@ -102,8 +102,14 @@ struct RawVm {
     net: Vec<RawNet>,
     #[serde(default)]
     identity: bool,
+    #[serde(default = "yes")]
+    pv_ipi: bool,
     #[serde(default)]
     passthrough: Vec<RawPassthrough>,
+}
+
+fn yes() -> bool {
+    true
 }
 
 #[derive(Deserialize, Debug)]
@@ -226,6 +232,9 @@ pub struct VmConfig {
     pub passthrough: Vec<package::Passthrough>,
     /// RAM at IPA == PA.
     pub identity: bool,
+    /// `pv_ipi = false`: the PV IPI feature hidden from the guest (default:
+    /// offered).
+    pub pv_ipi: bool,
 }
 
 /// A checked config.
@@ -963,6 +972,7 @@ fn check(text: &str, file: &Path, arch: Arch) -> Result<Config, ConfigError> {
             devices,
             passthrough,
             identity: v.identity,
+            pv_ipi: v.pv_ipi,
         });
     }
     Ok(Config {
@@ -1042,6 +1052,7 @@ pub fn pack(cfg: &Config) -> Vec<u8> {
             devices,
             passthrough: &v.passthrough,
             identity: v.identity,
+            pv_ipi_hidden: !v.pv_ipi,
         });
     }
     w.finish()

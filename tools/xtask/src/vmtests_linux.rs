@@ -544,14 +544,14 @@ fn bare_test_la64(assets: &assets::loong64::Loong64Assets) -> Verdict {
 /// Debian's loong64 kernel as one VM with 4 vCPUs under kestrel's LVZ
 /// backend, on the LVZ emulator.
 pub const LA64_LVZ_CASE: &str =
-    "linux-la64 on kestrel LVZ: 1 VM x 4 vCPUs, Debian vmlinuz as shipped, init test, IPIs by PV hypercall";
+    "linux-la64 on kestrel LVZ: 1 VM x 4 vCPUs, Debian vmlinuz as shipped, init test, futex wake-all workload, IPIs by PV hypercall";
 /// Its config (the same kernel and initramfs as the bare case).
 const LA64_LVZ_CONFIG: &str = "configs/la64-linux-1vm.toml";
 
 /// Two Debian loong64 VMs (4 + 2 vCPUs) sharing 4 pCPUs under the LVZ
 /// backend.
 pub const LA64_LVZ_2VM_CASE: &str =
-    "linux-la64 on kestrel LVZ: 2 VMs (4 + 2 vCPUs) sharing 4 pCPUs, root on virtio-blk, test on hvc0, IPIs by PV hypercall, ping + 4 MiB over TCP";
+    "linux-la64 on kestrel LVZ: 2 VMs (4 + 2 vCPUs) sharing 4 pCPUs, root on virtio-blk, test on hvc0, IPIs by PV hypercall (linux0) and by IOCSR with pv_ipi = false (linux1), ping + 4 MiB over TCP";
 const LA64_LVZ_2VM_CONFIG: &str = "configs/la64-linux-2vm.toml";
 
 /// One Debian loong64 VM (2 vCPUs) that reboots itself once through the
@@ -581,18 +581,59 @@ const LA64_HOSTILE_VIRTIO: [&str; 6] = [
     "left-broken",
 ];
 
-/// Boots [`LA64_LVZ_CASE`].
+/// Boots [`LA64_LVZ_CASE`]: after the init test the VM runs the IPI
+/// experiment's workload briefly (`kestrel.bench=futex,threads=16,rounds=5`
+/// in its config).
 fn lvz_test_la64() -> Verdict {
     lvz_boot_la64(LA64_LVZ_CONFIG, 2048, |b| {
-        judge_lvz_la64(b, &[("linux0", PASS_4)])
+        let mut problems = judge_lvz_la64(b, &[("linux0", PASS_4)]);
+        problems.extend(judge_futex_la64(b, "linux0", 16, 5));
+        problems
     })
+}
+
+/// The LoongArch workload program (`tools/guests/seedbench-nostd`) ran the
+/// futex wake-all in `vm`: its result line with every thread pinned, all
+/// rounds done and at least one FUTEX_WAKE per thread and round, no
+/// failure line.
+fn judge_futex_la64(boot: &Boot, vm: &str, threads: u64, rounds: u64) -> Vec<String> {
+    let head = format!("[{vm}] SEEDBENCH futex ");
+    let Some(line) = boot.lines.iter().find(|l| l.text.contains(&head)) else {
+        return vec![format!("{vm}: no futex wake-all result ({head:?})")];
+    };
+    let field = |k: &str| {
+        line.text
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix(k)?.strip_prefix('=')?.parse::<f64>().ok())
+    };
+    let mut problems = Vec::new();
+    if line.text.contains(" FAIL ") {
+        problems.push(format!("{vm}: {}", line.text));
+        return problems;
+    }
+    for (k, want) in [
+        ("threads", threads),
+        ("pinned", threads),
+        ("rounds", rounds),
+    ] {
+        if field(k) != Some(want as f64) {
+            problems.push(format!("{vm}: futex {k} is not {want}: {}", line.text));
+        }
+    }
+    if field("wake_calls").unwrap_or(0.0) < (threads * rounds) as f64
+        || !field("median_us").is_some_and(|m| m > 0.0)
+    {
+        problems.push(format!("{vm}: futex result implausible: {}", line.text));
+    }
+    problems
 }
 
 /// Boots [`LA64_LVZ_2VM_CASE`].
 fn lvz_test_la64_2vm() -> Verdict {
     lvz_boot_la64(LA64_LVZ_2VM_CONFIG, 1024, |b| {
         let vms = ["linux0", "linux1"];
-        let mut problems = judge_lvz_la64(b, &[("linux0", PASS_4), ("linux1", PASS_2)]);
+        let mut problems =
+            judge_lvz_la64_iocsr(b, &[("linux0", PASS_4), ("linux1", PASS_2)], &["linux1"]);
         problems.extend(judge_virtio_vms(b, &vms));
         // The first /init (in the initramfs) loads every module the root
         // disk and the network need (virtio-mmio, block, net, ext4).
@@ -848,6 +889,17 @@ fn lvz_boot_la64_on(
 /// by PV hypercall: PV IPIs sent, no IOCSR IPIs beyond its secondaries'
 /// start.
 fn judge_lvz_la64(boot: &Boot, vms: &[(&'static str, &'static str)]) -> Vec<String> {
+    judge_lvz_la64_iocsr(boot, vms, &[])
+}
+
+/// [`judge_lvz_la64`], but the VMs named in `iocsr` run with `pv_ipi =
+/// false`: their counters must show no PV IPI and IOCSR IPIs beyond their
+/// secondaries' start.
+fn judge_lvz_la64_iocsr(
+    boot: &Boot,
+    vms: &[(&'static str, &'static str)],
+    iocsr: &[&str],
+) -> Vec<String> {
     let mut problems = Vec::new();
     for &(vm, pass) in vms {
         // (`KestrelCase` names static VMs; these few bytes live on.)
@@ -873,7 +925,11 @@ fn judge_lvz_la64(boot: &Boot, vms: &[(&'static str, &'static str)]) -> Vec<Stri
             .and_then(|r| r.split(' ').next())
             .and_then(|n| n.parse().ok())
             .unwrap_or(1);
-        problems.extend(judge_pv_ipis(boot, vm, cpus.saturating_sub(1)));
+        if iocsr.contains(&vm) {
+            problems.extend(judge_iocsr_ipis(boot, vm, cpus.saturating_sub(1)));
+        } else {
+            problems.extend(judge_pv_ipis(boot, vm, cpus.saturating_sub(1)));
+        }
     }
     if !boot.has("backend:  LVZ") || !boot.has("LoongArch VMs: LVZ guest mode") {
         problems.push("kestrel did not run the VMs on its LVZ backend".into());
@@ -884,22 +940,13 @@ fn judge_lvz_la64(boot: &Boot, vms: &[(&'static str, &'static str)]) -> Vec<Stri
     problems
 }
 
-/// `vm`'s end-of-VM counters: PV IPIs sent, at most `boot_ipis` IOCSR IPIs
-/// (Linux starts each secondary with one: its mailbox boot action stays on
-/// the IOCSR path even with PV IPIs).
-fn judge_pv_ipis(boot: &Boot, vm: &str, boot_ipis: u64) -> Vec<String> {
-    let mut problems = Vec::new();
-    // kestrel's end-of-VM statistics: the "stats:" line and the group
-    // lines after it (a counter left out is 0).
+/// `vm`'s end-of-VM IPI counters: (PV IPIs sent, IOCSR IPI_SENDs emulated).
+fn ipi_counters(boot: &Boot, vm: &str) -> Option<(u64, u64)> {
     let tag = format!("VM \"{vm}\"");
-    let Some(at) = boot
+    let at = boot
         .lines
         .iter()
-        .position(|l| l.text.contains(&tag) && l.text.contains("stats: "))
-    else {
-        problems.push(format!("no end-of-VM statistics for {vm} in kestrel's log"));
-        return problems;
-    };
+        .position(|l| l.text.contains(&tag) && l.text.contains("stats: "))?;
     let block = &boot.lines[at..(at + 7).min(boot.lines.len())];
     let counter = |name: &str| {
         block
@@ -908,7 +955,34 @@ fn judge_pv_ipis(boot: &Boot, vm: &str, boot_ipis: u64) -> Vec<String> {
             .find_map(|w| w.strip_prefix(name)?.strip_prefix('=')?.parse::<u64>().ok())
             .unwrap_or(0)
     };
-    let (pv, iocsr) = (counter("ipi_sent"), counter("ipi_emulated"));
+    Some((counter("ipi_sent"), counter("ipi_emulated")))
+}
+
+/// A VM with `pv_ipi = false`: its Linux found no PV IPI feature, so it
+/// sent no PV IPI and its IPIs went through IOCSR IPI_SEND (more than the
+/// `boot_ipis` that start its secondaries).
+fn judge_iocsr_ipis(boot: &Boot, vm: &str, boot_ipis: u64) -> Vec<String> {
+    match ipi_counters(boot, vm) {
+        None => vec![format!("no end-of-VM statistics for {vm} in kestrel's log")],
+        Some((pv, _)) if pv > 0 => vec![format!(
+            "{vm} has pv_ipi = false but sent {pv} PV IPIs (ipi_sent)"
+        )],
+        Some((_, iocsr)) if iocsr <= boot_ipis => vec![format!(
+            "{vm} sent only {iocsr} IOCSR IPIs with the PV IPI hidden (more than {boot_ipis} expected)"
+        )],
+        Some(_) => Vec::new(),
+    }
+}
+
+/// `vm`'s end-of-VM counters: PV IPIs sent, at most `boot_ipis` IOCSR IPIs
+/// (Linux starts each secondary with one: its mailbox boot action stays on
+/// the IOCSR path even with PV IPIs).
+fn judge_pv_ipis(boot: &Boot, vm: &str, boot_ipis: u64) -> Vec<String> {
+    let mut problems = Vec::new();
+    let Some((pv, iocsr)) = ipi_counters(boot, vm) else {
+        problems.push(format!("no end-of-VM statistics for {vm} in kestrel's log"));
+        return problems;
+    };
     if pv == 0 {
         problems.push(format!("{vm} sent no PV IPI (ipi_sent=0)"));
     }

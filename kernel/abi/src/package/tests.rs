@@ -38,6 +38,7 @@ fn vm<'a>(name: &'a str, k: &'a [u8]) -> VmInput<'a> {
         devices: &[],
         passthrough: &[],
         identity: false,
+        pv_ipi_hidden: false,
     }
 }
 
@@ -773,6 +774,29 @@ fn sliced_crc_matches_the_bytewise_definition() {
     }
     let (a, b) = data.split_at(333);
     assert_eq!(crc32_update(crc32(a), b), crc32(&data));
+}
+
+#[test]
+fn the_pv_ipi_flag_round_trips() {
+    let k = kernel(4096, 6);
+    let mut w = Writer::new(HypervisorSettings::default());
+    w.vms.push(VmInput {
+        pv_ipi_hidden: true,
+        ..vm("hidden", &k)
+    });
+    w.vms.push(vm("offered", &k));
+    let b = w.finish();
+    let pkg = Package::parse(&b).unwrap();
+    assert!(pkg.vm(0).unwrap().pv_ipi_hidden);
+    assert!(!pkg.vm(1).unwrap().pv_ipi_hidden);
+    let rec = HEADER_SIZE;
+    let flags = u32::from_le_bytes(
+        b[rec + offsets::FLAGS..rec + offsets::FLAGS + 4]
+            .try_into()
+            .unwrap(),
+    );
+    assert_eq!(flags, FLAG_PV_IPI_HIDDEN);
+    assert_eq!(FLAGS_KNOWN & FLAG_PV_IPI_HIDDEN, FLAG_PV_IPI_HIDDEN);
 }
 
 #[test]

@@ -96,6 +96,7 @@ fn running_vm() -> (Hypervisor<Fake>, Arc<Vm<Fake>>) {
             pinned: true,
             started: 2,
             on_reboot: crate::vmconfig::OnReboot::Restart,
+            pv_ipi: true,
         })
         .unwrap();
     for cpu in 0..2 {

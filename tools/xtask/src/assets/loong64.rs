@@ -318,9 +318,14 @@ pub fn ensure(refresh: bool) -> Result<Loong64Assets, String> {
     let initramfs = out.join("initramfs.cpio.gz");
     let tree = out.join("initramfs.d");
     let mdeb = gcache.join("debs").join(&guest["modules_deb"]);
+    let seedbench = super::seedbench::build_la64()?;
+    check_static_loongarch_elf(&seedbench)?;
     build_initramfs(
         &busybox,
-        |staging| extract_modules_la64(&mdeb, &release, staging),
+        |staging| {
+            extract_modules_la64(&mdeb, &release, staging)?;
+            super::seedbench::install(&seedbench, staging)
+        },
         &tree,
         &initramfs,
     )?;

@@ -387,6 +387,31 @@ fn console_kind_and_cmdline_checks() {
 }
 
 #[test]
+fn pv_ipi_is_offered_unless_switched_off() {
+    let cfg = check(GOOD).unwrap();
+    assert!(cfg.vms.iter().all(|v| v.pv_ipi), "default: offered");
+    let bytes = pack(&cfg);
+    let p = Package::parse(&bytes).unwrap();
+    assert!(!p.vm(0).unwrap().pv_ipi_hidden);
+    let text = bad(
+        "cmdline = \"console=ttyAMA0 earlycon\"",
+        "cmdline = \"console=ttyAMA0 earlycon\"\npv_ipi = false",
+    );
+    let cfg = check(&text).unwrap();
+    assert!(!cfg.vms[0].pv_ipi);
+    assert!(cfg.vms[1].pv_ipi);
+    let bytes = pack(&cfg);
+    let p = Package::parse(&bytes).unwrap();
+    assert!(p.vm(0).unwrap().pv_ipi_hidden);
+    assert!(!p.vm(1).unwrap().pv_ipi_hidden);
+    let text = bad("cmdline = \"console=ttyAMA0 earlycon\"", "pv_ipi = true");
+    assert!(check(&text).unwrap().vms[0].pv_ipi);
+    // Not a boolean: refused, naming the key.
+    let text = bad("cmdline = \"console=ttyAMA0 earlycon\"", "pv_ipi = \"no\"");
+    assert!(check(&text).is_err());
+}
+
+#[test]
 fn on_reboot_is_restart_or_stop() {
     let cfg = check(GOOD).unwrap();
     assert!(cfg.vms.iter().all(|v| !v.reboot_stop), "default: restart");

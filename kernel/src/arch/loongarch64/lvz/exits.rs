@@ -234,9 +234,10 @@ fn mmio(env: &ExitCtx<'_, B>, ctx: &mut VcpuState, gpa: u64, w: u32) -> RunExit 
 
 /// `cpucfg` word `index` as the guest sees it: the CPU's, with LVZ, LBT
 /// and the PMU hidden (kestrel switches neither LBT nor PMU state), KVM's
-/// signature and feature bits in its range, 0 elsewhere.
-pub fn cpucfg(index: u32) -> u32 {
-    if let Some(v) = crate::hypercall::cpucfg(index) {
+/// signature and feature bits in its range (the PV IPI bit only when
+/// `pv_ipi`, the VM's config), 0 elsewhere.
+pub fn cpucfg(index: u32, pv_ipi: bool) -> u32 {
+    if let Some(v) = crate::hypercall::cpucfg(index, pv_ipi) {
         return if index == la::CPUCFG_KVM_FEATURE {
             v | la::KVM_FEATURE_STEAL_TIME
         } else {
@@ -295,7 +296,7 @@ fn gspr(env: &mut ExitCtx<'_, B>, ctx: &mut VcpuState, w: u32) -> RunExit {
     match i {
         Insn::Cpucfg { rd, rj } => {
             count(env, ExitReason::Sysreg);
-            let v = cpucfg(ctx.frame.reg(rj) as u32);
+            let v = cpucfg(ctx.frame.reg(rj) as u32, env.vm.pv_ipi);
             ctx.frame.set_reg(rd, u64::from(v));
         }
         Insn::CsrRd { .. } | Insn::CsrWr { .. } | Insn::CsrXchg { .. } => {
