@@ -40,6 +40,9 @@ pub enum BackendChoice {
 pub struct BootOptions<'a> {
     pub on_exit: OnExit,
     pub tick_hz: u32,
+    /// `kestrel.tick_hz=` was given (it overrides the package's
+    /// `[hypervisor] tick_hz`).
+    pub tick_hz_given: bool,
     pub backend: BackendChoice,
     /// How guest output reaches the terminal, if the command line says
     /// (it overrides the package's `[hypervisor] console`).
@@ -55,6 +58,7 @@ impl Default for BootOptions<'_> {
         BootOptions {
             on_exit: OnExit::Stay,
             tick_hz: 100,
+            tick_hz_given: false,
             backend: BackendChoice::Auto,
             console: None,
             scrollback: None,
@@ -127,6 +131,7 @@ impl<'a> BootOptions<'a> {
                 "tick_hz" => match value.parse::<u32>() {
                     Ok(hz @ 1..=10_000) => {
                         opts.tick_hz = hz;
+                        opts.tick_hz_given = true;
                         true
                     }
                     _ => false,

@@ -103,6 +103,15 @@ fn wait_until(p: &dyn Platform, timeout_ms: u64, mut done: impl FnMut() -> bool)
     }
 }
 
+/// The tick frequency: `kestrel.tick_hz=` if the command line gives it,
+/// else the package's `[hypervisor] tick_hz`, else 100 Hz.
+fn tick_hz(opts: &BootOptions<'_>) -> u32 {
+    if opts.tick_hz_given {
+        return opts.tick_hz;
+    }
+    crate::vmconfig::tick_hz(crate::vmconfig::package()).unwrap_or(opts.tick_hz)
+}
+
 /// The boot CPU's path, entered by the arch with a console, MMU, heap and
 /// exception vectors already set up.
 pub fn primary_main(board: BoardInfo, platform: &'static dyn Platform) -> ! {
@@ -132,7 +141,7 @@ pub fn primary_main(board: BoardInfo, platform: &'static dyn Platform) -> ! {
 
     let me = platform.cpu_index();
     CPUS[me].online.store(true, Ordering::Release);
-    platform.start_tick(opts.tick_hz);
+    platform.start_tick(tick_hz(&opts));
 
     for (index, desc) in board.cpus.iter().enumerate() {
         if index == me {
@@ -168,7 +177,7 @@ pub fn primary_main(board: BoardInfo, platform: &'static dyn Platform) -> ! {
     }
     let report = BootReport {
         cpus_online,
-        tick_hz: opts.tick_hz,
+        tick_hz: tick_hz(&opts),
         cpus_ticking: ticking(),
     };
     let mut text = alloc::string::String::new();
@@ -261,7 +270,7 @@ pub fn secondary_main(index: usize) -> ! {
         .get()
         .map(|b| BootOptions::parse(b.cmdline.as_str()))
         .unwrap_or_default();
-    platform.start_tick(opts.tick_hz);
+    platform.start_tick(tick_hz(&opts));
     if let Some(c) = CPUS.get(index) {
         c.online.store(true, Ordering::Release);
     }

@@ -527,6 +527,13 @@ pub fn report<'a>(package: &'a [u8], host: HostLimits) -> Vec<VmSpec<'a>> {
     }
 }
 
+/// The tick the package asks for (`[hypervisor] tick_hz`), if it names
+/// one kestrel can run (1..=10000 Hz).
+pub fn tick_hz(package: &[u8]) -> Option<u32> {
+    let p = kestrel_abi::package::Package::parse(package).ok()?;
+    Some(p.settings().tick_hz).filter(|hz| (1..=10_000).contains(hz))
+}
+
 /// The console mode and scrollback size the package asks for (kestrel's
 /// defaults where it says nothing, or when it cannot be read).
 pub fn console_settings(package: &[u8]) -> (crate::console::Mode, usize) {

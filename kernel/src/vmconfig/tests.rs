@@ -445,3 +445,20 @@ fn identity_spec_moves_its_images_with_its_ram_and_loongarch_refuses_it() {
     let e = plan(&pkg, la).unwrap()[0].unwrap_err();
     assert!(e.to_string().contains("arm64-only"), "{e}");
 }
+
+#[test]
+fn the_package_names_the_tick_when_it_sets_one() {
+    let k = vec![1u8; 4096];
+    let with = |hz: u32| {
+        let mut w = Writer::new(HypervisorSettings {
+            tick_hz: hz,
+            ..HypervisorSettings::default()
+        });
+        w.vms.push(input("a", &k));
+        w.finish()
+    };
+    assert_eq!(super::tick_hz(&with(250)), Some(250));
+    assert_eq!(super::tick_hz(&with(0)), None, "0: kestrel's default");
+    assert_eq!(super::tick_hz(&[]), None, "no package");
+    assert_eq!(super::tick_hz(b"garbage"), None);
+}
