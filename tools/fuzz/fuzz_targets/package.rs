@@ -26,6 +26,8 @@ struct Vm {
     load_offset: u64,
     entry_offset: u64,
     footprint: u32,
+    /// Bit 0: virtio console, 1: stop on reboot, 2: PV IPI hidden.
+    flags: u8,
 }
 
 fn name(len: u8, seed: u64) -> String {
@@ -105,12 +107,12 @@ fn round_trip(u: &mut Unstructured) -> arbitrary::Result<()> {
             load_offset: v.load_offset % (64 << 20),
             entry_offset: v.entry_offset % (u64::from(v.kernel_len) + 2),
             kernel_footprint: u64::from(v.footprint % (8 << 20)),
-            virtio_console: false,
-            reboot_stop: false,
+            virtio_console: v.flags & 1 != 0,
+            reboot_stop: v.flags & 2 != 0,
             devices: &[],
             passthrough: &[],
             identity: false,
-            pv_ipi_hidden: false,
+            pv_ipi_hidden: v.flags & 4 != 0,
         })
         .collect();
     let mut w = Writer::new(settings);
