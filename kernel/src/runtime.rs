@@ -40,12 +40,14 @@ static BOARD: Once<BoardInfo> = Once::new();
 static PLATFORM: Once<&'static dyn Platform> = Once::new();
 
 /// How long a secondary CPU gets to come online. A real core answers in
-/// microseconds; an emulated one on a busy host may not be scheduled for a
-/// second (seen here: 1 s was not enough for a 4-CPU QEMU beside other
-/// emulators on 2 host cores), and only a dead core ever costs the wait.
-const CPU_START_TIMEOUT_MS: u64 = 5000;
-/// How long the boot CPU waits for every online CPU's tick.
-const TICK_TIMEOUT_MS: u64 = 5000;
+/// microseconds; an emulated one on a busy host may not be scheduled for
+/// seconds (seen here: 1 s was not enough for a 4-CPU QEMU beside other
+/// emulators on 2 host cores, and 5 s not for the LVZ emulator at a load
+/// average of about 12), and only a dead core ever costs the wait.
+const CPU_START_TIMEOUT_MS: u64 = 30_000;
+/// How long the boot CPU waits for every online CPU's tick (as long, for
+/// the same reason).
+const TICK_TIMEOUT_MS: u64 = 30_000;
 /// Ticks each CPU must take before the tick counts as working.
 const TICKS_REQUIRED: u64 = 3;
 
