@@ -530,17 +530,24 @@ fn power_on_of_a_running_vcpu_is_refused() {
     assert_eq!(hv.power_on(&vm, 5, 0), Err(SchedError::NoSuchVcpu));
 }
 
-#[test]
-fn deadline_bound_is_never_above_a_set_deadline() {
-    let hv = hv(2);
+/// The two VMs the deadline tests watch: "a" with two vCPUs (the first
+/// waiting for an IPI), "b" with one waiting vCPU, on 2 pCPUs.
+fn deadline_vms(hv: &Hypervisor<Fake>) -> (Arc<Vm<Fake>>, Arc<Vm<Fake>>) {
     let a = add(
-        &hv,
+        hv,
         "a",
         vec![vec![Op::WaitIpi], vec![]],
         CpuMask::first(2),
         false,
     );
-    let b = add(&hv, "b", vec![vec![Op::WaitIpi]], CpuMask::first(2), false);
+    let b = add(hv, "b", vec![vec![Op::WaitIpi]], CpuMask::first(2), false);
+    (a, b)
+}
+
+#[test]
+fn deadline_bound_is_never_above_a_set_deadline() {
+    let hv = hv(2);
+    let (a, b) = deadline_vms(&hv);
     hv.publish();
     assert_eq!(hv.deadline_bound(0), u64::MAX, "nothing set");
     a.vcpus[1].deadlines.set(1, 500);
@@ -587,14 +594,7 @@ fn deadline_bound_is_never_above_a_set_deadline() {
 #[test]
 fn passed_deadlines_wake_blocked_vcpus_once() {
     let hv = hv(2);
-    let a = add(
-        &hv,
-        "a",
-        vec![vec![Op::WaitIpi], vec![]],
-        CpuMask::first(2),
-        false,
-    );
-    let b = add(&hv, "b", vec![vec![Op::WaitIpi]], CpuMask::first(2), false);
+    let (a, b) = deadline_vms(&hv);
     assert!(hv.created().is_empty(), "nothing before publish");
     hv.check_timers(0, u64::MAX);
     hv.publish();
