@@ -22,7 +22,9 @@ pub const VECTOR: u64 = 28;
 /// What the check sends; the VM's log must show it.
 pub const MESSAGE: &[u8] = b"virtio-console: hello from the LoongArch test guest\n";
 
-mod reg {
+/// virtio-mmio registers (version 2); the attacker's virtio phase uses
+/// them too.
+pub(crate) mod reg {
     pub const MAGIC: usize = 0x000;
     pub const VERSION: usize = 0x004;
     pub const DEVICE_ID: usize = 0x008;
@@ -39,14 +41,17 @@ mod reg {
     pub const INTERRUPT_ACK: usize = 0x064;
     pub const STATUS: usize = 0x070;
     pub const QUEUE_DESC: usize = 0x080;
+    pub const QUEUE_DESC_HIGH: usize = 0x084;
     pub const QUEUE_DRIVER: usize = 0x090;
+    pub const QUEUE_DRIVER_HIGH: usize = 0x094;
     pub const QUEUE_DEVICE: usize = 0x0a0;
+    pub const QUEUE_DEVICE_HIGH: usize = 0x0a4;
 }
 
-const ACK: u32 = 1;
-const DRIVER: u32 = 2;
-const DRIVER_OK: u32 = 4;
-const FEATURES_OK: u32 = 8;
+pub(crate) const ACK: u32 = 1;
+pub(crate) const DRIVER: u32 = 2;
+pub(crate) const DRIVER_OK: u32 = 4;
+pub(crate) const FEATURES_OK: u32 = 8;
 const TX: u32 = 1;
 const QSIZE: u32 = 8;
 

@@ -41,33 +41,10 @@ const ID_NET: u32 = 1;
 const ID_BLOCK: u32 = 2;
 const ID_CONSOLE: u32 = 3;
 
-/// virtio-mmio registers (version 2).
-mod reg {
-    pub const MAGIC: usize = 0x000;
-    pub const VERSION: usize = 0x004;
-    pub const DEVICE_ID: usize = 0x008;
-    pub const DRIVER_FEATURES: usize = 0x020;
-    pub const DRIVER_FEATURES_SEL: usize = 0x024;
-    pub const QUEUE_SEL: usize = 0x030;
-    pub const QUEUE_NUM_MAX: usize = 0x034;
-    pub const QUEUE_NUM: usize = 0x038;
-    pub const QUEUE_READY: usize = 0x044;
-    pub const QUEUE_NOTIFY: usize = 0x050;
-    pub const INTERRUPT_STATUS: usize = 0x060;
-    pub const STATUS: usize = 0x070;
-    pub const QUEUE_DESC_LOW: usize = 0x080;
-    pub const QUEUE_DESC_HIGH: usize = 0x084;
-    pub const QUEUE_DRIVER_LOW: usize = 0x090;
-    pub const QUEUE_DRIVER_HIGH: usize = 0x094;
-    pub const QUEUE_DEVICE_LOW: usize = 0x0a0;
-    pub const QUEUE_DEVICE_HIGH: usize = 0x0a4;
-}
+use crate::virtio::reg;
 const REGION: usize = 0x200;
 
-const ACK: u32 = 1;
-const DRIVER: u32 = 2;
-const DRIVER_OK: u32 = 4;
-const FEATURES_OK: u32 = 8;
+use crate::virtio::{ACK, DRIVER, DRIVER_OK, FEATURES_OK};
 const NEEDS_RESET: u32 = 64;
 const INT_CONFIG: u32 = 2;
 const VERSION_1: u64 = 1 << 32;
@@ -213,11 +190,11 @@ impl Drv {
     fn queue(&self, q: u32, num: u32, desc: u64, avail: u64, used: u64) -> u32 {
         self.wr(reg::QUEUE_SEL, q);
         self.wr(reg::QUEUE_NUM, num);
-        self.wr(reg::QUEUE_DESC_LOW, desc as u32);
+        self.wr(reg::QUEUE_DESC, desc as u32);
         self.wr(reg::QUEUE_DESC_HIGH, (desc >> 32) as u32);
-        self.wr(reg::QUEUE_DRIVER_LOW, avail as u32);
+        self.wr(reg::QUEUE_DRIVER, avail as u32);
         self.wr(reg::QUEUE_DRIVER_HIGH, (avail >> 32) as u32);
-        self.wr(reg::QUEUE_DEVICE_LOW, used as u32);
+        self.wr(reg::QUEUE_DEVICE, used as u32);
         self.wr(reg::QUEUE_DEVICE_HIGH, (used >> 32) as u32);
         self.wr(reg::QUEUE_READY, 1);
         self.rd(reg::QUEUE_READY)
