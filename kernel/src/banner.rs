@@ -72,6 +72,7 @@ mod tests {
             backend: Backend::El2,
             cmdline: bounded(""),
             warnings: heapless::Vec::new(),
+            module: None,
         };
         b.memory
             .push(MemRegion {

@@ -168,6 +168,11 @@ pub struct BoardInfo {
     /// What was unusual in the device tree and the fallback taken (printed
     /// at boot once the console logs).
     pub warnings: Vec<&'static str, MAX_WARNINGS>,
+    /// The boot module the loader placed in RAM (the "initrd": device tree
+    /// `/chosen/linux,initrd-start|end`, or the LoongArch EFI initrd
+    /// table): a VM package that replaces the embedded one
+    /// ([`check_module`], `docs/config.md`). Unchecked as parsed.
+    pub module: Option<MemRegion>,
 }
 
 impl BoardInfo {
@@ -185,6 +190,39 @@ impl BoardInfo {
     }
 }
 
+/// Checks the boot module `module` the loader says it placed, before
+/// kestrel reads it as a VM package and keeps its frames from guests: it
+/// must be non-empty, start on a 4 KiB boundary (so reserving it cannot
+/// take part of a page that also holds something else), lie whole inside
+/// one RAM region of `memory`, and not overlap `image` (kestrel's own
+/// image, with its heap and stacks). The loader's word is firmware input:
+/// a module that fails is reported and ignored.
+pub fn check_module(
+    module: MemRegion,
+    memory: &[MemRegion],
+    image: (u64, u64),
+) -> Result<MemRegion, &'static str> {
+    if module.size == 0 {
+        return Err("it is empty");
+    }
+    let Some(end) = module.base.checked_add(module.size) else {
+        return Err("it wraps past the top of the address space");
+    };
+    if !module.base.is_multiple_of(4096) {
+        return Err("it does not start on a 4 KiB boundary");
+    }
+    if !memory
+        .iter()
+        .any(|r| r.base <= module.base && end <= r.end())
+    {
+        return Err("it is not inside one RAM region");
+    }
+    if module.base < image.1 && image.0 < end {
+        return Err("it overlaps kestrel's image");
+    }
+    Ok(module)
+}
+
 /// Copies `s` into a bounded string, cutting it at a character boundary.
 pub fn bounded<const N: usize>(s: &str) -> String<N> {
     let mut out = String::new();
@@ -199,6 +237,38 @@ pub fn bounded<const N: usize>(s: &str) -> String<N> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_module_must_be_whole_in_ram_aligned_and_clear_of_the_image() {
+        let ram = [
+            MemRegion {
+                base: 0,
+                size: 0x1000_0000,
+            },
+            MemRegion {
+                base: 0x8000_0000,
+                size: 0x1000_0000,
+            },
+        ];
+        let image = (0x20_0000, 0x160_0000);
+        let m = |base, size| MemRegion { base, size };
+        let ok = m(0x600_0000, 0x10_0001);
+        assert_eq!(check_module(ok, &ram, image), Ok(ok), "any length");
+        let top = m(0x8000_0000, 0x1000_0000);
+        assert_eq!(check_module(top, &ram, image), Ok(top), "a whole region");
+        for (bad, why) in [
+            (m(0x600_0000, 0), "empty"),
+            (m(0x600_0800, 0x1000), "unaligned"),
+            (m(0xfff_f000, 0x2000), "runs past the end of RAM"),
+            (m(0xfff_f000, 0x8000_2000), "spans the hole between regions"),
+            (m(0x4000_0000, 0x1000), "in the hole"),
+            (m(0x100_0000, 0x100_0000), "overlaps the image's end"),
+            (m(0x10_0000, 0x20_0000), "overlaps the image's start"),
+            (m(0xffff_ffff_ffff_f000, 0x2000), "wraps"),
+        ] {
+            assert!(check_module(bad, &ram, image).is_err(), "{why}");
+        }
+    }
 
     #[test]
     fn bounded_cuts_long_strings_at_char_boundary() {

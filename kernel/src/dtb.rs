@@ -175,6 +175,7 @@ pub fn parse(blob: &[u8], arch: Arch) -> Result<BoardInfo, DtbError> {
         .unwrap_or(0);
 
     let cmdline = chosen.and_then(|c| c.prop_str("bootargs")).unwrap_or("");
+    let module = chosen.and_then(|c| initrd(c, &mut warn));
 
     Ok(BoardInfo {
         arch,
@@ -192,7 +193,31 @@ pub fn parse(blob: &[u8], arch: Arch) -> Result<BoardInfo, DtbError> {
         },
         cmdline: bounded(cmdline),
         warnings,
+        module,
     })
+}
+
+/// The boot module (`linux,initrd-start` and `linux,initrd-end`, one or two
+/// cells each, end exclusive, as Linux reads them) in `/chosen`.
+fn initrd(chosen: Node, warn: &mut impl FnMut(&'static str)) -> Option<MemRegion> {
+    let start = chosen.prop("linux,initrd-start");
+    let end = chosen.prop("linux,initrd-end");
+    if start.is_none() && end.is_none() {
+        return None;
+    }
+    match (
+        chosen.prop_u64("linux,initrd-start"),
+        chosen.prop_u64("linux,initrd-end"),
+    ) {
+        (Some(base), Some(end)) if end > base => Some(MemRegion {
+            base,
+            size: end - base,
+        }),
+        _ => {
+            warn("device tree: /chosen linux,initrd-start/-end are not a range of one or two cells each: no boot module");
+            None
+        }
+    }
 }
 
 fn gic(fdt: &Tree) -> Result<IrqChip, DtbError> {
@@ -472,6 +497,61 @@ mod tests {
         assert_eq!(b.memory_bytes(), 0x1000_0000);
         assert_eq!(b.cmdline.as_str(), "kestrel.tick_hz=50");
         assert_eq!(b.uart.map(|u| u.base), Some(0x900_0000), "stdout-path wins");
+    }
+
+    /// The boot module in `/chosen`: one- or two-cell start and end (as
+    /// QEMU and U-Boot write them); a half-given or inverted pair is
+    /// warned about and ignored; no properties, no module.
+    #[test]
+    fn initrd_range_in_chosen_is_the_boot_module() {
+        let tree = |start: Option<&[u8]>, end: Option<&[u8]>| {
+            let (start, end) = (start.map(<[u8]>::to_vec), end.map(<[u8]>::to_vec));
+            board_dtb(
+                move |w| {
+                    cells22(w);
+                    w.prop_str("model", "acme,board");
+                    w.begin_node("chosen");
+                    if let Some(v) = &start {
+                        w.prop("linux,initrd-start", v);
+                    }
+                    if let Some(v) = &end {
+                        w.prop("linux,initrd-end", v);
+                    }
+                    w.end_node();
+                },
+                false,
+                &reg22(&[(0x4000_0000, 0x1000_0000)]),
+            )
+        };
+        let one = |v: u32| v.to_be_bytes().to_vec();
+        let two = |v: u64| v.to_be_bytes().to_vec();
+        let want = Some(MemRegion {
+            base: 0x4800_0000,
+            size: 0x12_3456,
+        });
+        for (s, e) in [
+            (one(0x4800_0000), one(0x4812_3456)),
+            (two(0x4800_0000), two(0x4812_3456)),
+            (one(0x4800_0000), two(0x4812_3456)),
+        ] {
+            let b = parse(&tree(Some(&s), Some(&e)), Arch::Aarch64).unwrap();
+            assert_eq!(b.module, want);
+            assert!(b.warnings.is_empty(), "{:?}", b.warnings);
+        }
+        let b = parse(&tree(None, None), Arch::Aarch64).unwrap();
+        assert_eq!(b.module, None);
+        assert!(b.warnings.is_empty(), "{:?}", b.warnings);
+        for (s, e) in [
+            (Some(one(0x4800_0000)), None),
+            (None, Some(one(0x4800_0000))),
+            (Some(one(0x4800_0000)), Some(one(0x4800_0000))),
+            (Some(one(0x4900_0000)), Some(one(0x4800_0000))),
+            (Some(vec![1, 2, 3]), Some(one(0x4800_0000))),
+        ] {
+            let b = parse(&tree(s.as_deref(), e.as_deref()), Arch::Aarch64).unwrap();
+            assert_eq!(b.module, None, "{s:?} {e:?}");
+            assert_eq!(b.warnings.len(), 1, "{:?}", b.warnings);
+        }
     }
 
     /// Issue 13 C9: an empty or unterminated root `compatible` without a

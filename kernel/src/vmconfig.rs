@@ -61,6 +61,7 @@ pub struct VirtioSlot {
 }
 
 static PACKAGE: spin::Once<&'static [u8]> = spin::Once::new();
+static MODULE: spin::Once<&'static [u8]> = spin::Once::new();
 
 /// Records the package embedded in the firmware (the boot crate calls this
 /// once, early). Later calls are ignored.
@@ -68,9 +69,54 @@ pub fn set_package(bytes: &'static [u8]) {
     PACKAGE.call_once(|| bytes);
 }
 
-/// The embedded package; empty before [`set_package`] (no VMs).
+/// Offers the boot module (the loader's initrd, already checked against
+/// the board's RAM and kept from guests by the caller) as the VM package.
+/// A module that is a valid package replaces the embedded one from here
+/// on, and the number of its VMs is returned; anything else is refused
+/// with the reason and the embedded package stays. Only the first offer
+/// counts.
+pub fn set_module(bytes: &'static [u8]) -> Result<usize, alloc::string::String> {
+    let vms = Package::parse(bytes)
+        .map_err(|e| alloc::format!("not a kestrel VM package: {e}"))?
+        .vm_count();
+    let mut taken = false;
+    MODULE.call_once(|| {
+        taken = true;
+        bytes
+    });
+    if !taken {
+        return Err("a boot module was already taken".into());
+    }
+    Ok(vms)
+}
+
+/// Logs what became of the boot module at `m` that [`set_module`] was
+/// offered.
+pub fn log_module(m: crate::board::MemRegion, taken: Result<usize, alloc::string::String>) {
+    match taken {
+        Ok(vms) => log::info!(
+            "boot module at [{:#x}-{:#x}) ({} KiB): a VM package of {vms} VM(s), used instead of the embedded one",
+            m.base,
+            m.end(),
+            m.size >> 10
+        ),
+        Err(why) => log_module_refused(m, &why),
+    }
+}
+
+/// Logs that the boot module at `m` was refused, and why.
+pub fn log_module_refused(m: crate::board::MemRegion, why: &str) {
+    log::error!(
+        "boot module at [{:#x}-{:#x}): {why}; ignored (the embedded package's VMs run)",
+        m.base,
+        m.end()
+    );
+}
+
+/// The VM package: the boot module's when one was taken ([`set_module`]),
+/// else the embedded one; empty before either (no VMs).
 pub fn package() -> &'static [u8] {
-    PACKAGE.get().copied().unwrap_or(&[])
+    MODULE.get().or(PACKAGE.get()).copied().unwrap_or(&[])
 }
 
 /// Host RAM kept back from guests for the hypervisor (image, heap, page

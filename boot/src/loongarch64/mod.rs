@@ -86,6 +86,11 @@ extern "C" fn primary_entry(a0: u64, a1: u64, a2: u64) -> ! {
         Some(h) => board_from_uefi(h),
         None => board_from_fdt(a2),
     };
+    // QEMU's direct boot names an `-initrd` in its EFI table, not in
+    // /chosen (which other loaders use).
+    if uefi.is_none() && board.module.is_none() {
+        board.module = bootinfo::initrd_from_efi(a2);
+    }
 
     // Command line: the a1 string (QEMU does not fill /chosen/bootargs on
     // LoongArch); /chosen/bootargs if a1 gave nothing.
@@ -135,6 +140,24 @@ extern "C" fn primary_entry(a0: u64, a1: u64, a2: u64) -> ! {
             "kestrel's image [{:#x}-{:#x}) is not inside any RAM region the firmware lists",
             image.0, image.1
         ));
+    }
+
+    if let Some(m) = board.module {
+        match kernel::board::check_module(m, &board.memory, image) {
+            Ok(m) => {
+                platform::set_boot_module(m);
+                // SAFETY: check_module put [base, end) inside a RAM region
+                // of the board, above kestrel's image; the cached window
+                // maps all of it. `set_boot_module` keeps it from guests
+                // (platform::reserved), and kestrel never writes it, so the
+                // bytes stay as the loader left them.
+                let bytes = unsafe {
+                    core::slice::from_raw_parts(dmw::cached(m.base) as *const u8, m.size as usize)
+                };
+                kernel::vmconfig::log_module(m, kernel::vmconfig::set_module(bytes));
+            }
+            Err(why) => kernel::vmconfig::log_module_refused(m, why),
+        }
     }
 
     // This CPU's logical index (CPUs are numbered by hardware id).

@@ -114,6 +114,7 @@ impl Arm64Acpi {
             backend: Backend::El2,
             cmdline: bounded(cmdline),
             warnings: self.warnings.clone(),
+            module: None,
         }
     }
 }

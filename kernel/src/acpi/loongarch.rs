@@ -425,6 +425,7 @@ pub fn loongarch_board(info: &AcpiInfo, memory: &[MemRegion]) -> BoardInfo {
         backend: Backend::LoongArchTrapEmulate,
         cmdline: heapless::String::new(),
         warnings,
+        module: None,
     }
 }
 

@@ -82,6 +82,7 @@ fn board(mem_mb: u64) -> BoardInfo {
         backend: BoardBackend::El2,
         cmdline: crate::board::bounded(""),
         warnings: heapless::Vec::new(),
+        module: None,
     }
 }
 

@@ -296,6 +296,17 @@ pub fn primary_run(board: BoardInfo, args: &BootArgs) -> ! {
             die(format_args!("{e}"));
         }
     }
+    // The boot module (the loader's initrd): a VM package kept from guests.
+    let module = board.module.map(|m| {
+        crate::board::check_module(
+            m,
+            &board.memory,
+            (args.image_start as u64, args.image_end as u64),
+        )
+    });
+    if let Some(Ok(m)) = module {
+        reserved.add(m.base, m.end());
+    }
     let from_dtb = reserved.clone();
     if let Some(efi) = args.efi {
         for &(s, e) in efi.firmware.as_slice() {
@@ -341,6 +352,20 @@ pub fn primary_run(board: BoardInfo, args: &BootArgs) -> ! {
     }
     let (used, free) = (args.heap_usage)();
     log::info!("heap: {} KiB used, {} KiB free", used >> 10, free >> 10);
+    match (board.module, module) {
+        (Some(m), Some(Ok(_))) => {
+            // SAFETY: check_module put [base, end) inside a RAM region of
+            // the board, which the identity map covers as Normal memory;
+            // the range was added to `reserved` above, so no guest frame
+            // and nothing kestrel allocates overlaps it, and kestrel never
+            // writes it: the bytes stay as the loader left them.
+            let bytes =
+                unsafe { core::slice::from_raw_parts(m.base as *const u8, m.size as usize) };
+            crate::vmconfig::log_module(m, crate::vmconfig::set_module(bytes));
+        }
+        (Some(m), Some(Err(why))) => crate::vmconfig::log_module_refused(m, why),
+        _ => {}
+    }
     if board.psci.is_none() {
         log::warn!(
             "no PSCI (device tree /psci, ACPI FADT): secondary CPUs cannot start, no power-off"

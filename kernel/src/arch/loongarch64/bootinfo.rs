@@ -9,6 +9,7 @@
 //!   (DEVICE_TREE_GUID; QEMU places the FDT at physical 0x10_0000).
 
 use super::dmw;
+use crate::board::MemRegion;
 
 /// Where QEMU's virt machine puts the FDT when no table says otherwise.
 pub const QEMU_VIRT_FDT_PA: u64 = 0x10_0000;
@@ -23,6 +24,10 @@ const EFI_SYSTEM_TABLE_SIGNATURE: u64 = 0x5453_5953_2049_4249; // "IBI SYST"
 /// b1b621d5-f19c-41a5-830b-d9152c69aae0, in EFI byte order.
 const DEVICE_TREE_GUID: [u8; 16] = [
     0xd5, 0x21, 0xb6, 0xb1, 0x9c, 0xf1, 0xa5, 0x41, 0x83, 0x0b, 0xd9, 0x15, 0x2c, 0x69, 0xaa, 0xe0,
+];
+/// 5568e427-68fc-4f3d-ac74-ca555231cc68, in EFI byte order.
+const LINUX_EFI_INITRD_GUID: [u8; 16] = [
+    0x27, 0xe4, 0x68, 0x55, 0xfc, 0x68, 0x3d, 0x4f, 0xac, 0x74, 0xca, 0x55, 0x52, 0x31, 0xcc, 0x68,
 ];
 /// Offsets in the EFI system table (64-bit layout).
 const SYSTAB_NR_TABLES: u64 = 104;
@@ -40,8 +45,9 @@ fn in_low_ram(pa: u64, len: u64) -> bool {
     pa.checked_add(len).is_some_and(|end| end <= LOW_RAM_END)
 }
 
-/// The FDT address from the EFI system table at `systab_pa`, if it is one.
-pub fn fdt_from_efi(systab_pa: u64) -> Option<u64> {
+/// The physical address a configuration table of the EFI system table at
+/// `systab_pa` gives for `guid`, if `systab_pa` holds one.
+fn efi_table(systab_pa: u64, want: &[u8; 16]) -> Option<u64> {
     if !systab_pa.is_multiple_of(8) || !in_low_ram(systab_pa, SYSTAB_TABLES + 8) {
         return None;
     }
@@ -61,8 +67,25 @@ pub fn fdt_from_efi(systab_pa: u64) -> Option<u64> {
             let mut guid = [0u8; 16];
             guid[..8].copy_from_slice(&lo);
             guid[8..].copy_from_slice(&hi);
-            (guid == DEVICE_TREE_GUID).then(|| dmw::to_phys(read_u64(entry + 16)))
+            (&guid == want).then(|| dmw::to_phys(read_u64(entry + 16)))
         })
+}
+
+/// The FDT address from the EFI system table at `systab_pa`, if it is one.
+pub fn fdt_from_efi(systab_pa: u64) -> Option<u64> {
+    efi_table(systab_pa, &DEVICE_TREE_GUID)
+}
+
+/// The initrd QEMU's direct boot loaded (`-initrd`), from the EFI system
+/// table at `systab_pa`: the table Linux reads (LINUX_EFI_INITRD_MEDIA_GUID,
+/// base and size as two u64). `None` without one or with size 0.
+pub fn initrd_from_efi(systab_pa: u64) -> Option<MemRegion> {
+    let table = efi_table(systab_pa, &LINUX_EFI_INITRD_GUID)?;
+    if !table.is_multiple_of(8) || !in_low_ram(table, 16) {
+        return None;
+    }
+    let (base, size) = (read_u64(table), read_u64(table + 8));
+    (size > 0).then_some(MemRegion { base, size })
 }
 
 /// The device tree at physical `pa`, if a valid header is there.

@@ -2,6 +2,7 @@
 
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+use crate::board::MemRegion;
 use crate::platform::{ExitStatus, Platform, StartError};
 use crate::reserve::Ranges;
 use crate::MAX_CPUS;
@@ -78,12 +79,24 @@ pub fn set_firmware_reserved(r: Ranges) {
     FIRMWARE_RESERVED.call_once(|| r);
 }
 
+/// The boot module (the VM package the loader placed), kept from guests.
+static BOOT_MODULE: spin::Once<MemRegion> = spin::Once::new();
+
+/// Records the boot module's range (checked by the caller) so that
+/// [`reserved`] keeps it from guests. Boot CPU, before any VM is built.
+pub fn set_boot_module(m: MemRegion) {
+    BOOT_MODULE.call_once(|| m);
+}
+
 /// Every range guests must not get: kestrel's image and everything below
-/// it (loader data, the image with its stacks and heap), and what the
-/// firmware keeps.
+/// it (loader data, the image with its stacks and heap), the boot module,
+/// and what the firmware keeps.
 pub fn reserved() -> Ranges {
     let mut r = FIRMWARE_RESERVED.get().cloned().unwrap_or_default();
     r.add(0, image_end());
+    if let Some(m) = BOOT_MODULE.get() {
+        r.add(m.base, m.end());
+    }
     r
 }
 
