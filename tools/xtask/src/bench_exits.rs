@@ -98,6 +98,7 @@ fn boot_kestrel_on(arch: Arch, config: &str, gic: u32, lvz: bool) -> Result<Stri
         append: crate::TEST_APPEND.into(),
         config: Some(config),
         lvz,
+        module: None,
     };
     run_icount(qemu::command(&opts, &image, true), "kestrel", Some(log))
 }

@@ -151,6 +151,7 @@ fn boot(arch: Arch, config: &Path, features: &[&str]) -> Result<String, String> 
         append: crate::TEST_APPEND.into(),
         config: Some(config.to_path_buf()),
         lvz: false,
+        module: None,
     };
     let b = Runner::new(qemu::command(&opts, &private, true), LIMIT).run()?;
     let log = b.text();

@@ -126,6 +126,9 @@ pub struct Opts {
     /// LoongArch: boot on the emulator with the virtualization extension
     /// (LVZ) that `tools/setup.sh` installs, instead of stock QEMU.
     pub lvz: bool,
+    /// A VM package QEMU loads as the initrd: kestrel's boot module, which
+    /// replaces the embedded package ([`build_with_module`]).
+    pub module: Option<PathBuf>,
 }
 
 impl Default for Opts {
@@ -139,6 +142,7 @@ impl Default for Opts {
             append: String::new(),
             config: None,
             lvz: false,
+            module: None,
         }
     }
 }
@@ -284,6 +288,27 @@ pub fn build_image_with(
             Ok(out)
         }
     }
+}
+
+/// Packs the VMs of `config` into the package file `package` and builds
+/// kestrel for `arch` with nothing embedded; returns the image. The loader
+/// hands kestrel the package as its boot module (QEMU `-initrd`, U-Boot
+/// `booti`'s ramdisk: [`Opts::module`]). One image serves every config, so
+/// cargo relinks it only when the code or `features` change, not once per
+/// config as [`build_image_with`] must; the tests boot this way.
+pub fn build_with_module(
+    arch: Arch,
+    features: &[String],
+    config: &Path,
+    package: &Path,
+) -> Result<PathBuf, String> {
+    if let Some(dir) = package.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    }
+    for line in config::write_package(config, arch, package)? {
+        eprintln!("package: {line}");
+    }
+    build_image_with(arch, features, None)
 }
 
 /// The ELF with symbols, for gdb and the FP check.

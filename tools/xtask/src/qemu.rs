@@ -57,6 +57,9 @@ pub fn command(opts: &Opts, image: &Path, headless: bool) -> Command {
         cmd.arg("-nographic");
     }
     cmd.arg("-kernel").arg(image);
+    if let Some(module) = &opts.module {
+        cmd.arg("-initrd").arg(module);
+    }
     if !opts.append.is_empty() {
         cmd.args(["-append", &opts.append]);
     }

@@ -101,7 +101,7 @@ fn slug(case: &VmCase) -> &str {
 fn boot(vs: &VmSuite, case: &VmCase) -> Result<Boot, String> {
     let features: Vec<String> = case.features.iter().map(|s| s.to_string()).collect();
     let config = root().join(case.config);
-    let image = private_image(vs.arch, case, &features, &config)?;
+    let (image, package) = private_image(vs.arch, case, &features, &config)?;
     let opts = Opts {
         arch: vs.arch,
         smp: 4,
@@ -111,6 +111,7 @@ fn boot(vs: &VmSuite, case: &VmCase) -> Result<Boot, String> {
         append: crate::TEST_APPEND.into(),
         config: Some(config),
         lvz: case.lvz,
+        module: Some(package),
     };
     let mut cmd = qemu::command(&opts, &image, true);
     cmd.args(case.qemu_args);
@@ -133,43 +134,27 @@ fn boot(vs: &VmSuite, case: &VmCase) -> Result<Boot, String> {
     runner.run()
 }
 
-/// Builds kestrel with the case's VMs and copies the image to a file of
-/// this case's own (`build/<arch>/vmtest-<case>.bin|elf`): the image
-/// `make image` writes is shared with every other build, and another build
-/// that lands between ours and QEMU's start would boot the wrong VMs. The
-/// copy must contain every VM name of the case (the package is embedded in
-/// the image); otherwise it is built again.
+/// Builds kestrel (nothing embedded) and packs the case's VMs into a
+/// package of this case's own (`build/<arch>/vmtest-<case>.pkg`), which
+/// QEMU loads as kestrel's boot module; returns the image, copied to
+/// `build/<arch>/vmtest-<case>.bin|elf` so that a build landing between
+/// ours and QEMU's start cannot change what this case boots.
 fn private_image(
     arch: Arch,
     case: &VmCase,
     features: &[String],
     config: &Path,
-) -> Result<PathBuf, String> {
+) -> Result<(PathBuf, PathBuf), String> {
     let ext = match arch {
         Arch::Aarch64 => "bin",
         Arch::LoongArch64 => "elf",
     };
-    let private = root()
-        .join("build")
-        .join(arch.name())
-        .join(format!("vmtest-{}.{ext}", slug(case)));
-    for _ in 0..3 {
-        let image = crate::build_image_with(arch, features, Some(config))?;
-        let bytes = std::fs::read(&image).map_err(|e| format!("{}: {e}", image.display()))?;
-        let has = |name: &str| bytes.windows(name.len()).any(|w| w == name.as_bytes());
-        if case.vms.iter().all(|vm| has(vm)) {
-            std::fs::write(&private, &bytes).map_err(|e| format!("{}: {e}", private.display()))?;
-            return Ok(private);
-        }
-        eprintln!(
-            "vmtest: {} was replaced by another build; building again",
-            image.display()
-        );
-    }
-    Err(format!(
-        "{}: could not get an image with this case's VMs",
-        slug(case)
-    ))
+    let dir = root().join("build").join(arch.name());
+    let private = dir.join(format!("vmtest-{}.{ext}", slug(case)));
+    let package = dir.join(format!("vmtest-{}.pkg", slug(case)));
+    let image = crate::build_with_module(arch, features, config, &package)?;
+    std::fs::copy(&image, &private).map_err(|e| format!("{}: {e}", private.display()))?;
+    Ok((private, package))
 }
 
 /// The single-VM cases print the IPI benchmark: the lines of each of

@@ -858,6 +858,7 @@ fn lvz_boot_la64_on(
     judge: impl Fn(&Boot) -> Vec<String>,
 ) -> Verdict {
     let config = crate::root().join(config);
+    let package = module_path(Arch::LoongArch64, &config);
     let opts = Opts {
         arch: Arch::LoongArch64,
         smp,
@@ -865,9 +866,10 @@ fn lvz_boot_la64_on(
         append: crate::TEST_APPEND.into(),
         config: Some(config.clone()),
         lvz: true,
+        module: Some(package.clone()),
         ..Opts::default()
     };
-    let boot = crate::build_image_with(opts.arch, &opts.features, Some(&config))
+    let boot = crate::build_with_module(opts.arch, &opts.features, &config, &package)
         .and_then(|image| Runner::new(qemu::command(&opts, &image, true), LA64_BOOT_LIMIT).run());
     match boot {
         Ok(boot) => Verdict {
@@ -1151,6 +1153,7 @@ fn kestrel_boot(case: &KestrelCase) -> Result<Boot, String> {
 /// [`kestrel_boot`] with `extra` QEMU arguments.
 fn kestrel_boot_with(case: &KestrelCase, extra: &[String]) -> Result<Boot, String> {
     let config = crate::root().join(case.config);
+    let package = module_path(Arch::Aarch64, &config);
     let opts = Opts {
         arch: Arch::Aarch64,
         smp: 4,
@@ -1158,9 +1161,10 @@ fn kestrel_boot_with(case: &KestrelCase, extra: &[String]) -> Result<Boot, Strin
         mem_mib: 1024,
         append: crate::TEST_APPEND.into(),
         config: Some(config.clone()),
+        module: Some(package.clone()),
         ..Opts::default()
     };
-    crate::build_image_with(opts.arch, &opts.features, Some(&config)).and_then(|image| {
+    crate::build_with_module(opts.arch, &opts.features, &config, &package).and_then(|image| {
         let mut cmd = qemu::command(&opts, &image, true);
         cmd.args(extra);
         Runner::new(cmd, KESTREL_BOOT_LIMIT).run()
@@ -2010,6 +2014,18 @@ fn print_row(run: &str, side: &str, t: Times, problems: &[String]) {
 /// another build (tests run in parallel on a shared tree) cannot replace it
 /// during the runs, and checks that it is the one with our VM: its packed
 /// command line must be in it.
+/// Where a Linux case's VM package goes (`build/<arch>/linux-<config
+/// stem>.pkg`): QEMU loads it as kestrel's boot module.
+fn module_path(arch: Arch, config: &Path) -> PathBuf {
+    let stem = config
+        .file_stem()
+        .map_or("case".into(), |s| s.to_string_lossy());
+    crate::root()
+        .join("build")
+        .join(arch.name())
+        .join(format!("linux-{stem}.pkg"))
+}
+
 fn private_copy(image: &Path, cmdline: &str) -> Result<PathBuf, String> {
     let dir = crate::root().join("build/bench-linux");
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
