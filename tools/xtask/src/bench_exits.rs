@@ -99,6 +99,7 @@ fn boot_kestrel_on(arch: Arch, config: &str, gic: u32, lvz: bool) -> Result<Stri
         config: Some(config),
         lvz,
         module: None,
+        as_module: false,
     };
     run_icount(qemu::command(&opts, &image, true), "kestrel", Some(log))
 }

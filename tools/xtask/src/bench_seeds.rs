@@ -420,6 +420,7 @@ fn kestrel_boot_on(arch: Arch, config: &Path, features: &[&str], mem_mib: u32) -
         config: Some(config.to_path_buf()),
         lvz: arch == Arch::LoongArch64,
         module: None,
+        as_module: false,
     };
     let log = root().join(format!("build/bench-seeds/{stem}.log"));
     let boot = Runner::new(qemu::command(&opts, &private, true), BOOT_LIMIT)

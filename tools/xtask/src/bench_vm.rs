@@ -152,6 +152,7 @@ fn boot(arch: Arch, config: &Path, features: &[&str]) -> Result<String, String> 
         config: Some(config.to_path_buf()),
         lvz: false,
         module: None,
+        as_module: false,
     };
     let b = Runner::new(qemu::command(&opts, &private, true), LIMIT).run()?;
     let log = b.text();

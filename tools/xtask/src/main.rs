@@ -129,6 +129,9 @@ pub struct Opts {
     /// A VM package QEMU loads as the initrd: kestrel's boot module, which
     /// replaces the embedded package ([`build_with_module`]).
     pub module: Option<PathBuf>,
+    /// `--module`: `image`, `run` and `debug` write `config`'s package to
+    /// its own file and boot it as the boot module instead of embedding it.
+    pub as_module: bool,
 }
 
 impl Default for Opts {
@@ -143,6 +146,7 @@ impl Default for Opts {
             config: None,
             lvz: false,
             module: None,
+            as_module: false,
         }
     }
 }
@@ -190,6 +194,7 @@ fn parse_opts(args: &[String]) -> Result<Opts, String> {
             "--append" => o.append = val("--append")?,
             "--config" => o.config = Some(PathBuf::from(val("--config")?)),
             "--lvz" => o.lvz = true,
+            "--module" => o.as_module = true,
             other => return Err(format!("unknown option '{other}'")),
         }
     }
@@ -311,6 +316,21 @@ pub fn build_with_module(
     build_image_with(arch, features, None)
 }
 
+/// The image `o` asks for: its config embedded, or (`--module`) packed
+/// into `build/<arch>/package.pkg`, which is then `o.module`.
+fn build_for(o: &mut Opts) -> Result<PathBuf, String> {
+    match (&o.config, o.as_module) {
+        (Some(config), true) => {
+            let package = root().join("build").join(o.arch.name()).join("package.pkg");
+            let image = build_with_module(o.arch, &o.features, config, &package)?;
+            o.module = Some(package);
+            Ok(image)
+        }
+        (None, true) => Err("--module needs --config FILE (the VMs to pack)".into()),
+        (config, false) => build_image_with(o.arch, &o.features, config.as_deref()),
+    }
+}
+
 /// The ELF with symbols, for gdb and the FP check.
 pub fn elf_path(arch: Arch) -> PathBuf {
     root()
@@ -360,7 +380,9 @@ const OPTS_HELP: &str = "  --arch aarch64|loongarch64   target (default aarch64)
   --mem MiB                    QEMU memory, at least 128 (default 1024)
   --features F                 kestrel cargo features (comma-separated)
   --append ARGS                kestrel's command line (kestrel.console=log, kestrel.exit=poweroff, ...)
-  --config FILE                the VMs to pack into the image (docs/config.md)";
+  --config FILE                the VMs to pack into the image (docs/config.md)
+  --module                     pack them into build/<arch>/package.pkg instead, which the
+                               loader passes as the initrd (QEMU -initrd): kestrel's boot module";
 
 /// Every subcommand: name, arguments, what it does.
 const COMMANDS: &[(&str, &str, &str)] = &[
@@ -473,8 +495,8 @@ fn run() -> Result<(), String> {
     }
     match cmd.as_str() {
         "image" => {
-            let o = parse_opts(rest)?;
-            let image = build_image_with(o.arch, &o.features, o.config.as_deref())?;
+            let mut o = parse_opts(rest)?;
+            let image = build_for(&mut o)?;
             let paths = match o.arch {
                 Arch::Aarch64 => fwboot::boot_paths(&image)?
                     .into_iter()
@@ -485,20 +507,26 @@ fn run() -> Result<(), String> {
             for p in paths {
                 eprintln!("boots as: {p}");
             }
+            if let Some(m) = &o.module {
+                eprintln!(
+                    "boot module: {} (QEMU -initrd, U-Boot booti's ramdisk)",
+                    m.display()
+                );
+            }
             println!("{}", image.display());
             Ok(())
         }
         "run" => {
-            let o = parse_opts(rest)?;
+            let mut o = parse_opts(rest)?;
             if let Some(file) = &o.config {
                 check_smp(file, o.arch, o.smp)?;
             }
-            let image = build_image_with(o.arch, &o.features, o.config.as_deref())?;
+            let image = build_for(&mut o)?;
             qemu::run_interactive(&o, &image, false)
         }
         "debug" => {
-            let o = parse_opts(rest)?;
-            let image = build_image_with(o.arch, &o.features, o.config.as_deref())?;
+            let mut o = parse_opts(rest)?;
+            let image = build_for(&mut o)?;
             qemu::run_interactive(&o, &image, true)
         }
         "smoke" => smoke::run(rest),

@@ -84,11 +84,49 @@ fn boot_ok(arch: Arch, gic: u32, irqchip: &'static str) -> Case {
     }
 }
 
+/// Bad input: a boot module (QEMU `-initrd`) that is not a VM package, a
+/// gzipped cpio as a Linux initrd would be. kestrel must name it, refuse
+/// it and go on with its embedded package (none: no VMs, status 0).
+fn module_refused(arch: Arch) -> Case {
+    let mut case = boot_ok(arch, 3, " irqchip:  ");
+    case.name = match arch {
+        Arch::Aarch64 => "arm64 boot module that is not a VM package is refused",
+        Arch::LoongArch64 => "loongarch64 boot module that is not a VM package is refused",
+    };
+    let file = crate::root()
+        .join("build")
+        .join(arch.name())
+        .join("not-a-package.cpio.gz");
+    // The gzip magic and a cpio "newc" header, then filler: 64 KiB.
+    let mut bytes = vec![0x1f, 0x8b, 0x08, 0x00];
+    bytes.extend_from_slice(b"070701");
+    bytes.resize(64 << 10, 0x5a);
+    let written = file
+        .parent()
+        .map(std::fs::create_dir_all)
+        .transpose()
+        .and_then(|_| std::fs::write(&file, &bytes));
+    if let Err(e) = written {
+        eprintln!("smoke: {}: {e}", file.display());
+    }
+    case.opts.module = Some(file);
+    case.expect.extend([
+        "ERROR boot module at [",
+        "not a kestrel VM package",
+        "ignored",
+    ]);
+    case.reject.retain(|r| *r != "ERROR");
+    case.reject.push(" vm[0] ");
+    case
+}
+
 fn cases() -> Vec<Case> {
     vec![
         boot_ok(Arch::Aarch64, 3, " irqchip:  GICv3"),
         boot_ok(Arch::Aarch64, 2, " irqchip:  GICv2"),
         boot_ok(Arch::LoongArch64, 0, " irqchip:  LoongArch"),
+        module_refused(Arch::Aarch64),
+        module_refused(Arch::LoongArch64),
         crate::vmtests_la64::bare_case(),
         crate::vmtests_la64::bare_attack_case(),
         crate::vmtests_arm64::bare_case(3),

@@ -112,6 +112,7 @@ fn boot(vs: &VmSuite, case: &VmCase) -> Result<Boot, String> {
         config: Some(config),
         lvz: case.lvz,
         module: Some(package),
+        as_module: false,
     };
     let mut cmd = qemu::command(&opts, &image, true);
     cmd.args(case.qemu_args);
