@@ -1757,18 +1757,7 @@ pub fn bench(args: &[String]) -> Result<(), String> {
         if let Some(c) = creation_time(&boot) {
             creation.push(c);
         }
-        exit_lines = boot
-            .lines
-            .iter()
-            .map(|l| l.text.trim())
-            .filter(|l| {
-                ["exits ", "fp:", "vmid:", "ipi:", "mem:"]
-                    .iter()
-                    .any(|p| l.contains(p))
-                    && !l.contains("LINUX-")
-            })
-            .map(str::to_string)
-            .collect();
+        exit_lines = stat_lines(&boot, &["exits ", "fp:", "vmid:", "ipi:", "mem:"]);
     }
     let medians = |ts: &[Times]| {
         let med = |f: fn(&Times) -> Option<f64>| median(ts.iter().filter_map(f).collect());
@@ -1796,29 +1785,17 @@ pub fn bench(args: &[String]) -> Result<(), String> {
                 ratio(k_med.result, bare_med.result),
                 ratio(k_med.off, bare_med.off)
             );
-            // Each round's kestrel boot over its own bare boot: robust
-            // against the machine's load changing between rounds.
-            let per_round = |f: fn(&Times) -> Option<f64>| -> Vec<f64> {
-                bare.iter()
-                    .zip(&ks)
-                    .filter_map(|(b, k)| Some(f(k)? / f(b)?))
-                    .collect()
-            };
             let paired = |f: fn(&Times) -> Option<f64>| {
-                median(per_round(f))
+                RoundRatios::of(&bare, &ks, f)
+                    .median()
                     .map(|m| format!("{m:.2}x"))
                     .unwrap_or_else(|| "-".into())
             };
-            // The spread: the lowest and highest per-round ratio.
             let spread = |f: fn(&Times) -> Option<f64>| {
-                let r = per_round(f);
-                let lo = r.iter().cloned().fold(f64::INFINITY, f64::min);
-                let hi = r.iter().cloned().fold(0.0, f64::max);
-                if r.is_empty() {
-                    "-".into()
-                } else {
-                    format!("{lo:.2}-{hi:.2}")
-                }
+                RoundRatios::of(&bare, &ks, f)
+                    .spread()
+                    .map(|(lo, hi)| format!("{lo:.2}-{hi:.2}"))
+                    .unwrap_or_else(|| "-".into())
             };
             println!(
                 "{:<10} {:<8} {:>10} {:>12} {:>14}  median of the per-round ratios (goal: power-off at most 1.20x)",
@@ -1954,37 +1931,57 @@ fn bench_la64(runs: usize, config: &Path) -> Result<(), String> {
             &judge_lvz_la64(&boot, &[("linux0", PASS_4)]),
         );
         ks.push(t);
-        exit_lines = boot
-            .lines
-            .iter()
-            .map(|l| l.text.trim())
-            .filter(|l| {
-                ["exits ", "fp:", "vmid:", "ipi:", "emulated ipi:"]
-                    .iter()
-                    .any(|p| l.contains(p))
-                    && !l.contains("LINUX-")
-            })
-            .map(str::to_string)
-            .collect();
+        exit_lines = stat_lines(&boot, &["exits ", "fp:", "vmid:", "ipi:", "emulated ipi:"]);
     }
-    let ratios: Vec<f64> = bare
-        .iter()
-        .zip(&ks)
-        .filter_map(|(b, k)| Some(k.off? / b.off?))
-        .collect();
-    let lo = ratios.iter().cloned().fold(f64::INFINITY, f64::min);
-    let hi = ratios.iter().cloned().fold(0.0, f64::max);
-    match median(ratios.clone()) {
-        Some(m) => println!(
+    let ratios = RoundRatios::of(&bare, &ks, |t| t.off);
+    match (ratios.median(), ratios.spread()) {
+        (Some(m), Some((lo, hi))) => println!(
             "ratio k/bare to power-off: median of the per-round ratios {m:.2}x (lowest-highest {lo:.2}-{hi:.2}; goal: at most 1.30x)"
         ),
-        None => println!("ratio k/bare: - (a side did not power off)"),
+        _ => println!("ratio k/bare: - (a side did not power off)"),
     }
     println!("kestrel exits by reason during the last boot:");
     for l in &exit_lines {
         println!("    {l}");
     }
     Ok(())
+}
+
+/// Each round's kestrel time over its own bare time (one measure `f` of
+/// [`Times`]): robust against the machine's load changing between rounds.
+struct RoundRatios(Vec<f64>);
+
+impl RoundRatios {
+    fn of(bare: &[Times], kestrel: &[Times], f: fn(&Times) -> Option<f64>) -> RoundRatios {
+        RoundRatios(
+            bare.iter()
+                .zip(kestrel)
+                .filter_map(|(b, k)| Some(f(k)? / f(b)?))
+                .collect(),
+        )
+    }
+
+    fn median(&self) -> Option<f64> {
+        median(self.0.clone())
+    }
+
+    /// The lowest and the highest ratio.
+    fn spread(&self) -> Option<(f64, f64)> {
+        let lo = self.0.iter().cloned().reduce(f64::min)?;
+        let hi = self.0.iter().cloned().reduce(f64::max)?;
+        Some((lo, hi))
+    }
+}
+
+/// kestrel's statistics lines of `boot` (exits by kind, FP, VMID, IPI
+/// counters): those containing one of `kinds`, not the guest's own.
+fn stat_lines(boot: &Boot, kinds: &[&str]) -> Vec<String> {
+    boot.lines
+        .iter()
+        .map(|l| l.text.trim())
+        .filter(|l| kinds.iter().any(|p| l.contains(p)) && !l.contains("LINUX-"))
+        .map(str::to_string)
+        .collect()
 }
 
 /// The host's cores (for the tables' "machine" line).
@@ -2159,6 +2156,25 @@ mod tests {
     fn judged(lines: &[String]) -> Vec<String> {
         let refs: Vec<&str> = lines.iter().map(String::as_str).collect();
         judge_kestrel(&boot(&refs), &KESTREL_CASES[3])
+    }
+
+    /// Rounds pair up in order; a round where either side lacks the
+    /// measure drops out instead of skewing the others.
+    #[test]
+    fn round_ratios_pair_rounds_and_skip_missing_ones() {
+        let t = |off: Option<f64>| Times {
+            init: None,
+            result: None,
+            off,
+        };
+        let bare = [t(Some(2.0)), t(Some(4.0)), t(None), t(Some(5.0))];
+        let ks = [t(Some(3.0)), t(Some(4.0)), t(Some(9.0)), t(Some(10.0))];
+        let r = RoundRatios::of(&bare, &ks, |t| t.off);
+        assert_eq!(r.0, [1.5, 1.0, 2.0]);
+        assert_eq!(r.median(), Some(1.5));
+        assert_eq!(r.spread(), Some((1.0, 2.0)));
+        let none = RoundRatios::of(&bare, &ks, |t| t.init);
+        assert_eq!((none.median(), none.spread()), (None, None));
     }
 
     #[test]
