@@ -9,9 +9,10 @@
 //! So the test sees both halves of a reboot: memory starts over, the disk
 //! does not.
 
-use crate::hostile::virtio::{get, put, reg, Drv, DATA, ID_BLOCK, MAGIC, S_OK, T_IN, T_OUT};
+use crate::hostile::virtio::Drv;
 use crate::platform::Platform;
 use crate::{cpu, println, smccc};
+use guest_common::hostile_virtio::{get, put, reg, DATA, ID_BLOCK, MAGIC, S_OK, T_IN, T_OUT};
 
 /// Sector 0 after the first boot: this tag, then the boots so far (u32 LE).
 const TAG: [u8; 4] = *b"KRBT";
@@ -42,13 +43,7 @@ pub fn run(p: &Platform) -> ! {
                 cpu::mmio_read32(base + reg::DEVICE_ID),
             )
         };
-        (magic == MAGIC && id == ID_BLOCK).then_some(Drv {
-            base,
-            id,
-            q: 0,
-            avail_idx: 0,
-            used_seen: 0,
-        })
+        (magic == MAGIC && id == ID_BLOCK).then(|| Drv::new(base, id))
     }) else {
         fail(0, "no virtio disk in the DTB")
     };

@@ -9,6 +9,10 @@
 use core::cell::UnsafeCell;
 use core::sync::atomic::{fence, AtomicU64, Ordering};
 
+use guest_common::virtio_mmio::{
+    reg, ACK, DRIVER, DRIVER_OK, FEATURES_OK, ID_CONSOLE, INT_VRING, MAGIC,
+};
+
 use crate::console::{fail, pass, skip, Outcome};
 use crate::devirq;
 use crate::{trap, wait_for};
@@ -22,36 +26,6 @@ pub const VECTOR: u64 = 28;
 /// What the check sends; the VM's log must show it.
 pub const MESSAGE: &[u8] = b"virtio-console: hello from the LoongArch test guest\n";
 
-/// virtio-mmio registers (version 2); the attacker's virtio phase uses
-/// them too.
-pub(crate) mod reg {
-    pub const MAGIC: usize = 0x000;
-    pub const VERSION: usize = 0x004;
-    pub const DEVICE_ID: usize = 0x008;
-    pub const DEVICE_FEATURES: usize = 0x010;
-    pub const DEVICE_FEATURES_SEL: usize = 0x014;
-    pub const DRIVER_FEATURES: usize = 0x020;
-    pub const DRIVER_FEATURES_SEL: usize = 0x024;
-    pub const QUEUE_SEL: usize = 0x030;
-    pub const QUEUE_NUM_MAX: usize = 0x034;
-    pub const QUEUE_NUM: usize = 0x038;
-    pub const QUEUE_READY: usize = 0x044;
-    pub const QUEUE_NOTIFY: usize = 0x050;
-    pub const INTERRUPT_STATUS: usize = 0x060;
-    pub const INTERRUPT_ACK: usize = 0x064;
-    pub const STATUS: usize = 0x070;
-    pub const QUEUE_DESC: usize = 0x080;
-    pub const QUEUE_DESC_HIGH: usize = 0x084;
-    pub const QUEUE_DRIVER: usize = 0x090;
-    pub const QUEUE_DRIVER_HIGH: usize = 0x094;
-    pub const QUEUE_DEVICE: usize = 0x0a0;
-    pub const QUEUE_DEVICE_HIGH: usize = 0x0a4;
-}
-
-pub(crate) const ACK: u32 = 1;
-pub(crate) const DRIVER: u32 = 2;
-pub(crate) const DRIVER_OK: u32 = 4;
-pub(crate) const FEATURES_OK: u32 = 8;
 const TX: u32 = 1;
 const QSIZE: u32 = 8;
 
@@ -107,10 +81,10 @@ fn set_addr(off: usize, a: usize) {
 }
 
 pub fn check() -> Outcome {
-    if trap::probe_reg32(BASE + reg::MAGIC) != Some(0x7472_6976) {
+    if trap::probe_reg32(BASE + reg::MAGIC) != Some(MAGIC) {
         return skip!("no virtio-mmio transport at {BASE:#x}");
     }
-    if r(reg::VERSION) != 2 || r(reg::DEVICE_ID) != 3 {
+    if r(reg::VERSION) != 2 || r(reg::DEVICE_ID) != ID_CONSOLE {
         return fail!(
             "transport version {} device {} (want 2, console 3)",
             r(reg::VERSION),
@@ -137,9 +111,9 @@ pub fn check() -> Outcome {
         return fail!("transmit queue max {} < {QSIZE}", r(reg::QUEUE_NUM_MAX));
     }
     w(reg::QUEUE_NUM, QSIZE);
-    set_addr(reg::QUEUE_DESC, qaddr(0));
-    set_addr(reg::QUEUE_DRIVER, qaddr(0x100));
-    set_addr(reg::QUEUE_DEVICE, qaddr(0x200));
+    set_addr(reg::QUEUE_DESC_LOW, qaddr(0));
+    set_addr(reg::QUEUE_DRIVER_LOW, qaddr(0x100));
+    set_addr(reg::QUEUE_DEVICE_LOW, qaddr(0x200));
     w(reg::QUEUE_READY, 1);
     w(reg::STATUS, ACK | DRIVER | FEATURES_OK | DRIVER_OK);
     // The line's path: PCH-PIC line 16 -> VECTOR -> CPU 0's HWI1.
@@ -172,7 +146,7 @@ pub fn check() -> Outcome {
     if !irq {
         return fail!("the buffer came back but no interrupt arrived");
     }
-    if STATUS_SEEN.load(Ordering::Acquire) & 1 == 0 {
+    if STATUS_SEEN.load(Ordering::Acquire) & u64::from(INT_VRING) == 0 {
         return fail!("InterruptStatus lacked the used-buffer bit");
     }
     pass!(
