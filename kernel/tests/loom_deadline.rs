@@ -20,24 +20,12 @@
 //!   and reads the slot before the store).
 #![cfg(loom)]
 
+mod common;
+use common::check;
+
 use kernel::deadline::{DeadlineBound, Deadlines};
 use loom::thread;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-
-fn check(bound: usize, f: impl Fn() + Sync + Send + 'static) -> usize {
-    let runs = Arc::new(AtomicUsize::new(0));
-    let mut b = loom::model::Builder::new();
-    if b.preemption_bound.is_none() {
-        b.preemption_bound = Some(bound);
-    }
-    let counter = runs.clone();
-    b.check(move || {
-        counter.fetch_add(1, Ordering::Relaxed);
-        f()
-    });
-    runs.load(Ordering::Relaxed)
-}
 
 struct World {
     bound: Arc<DeadlineBound>,

@@ -22,30 +22,16 @@
 //!   `UnsafeCell`" (both zero the block).
 #![cfg(loom)]
 
+mod common;
+use common::check;
+
 use kernel::lazyram::{Blocks, Touch};
 use loom::cell::UnsafeCell;
 use loom::sync::Arc;
 use loom::thread;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// What the frame held before the VM got it (another VM's data).
 const GARBAGE: u64 = 0xdead_beef;
-
-/// Runs `f` under every interleaving within the preemption bound
-/// (`LOOM_MAX_PREEMPTIONS` overrides `bound`); returns how many.
-fn check(bound: usize, f: impl Fn() + Sync + Send + 'static) -> usize {
-    let runs = std::sync::Arc::new(AtomicUsize::new(0));
-    let mut b = loom::model::Builder::new();
-    if b.preemption_bound.is_none() {
-        b.preemption_bound = Some(bound);
-    }
-    let counter = runs.clone();
-    b.check(move || {
-        counter.fetch_add(1, Ordering::Relaxed);
-        f()
-    });
-    runs.load(Ordering::Relaxed)
-}
 
 struct Ram {
     blocks: Blocks,

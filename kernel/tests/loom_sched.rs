@@ -28,27 +28,13 @@
 //! issue #254) and would report lost kicks no machine can lose.
 #![cfg(loom)]
 
+mod common;
+use common::check;
+
 use kernel::sched::{CpuMask, Kick, PutReason, RunState, Scheduler, VcpuKey};
 use loom::sync::atomic::{AtomicBool, Ordering};
 use loom::sync::Arc;
 use loom::thread;
-use std::sync::atomic::AtomicUsize;
-
-/// Runs `f` under every interleaving within the preemption bound
-/// (`LOOM_MAX_PREEMPTIONS` overrides `bound`); returns how many.
-fn check(bound: usize, f: impl Fn() + Sync + Send + 'static) -> usize {
-    let runs = std::sync::Arc::new(AtomicUsize::new(0));
-    let mut b = loom::model::Builder::new();
-    if b.preemption_bound.is_none() {
-        b.preemption_bound = Some(bound);
-    }
-    let counter = runs.clone();
-    b.check(move || {
-        counter.fetch_add(1, Ordering::Relaxed);
-        f()
-    });
-    runs.load(Ordering::Relaxed)
-}
 
 const VCPU: VcpuKey = VcpuKey { vm: 0, vcpu: 0 };
 

@@ -44,28 +44,14 @@
 //! above, "share VMID 2").
 #![cfg(loom)]
 
+mod common;
+use common::check;
+
 use kernel::vmid::{VmVmid, VmidAllocator, VmidLoad};
 use loom::sync::Arc;
 use loom::thread;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex as StdMutex;
-
-/// Runs `f` under every interleaving within the preemption bound
-/// (`LOOM_MAX_PREEMPTIONS` overrides `bound`); returns how many.
-fn check(bound: usize, f: impl Fn() + Sync + Send + 'static) -> usize {
-    let runs = std::sync::Arc::new(AtomicUsize::new(0));
-    let mut b = loom::model::Builder::new();
-    if b.preemption_bound.is_none() {
-        b.preemption_bound = Some(bound);
-    }
-    let counter = runs.clone();
-    b.check(move || {
-        counter.fetch_add(1, Ordering::Relaxed);
-        f()
-    });
-    runs.load(Ordering::Relaxed)
-}
 
 /// The ghost state: who runs what where, and each pCPU's TLB.
 #[derive(Default)]
