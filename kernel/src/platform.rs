@@ -41,6 +41,21 @@ pub trait Platform: Sync {
     /// the CPU calls [`crate::runtime::secondary_main`] with `index`.
     fn start_cpu(&self, index: usize) -> Result<(), StartError>;
 
+    /// Sends the start of secondary CPU `index` again: called by the boot
+    /// CPU, every [`crate::runtime::CPU_START_RESEND_MS`], while a CPU that
+    /// [`Self::start_cpu`] accepted is not online yet. Returns whether
+    /// anything was sent. A platform that resends must make a repeat
+    /// harmless to a CPU that did start and is only slow to come online.
+    ///
+    /// The default sends nothing: a one-shot start call such as PSCI
+    /// `CPU_ON` (arm64) would answer `ON_PENDING` or `ALREADY_ON`, and the
+    /// firmware, not kestrel, owns the CPU until it enters. LoongArch's
+    /// start is a mailbox write and an IPI, which can be lost when the
+    /// target's boot ROM runs late (`arch::loongarch64::smp`).
+    fn resend_start(&self, _index: usize) -> bool {
+        false
+    }
+
     /// A free-running counter shared by all CPUs, and its frequency.
     fn counter(&self) -> u64;
     fn counter_hz(&self) -> u64;

@@ -45,6 +45,12 @@ static PLATFORM: Once<&'static dyn Platform> = Once::new();
 /// emulators on 2 host cores, and 5 s not for the LVZ emulator at a load
 /// average of about 12), and only a dead core ever costs the wait.
 const CPU_START_TIMEOUT_MS: u64 = 30_000;
+/// How often the boot CPU sends a start again while the CPU is not online
+/// ([`Platform::resend_start`]; only LoongArch resends). A start can be
+/// lost outright: an emulated core whose boot ROM runs only after the boot
+/// CPU's mailbox write and IPI clears the mailbox and never sees the IPI
+/// (`arch::loongarch64::smp`), so waiting longer would not help.
+pub const CPU_START_RESEND_MS: u64 = 250;
 /// How long the boot CPU waits for every online CPU's tick (as long, for
 /// the same reason).
 const TICK_TIMEOUT_MS: u64 = 30_000;
@@ -89,20 +95,66 @@ pub fn tick(cpu_index: usize) {
     }
 }
 
-fn wait_until(p: &dyn Platform, timeout_ms: u64, mut done: impl FnMut() -> bool) -> bool {
+fn wait_until(p: &dyn Platform, timeout_ms: u64, done: impl FnMut() -> bool) -> bool {
+    wait_until_every(p, timeout_ms, timeout_ms, done, || {})
+}
+
+/// Waits up to `timeout_ms` of counter time for `done`, calling `every`
+/// each `period_ms` while it is not (never once `done` holds or the time is
+/// up).
+fn wait_until_every(
+    p: &dyn Platform,
+    timeout_ms: u64,
+    period_ms: u64,
+    mut done: impl FnMut() -> bool,
+    mut every: impl FnMut(),
+) -> bool {
     let hz = p.counter_hz().max(1);
-    let deadline = p
-        .counter()
-        .saturating_add(hz.saturating_mul(timeout_ms) / 1000);
+    let ticks = |ms: u64| hz.saturating_mul(ms) / 1000;
+    let start = p.counter();
+    let deadline = start.saturating_add(ticks(timeout_ms));
+    let period = ticks(period_ms).max(1);
+    let mut next = start.saturating_add(period);
     loop {
         if done() {
             return true;
         }
-        if p.counter() >= deadline {
+        let now = p.counter();
+        if now >= deadline {
             return done();
+        }
+        if now >= next {
+            every();
+            next = now.saturating_add(period);
         }
         core::hint::spin_loop();
     }
+}
+
+/// Waits for CPU `index`, which `start_cpu` accepted, to come online,
+/// sending its start again every [`CPU_START_RESEND_MS`] where the platform
+/// can. Returns whether it came online and how often the start was resent.
+fn await_cpu(p: &dyn Platform, index: usize) -> (bool, u32) {
+    let mut resent = 0u32;
+    let online = wait_until_every(
+        p,
+        CPU_START_TIMEOUT_MS,
+        CPU_START_RESEND_MS,
+        || CPUS[index].is_online(),
+        || {
+            if p.resend_start(index) {
+                resent += 1;
+                // 1, 2, 4, ...: a CPU that never starts logs a few lines, not 120.
+                if resent.is_power_of_two() {
+                    warn!(
+                        "cpu{index}: start IPI sent again ({resent}): not online after {} ms",
+                        u64::from(resent) * CPU_START_RESEND_MS
+                    );
+                }
+            }
+        },
+    );
+    (online, resent)
 }
 
 /// The tick frequency: `kestrel.tick_hz=` if the command line gives it,
@@ -150,14 +202,16 @@ pub fn primary_main(board: BoardInfo, platform: &'static dyn Platform) -> ! {
             continue;
         }
         match platform.start_cpu(index) {
-            Ok(()) => {
-                if !wait_until(platform, CPU_START_TIMEOUT_MS, || CPUS[index].is_online()) {
-                    warn!(
-                        "cpu{index} (hw id {:#x}) did not come online within {CPU_START_TIMEOUT_MS} ms; left offline",
-                        desc.hw_id
-                    );
-                }
-            }
+            Ok(()) => match await_cpu(platform, index) {
+                (true, 0) => {}
+                (true, resent) => info!("cpu{index}: online after {resent} repeated start(s)"),
+                (false, resent) => warn!(
+                    "cpu{index} (hw id {:#x}) did not come online within {CPU_START_TIMEOUT_MS} ms \
+                     (start sent {} time(s)); left offline",
+                    desc.hw_id,
+                    resent + 1
+                ),
+            },
             Err(e) => warn!(
                 "cpu{index} (hw id {:#x}) could not be started ({e:?}); left offline",
                 desc.hw_id
@@ -331,5 +385,128 @@ pub fn fatal(args: core::fmt::Arguments) -> ! {
         None => loop {
             core::hint::spin_loop();
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::platform::StartError;
+    use std::sync::atomic::AtomicU32;
+
+    /// A platform whose counter runs at 1 kHz and advances 1 ms per read;
+    /// CPU `index` comes online after `online_after` resends (never if None).
+    struct Fake {
+        index: usize,
+        now: AtomicU64,
+        resends: AtomicU32,
+        /// Counter value at each resend.
+        resent_at: std::sync::Mutex<Vec<u64>>,
+        can_resend: bool,
+        online_after: Option<u32>,
+    }
+
+    impl Fake {
+        fn new(index: usize, can_resend: bool, online_after: Option<u32>) -> Self {
+            CPUS[index]
+                .online
+                .store(online_after == Some(0), Ordering::Release);
+            Fake {
+                index,
+                now: AtomicU64::new(0),
+                resends: AtomicU32::new(0),
+                resent_at: std::sync::Mutex::new(Vec::new()),
+                can_resend,
+                online_after,
+            }
+        }
+    }
+
+    impl Platform for Fake {
+        fn console_write(&self, _: &[u8]) {}
+        fn cpu_index(&self) -> usize {
+            0
+        }
+        fn start_cpu(&self, _: usize) -> Result<(), StartError> {
+            Ok(())
+        }
+        fn resend_start(&self, index: usize) -> bool {
+            assert_eq!(index, self.index);
+            if !self.can_resend {
+                return false;
+            }
+            assert!(!CPUS[index].is_online(), "resent to an online CPU");
+            let n = self.resends.fetch_add(1, Ordering::Relaxed) + 1;
+            let now = self.now.load(Ordering::Relaxed);
+            self.resent_at.lock().unwrap().push(now);
+            if self.online_after == Some(n) {
+                CPUS[index].online.store(true, Ordering::Release);
+            }
+            true
+        }
+        fn counter(&self) -> u64 {
+            self.now.fetch_add(1, Ordering::Relaxed)
+        }
+        fn counter_hz(&self) -> u64 {
+            1000
+        }
+        fn start_tick(&self, _: u32) {}
+        fn wait_for_interrupt(&self) {}
+        fn power_off(&self, _: ExitStatus) -> ! {
+            unreachable!()
+        }
+        fn halt(&self) -> ! {
+            unreachable!()
+        }
+    }
+
+    // Each test uses its own CPU index: CPUS is shared by the test threads.
+
+    #[test]
+    fn online_at_once_sends_nothing_again() {
+        let p = Fake::new(MAX_CPUS - 1, true, Some(0));
+        assert_eq!(await_cpu(&p, MAX_CPUS - 1), (true, 0));
+        assert_eq!(p.resends.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn lost_start_is_resent_until_online() {
+        let p = Fake::new(MAX_CPUS - 2, true, Some(3));
+        assert_eq!(await_cpu(&p, MAX_CPUS - 2), (true, 3));
+        let at = p.resent_at.lock().unwrap().clone();
+        assert_eq!(at.len(), 3);
+        // Every CPU_START_RESEND_MS of counter time (1 tick = 1 ms here).
+        assert!(
+            at[0] >= CPU_START_RESEND_MS && at[0] <= CPU_START_RESEND_MS + 2,
+            "{at:?}"
+        );
+        for w in at.windows(2) {
+            let gap = w[1] - w[0];
+            assert!(
+                (CPU_START_RESEND_MS..=CPU_START_RESEND_MS + 2).contains(&gap),
+                "{at:?}"
+            );
+        }
+        // Nothing after the CPU came online.
+        assert!(p.now.load(Ordering::Relaxed) < 4 * CPU_START_RESEND_MS);
+    }
+
+    #[test]
+    fn dead_cpu_is_resent_until_the_timeout_then_given_up() {
+        let p = Fake::new(MAX_CPUS - 3, true, None);
+        let (online, resent) = await_cpu(&p, MAX_CPUS - 3);
+        assert!(!online);
+        let most = (CPU_START_TIMEOUT_MS / CPU_START_RESEND_MS) as u32;
+        assert!(resent + 2 >= most && resent <= most, "{resent} resends");
+        assert!(p.now.load(Ordering::Relaxed) >= CPU_START_TIMEOUT_MS);
+        assert!(p.now.load(Ordering::Relaxed) <= CPU_START_TIMEOUT_MS + 2);
+    }
+
+    #[test]
+    fn one_shot_start_is_not_repeated() {
+        // A platform that cannot resend (arm64's PSCI CPU_ON): one start, the full wait.
+        let p = Fake::new(MAX_CPUS - 4, false, None);
+        assert_eq!(await_cpu(&p, MAX_CPUS - 4), (false, 0));
+        assert!(p.now.load(Ordering::Relaxed) >= CPU_START_TIMEOUT_MS);
     }
 }

@@ -368,5 +368,9 @@ fn board_from_uefi(h: &EfiBoot) -> BoardInfo {
 extern "C" fn secondary_entry(index: u64) -> ! {
     exceptions::init_cpu();
     kernel::arch::loongarch64::iocsr::clear_boot_mailboxes();
+    // A repeated start IPI may still be pending (the boot CPU resends while
+    // this CPU is not online): drop it before the tick unmasks IPIs. One
+    // arriving later is acknowledged by the interrupt entry.
+    kernel::arch::loongarch64::iocsr::ipi_ack();
     kernel::runtime::secondary_main(index as usize)
 }

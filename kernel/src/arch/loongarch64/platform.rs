@@ -207,6 +207,12 @@ impl Platform for LoongArchPlatform {
         smp::start(hw_id, index)
     }
 
+    fn resend_start(&self, index: usize) -> bool {
+        crate::runtime::board()
+            .and_then(|b| b.cpus.get(index))
+            .is_some_and(|c| smp::resend(c.hw_id))
+    }
+
     fn counter(&self) -> u64 {
         csr::rdtime()
     }

@@ -14,6 +14,21 @@
 //! 0x1040). Both carry the physical core ID in their cpu field [25:16],
 //! which addresses cores on every node (IOCSR IPI sends are routed by the
 //! interconnect).
+//!
+//! A start can be lost. Under QEMU `-kernel` every secondary runs the ROM
+//! from reset at the same time as the boot CPU, and an emulated core's
+//! thread can be scheduled so late (a loaded host) that the ROM's first
+//! steps run only after kestrel's start: its "clear mailbox 0" wipes the
+//! entry kestrel wrote, and its IPI_EN write comes after the IPI, which
+//! QEMU's IPI block raises the line for only when the IPI is set, not when
+//! IPI_EN is written later. The core then idles in the ROM for good (seen
+//! in the IPI block's trace: the target's mailbox clear and IPI_EN after
+//! the MAIL_SEND and IPI_SEND). So the boot CPU calls [`resend`] while the
+//! CPU is not online: the same mailbox write and IPI again, which a core
+//! that is still parked takes, and which is harmless to one that did
+//! start: its entry clears mailboxes 0/1 and pending IPIs, and a later
+//! repeat only leaves mailbox 0 set (nothing reads it again) and an IPI
+//! that kestrel's interrupt entry acknowledges.
 
 use core::sync::atomic::{fence, AtomicU16, AtomicU64, Ordering};
 
@@ -52,7 +67,26 @@ pub fn start(hw_id: u64, index: usize) -> Result<(), StartError> {
     HW_TO_INDEX[hw_id as usize].store(index as u16 + 1, Ordering::Release);
     // The index must be visible before the core can wake and read it.
     fence(Ordering::SeqCst);
+    send(hw_id, entry);
+    Ok(())
+}
+
+/// Sends the start of physical cpu `hw_id` again (it was given to [`start`]
+/// and is not online yet); false if [`start`] never accepted it.
+pub fn resend(hw_id: u64) -> bool {
+    let entry = SECONDARY_ENTRY_PA.load(Ordering::Acquire);
+    let started = HW_TO_INDEX
+        .get(hw_id as usize)
+        .is_some_and(|i| i.load(Ordering::Acquire) != 0);
+    if !started || entry & 0xffff_ffff == 0 || hw_id == super::csr::hw_cpu_id() {
+        return false;
+    }
+    send(hw_id, entry);
+    true
+}
+
+/// Mailbox 0 = the entry (high half first: the ROM polls the low word), then IPI vector 0.
+fn send(hw_id: u64, entry: u64) {
     iocsr::mail_send(hw_id, 0, entry);
     iocsr::ipi_send(hw_id, 0);
-    Ok(())
 }
