@@ -47,8 +47,8 @@ use crate::MAX_CPUS;
 use super::vm::fpu::{self as lafpu, LaFpHw};
 use super::vm::{ticks, VmState, PCPU};
 use super::{csr, iocsr, platform};
-use crate::guest::loongarch::gtimer;
-use gcsr::{g, gcsr_read, gcsr_write, gcsr_xchg};
+use crate::guest::loongarch::gtimer::{self, GuestTimer};
+use gcsr::{g, gcsr_read, gcsr_xchg};
 pub use vcpu::VcpuState;
 use vcpu::{IS_HWI, IS_IPI, IS_TI, TCFG_EN, TCFG_INIT, TCFG_PERIODIC};
 
@@ -93,38 +93,6 @@ fn flush_all_gids() {
             "invtlb 0, $zero, $zero",
             options(nostack)
         );
-    }
-}
-
-/// The guest timer's TVAL as read from root mode, for TCFG `tcfg`. TVAL
-/// counts down from the initial value, so it is never above it; a larger
-/// value means a timer that already expired (the emulator in tools/qemu-lvz
-/// computes TVAL from its host timer and returns the negative remainder as
-/// a huge number when the expiry is overdue but not yet processed, which
-/// would put the vCPU's deadline at the end of time): 0, due now.
-fn tval_of(tval: u64, tcfg: u64) -> u64 {
-    if tval > (tcfg & TCFG_INIT) {
-        0
-    } else {
-        tval
-    }
-}
-
-/// After an exit: a guest timer that expired without its expiry being
-/// processed reads back a huge TVAL, and the next entry would arm it at
-/// the end of time (`guest::loongarch::gtimer`): its TI is raised and it
-/// is stopped (one-shot) or reloaded (periodic) here.
-fn catch_overdue_timer() {
-    let tcfg = gcsr_read!(g::TCFG);
-    if tcfg & TCFG_EN == 0 {
-        return;
-    }
-    if let Some((tcfg, tval)) = gtimer::overdue(tcfg, gcsr_read!(g::TVAL), MIN_PERIOD) {
-        // This vCPU's guest CSRs are loaded: TI raised, the timer stopped
-        // or given its next period, as the hardware's would be.
-        gcsr_write!(g::TCFG, tcfg);
-        gcsr_write!(g::TVAL, tval);
-        gcsr_xchg!(g::ESTAT, IS_TI, IS_TI);
     }
 }
 
@@ -228,14 +196,16 @@ impl LvzBackend {
     }
 
     /// An `idle` with nothing pending: poll for up to the halt-poll window
-    /// while nobody else wants this pCPU. The guest timer counts only in
-    /// guest mode, so its deadline is watched here and raised when passed.
+    /// while nobody else wants this pCPU. Its timer's deadline is watched
+    /// here and TI raised when it passes (the LVZ emulator stops the guest
+    /// timer outside guest mode; the hardware's raises TI itself then).
     pub fn halt_poll(&self, env: &ExitCtx<'_, Self>, ctx: &mut VcpuState) -> bool {
         let (vm, index) = (env.vm, env.index());
-        let tcfg = gcsr_read!(g::TCFG);
         let lie_ti = gcsr_read!(g::ECFG) & IS_TI != 0;
-        let timer_at = (tcfg & TCFG_EN != 0 && lie_ti)
-            .then(|| csr::rdtime().saturating_add(tval_of(gcsr_read!(g::TVAL), tcfg)));
+        let timer_at = match gtimer::state(gcsr_read!(g::TCFG), gcsr_read!(g::TVAL)) {
+            GuestTimer::Counting(ticks) if lie_ti => Some(csr::rdtime().saturating_add(ticks)),
+            _ => None,
+        };
         let halt = ctx.halt;
         let end = halt.poll(
             csr::rdtime,
@@ -257,9 +227,8 @@ impl LvzBackend {
         let swi = u64::from(sh.swi.swap(0, Ordering::AcqRel) & 3);
         let ipi = if vm.arch.ipi[index].line() { IS_IPI } else { 0 };
         let hwi = u64::from(vm.arch.intc.hwi(index)) << 2;
-        // Written only when it changes: on the LVZ emulator the guest
-        // timer's expiry sets TI from another thread, and a read-modify-
-        // write here at that moment would put the old TI back.
+        // Only the bits kestrel owns, and only when they change: the guest
+        // timer sets TI meanwhile (the masked exchange leaves it alone).
         let (set, mask) = (swi | ipi | hwi, swi | IS_IPI | IS_HWI);
         if gcsr_read!(g::ESTAT) & mask != set {
             gcsr_xchg!(g::ESTAT, set, mask);
@@ -418,7 +387,6 @@ impl Backend for LvzBackend {
         // second-stage entries of its GID map only its RAM; EUEN exposes the
         // FP unit only if this vCPU owns it.
         unsafe { switch::enter(&mut ctx.frame) };
-        catch_overdue_timer();
         let exit = exits::handle(env, ctx);
         if ctx.frame.kind != 1 && exits::is_interrupt(ctx.frame.estat) {
             hv.check_timers(cpu, csr::rdtime());
@@ -435,19 +403,26 @@ impl Backend for LvzBackend {
             e.vcpu_put();
         }
         self.vmids.vcpu_put(cpu);
+        // The guest timer runs on until it is read: `save` reads TCFG and
+        // TVAL before ESTAT, so a timer that fires in between shows as
+        // fired with its TI in the ESTAT saved.
         gcsr::save(&mut ctx.gcsr.regs);
-        // The emulator's timer expiry (another thread) may have set TI and
-        // cleared a one-shot timer's EN between the reads of ESTAT and
-        // TCFG: TI read again after TCFG, so it is not lost with EN.
-        if gcsr_read!(g::ESTAT) & IS_TI != 0 {
-            let e = ctx.gcsr.get(g::ESTAT);
-            ctx.gcsr.set(g::ESTAT, e | IS_TI);
-        }
         let now = csr::rdtime();
         let tcfg = ctx.gcsr.get(g::TCFG);
-        let tval = tval_of(ctx.gcsr.get(g::TVAL), tcfg);
-        ctx.gcsr.set(g::TVAL, tval);
-        ctx.timer_at = (tcfg & TCFG_EN != 0).then(|| now.saturating_add(tval));
+        ctx.timer_at = match gtimer::state(tcfg, ctx.gcsr.get(g::TVAL)) {
+            GuestTimer::Off => None,
+            GuestTimer::Counting(ticks) => {
+                ctx.gcsr.set(g::TVAL, ticks);
+                Some(now.saturating_add(ticks))
+            }
+            GuestTimer::Fired => {
+                // Its TI was raised when it fired (and maybe taken since):
+                // stopped, so that `load` does not start it again.
+                ctx.gcsr.set(g::TCFG, tcfg & !TCFG_EN);
+                ctx.gcsr.set(g::TVAL, 0);
+                None
+            }
+        };
         // A vCPU put away wakes at its timer deadline if TI can wake it.
         let lie = ctx.gcsr.get(g::ECFG) & IS_TI != 0;
         if let Some(at) = ctx.timer_at.filter(|_| lie) {
