@@ -1275,7 +1275,11 @@ pub fn write_package(config: &Path, arch: Arch, out: &Path) -> Result<Vec<String
     if let Some(dir) = out.parent() {
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     }
-    std::fs::write(out, &bytes).map_err(|e| format!("{}: {e}", out.display()))?;
+    // Written only when it changes: the firmware build reruns its build
+    // script, and relinks, whenever the file it embeds is touched.
+    if std::fs::read(out).ok().as_deref() != Some(&bytes[..]) {
+        std::fs::write(out, &bytes).map_err(|e| format!("{}: {e}", out.display()))?;
+    }
     Ok(summary)
 }
 

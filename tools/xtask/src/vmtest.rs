@@ -324,9 +324,10 @@ pub fn build_guest(
     let root = root();
     let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
     cmd.current_dir(&root)
-        .args(["build", "--release", "-p", package, "--target", target]);
+        .args(["build", "--release", "-p", package, "--target", target])
+        .env("RUSTC_BOOTSTRAP", crate::RELEASE_BOOTSTRAP);
     if build_std {
-        cmd.env("RUSTC_BOOTSTRAP", "1").args([
+        cmd.args([
             "-Zbuild-std=core",
             "-Zbuild-std-features=compiler-builtins-mem",
         ]);
