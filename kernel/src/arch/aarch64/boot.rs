@@ -298,13 +298,10 @@ pub fn primary_run(board: BoardInfo, args: &BootArgs) -> ! {
     }
     // The boot module (the loader's initrd): a VM package kept from guests.
     let module = board.module.map(|m| {
-        crate::board::check_module(
-            m,
-            &board.memory,
-            (args.image_start as u64, args.image_end as u64),
-        )
+        let image = (args.image_start as u64, args.image_end as u64);
+        (m, crate::board::check_module(m, &board.memory, image))
     });
-    if let Some(Ok(m)) = module {
+    if let Some((m, Ok(_))) = module {
         reserved.add(m.base, m.end());
     }
     let from_dtb = reserved.clone();
@@ -352,8 +349,8 @@ pub fn primary_run(board: BoardInfo, args: &BootArgs) -> ! {
     }
     let (used, free) = (args.heap_usage)();
     log::info!("heap: {} KiB used, {} KiB free", used >> 10, free >> 10);
-    match (board.module, module) {
-        (Some(m), Some(Ok(_))) => {
+    match module {
+        Some((m, Ok(_))) => {
             // SAFETY: check_module put [base, end) inside a RAM region of
             // the board, which the identity map covers as Normal memory;
             // the range was added to `reserved` above, so no guest frame
@@ -363,8 +360,8 @@ pub fn primary_run(board: BoardInfo, args: &BootArgs) -> ! {
                 unsafe { core::slice::from_raw_parts(m.base as *const u8, m.size as usize) };
             crate::vmconfig::log_module(m, crate::vmconfig::set_module(bytes));
         }
-        (Some(m), Some(Err(why))) => crate::vmconfig::log_module_refused(m, why),
-        _ => {}
+        Some((m, Err(why))) => crate::vmconfig::log_module_refused(m, why),
+        None => {}
     }
     if board.psci.is_none() {
         log::warn!(
