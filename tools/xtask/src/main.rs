@@ -207,8 +207,8 @@ pub fn build_image(arch: Arch, features: &[String]) -> Result<PathBuf, String> {
     build_image_with(arch, features, None)
 }
 
-/// `RUSTC_BOOTSTRAP` for every release build of the images and the test
-/// guests, whichever the target. LoongArch needs it (`-Zbuild-std`), and
+/// `RUSTC_BOOTSTRAP` for every release build of the images, the test
+/// guests and the guest programs, whichever the target. LoongArch needs it (`-Zbuild-std`), and
 /// the host's proc-macro crates, shared by both targets' builds, rebuild
 /// whenever it changes (proc-macro2's build script watches it), and with
 /// them every crate using a proc macro, the kernel included: one value for

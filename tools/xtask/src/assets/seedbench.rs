@@ -22,6 +22,7 @@ pub fn build() -> Result<PathBuf, String> {
     let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
         .current_dir(&root)
         .env("CARGO_TARGET_AARCH64_UNKNOWN_LINUX_MUSL_LINKER", "rust-lld")
+        .env("RUSTC_BOOTSTRAP", crate::RELEASE_BOOTSTRAP)
         .args(["build", "--release", "-q", "-p", "kestrel-seedbench"])
         .args(["--target", TARGET])
         .status()
@@ -51,7 +52,7 @@ pub fn build_la64() -> Result<PathBuf, String> {
     let root = root();
     let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
         .current_dir(&root)
-        .env("RUSTC_BOOTSTRAP", "1")
+        .env("RUSTC_BOOTSTRAP", crate::RELEASE_BOOTSTRAP)
         .args(["build", "--release", "-q", "-p", "kestrel-seedbench-nostd"])
         .args(["--target", TARGET_LA64])
         .args([
