@@ -11,8 +11,8 @@
 // UEFI one on LoongArch64 (LP64, integer arguments only here) and on
 // arm64 (AAPCS64).
 
-use kernel::efiboot::{EfiBoot, EfiText};
-use kernel::reserve;
+use kernel::host::efiboot::{EfiBoot, EfiText};
+use kernel::host::reserve;
 
 pub type Status = usize;
 pub const SUCCESS: Status = 0;

@@ -19,8 +19,8 @@ pub fn bytes() -> &'static [u8] {
     &PACKAGE.0
 }
 
-/// Hands the package to the kernel (`kernel::vmconfig::package`). Called
+/// Hands the package to the kernel (`kernel::vmm::vmconfig::package`). Called
 /// once on the boot CPU during early init.
 pub fn register() {
-    kernel::vmconfig::set_package(bytes());
+    kernel::vmm::vmconfig::set_package(bytes());
 }

@@ -9,46 +9,9 @@
 
 extern crate alloc;
 
-// Boot-time plumbing shared by both architectures.
-pub mod acpi;
-pub mod backend;
-pub mod banner;
-pub mod board;
-pub mod cmdline;
-pub mod console;
-pub mod dtb;
-pub mod efiboot;
-pub mod klog;
-pub mod platform;
-pub mod reserve;
-pub mod runtime;
-
-// The portable mechanisms (issue: portable core).
-pub mod deadline;
-pub mod exitctx;
-pub mod fpu;
-pub mod frames;
-pub mod guest;
-pub mod haltpoll;
-pub mod hypercall;
-pub mod ipi;
-pub mod lazyram;
-pub mod passthrough;
-pub mod psci;
-pub mod sched;
-pub mod stats;
-pub mod sync;
-pub mod vdev;
-pub mod vgic;
-pub mod virtio;
-pub mod vm;
-pub mod vmid;
-pub mod vmm;
-
-// VM configuration: the embedded package and generated guest device trees.
-pub mod fdt_build;
-pub mod vmconfig;
-
+// The layers, lowest first (`kernel/layers.txt` declares the order and
+// `cargo xtask layers` checks it): a module uses only the layers above it
+// in this list, never one below.
 /// Architecture-specific code: only built for the bare-metal targets.
 #[cfg(all(
     target_os = "none",
@@ -56,6 +19,15 @@ pub mod vmconfig;
 ))]
 #[allow(unsafe_code)]
 pub mod arch;
+pub mod base;
+pub mod dev;
+pub mod guest;
+pub mod host;
+pub mod mem;
+pub mod runtime;
+pub mod vcpu;
+pub mod vm;
+pub mod vmm;
 
 /// kestrel's version, as printed in the boot banner.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

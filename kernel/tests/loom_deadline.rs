@@ -1,4 +1,4 @@
-//! loom model of the deadline bound (`kernel::deadline`): the lower bound
+//! loom model of the deadline bound (`kernel::base::deadline`): the lower bound
 //! of every vCPU deadline that each LoongArch exit arms its pCPU's timer
 //! by. Built only with `RUSTFLAGS="--cfg loom"` (`make test-loom`,
 //! docs/concurrency.md); the real `Deadlines` and `DeadlineBound` run on
@@ -23,7 +23,7 @@
 mod common;
 use common::check;
 
-use kernel::deadline::{DeadlineBound, Deadlines};
+use kernel::base::deadline::{DeadlineBound, Deadlines};
 use loom::thread;
 use std::sync::Arc;
 

@@ -1,5 +1,5 @@
-//! loom model of the PV IPI's pending-then-kick ordering (`kernel::ipi`,
-//! `kernel::exitctx`). Built only with `RUSTFLAGS="--cfg loom"` (`make
+//! loom model of the PV IPI's pending-then-kick ordering (`kernel::vcpu::ipi`,
+//! `kernel::vm::exitctx`). Built only with `RUSTFLAGS="--cfg loom"` (`make
 //! test-loom`, docs/concurrency.md); the real router (`ipi::send`), the
 //! real steps over the scheduler (`exitctx::PvIpiRoute`, which `ExitCtx`
 //! uses) and the real `Scheduler` run under loom.
@@ -30,9 +30,9 @@
 mod common;
 use common::check;
 
-use kernel::exitctx::{PvIpiArch, PvIpiRoute};
-use kernel::ipi::{self, IpiWindow};
-use kernel::sched::{CpuMask, PutReason, Scheduler, VcpuKey};
+use kernel::vcpu::ipi::{self, IpiWindow};
+use kernel::vcpu::sched::{CpuMask, PutReason, Scheduler, VcpuKey};
+use kernel::vm::exitctx::{PvIpiArch, PvIpiRoute};
 use loom::sync::atomic::{AtomicBool, Ordering};
 use loom::sync::Arc;
 use loom::thread;

@@ -1,5 +1,5 @@
 //! loom model of the lazy FP ownership hand-off between pCPUs
-//! (`kernel::fpu`, `kernel::fpu::pcpu`). Built only with
+//! (`kernel::vcpu::fpu`, `kernel::vcpu::fpu::pcpu`). Built only with
 //! `RUSTFLAGS="--cfg loom"` (`make test-loom`, docs/concurrency.md); the
 //! real `FpEngine`, `PcpuFp` and `load_waiting` run on loom's atomics and
 //! mutexes.
@@ -39,8 +39,8 @@
 mod common;
 use common::check;
 
-use kernel::fpu::pcpu::{load_waiting, PcpuFp};
-use kernel::fpu::{FpHw, FpLoad, FpPolicy, VcpuFp};
+use kernel::vcpu::fpu::pcpu::{load_waiting, PcpuFp};
+use kernel::vcpu::fpu::{FpHw, FpLoad, FpPolicy, VcpuFp};
 use loom::sync::atomic::{AtomicBool, Ordering};
 use loom::sync::Arc;
 use loom::thread;

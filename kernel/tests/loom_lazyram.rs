@@ -1,4 +1,4 @@
-//! loom model of first-touch zeroing (`kernel::lazyram`): the one-claimant
+//! loom model of first-touch zeroing (`kernel::mem::lazyram`): the one-claimant
 //! rule. Built only with `RUSTFLAGS="--cfg loom"` (`make test-loom`,
 //! docs/concurrency.md); the real `Blocks` runs on loom's atomics.
 //!
@@ -25,7 +25,7 @@
 mod common;
 use common::check;
 
-use kernel::lazyram::{Blocks, Touch};
+use kernel::mem::lazyram::{Blocks, Touch};
 use loom::cell::UnsafeCell;
 use loom::sync::Arc;
 use loom::thread;

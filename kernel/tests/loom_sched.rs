@@ -1,4 +1,4 @@
-//! loom model of the scheduler's wake-versus-block race (`kernel::sched`).
+//! loom model of the scheduler's wake-versus-block race (`kernel::vcpu::sched`).
 //! Built only with `RUSTFLAGS="--cfg loom"` (`make test-loom`,
 //! docs/concurrency.md); the real `Scheduler` runs under loom's mutex.
 //!
@@ -31,7 +31,7 @@
 mod common;
 use common::check;
 
-use kernel::sched::{CpuMask, Kick, PutReason, RunState, Scheduler, VcpuKey};
+use kernel::vcpu::sched::{CpuMask, Kick, PutReason, RunState, Scheduler, VcpuKey};
 use loom::sync::atomic::{AtomicBool, Ordering};
 use loom::sync::Arc;
 use loom::thread;

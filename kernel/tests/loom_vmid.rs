@@ -1,4 +1,4 @@
-//! loom models of the VMID allocator (`kernel::vmid`): the lock-free fast
+//! loom models of the VMID allocator (`kernel::mem::vmid`): the lock-free fast
 //! path of `vcpu_load` against a rollover on another pCPU. Built only with
 //! `RUSTFLAGS="--cfg loom"` (`make test-loom`, docs/concurrency.md); the
 //! real `VmidAllocator` runs on loom's atomics and mutex.
@@ -47,7 +47,7 @@
 mod common;
 use common::check;
 
-use kernel::vmid::{VmVmid, VmidAllocator, VmidLoad};
+use kernel::mem::vmid::{VmVmid, VmidAllocator, VmidLoad};
 use loom::sync::Arc;
 use loom::thread;
 use std::collections::BTreeMap;

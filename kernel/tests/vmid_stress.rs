@@ -7,7 +7,7 @@
 //! another VM for the VMID it is about to use. TLB flushes must match
 //! rollovers one to one.
 
-use kernel::vmid::{VmVmid, VmidAllocator, VmidLoad};
+use kernel::mem::vmid::{VmVmid, VmidAllocator, VmidLoad};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 

@@ -13,8 +13,8 @@ use core::ptr::{addr_of, addr_of_mut};
 use core::fmt::Write;
 
 use kernel::arch::aarch64::boot::{AcpiRam, ACPI_PPIS};
-use kernel::efiboot::{EfiBoot, EfiText};
-use kernel::reserve;
+use kernel::host::efiboot::{EfiBoot, EfiText};
+use kernel::host::reserve;
 
 use crate::efi::{Uefi, ACPI_20_GUID, DEVICE_TREE_GUID};
 
@@ -98,7 +98,8 @@ extern "C" fn kestrel_efi_main(image: usize, st: usize, bad_relocs: u64, load: u
             // SAFETY: the first 8 bytes of the table the firmware
             // registered as the device tree.
             let header: [u8; 8] = unsafe { core::ptr::read_volatile(dtb as *const [u8; 8]) };
-            let Some(size) = kernel::dtb::total_size(&header).filter(|&s| s <= MAX_DTB) else {
+            let Some(size) = kernel::host::dtb::total_size(&header).filter(|&s| s <= MAX_DTB)
+            else {
                 efi.print("kestrel: FATAL: the device tree in the configuration table is not one (bad magic or larger than 2 MiB)\n");
                 return FAIL;
             };
@@ -130,7 +131,7 @@ extern "C" fn kestrel_efi_main(image: usize, st: usize, bad_relocs: u64, load: u
     // changed in between (the key is stale) is taken again.
     let mut acpi_checked = false;
     // What the ACPI reader read: the RSDP, the XSDT and the tables.
-    let mut acpi_ranges = [(0u64, 0u64); kernel::acpi::MAX_TABLES + 2];
+    let mut acpi_ranges = [(0u64, 0u64); kernel::host::acpi::MAX_TABLES + 2];
     let mut acpi_n = 0;
     let exited = efi.exit_boot_services(h, |map, desc_size| {
         if rsdp == 0 || acpi_checked {
@@ -147,7 +148,7 @@ extern "C" fn kestrel_efi_main(image: usize, st: usize, bad_relocs: u64, load: u
                 return Err(());
             }
         };
-        match kernel::acpi::arm64::parse(&AcpiRam(&ram.regions), rsdp, ACPI_PPIS) {
+        match kernel::host::acpi::arm64::parse(&AcpiRam(&ram.regions), rsdp, ACPI_PPIS) {
             Ok(a) => {
                 for (slot, r) in acpi_ranges.iter_mut().zip(a.ranges()) {
                     *slot = r;

@@ -9,7 +9,7 @@
 
 use core::ptr::{addr_of, addr_of_mut};
 
-use kernel::efiboot::EfiBoot;
+use kernel::host::efiboot::EfiBoot;
 
 use crate::efi::{Status, Uefi, ACPI_20_GUID, DEVICE_TREE_GUID, ERROR_BIT};
 

@@ -9,8 +9,8 @@ use core::fmt::Write;
 use kernel::arch::loongarch64::{
     bootinfo, csr, dmw, exceptions, platform, platform::PLATFORM, smp,
 };
-use kernel::board::{Arch, Backend, BoardInfo, UartKind};
-use kernel::efiboot::EfiBoot;
+use kernel::host::board::{Arch, Backend, BoardInfo, UartKind};
+use kernel::host::efiboot::EfiBoot;
 use log::{info, warn};
 
 mod efi;
@@ -68,7 +68,7 @@ extern "C" fn primary_entry(a0: u64, a1: u64, a2: u64) -> ! {
     crate::heap::init();
     PLATFORM.set_console(EARLY_UART_PA);
     PLATFORM.set_counter_hz(csr::counter_hz());
-    kernel::klog::init(&PLATFORM, log::LevelFilter::Info);
+    kernel::base::klog::init(&PLATFORM, log::LevelFilter::Info);
     let uefi = efi::handoff();
     // The command line (the a1 string, or UEFI load options), read now so
     // early failures know whether to power off.
@@ -78,8 +78,8 @@ extern "C" fn primary_entry(a0: u64, a1: u64, a2: u64) -> ! {
         None => None,
     };
     if let Some(s) = loader_cmdline {
-        let on_exit = kernel::cmdline::BootOptions::parse(s).on_exit;
-        PLATFORM.set_early_poweroff(on_exit == kernel::cmdline::OnExit::PowerOff);
+        let on_exit = kernel::host::cmdline::BootOptions::parse(s).on_exit;
+        PLATFORM.set_early_poweroff(on_exit == kernel::host::cmdline::OnExit::PowerOff);
     }
 
     let mut board = match uefi {
@@ -95,15 +95,15 @@ extern "C" fn primary_entry(a0: u64, a1: u64, a2: u64) -> ! {
     // Command line: the a1 string (QEMU does not fill /chosen/bootargs on
     // LoongArch); /chosen/bootargs if a1 gave nothing.
     match loader_cmdline {
-        Some(s) if !s.is_empty() => board.cmdline = kernel::board::bounded(s),
+        Some(s) if !s.is_empty() => board.cmdline = kernel::host::board::bounded(s),
         Some(_) => {}
         None if a0 == 1 && uefi.is_none() => {
             warn!("command line at {a1:#x} is not text; using /chosen/bootargs")
         }
         None => {}
     }
-    let on_exit = kernel::cmdline::BootOptions::parse(board.cmdline.as_str()).on_exit;
-    PLATFORM.set_early_poweroff(on_exit == kernel::cmdline::OnExit::PowerOff);
+    let on_exit = kernel::host::cmdline::BootOptions::parse(board.cmdline.as_str()).on_exit;
+    PLATFORM.set_early_poweroff(on_exit == kernel::host::cmdline::OnExit::PowerOff);
 
     // The counter: CPUCFG4/5 say it, the device tree does not.
     board.timer_hz = csr::counter_hz();
@@ -143,7 +143,7 @@ extern "C" fn primary_entry(a0: u64, a1: u64, a2: u64) -> ! {
     }
 
     if let Some(m) = board.module {
-        match kernel::board::check_module(m, &board.memory, image) {
+        match kernel::host::board::check_module(m, &board.memory, image) {
             Ok(m) => {
                 platform::set_boot_module(m);
                 // SAFETY: check_module put [base, end) inside a RAM region
@@ -154,9 +154,9 @@ extern "C" fn primary_entry(a0: u64, a1: u64, a2: u64) -> ! {
                 let bytes = unsafe {
                     core::slice::from_raw_parts(dmw::cached(m.base) as *const u8, m.size as usize)
                 };
-                kernel::vmconfig::log_module(m, kernel::vmconfig::set_module(bytes));
+                kernel::vmm::vmconfig::log_module(m, kernel::vmm::vmconfig::set_module(bytes));
             }
-            Err(why) => kernel::vmconfig::log_module_refused(m, why),
+            Err(why) => kernel::vmm::vmconfig::log_module_refused(m, why),
         }
     }
 
@@ -196,7 +196,7 @@ fn board_from_fdt(a2: u64) -> BoardInfo {
             bootinfo::QEMU_VIRT_FDT_PA
         ))
     };
-    let board = match kernel::dtb::parse(blob, Arch::LoongArch64) {
+    let board = match kernel::host::dtb::parse(blob, Arch::LoongArch64) {
         Ok(b) => b,
         Err(e) => early_halt(format_args!("{e} (FDT at {fdt_pa:#x})")),
     };
@@ -264,7 +264,7 @@ fn board_from_uefi(h: &EfiBoot) -> BoardInfo {
         ));
     }
     let mem = bootinfo::FirmwareMemory::new(&h.described);
-    let info = match kernel::acpi::loongarch::parse(&mem, h.rsdp) {
+    let info = match kernel::host::acpi::loongarch::parse(&mem, h.rsdp) {
         Ok(i) => i,
         Err(e) => early_halt(format_args!("{e} (RSDP at {:#x})", h.rsdp)),
     };
@@ -276,7 +276,7 @@ fn board_from_uefi(h: &EfiBoot) -> BoardInfo {
         "ACPI: RSDP at {:#x} (revision {}), tables:{tables}",
         h.rsdp, info.revision
     );
-    let board = kernel::acpi::loongarch::loongarch_board(&info, &regions);
+    let board = kernel::host::acpi::loongarch::loongarch_board(&info, &regions);
     let mut cores = String::new();
     for (i, c) in info.cores.iter().enumerate() {
         let _ = write!(cores, " cpu{i}=core{}/node{}", c.hw_id, c.node);
@@ -310,12 +310,12 @@ fn board_from_uefi(h: &EfiBoot) -> BoardInfo {
         let mut d = String::new();
         for a in 0..info
             .localities
-            .min(kernel::acpi::loongarch::MAX_NODES as u64) as u32
+            .min(kernel::host::acpi::loongarch::MAX_NODES as u64) as u32
         {
             let _ = write!(d, " [");
             for b in 0..info
                 .localities
-                .min(kernel::acpi::loongarch::MAX_NODES as u64) as u32
+                .min(kernel::host::acpi::loongarch::MAX_NODES as u64) as u32
             {
                 let _ = write!(
                     d,

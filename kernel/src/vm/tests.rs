@@ -49,7 +49,7 @@ impl Ctx {
 
 /// Guest RAM and interrupt recorder of the one test with devices
 /// ([`Fake::device_work`] continues its work there).
-static DEVICE_ENV: StdMutex<Option<crate::virtio::mmio::tests::Env>> = StdMutex::new(None);
+static DEVICE_ENV: StdMutex<Option<crate::dev::virtio::mmio::tests::Env>> = StdMutex::new(None);
 static DEVICE_WORK: AtomicUsize = AtomicUsize::new(0);
 
 struct VmArch {
@@ -168,7 +168,7 @@ impl Backend for Fake {
             .as_mut()
             .expect("device work without the test's devices");
         if let Some(c) = &vm.virtio.console {
-            c.resume(env, &mut crate::virtio::Budget::exit());
+            c.resume(env, &mut crate::dev::virtio::Budget::exit());
         }
         DEVICE_WORK.fetch_add(1, Ordering::Relaxed);
     }
@@ -296,7 +296,7 @@ fn add_with(
         arch: VmArch {
             pending: (0..n).map(|_| AtomicUsize::new(0)).collect(),
         },
-        bus: crate::vdev::bus::Bus::new(),
+        bus: crate::dev::vdev::bus::Bus::new(),
         virtio: Default::default(),
         stats: Arc::new(Stats::new()),
         vcpus: scripts.into_iter().map(Ctx::new).collect(),
@@ -607,19 +607,44 @@ fn passed_deadlines_wake_blocked_vcpus_once() {
     assert_eq!(hv.next_deadline(), 30);
     // Nothing has passed at 29.
     hv.check_timers(1, 29);
-    assert_eq!(a.stats.snapshot().get(crate::stats::Counter::ExitTimer), 0);
+    assert_eq!(
+        a.stats
+            .snapshot()
+            .get(crate::vcpu::stats::Counter::ExitTimer),
+        0
+    );
     // At 45: b's masked deadline passes without a wake, a's slot 2 wakes a.
     hv.check_timers(1, 45);
-    assert_eq!(b.stats.snapshot().get(crate::stats::Counter::ExitTimer), 0);
+    assert_eq!(
+        b.stats
+            .snapshot()
+            .get(crate::vcpu::stats::Counter::ExitTimer),
+        0
+    );
     assert_eq!(b.vcpus[0].deadlines.get(1), u64::MAX, "taken even so");
-    assert_eq!(a.stats.snapshot().get(crate::stats::Counter::ExitTimer), 1);
+    assert_eq!(
+        a.stats
+            .snapshot()
+            .get(crate::vcpu::stats::Counter::ExitTimer),
+        1
+    );
     assert_eq!(a.arch.pending[0].load(Ordering::Acquire), 1);
     assert_eq!(hv.next_deadline(), 50);
     hv.check_timers(1, 100);
-    assert_eq!(a.stats.snapshot().get(crate::stats::Counter::ExitTimer), 2);
+    assert_eq!(
+        a.stats
+            .snapshot()
+            .get(crate::vcpu::stats::Counter::ExitTimer),
+        2
+    );
     assert_eq!(hv.next_deadline(), u64::MAX);
     hv.check_timers(1, 200);
-    assert_eq!(a.stats.snapshot().get(crate::stats::Counter::ExitTimer), 2);
+    assert_eq!(
+        a.stats
+            .snapshot()
+            .get(crate::vcpu::stats::Counter::ExitTimer),
+        2
+    );
     // An ended VM's deadlines are neither watched nor taken.
     b.vcpus[0].deadlines.set(0, 10);
     hv.end_vm(&b, VmEnd::PowerOff, 0, &Log::default());
@@ -663,11 +688,11 @@ fn all_ended_waits_for_the_last_report() {
 /// in several rounds.
 #[test]
 fn pending_device_work_continues_before_entries_and_a_waiting_vcpu_keeps_running() {
-    use crate::virtio::console::Console;
-    use crate::virtio::mmio::tests::{bring_up, wr, Env};
-    use crate::virtio::mmio::{reg, Transport};
-    use crate::virtio::queue::tests::{Driver, DATA, DESC};
-    use crate::virtio::{BUDGET_CHAINS, F_VERSION_1};
+    use crate::dev::virtio::console::Console;
+    use crate::dev::virtio::mmio::tests::{bring_up, wr, Env};
+    use crate::dev::virtio::mmio::{reg, Transport};
+    use crate::dev::virtio::queue::tests::{Driver, DATA, DESC};
+    use crate::dev::virtio::{BUDGET_CHAINS, F_VERSION_1};
     let t = Arc::new(Transport::new("virtio-console", 1, Console::new()));
     let mut env = Env::new();
     bring_up(&*t, &mut env, F_VERSION_1, &[0, 1], 256);
@@ -689,8 +714,8 @@ fn pending_device_work_continues_before_entries_and_a_waiting_vcpu_keeps_running
         arch: VmArch {
             pending: vec![AtomicUsize::new(0)],
         },
-        bus: crate::vdev::bus::Bus::new(),
-        virtio: crate::virtio::vm::VmVirtio {
+        bus: crate::dev::vdev::bus::Bus::new(),
+        virtio: crate::dev::virtio::vm::VmVirtio {
             console: Some(t.clone()),
             ..Default::default()
         },
@@ -733,7 +758,7 @@ fn wait_for(hv: &Hypervisor<Fake>, what: &str, cond: impl Fn() -> bool) {
 
 #[test]
 fn the_console_stops_restarts_and_starts_vms_while_they_run() {
-    use crate::console::Op as Cmd;
+    use crate::vmm::console::Op as Cmd;
     let cpus = 2;
     let hv = hv(cpus);
     let log = Log::default();

@@ -1,4 +1,4 @@
-//! The console's commands that need the VMs ([`crate::console::Command`]):
+//! The console's commands that need the VMs ([`crate::vmm::console::Command`]):
 //! the VM list, the live statistics view (refreshed each second, like
 //! `xl top`), and stop / restart / start, which the run loop carries out
 //! ([`Hypervisor::request`]). Everything here runs on the boot CPU's console
@@ -11,11 +11,11 @@ use alloc::vec::Vec;
 use core::fmt::Write;
 use spin::Mutex;
 
-use crate::console::{Command, ConsoleMux, Mode, Op};
-use crate::stats::{Counter, Snapshot};
-use crate::vdev::env::DeviceHost;
-use crate::virtio::vm::VirtioCounters;
+use crate::dev::vdev::env::DeviceHost;
+use crate::dev::virtio::vm::VirtioCounters;
+use crate::vcpu::stats::{Counter, Snapshot};
 use crate::vm::{Hypervisor, Vm};
+use crate::vmm::console::{Command, ConsoleMux, Mode, Op};
 
 /// Memory of each created VM, by slot (the VM does not keep its spec).
 static MEMORY: Mutex<Vec<u64>> = Mutex::new(Vec::new());
@@ -216,7 +216,7 @@ fn row<'a, B: DeviceHost>(
 fn say(mux: &Mutex<ConsoleMux>, text: &str) {
     let mut m = mux.lock();
     let out = m.say(text);
-    crate::console::write(&out);
+    crate::vmm::console::write(&out);
 }
 
 /// Carries out a console command.
@@ -325,7 +325,7 @@ pub fn refresh<B: DeviceHost>(hv: &Hypervisor<B>, mux: &Mutex<ConsoleMux>) {
         // Like `xl top`: the same screen, redrawn.
         text.insert_str(0, "\x1b[H\x1b[2J");
     }
-    crate::console::write(&crate::console::Out::Text(text));
+    crate::vmm::console::write(&crate::vmm::console::Out::Text(text));
     drop(m);
 }
 

@@ -2,11 +2,11 @@
 //! console, RAM accounting, publishing.
 
 use super::*;
-use crate::board::{Arch, Backend as BoardBackend, CpuDesc, IrqChip, MemRegion};
-use crate::exitctx::ExitCtx;
-use crate::frames::FRAME;
+use crate::host::board::{Arch, Backend as BoardBackend, CpuDesc, IrqChip, MemRegion};
+use crate::mem::frames::FRAME;
+use crate::vm::exitctx::ExitCtx;
 use crate::vm::{RunExit, Vcpu};
-use crate::vmconfig::DtbSource;
+use crate::vmm::vmconfig::DtbSource;
 use kestrel_abi::package::{Affinity, ConsoleKind, GuestKind};
 use std::sync::Mutex as StdMutex;
 
@@ -55,7 +55,7 @@ impl Machine for Fake {
             vcpus: (0..spec.vcpus as usize).collect(),
             entry: spec.entry_gpa,
             dtb: spec.dtb_gpa,
-            bus: crate::vdev::bus::Bus::new(),
+            bus: crate::dev::vdev::bus::Bus::new(),
             virtio: Default::default(),
         })
     }
@@ -66,7 +66,7 @@ impl Machine for Fake {
 fn board(mem_mb: u64) -> BoardInfo {
     BoardInfo {
         arch: Arch::Aarch64,
-        model: crate::board::bounded("fake"),
+        model: crate::host::board::bounded("fake"),
         memory: [MemRegion {
             base: 0x4000_0000,
             size: mem_mb << 20,
@@ -80,7 +80,7 @@ fn board(mem_mb: u64) -> BoardInfo {
         timer_hz: 1,
         psci: None,
         backend: BoardBackend::El2,
-        cmdline: crate::board::bounded(""),
+        cmdline: crate::host::board::bounded(""),
         warnings: heapless::Vec::new(),
         module: None,
     }
@@ -105,7 +105,7 @@ fn spec(name: &'static str, vcpus: u16, mask: u64, pinned: bool) -> VmSpec<'stat
         dtb_gpa: 0x4010_0000,
         cmdline: "",
         virtio_console: false,
-        on_reboot: crate::vmconfig::OnReboot::Restart,
+        on_reboot: crate::vmm::vmconfig::OnReboot::Restart,
         devices: kestrel_abi::package::Devices::NONE,
         passthrough: kestrel_abi::package::Passthroughs::NONE,
         identity: false,

@@ -2,9 +2,9 @@
 //! portable mechanisms, driven through the real kernel code. No timing: every
 //! number is a count and the same on every machine.
 
-use kernel::fpu::{FpCounters, FpEngine, FpHw, FpLoad, FpPolicy, VcpuFp};
-use kernel::ipi::{self, IpiTarget};
-use kernel::vmid::{VmVmid, VmidAllocator};
+use kernel::mem::vmid::{VmVmid, VmidAllocator};
+use kernel::vcpu::fpu::{FpCounters, FpEngine, FpHw, FpLoad, FpPolicy, VcpuFp};
+use kernel::vcpu::ipi::{self, IpiTarget};
 use kestrel_abi::IpiWindows;
 use std::cell::{Cell, RefCell};
 use std::sync::Arc;

@@ -9,8 +9,8 @@
 #![no_main]
 
 use arbitrary::{Arbitrary, Unstructured};
-use kernel::acpi::{self, arm64::Ppis, PhysMem};
-use kernel::board::{IrqChip, PsciConduit, UartKind};
+use kernel::host::acpi::{self, arm64::Ppis, PhysMem};
+use kernel::host::board::{IrqChip, PsciConduit, UartKind};
 use libfuzzer_sys::fuzz_target;
 
 const PPIS: Ppis = Ppis {

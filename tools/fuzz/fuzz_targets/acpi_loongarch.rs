@@ -1,4 +1,4 @@
-//! The LoongArch ACPI reader (`kernel::acpi::loongarch`): arbitrary bytes as physical memory with
+//! The LoongArch ACPI reader (`kernel::host::acpi::loongarch`): arbitrary bytes as physical memory with
 //! the RSDP at its start are read or refused, never a panic. So that the
 //! fuzzer gets past the checksums, the input is fixed up first: the RSDP's
 //! signature, revision 2 and checksums, its XSDT pointer folded into the
@@ -8,8 +8,8 @@
 //! distances only for the localities kept, a board built from it.
 #![no_main]
 
-use kernel::acpi::loongarch::{self as acpi, MAX_CORES, MAX_NODES};
-use kernel::acpi::PhysMem;
+use kernel::host::acpi::loongarch::{self as acpi, MAX_CORES, MAX_NODES};
+use kernel::host::acpi::PhysMem;
 use libfuzzer_sys::fuzz_target;
 
 const BASE: u64 = 0x10_0000;

@@ -15,11 +15,11 @@
 use std::collections::BTreeMap;
 
 use arbitrary::{Arbitrary, Unstructured};
-use kernel::board::{Arch, MemRegion};
-use kernel::dtb;
-use kernel::fdt_build::FdtWriter;
-use kernel::frames::{merge_ranges, FramePool, FRAME};
-use kernel::reserve::{self, Ranges};
+use kernel::host::board::{Arch, MemRegion};
+use kernel::host::dtb;
+use kernel::vmm::fdt_build::FdtWriter;
+use kernel::mem::frames::{merge_ranges, FramePool, FRAME};
+use kernel::host::reserve::{self, Ranges};
 use libfuzzer_sys::fuzz_target;
 
 /// Addresses are drawn from a small window so that ranges meet.
@@ -150,7 +150,7 @@ fn run(input: &Input) {
     }
     let (mut firmware, mut free, mut described) = (Ranges::new(), Ranges::new(), Ranges::new());
     if reserve::split_uefi_map(&map, 48, &mut firmware, &mut free, &mut described).is_ok() {
-        let (regions, gaps) = kernel::efiboot::regions(&free);
+        let (regions, gaps) = kernel::host::efiboot::regions(&free);
         memory.extend(regions.iter().copied());
         reserved.extend(firmware.as_slice());
         reserved.extend(gaps.as_slice());

@@ -7,9 +7,9 @@
 #![no_main]
 
 use arbitrary::{Arbitrary, Unstructured};
-use kernel::board::{Arch, BoardInfo, MAX_MEM_REGIONS};
-use kernel::dtb;
-use kernel::fdt_build::FdtWriter;
+use kernel::host::board::{Arch, BoardInfo, MAX_MEM_REGIONS};
+use kernel::host::dtb;
+use kernel::vmm::fdt_build::FdtWriter;
 use libfuzzer_sys::fuzz_target;
 
 const V3: &[u8] = include_bytes!("../../../kernel/tests/fixtures/qemu-v3.dtb");
@@ -136,7 +136,7 @@ fn round_trip(b: &Board) {
             ids.truncate(kernel::MAX_CPUS);
             let got_ids: Vec<u64> = board.cpus.iter().map(|c| c.hw_id).collect();
             assert_eq!(got_ids, ids);
-            let cut: String = kernel::board::bounded::<256>(&bootargs).as_str().into();
+            let cut: String = kernel::host::board::bounded::<256>(&bootargs).as_str().into();
             assert_eq!(board.cmdline.as_str(), cut);
         }
         Err(e) => {

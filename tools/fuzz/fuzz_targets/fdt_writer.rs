@@ -6,8 +6,8 @@
 #![no_main]
 
 use arbitrary::{Arbitrary, Unstructured};
-use kernel::board::{Arch, IrqChip};
-use kernel::fdt_build::{guest_dtb_arm64, vcpu_mpidr, GuestDtbSpec, GuestGic, GuestUart};
+use kernel::host::board::{Arch, IrqChip};
+use kernel::vmm::fdt_build::{guest_dtb_arm64, vcpu_mpidr, GuestDtbSpec, GuestGic, GuestUart};
 use kestrel_abi::package::ConsoleKind;
 use libfuzzer_sys::fuzz_target;
 
@@ -92,12 +92,12 @@ fn run(s: &Spec) {
     );
 
     // kestrel's own reader agrees.
-    let b = kernel::dtb::parse(&blob, Arch::Aarch64).expect("kestrel reads its own tree");
+    let b = kernel::host::dtb::parse(&blob, Arch::Aarch64).expect("kestrel reads its own tree");
     assert_eq!(b.memory_bytes(), spec.ram_size);
     assert_eq!(b.cpus.len(), usize::from(spec.vcpus).min(kernel::MAX_CPUS));
     assert_eq!(
         b.cmdline.as_str(),
-        kernel::board::bounded::<256>(&bootargs).as_str()
+        kernel::host::board::bounded::<256>(&bootargs).as_str()
     );
     assert_eq!(b.uart.map(|u| u.base), Some(spec.uart.base));
     match (b.irqchip, gic) {

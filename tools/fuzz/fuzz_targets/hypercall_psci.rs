@@ -7,9 +7,9 @@
 #![no_main]
 
 use arbitrary::{Arbitrary, Unstructured};
-use kernel::hypercall::{dispatch, Abi, HypercallArgs, HypercallEnv};
-use kernel::ipi::{self, IpiError, IpiOutcome, IpiTarget, IpiWindow};
-use kernel::psci::{self, fid, PsciVm};
+use kernel::vcpu::hypercall::{dispatch, Abi, HypercallArgs, HypercallEnv};
+use kernel::vcpu::ipi::{self, IpiError, IpiOutcome, IpiTarget, IpiWindow};
+use kernel::vcpu::psci::{self, fid, PsciVm};
 use kestrel_abi::ret;
 use libfuzzer_sys::fuzz_target;
 use std::cell::{Cell, RefCell};

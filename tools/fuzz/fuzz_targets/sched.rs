@@ -7,7 +7,7 @@
 #![no_main]
 
 use arbitrary::{Arbitrary, Unstructured};
-use kernel::sched::{CpuMask, Kick, PutReason, RunState, Scheduler, VcpuKey};
+use kernel::vcpu::sched::{CpuMask, Kick, PutReason, RunState, Scheduler, VcpuKey};
 use libfuzzer_sys::fuzz_target;
 use std::collections::{HashMap, HashSet};
 

@@ -7,7 +7,7 @@
 #![no_main]
 
 use arbitrary::{Arbitrary, Unstructured};
-use kernel::vdev::{ns16550, pl011, Width};
+use kernel::dev::vdev::{ns16550, pl011, Width};
 use libfuzzer_sys::fuzz_target;
 use std::collections::VecDeque;
 

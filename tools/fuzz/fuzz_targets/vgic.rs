@@ -9,8 +9,8 @@
 #![no_main]
 
 use arbitrary::{Arbitrary, Unstructured};
-use kernel::vgic::Vgic;
-use kernel::vgic::{GicVersion, LrEntry, LrState, SgiRegister, VgicConfig, Width, MAX_LRS};
+use kernel::dev::vgic::Vgic;
+use kernel::dev::vgic::{GicVersion, LrEntry, LrState, SgiRegister, VgicConfig, Width, MAX_LRS};
 use libfuzzer_sys::fuzz_target;
 
 #[derive(Arbitrary, Debug)]

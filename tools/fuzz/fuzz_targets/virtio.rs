@@ -24,14 +24,14 @@
 #![no_main]
 
 use arbitrary::{Arbitrary, Unstructured};
-use kernel::vdev::bus::{DeviceEnv, GuestMemory, MemError, MmioDevice};
-use kernel::vdev::Width;
-use kernel::virtio::block::{Backing, Block};
-use kernel::virtio::console::Console;
-use kernel::virtio::mmio::{reg, Transport, REGION_SIZE};
-use kernel::virtio::net::{Mac, Net, NetPort, Network, PortConfig, PortSink, HDR_LEN, MAX_FRAME};
-use kernel::virtio::queue::MAX_QUEUE_SIZE;
-use kernel::virtio::{status, Budget, VirtioDevice, BUDGET_BYTES, BUDGET_CHAINS, MAX_STEP};
+use kernel::dev::vdev::bus::{DeviceEnv, GuestMemory, MemError, MmioDevice};
+use kernel::dev::vdev::Width;
+use kernel::dev::virtio::block::{Backing, Block};
+use kernel::dev::virtio::console::Console;
+use kernel::dev::virtio::mmio::{reg, Transport, REGION_SIZE};
+use kernel::dev::virtio::net::{Mac, Net, NetPort, Network, PortConfig, PortSink, HDR_LEN, MAX_FRAME};
+use kernel::dev::virtio::queue::MAX_QUEUE_SIZE;
+use kernel::dev::virtio::{status, Budget, VirtioDevice, BUDGET_BYTES, BUDGET_CHAINS, MAX_STEP};
 use libfuzzer_sys::fuzz_target;
 use std::cell::{Cell, RefCell};
 use std::sync::{Arc, Mutex};
@@ -438,13 +438,13 @@ impl PortSink for FuzzPort {
         let mut env = self.env.lock().unwrap();
         let r = self.transport.with_live(&mut *env, |n, q, env, w| {
             if !n.receive(frame, from, share) {
-                return Ok(kernel::virtio::Progress::Done);
+                return Ok(kernel::dev::virtio::Progress::Done);
             }
             let mut one = Budget::new((HDR_LEN + MAX_FRAME) as u64, 1);
             n.deliver(q, env, &mut one, w)
         });
-        if r == Some(kernel::virtio::Progress::More) {
-            self.transport.mark_pending(kernel::virtio::net::RX);
+        if r == Some(kernel::dev::virtio::Progress::More) {
+            self.transport.mark_pending(kernel::dev::virtio::net::RX);
         }
         2 * frame.len() as u64
     }
@@ -596,7 +596,7 @@ fuzz_target!(|data: &[u8]| {
                 &mut env,
                 &ops,
                 |t, env, bytes| {
-                    use kernel::console::RxPort;
+                    use kernel::vmm::console::RxPort;
                     for &b in bytes {
                         input.lock().receive(b);
                     }

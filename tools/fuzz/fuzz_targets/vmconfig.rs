@@ -5,8 +5,8 @@
 #![no_main]
 
 use arbitrary::Unstructured;
-use kernel::board::Arch;
-use kernel::vmconfig::{plan, DtbSource, HostLimits};
+use kernel::host::board::Arch;
+use kernel::vmm::vmconfig::{plan, DtbSource, HostLimits};
 use kestrel_abi::package::*;
 use libfuzzer_sys::fuzz_target;
 

@@ -6,7 +6,7 @@
 #![no_main]
 
 use arbitrary::{Arbitrary, Unstructured};
-use kernel::vmid::{VmVmid, VmidAllocator};
+use kernel::mem::vmid::{VmVmid, VmidAllocator};
 use libfuzzer_sys::fuzz_target;
 use std::cell::Cell;
 

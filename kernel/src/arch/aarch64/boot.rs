@@ -8,10 +8,10 @@
 
 use core::fmt;
 
-use crate::acpi::{self, arm64::Ppis, PhysMem};
-use crate::board::{Arch, BoardInfo, MemRegion, UartKind};
-use crate::dtb;
-use crate::efiboot::EfiBoot;
+use crate::host::acpi::{self, arm64::Ppis, PhysMem};
+use crate::host::board::{Arch, BoardInfo, MemRegion, UartKind};
+use crate::host::dtb;
+use crate::host::efiboot::EfiBoot;
 
 use super::gic::Gic;
 use super::{exceptions, mmu, percpu, pl011, platform, timer};
@@ -221,7 +221,7 @@ fn early_checks(args: &BootArgs, board: Result<BoardInfo, EarlyError>) -> BoardI
         // The load options are the command line (a DTB from UEFI firmware
         // has no bootargs of kestrel's).
         if efi.has_cmdline {
-            board.cmdline = crate::board::bounded(&efi.cmdline);
+            board.cmdline = crate::host::board::bounded(&efi.cmdline);
         }
     }
     let total = board.memory_bytes();
@@ -262,7 +262,7 @@ fn early_checks(args: &BootArgs, board: Result<BoardInfo, EarlyError>) -> BoardI
     mmu::publish(map.config);
     // From here on (atomics are safe with the MMU on) `klog`, and so panics
     // and `runtime::fatal`, print on the early console.
-    crate::klog::init(&platform::PLATFORM, log::LevelFilter::Info);
+    crate::base::klog::init(&platform::PLATFORM, log::LevelFilter::Info);
     if map.ram_unmapped != 0 {
         pl011::early_print(format_args!(
             "kestrel: warning: {} MiB of RAM above 512 GiB is not mapped\n",
@@ -288,18 +288,18 @@ pub fn primary_run(board: BoardInfo, args: &BootArgs) -> ! {
     // RAM guests must not get: the image, the DTB, what the DTB reserves
     // and what UEFI firmware keeps after ExitBootServices (with ACPI, the
     // tables are among the latter).
-    let mut reserved = crate::reserve::Ranges::new();
+    let mut reserved = crate::host::reserve::Ranges::new();
     reserved.add(args.image_start as u64, args.image_end as u64);
     if !blob.is_empty() {
         reserved.add(args.dtb as u64, args.dtb as u64 + dtb_size);
-        if let Err(e) = crate::reserve::from_dtb(blob, &mut reserved) {
+        if let Err(e) = crate::host::reserve::from_dtb(blob, &mut reserved) {
             die(format_args!("{e}"));
         }
     }
     // The boot module (the loader's initrd): a VM package kept from guests.
     let module = board.module.map(|m| {
         let image = (args.image_start as u64, args.image_end as u64);
-        (m, crate::board::check_module(m, &board.memory, image))
+        (m, crate::host::board::check_module(m, &board.memory, image))
     });
     if let Some((m, Ok(_))) = module {
         reserved.add(m.base, m.end());
@@ -311,7 +311,7 @@ pub fn primary_run(board: BoardInfo, args: &BootArgs) -> ! {
         }
     }
     platform::init(&board, gic, args.secondary_entry, reserved);
-    crate::klog::init(&platform::PLATFORM, log::LevelFilter::Info);
+    crate::base::klog::init(&platform::PLATFORM, log::LevelFilter::Info);
     if let Some(efi) = args.efi {
         log::info!(
             "arm64: started by UEFI firmware \"{}\" (image loaded at {:#x}), boot services exited; \
@@ -358,9 +358,9 @@ pub fn primary_run(board: BoardInfo, args: &BootArgs) -> ! {
             // writes it: the bytes stay as the loader left them.
             let bytes =
                 unsafe { core::slice::from_raw_parts(m.base as *const u8, m.size as usize) };
-            crate::vmconfig::log_module(m, crate::vmconfig::set_module(bytes));
+            crate::vmm::vmconfig::log_module(m, crate::vmm::vmconfig::set_module(bytes));
         }
-        Some((m, Err(why))) => crate::vmconfig::log_module_refused(m, why),
+        Some((m, Err(why))) => crate::vmm::vmconfig::log_module_refused(m, why),
         None => {}
     }
     if board.psci.is_none() {
@@ -438,8 +438,8 @@ fn log_acpi(efi: &EfiBoot, rsdp: u64) {
     log::info!(
         "ACPI FADT: PSCI {}; RAM from the UEFI memory map: {} run(s), {} MiB{}",
         match a.psci {
-            Some(crate::board::PsciConduit::Smc) => "over SMC",
-            Some(crate::board::PsciConduit::Hvc) => "over HVC",
+            Some(crate::host::board::PsciConduit::Smc) => "over SMC",
+            Some(crate::host::board::PsciConduit::Hvc) => "over HVC",
             None => "absent",
         },
         efi.ram.regions.len(),

@@ -237,7 +237,7 @@ fn crash(frame: &Frame, kind: usize) -> ! {
 /// straight to the early console.
 fn out(args: core::fmt::Arguments) {
     if platform::console_ready() {
-        crate::klog::print_unlocked(args);
+        crate::base::klog::print_unlocked(args);
     } else {
         pl011::early_print(args);
     }

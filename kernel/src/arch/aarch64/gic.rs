@@ -10,7 +10,7 @@ use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use bitflags::bitflags;
 use volatile::access::{ReadOnly, WriteOnly};
 
-use crate::board::IrqChip;
+use crate::host::board::IrqChip;
 use crate::MAX_CPUS;
 
 use super::super::mmio::{at, Block, VolatileFieldAccess};

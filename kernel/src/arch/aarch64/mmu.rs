@@ -15,7 +15,7 @@ use spin::Once;
 
 use aarch64_cpu::registers::*;
 
-use crate::board::MemRegion;
+use crate::host::board::MemRegion;
 
 const ENTRIES: usize = 512;
 const GIB: u64 = 1 << 30;

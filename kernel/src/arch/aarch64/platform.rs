@@ -3,9 +3,9 @@
 use heapless::Vec;
 use spin::Once;
 
-use crate::board::{BoardInfo, PsciConduit, UartKind};
-use crate::platform::{ExitStatus, Platform, StartError};
-use crate::reserve::Ranges;
+use crate::base::platform::{ExitStatus, Platform, StartError};
+use crate::host::board::{BoardInfo, PsciConduit, UartKind};
+use crate::host::reserve::Ranges;
 use crate::MAX_CPUS;
 
 use super::gic::{self, Gic};
@@ -138,12 +138,12 @@ impl Platform for Arm64 {
         match STATE.get().and_then(|s| s.psci) {
             Some(conduit) => {
                 psci::system_off(conduit);
-                crate::klog::print_unlocked(format_args!(
+                crate::base::klog::print_unlocked(format_args!(
                     "kestrel: PSCI SYSTEM_OFF failed (status {}); halting\n",
                     status.code()
                 ));
             }
-            None => crate::klog::print_unlocked(format_args!(
+            None => crate::base::klog::print_unlocked(format_args!(
                 "kestrel: no PSCI to power off with (status {}); halting\n",
                 status.code()
             )),

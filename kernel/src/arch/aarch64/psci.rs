@@ -1,6 +1,6 @@
 //! PSCI calls (CPU_ON, SYSTEM_OFF) over the conduit the DTB's `/psci` names.
 
-use crate::board::PsciConduit;
+use crate::host::board::PsciConduit;
 
 pub const CPU_ON: u64 = 0xC400_0003;
 pub const SYSTEM_OFF: u64 = 0x8400_0008;

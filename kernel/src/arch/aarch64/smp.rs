@@ -6,8 +6,8 @@
 use alloc::alloc::{alloc_zeroed, Layout};
 use alloc::boxed::Box;
 
-use crate::board::PsciConduit;
-use crate::platform::StartError;
+use crate::base::platform::StartError;
+use crate::host::board::PsciConduit;
 
 use super::{exceptions, mmu, psci};
 

@@ -9,7 +9,7 @@
 //!   (DEVICE_TREE_GUID; QEMU places the FDT at physical 0x10_0000).
 
 use super::dmw;
-use crate::board::MemRegion;
+use crate::host::board::MemRegion;
 
 /// Where QEMU's virt machine puts the FDT when no table says otherwise.
 pub const QEMU_VIRT_FDT_PA: u64 = 0x10_0000;
@@ -94,7 +94,7 @@ pub fn fdt_at(pa: u64) -> Option<&'static [u8]> {
         return None;
     }
     let first = read_u64(pa).to_le_bytes();
-    let size = crate::dtb::total_size(&first)?;
+    let size = crate::host::dtb::total_size(&first)?;
     if size > MAX_FDT_SIZE || !in_low_ram(pa, size as u64) {
         return None;
     }
@@ -150,7 +150,7 @@ pub const QEMU_VIRT_POWEROFF: PowerOffReg = PowerOffReg {
 /// Reads `/poweroff` (compatible "syscon-poweroff": regmap phandle, offset,
 /// value) and the syscon it points at.
 pub fn fdt_poweroff(blob: &[u8]) -> Option<PowerOffReg> {
-    let fdt = crate::dtb::Tree::new(blob).ok()?;
+    let fdt = crate::host::dtb::Tree::new(blob).ok()?;
     let node = fdt.find_compatible(&["syscon-poweroff"])?;
     let regmap = node.prop_u64("regmap")? as u32;
     let offset = node.prop_u64("offset").unwrap_or(0);
@@ -173,16 +173,16 @@ pub fn fdt_poweroff(blob: &[u8]) -> Option<PowerOffReg> {
 /// Physical memory the UEFI memory map describes as memory (not MMIO),
 /// read through the cached window: where the ACPI reader may look.
 pub struct FirmwareMemory<'a> {
-    described: &'a crate::reserve::Ranges,
+    described: &'a crate::host::reserve::Ranges,
 }
 
 impl<'a> FirmwareMemory<'a> {
-    pub fn new(described: &'a crate::reserve::Ranges) -> Self {
+    pub fn new(described: &'a crate::host::reserve::Ranges) -> Self {
         FirmwareMemory { described }
     }
 }
 
-impl crate::acpi::PhysMem for FirmwareMemory<'_> {
+impl crate::host::acpi::PhysMem for FirmwareMemory<'_> {
     fn read(&self, pa: u64, len: usize) -> Option<&[u8]> {
         let end = pa.checked_add(len as u64)?;
         if end > dmw::PA_MASK {

@@ -250,7 +250,7 @@ struct Unlocked;
 
 impl Write for Unlocked {
     fn write_str(&mut self, s: &str) -> core::fmt::Result {
-        crate::klog::print_unlocked(format_args!("{s}"));
+        crate::base::klog::print_unlocked(format_args!("{s}"));
         Ok(())
     }
 }

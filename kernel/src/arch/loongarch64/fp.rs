@@ -1,7 +1,7 @@
 //! The only code in kestrel that touches FP/SIMD registers: saving and
 //! restoring a vCPU's FP state (`kestrel_la_fp_save` /
 //! `kestrel_la_fp_restore`), at the width the CPU has (FP64, LSX 128-bit or
-//! LASX 256-bit), plus FCSR0 and FCC0-7. Layout: `crate::fpu::LoongArchFpState`
+//! LASX 256-bit), plus FCSR0 and FCC0-7. Layout: `crate::vcpu::fpu::LoongArchFpState`
 //! (32 x 32 bytes of registers, FCSR0 at 1024, FCC bits at 1028).
 //! `make test` (check-fp) allows FP instructions in these two symbols only.
 //!
@@ -10,7 +10,7 @@
 
 use core::arch::global_asm;
 
-use crate::fpu::LoongArchFpState;
+use crate::vcpu::fpu::LoongArchFpState;
 
 const _: () = assert!(core::mem::offset_of!(LoongArchFpState, fcsr0) == 1024);
 const _: () = assert!(core::mem::offset_of!(LoongArchFpState, fcc) == 1028);

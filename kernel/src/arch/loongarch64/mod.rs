@@ -2,7 +2,7 @@
 //! console, the timer, exception entries, SMP start and the [`Platform`]
 //! implementation. See docs/loongarch-boot.md for the boot protocol.
 //!
-//! [`Platform`]: crate::platform::Platform
+//! [`Platform`]: crate::base::platform::Platform
 
 pub mod bootinfo;
 pub mod csr;

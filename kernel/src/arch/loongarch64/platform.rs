@@ -2,9 +2,9 @@
 
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use crate::board::MemRegion;
-use crate::platform::{ExitStatus, Platform, StartError};
-use crate::reserve::Ranges;
+use crate::base::platform::{ExitStatus, Platform, StartError};
+use crate::host::board::MemRegion;
+use crate::host::reserve::Ranges;
 use crate::MAX_CPUS;
 
 use super::super::mmio::Block;
@@ -160,15 +160,15 @@ impl LoongArchPlatform {
     /// `args`, then powers off (failure) if the command line asked for
     /// power-off at exit, else halts this CPU.
     pub fn early_fatal(&self, args: core::fmt::Arguments) -> ! {
-        crate::klog::print_unlocked(format_args!("\nkestrel: FATAL: {args}\n"));
+        crate::base::klog::print_unlocked(format_args!("\nkestrel: FATAL: {args}\n"));
         if self.early_poweroff.load(Ordering::Acquire) {
-            crate::klog::print_unlocked(format_args!(
+            crate::base::klog::print_unlocked(format_args!(
                 "kestrel: powering off (status {})\n",
                 ExitStatus::Failure.code()
             ));
             self.power_off(ExitStatus::Failure)
         }
-        crate::klog::print_unlocked(format_args!("kestrel: halting\n"));
+        crate::base::klog::print_unlocked(format_args!("kestrel: halting\n"));
         self.halt()
     }
 

@@ -32,7 +32,7 @@
 
 use core::sync::atomic::{fence, AtomicU16, AtomicU64, Ordering};
 
-use crate::platform::StartError;
+use crate::base::platform::StartError;
 
 use super::iocsr;
 

@@ -13,7 +13,7 @@
 use super::csr::ecode;
 use super::insn::{self, Insn};
 use super::tlb::Access;
-use crate::stats::ExitReason;
+use crate::vcpu::stats::ExitReason;
 
 /// What the trap entry saved for one exit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -21,9 +21,9 @@ use alloc::vec::Vec;
 use core::sync::atomic::{AtomicU8, Ordering};
 use spin::Mutex;
 
-use crate::vdev::bus::{DeviceEnv, MmioDevice};
-use crate::vdev::{MmioError, Width};
-use crate::vgic::VcpuSet;
+use crate::dev::vdev::bus::{DeviceEnv, MmioDevice};
+use crate::dev::vdev::{MmioError, Width};
+use crate::dev::vgic::VcpuSet;
 
 pub use eiointc::Eiointc;
 pub use pchpic::PchPic;

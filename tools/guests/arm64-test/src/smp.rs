@@ -205,7 +205,7 @@ fn timer_rounds(n: u64) -> (u64, u64) {
     (failures, shortest)
 }
 
-/// kestrel's vCPU id for the CPU with `mpidr` (`kernel::psci::vcpu_mpidr`'s
+/// kestrel's vCPU id for the CPU with `mpidr` (`kernel::vcpu::psci::vcpu_mpidr`'s
 /// inverse: 16 vCPUs per cluster).
 pub fn vcpu_id(mpidr: u64) -> u64 {
     ((mpidr >> 8) & 0xFF) * 16 + (mpidr & 0xFF)

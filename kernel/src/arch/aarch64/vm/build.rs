@@ -10,14 +10,14 @@ use spin::{Mutex, MutexGuard};
 
 use kestrel_abi::package::ConsoleKind;
 
-use crate::board::{BoardInfo, IrqChip};
-use crate::frames::FramePool;
+use crate::dev::vgic::{GicVersion, Vgic, VgicConfig};
 use crate::guest::arm64::idregs::IdConfig;
-use crate::passthrough::SpiRoute;
-use crate::stats::Stats;
-use crate::vgic::{GicVersion, Vgic, VgicConfig};
+use crate::host::board::{BoardInfo, IrqChip};
+use crate::mem::frames::FramePool;
+use crate::vcpu::stats::Stats;
 use crate::vm::{Hypervisor, Vm};
-use crate::vmconfig::{VmSpec, GUEST_GICC};
+use crate::vmm::passthrough::SpiRoute;
+use crate::vmm::vmconfig::{VmSpec, GUEST_GICC};
 use crate::vmm::{Built, Machine};
 
 use super::super::{mmu, platform, timer};
@@ -26,7 +26,7 @@ use super::passthrough::{VmPassthrough, CLAIMS};
 use super::stage2::{self, Stage2};
 use super::vcpu::{VcpuShared, VcpuState};
 use super::{Arm64Backend, VmState, NR_SPIS, VTIMER_PPI};
-use crate::passthrough as pt;
+use crate::vmm::passthrough as pt;
 
 /// Copies `spec`'s kernel and initrd and the guest DTB `dtb` into `ram`
 /// (their blocks zeroed and mapped first), cleaned to the point of

@@ -11,15 +11,15 @@ use alloc::sync::Arc;
 use alloc::vec::Vec;
 use spin::Mutex;
 
-use crate::vdev::bus::{Bus, GuestMemory, MemError};
-use crate::vdev::env::DeviceHost;
-use crate::vdev::pl011::{self, Pl011};
-use crate::vdev::uart::Uart;
-use crate::vgic::mmio::{DistFrame, RedistFrame, SharedVgic};
-use crate::vgic::{GicVersion, VcpuSet, Vgic};
-use crate::virtio::vm::VmVirtio;
+use crate::dev::vdev::bus::{Bus, GuestMemory, MemError};
+use crate::dev::vdev::env::DeviceHost;
+use crate::dev::vdev::pl011::{self, Pl011};
+use crate::dev::vdev::uart::Uart;
+use crate::dev::vgic::mmio::{DistFrame, RedistFrame, SharedVgic};
+use crate::dev::vgic::{GicVersion, VcpuSet, Vgic};
+use crate::dev::virtio::vm::VmVirtio;
 use crate::vm::Vm;
-use crate::vmconfig::{VmSpec, GUEST_GICD, GUEST_GICR, GUEST_UART};
+use crate::vmm::vmconfig::{VmSpec, GUEST_GICD, GUEST_GICR, GUEST_UART};
 
 use super::super::{mmu, platform};
 use super::{stage2, Arm64Backend, VmState};

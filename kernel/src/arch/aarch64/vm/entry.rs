@@ -4,10 +4,10 @@
 
 use core::sync::atomic::Ordering;
 
-use crate::exitctx::ExitCtx;
+use crate::base::haltpoll::PollEnd;
+use crate::dev::vgic::{LrEntry, MAX_LRS};
 use crate::guest::arm64::ptimer::PhysTimer;
-use crate::haltpoll::PollEnd;
-use crate::vgic::{LrEntry, MAX_LRS};
+use crate::vm::exitctx::ExitCtx;
 use crate::vm::{Vcpu, Vm};
 
 use super::super::gic::{Gic, Priority};

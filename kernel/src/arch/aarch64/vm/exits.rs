@@ -9,18 +9,18 @@
 
 use alloc::format;
 
-use crate::exitctx::{ExitArch, ExitCtx};
+use crate::dev::vdev::env::VmDeviceEnv;
+use crate::dev::vdev::{MmioError, Width};
 use crate::guest::arm64::debug::Answer as DebugAnswer;
 use crate::guest::arm64::esr::{self, sysreg, Abort, Exit, SysReg, SysRegAccess};
 use crate::guest::arm64::idregs;
 use crate::guest::arm64::ptimer::PhysTimer;
-use crate::hypercall::{Abi, HypercallArgs};
-use crate::psci;
-use crate::stats::ExitReason;
-use crate::vdev::env::VmDeviceEnv;
-use crate::vdev::{MmioError, Width};
+use crate::vcpu::hypercall::{Abi, HypercallArgs};
+use crate::vcpu::psci;
+use crate::vcpu::stats::ExitReason;
+use crate::vm::exitctx::{ExitArch, ExitCtx};
 
-use crate::vgic::SgiRegister;
+use crate::dev::vgic::SgiRegister;
 use crate::vm::{RunExit, Vm, VmEnd};
 
 use super::regs::{mrs, msr, PSTATE_EL1H_MASKED};

@@ -1,5 +1,5 @@
 //! The one place kestrel touches FP/SIMD registers: saving and restoring a
-//! guest's V0-V31, FPSR and FPCR for the lazy FP engine (`crate::fpu`).
+//! guest's V0-V31, FPSR and FPCR for the lazy FP engine (`crate::vcpu::fpu`).
 //!
 //! `kestrel_fp_save` and `kestrel_fp_restore` are hand-written assembly (the
 //! rest of kestrel is built for a softfloat target and never uses the
@@ -7,7 +7,7 @@
 //! clears CPTR_EL2.TFP around its own accesses (TFP traps EL2 too) and puts
 //! the caller's CPTR_EL2 back.
 
-use crate::fpu::{Arm64FpState, FpHw};
+use crate::vcpu::fpu::{Arm64FpState, FpHw};
 
 use super::super::el2::CptrEl2;
 

@@ -1,7 +1,7 @@
 //! Guest RAM on arm64: the frames come from the portable pool
-//! (`crate::frames`); here they are zeroed and cleaned to the point of
+//! (`crate::mem::frames`); here they are zeroed and cleaned to the point of
 //! coherency (a guest starts with its caches off) at their first touch
-//! (`crate::lazyram`), mapped in stage 2 (`stage2`), and images are copied
+//! (`crate::mem::lazyram`), mapped in stage 2 (`stage2`), and images are copied
 //! in through the EL2 identity map.
 
 use alloc::format;
@@ -9,10 +9,10 @@ use alloc::string::String;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 
-use crate::board::MemRegion;
-use crate::frames::{FramePool, GuestRam, FRAME};
-use crate::lazyram::{Blocks, Touch};
-use crate::stats::{Counter, Stats};
+use crate::host::board::MemRegion;
+use crate::mem::frames::{FramePool, GuestRam, FRAME};
+use crate::mem::lazyram::{Blocks, Touch};
+use crate::vcpu::stats::{Counter, Stats};
 
 use super::super::mmu;
 use super::stage2::{RamSlot, Stage2};

@@ -1,6 +1,6 @@
 //! The arm64 VM backend: guests at EL1 under kestrel at EL2 (non-VHE), with
 //! stage-2 translation, a virtual GIC (list registers + the portable model in
-//! `crate::vgic`), the EL1 virtual timer, PSCI, lazy FP, VMIDs from the
+//! `crate::dev::vgic`), the EL1 virtual timer, PSCI, lazy FP, VMIDs from the
 //! allocator and kestrel's PV IPI. It implements [`crate::vm::Backend`];
 //! scheduling, blocking and VM lifetime are the portable run loop's
 //! (`crate::vm`). Design notes: docs/arm64-vm.md.
@@ -24,18 +24,18 @@ use alloc::string::String;
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use crate::exitctx::ExitCtx;
-use crate::fpu::{self, pcpu::PcpuFp, FpPolicy};
+use crate::dev::vdev::pl011::Pl011 as VPl011;
+use crate::dev::vdev::uart::Uart;
+use crate::dev::vgic::mmio::SharedVgic;
+use crate::dev::vgic::GicVersion;
 use crate::guest::arm64::idregs::IdConfig;
-use crate::stats::Counter;
-use crate::vdev::pl011::Pl011 as VPl011;
-use crate::vdev::uart::Uart;
-use crate::vgic::mmio::SharedVgic;
-use crate::vgic::GicVersion;
+use crate::mem::vmid::VmidAllocator;
+use crate::vcpu::fpu::{self, pcpu::PcpuFp, FpPolicy};
+use crate::vcpu::stats::Counter;
+use crate::vm::exitctx::ExitCtx;
 use crate::vm::{Backend, Hypervisor, RunExit, Vcpu, Vm, VmEnd};
-use crate::vmconfig::VmSpec;
-use crate::vmid::VmidAllocator;
 use crate::vmm;
+use crate::vmm::vmconfig::VmSpec;
 use crate::MAX_CPUS;
 use alloc::sync::Arc;
 
@@ -52,7 +52,7 @@ use vgic_hw::VgicHw;
 
 /// The physical SGI that kicks a pCPU out of its guest or its idle wait.
 pub const KICK_SGI: u32 = 1;
-/// The longest a WFI is polled before the vCPU blocks (`crate::haltpoll`).
+/// The longest a WFI is polled before the vCPU blocks (`crate::base::haltpoll`).
 const HALT_POLL_US: u64 = 100;
 
 /// The GIC maintenance interrupt (PPI).
@@ -289,7 +289,7 @@ impl Backend for Arm64Backend {
             // guest kernel entered although AArch32 is hidden).
             8 | 12 => exits::sync(env, ctx, syn),
             9 | 10 | 13 | 14 => {
-                vm.stats.exit(crate::stats::ExitReason::Irq);
+                vm.stats.exit(crate::vcpu::stats::ExitReason::Irq);
                 if let Some(irq) = exceptions::ack() {
                     let intid = irq.intid;
                     // A forwarded device SPI is only priority-dropped: the
@@ -380,7 +380,7 @@ impl Backend for Arm64Backend {
     }
 
     fn device_work(hv: &Hypervisor<Self>, vm: &Vm<Self>, cpu: usize) {
-        crate::virtio::vm::resume(hv, vm, cpu);
+        crate::dev::virtio::vm::resume(hv, vm, cpu);
     }
 
     fn relax(&self, cpu: usize) {

@@ -20,9 +20,9 @@ use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use spin::Mutex;
 
-use crate::passthrough::{Claims, SpiRoute};
-use crate::sched::VcpuKey;
+use crate::vcpu::sched::VcpuKey;
 use crate::vm::{Hypervisor, Vm};
+use crate::vmm::passthrough::{Claims, SpiRoute};
 
 use super::super::platform;
 use super::Arm64Backend;

@@ -6,10 +6,10 @@ use alloc::format;
 use alloc::string::String;
 use core::sync::atomic::Ordering;
 
-use crate::board::{BoardInfo, IrqChip};
-use crate::fpu::FpPolicy;
-use crate::vgic::GicVersion;
-use crate::vmid::VmidAllocator;
+use crate::dev::vgic::GicVersion;
+use crate::host::board::{BoardInfo, IrqChip};
+use crate::mem::vmid::VmidAllocator;
+use crate::vcpu::fpu::FpPolicy;
 use crate::MAX_CPUS;
 
 use super::super::el2;

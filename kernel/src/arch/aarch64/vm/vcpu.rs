@@ -5,12 +5,12 @@
 use alloc::sync::Arc;
 use spin::Mutex;
 
-use crate::fpu::{Arm64FpState, VcpuFp};
+use crate::base::haltpoll::HaltPoll;
+use crate::dev::vgic::{LrEntry, MAX_LRS};
 use crate::guest::arm64::debug::DebugRegs;
 use crate::guest::arm64::ptimer::PhysTimer;
-use crate::haltpoll::HaltPoll;
-use crate::stats::Stats;
-use crate::vgic::{LrEntry, MAX_LRS};
+use crate::vcpu::fpu::{Arm64FpState, VcpuFp};
+use crate::vcpu::stats::Stats;
 
 use super::super::timer;
 use super::regs::{El1Regs, PSTATE_EL1H_MASKED};
@@ -68,7 +68,7 @@ impl VcpuState {
             el1: El1Regs::reset(),
             gic: VgicCpu::default(),
             fp: Arc::new(VcpuFp::counted(Arm64FpState::default(), Arc::clone(stats))),
-            vmpidr: (1 << 31) | crate::psci::vcpu_mpidr(index),
+            vmpidr: (1 << 31) | crate::vcpu::psci::vcpu_mpidr(index),
             lrs_used: 0,
             filled: heapless::Vec::new(),
             lrs_live: false,

@@ -4,9 +4,9 @@
 //! the GICV frame, which stage 2 maps at the guest's GICC address.
 //!
 //! Around each guest entry the backend asks the portable model
-//! (`crate::vgic`) what to load ([`crate::vgic::Vgic::fill_lrs`]), writes it
+//! (`crate::dev::vgic`) what to load ([`crate::dev::vgic::Vgic::fill_lrs`]), writes it
 //! with [`VgicHw::write_lrs`], and after the exit reads the same registers
-//! back ([`VgicHw::read_lrs`]) for [`crate::vgic::Vgic::sync_lrs`]. The
+//! back ([`VgicHw::read_lrs`]) for [`crate::dev::vgic::Vgic::sync_lrs`]. The
 //! guest's own CPU-interface state (VMCR: priority mask, group enables,
 //! binary points; the active-priority registers) is switched on load/put.
 
@@ -14,7 +14,7 @@ use bitflags::bitflags;
 use volatile::access::ReadOnly;
 
 use crate::arch::mmio::{at, Block, VolatileFieldAccess};
-use crate::vgic::{LrEntry, LrFill, MAX_LRS};
+use crate::dev::vgic::{LrEntry, LrFill, MAX_LRS};
 
 use super::regs::{mrs, msr};
 

@@ -8,17 +8,17 @@ use alloc::sync::Arc;
 use alloc::vec::Vec;
 use spin::MutexGuard;
 
-use crate::board::BoardInfo;
-use crate::frames::FramePool;
+use crate::dev::vdev::bus::GuestMemory;
+use crate::dev::vdev::env::DeviceHost;
+use crate::dev::vdev::ns16550::Ns16550;
+use crate::dev::vdev::uart::Uart;
+use crate::dev::vgic::VcpuSet;
 use crate::guest::loongarch::layout;
-use crate::stats::Stats;
-use crate::vdev::bus::GuestMemory;
-use crate::vdev::env::DeviceHost;
-use crate::vdev::ns16550::Ns16550;
-use crate::vdev::uart::Uart;
-use crate::vgic::VcpuSet;
+use crate::host::board::BoardInfo;
+use crate::mem::frames::FramePool;
+use crate::vcpu::stats::Stats;
 use crate::vm::{Hypervisor, Vm};
-use crate::vmconfig::VmSpec;
+use crate::vmm::vmconfig::VmSpec;
 use crate::vmm::{Built, Machine};
 
 use super::super::vm::build::{new_vm_state, rebuild_step, restart_vm_state};

@@ -19,14 +19,14 @@
 
 use alloc::format;
 
-use crate::exitctx::{ExitArch, ExitCtx};
+use crate::dev::vdev::env::VmDeviceEnv;
+use crate::dev::vdev::Width;
 use crate::guest::loongarch::csr::ecode;
 use crate::guest::loongarch::insn::{self, Addr, Insn};
 use crate::guest::loongarch::iocsr as viocsr;
-use crate::hypercall::{Abi, HypercallArgs};
-use crate::stats::ExitReason;
-use crate::vdev::env::VmDeviceEnv;
-use crate::vdev::Width;
+use crate::vcpu::hypercall::{Abi, HypercallArgs};
+use crate::vcpu::stats::ExitReason;
+use crate::vm::exitctx::{ExitArch, ExitCtx};
 use crate::vm::{RunExit, Vm, VmEnd};
 use kestrel_abi::loongarch as la;
 
@@ -237,7 +237,7 @@ fn mmio(env: &ExitCtx<'_, B>, ctx: &mut VcpuState, gpa: u64, w: u32) -> RunExit 
 /// signature and feature bits in its range (the PV IPI bit only when
 /// `pv_ipi`, the VM's config), 0 elsewhere.
 pub fn cpucfg(index: u32, pv_ipi: bool) -> u32 {
-    if let Some(v) = crate::hypercall::cpucfg(index, pv_ipi) {
+    if let Some(v) = crate::vcpu::hypercall::cpucfg(index, pv_ipi) {
         return if index == la::CPUCFG_KVM_FEATURE {
             v | la::KVM_FEATURE_STEAL_TIME
         } else {
@@ -316,7 +316,7 @@ fn gspr(env: &mut ExitCtx<'_, B>, ctx: &mut VcpuState, w: u32) -> RunExit {
                 .write(index, ctx.frame.reg(rj), size, ctx.frame.reg(rd));
             match fx {
                 viocsr::Effect::Ipi(t) => {
-                    vm.stats.inc(crate::stats::Counter::IpiEmulated);
+                    vm.stats.inc(crate::vcpu::stats::Counter::IpiEmulated);
                     if !try_start(env, t) {
                         env.wake(t);
                     }

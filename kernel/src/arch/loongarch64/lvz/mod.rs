@@ -6,7 +6,7 @@
 //! faults, FP traps and physical interrupts. It implements
 //! [`crate::vm::Backend`] beside the trap-and-emulate backend (`super::vm`),
 //! sharing its VM state (RAM, devices, IOCSR IPI blocks), image loading,
-//! world switch and FP hardware; `crate::backend` picks one at boot.
+//! world switch and FP hardware; `crate::runtime::backend` picks one at boot.
 //!
 //! - **Memory**: guest physical addresses are translated by root TLB
 //!   entries tagged with the VM's GID (the VMID from the portable
@@ -33,14 +33,14 @@ use alloc::vec::Vec;
 use core::arch::asm;
 use core::sync::atomic::Ordering;
 
-use crate::board::BoardInfo;
-use crate::exitctx::ExitCtx;
-use crate::fpu::pcpu as fpcpu;
-use crate::fpu::FpPolicy;
-use crate::haltpoll::PollEnd;
-use crate::stats::Counter;
+use crate::base::haltpoll::PollEnd;
+use crate::host::board::BoardInfo;
+use crate::mem::vmid::VmidAllocator;
+use crate::vcpu::fpu::pcpu as fpcpu;
+use crate::vcpu::fpu::FpPolicy;
+use crate::vcpu::stats::Counter;
+use crate::vm::exitctx::ExitCtx;
 use crate::vm::{Backend, Hypervisor, RunExit, Vcpu, Vm};
-use crate::vmid::VmidAllocator;
 use crate::vmm;
 use crate::MAX_CPUS;
 
@@ -117,9 +117,9 @@ pub struct LvzBackend {
 /// LVZ where the CPU has it, unless `kestrel.backend=tne` says otherwise.
 /// (`kestrel.backend=lvz` on a CPU without it is refused when the VMs are
 /// created.)
-pub fn select(cmdline: &str) -> crate::board::Backend {
-    use crate::board::Backend;
-    use crate::cmdline::{BackendChoice, BootOptions};
+pub fn select(cmdline: &str) -> crate::host::board::Backend {
+    use crate::host::board::Backend;
+    use crate::host::cmdline::{BackendChoice, BootOptions};
     match (BootOptions::parse(cmdline).backend, csr::has_lvz()) {
         (BackendChoice::TrapEmulate, _) | (_, false) => Backend::LoongArchTrapEmulate,
         (_, true) => Backend::LoongArchLvz,
@@ -444,7 +444,7 @@ impl Backend for LvzBackend {
     }
 
     fn device_work(hv: &Hypervisor<Self>, vm: &Vm<Self>, cpu: usize) {
-        crate::virtio::vm::resume(hv, vm, cpu);
+        crate::dev::virtio::vm::resume(hv, vm, cpu);
     }
 
     fn relax(&self, cpu: usize) {

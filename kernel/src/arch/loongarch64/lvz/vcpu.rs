@@ -5,11 +5,11 @@
 
 use alloc::sync::Arc;
 
-use crate::fpu::{LoongArchFpState, VcpuFp};
-use crate::haltpoll::HaltPoll;
-use crate::sched::VcpuKey;
-use crate::stats::Stats;
-use crate::vmid::VmVmid;
+use crate::base::haltpoll::HaltPoll;
+use crate::mem::vmid::VmVmid;
+use crate::vcpu::fpu::{LoongArchFpState, VcpuFp};
+use crate::vcpu::sched::VcpuKey;
+use crate::vcpu::stats::Stats;
 
 use super::super::csr;
 use super::super::vm::switch::GuestFrame;
@@ -89,7 +89,7 @@ pub struct VcpuState {
     /// counts from 0 at the VM's creation (or restart), the same for all
     /// of its vCPUs wherever they run.
     pub counter_offset: u64,
-    /// The bus region of its last MMIO access ([`crate::vdev::bus::Bus::find_from`]).
+    /// The bus region of its last MMIO access ([`crate::dev::vdev::bus::Bus::find_from`]).
     pub mmio_region: usize,
 }
 

@@ -11,15 +11,15 @@ use spin::{Mutex, MutexGuard};
 
 use kestrel_abi::package::{ConsoleKind, GuestKind};
 
-use crate::board::BoardInfo;
-use crate::fdt_build::{guest_dtb_loongarch, LoongArchDtbSpec};
-use crate::frames::FramePool;
 use crate::guest::loongarch::efi;
 use crate::guest::loongarch::iocsr::VIpi;
 use crate::guest::loongarch::layout;
-use crate::stats::Stats;
+use crate::host::board::BoardInfo;
+use crate::mem::frames::FramePool;
+use crate::vcpu::stats::Stats;
 use crate::vm::{Hypervisor, RunExit, Vm, VmEnd};
-use crate::vmconfig::VmSpec;
+use crate::vmm::fdt_build::{guest_dtb_loongarch, LoongArchDtbSpec};
+use crate::vmm::vmconfig::VmSpec;
 use crate::vmm::{Built, Machine};
 
 use super::super::{csr, platform};
@@ -63,8 +63,8 @@ impl Machine for LaBackend {
 /// What a new VM has beside its [`VmState`]: its MMIO bus and its virtio
 /// devices (on the bus too).
 pub(in crate::arch::loongarch64) struct VmDevices {
-    pub bus: crate::vdev::bus::Bus,
-    pub virtio: crate::virtio::vm::VmVirtio,
+    pub bus: crate::dev::vdev::bus::Bus,
+    pub virtio: crate::dev::virtio::vm::VmVirtio,
 }
 
 /// A new VM's state for `spec` (shared by both LoongArch backends): its
@@ -118,7 +118,7 @@ pub(in crate::arch::loongarch64) fn new_vm_state(
 /// pCPU waited for all of it.)
 pub(in crate::arch::loongarch64) fn restart_vm_state(
     st: &VmState,
-    bus: &crate::vdev::bus::Bus,
+    bus: &crate::dev::vdev::bus::Bus,
 ) -> Result<(), String> {
     bus.reset_all()
         .map_err(|d| format!("{d} is not at power-on after the reset"))?;
@@ -184,8 +184,8 @@ fn load_images(st: &VmState, spec: &VmSpec<'static>) -> Result<BootRegs, String>
             .map_err(|e| format!("initrd: {e}"))?;
     }
     let blob = match spec.dtb {
-        crate::vmconfig::DtbSource::Provided(d) => d.to_vec(),
-        crate::vmconfig::DtbSource::Generate => guest_dtb_loongarch(&LoongArchDtbSpec {
+        crate::vmm::vmconfig::DtbSource::Provided(d) => d.to_vec(),
+        crate::vmm::vmconfig::DtbSource::Generate => guest_dtb_loongarch(&LoongArchDtbSpec {
             ram_size: spec.ram_size,
             vcpus: spec.vcpus,
             bootargs: spec.cmdline,

@@ -11,17 +11,17 @@ use alloc::string::String;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 
+use crate::dev::vdev::bus::{Bus, GuestMemory, MemError};
+use crate::dev::vdev::env::DeviceHost;
+use crate::dev::vdev::ns16550::Ns16550;
+use crate::dev::vdev::poweroff::PowerRegs;
+use crate::dev::vdev::uart::Uart;
+use crate::dev::vgic::VcpuSet;
+use crate::dev::virtio::vm::VmVirtio;
 use crate::guest::loongarch::intc::{Intc, PchPicDevice};
 use crate::guest::loongarch::layout;
-use crate::vdev::bus::{Bus, GuestMemory, MemError};
-use crate::vdev::env::DeviceHost;
-use crate::vdev::ns16550::Ns16550;
-use crate::vdev::poweroff::PowerRegs;
-use crate::vdev::uart::Uart;
-use crate::vgic::VcpuSet;
-use crate::virtio::vm::VmVirtio;
 use crate::vm::Vm;
-use crate::vmconfig::VmSpec;
+use crate::vmm::vmconfig::VmSpec;
 
 use super::super::{dmw, platform};
 use super::{LaBackend, VmState, GUEST_POWEROFF, GUEST_UART};

@@ -9,7 +9,8 @@
 
 use alloc::format;
 
-use crate::exitctx::{ExitArch, ExitCtx};
+use crate::dev::vdev::env::VmDeviceEnv;
+use crate::dev::vdev::Width;
 use crate::guest::loongarch::csr::{ecode, num as vnum};
 use crate::guest::loongarch::emulate::{self, Effect, GuestCpu};
 use crate::guest::loongarch::exit::{self, Exit, FpUnit, Trap};
@@ -17,10 +18,9 @@ use crate::guest::loongarch::insn::{self, Insn};
 use crate::guest::loongarch::iocsr as viocsr;
 use crate::guest::loongarch::layout::{self, WideAccess};
 use crate::guest::loongarch::tlb::{self as vtlb, Access, Fault, Inval, ELO_D, ELO_NR, ELO_NX};
-use crate::hypercall::{Abi, HypercallArgs};
-use crate::stats::ExitReason;
-use crate::vdev::env::VmDeviceEnv;
-use crate::vdev::Width;
+use crate::vcpu::hypercall::{Abi, HypercallArgs};
+use crate::vcpu::stats::ExitReason;
+use crate::vm::exitctx::{ExitArch, ExitCtx};
 use crate::vm::{RunExit, Vm, VmEnd};
 
 use super::super::{dmw, exceptions};
@@ -379,7 +379,7 @@ fn privileged(env: &ExitCtx<'_, B>, ctx: &mut VcpuState, i: Insn, w: u32) -> Run
         Effect::Inval(inv) => apply_inval(ctx, cpu, inv),
         Effect::Iocsr(fx @ (viocsr::Effect::Ipi(t) | viocsr::Effect::Mail(t))) => {
             if matches!(fx, viocsr::Effect::Ipi(_)) {
-                vm.stats.inc(crate::stats::Counter::IpiEmulated);
+                vm.stats.inc(crate::vcpu::stats::Counter::IpiEmulated);
             }
             if !try_start(env, t) && matches!(fx, viocsr::Effect::Ipi(_)) {
                 env.wake(t);

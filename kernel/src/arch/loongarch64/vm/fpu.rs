@@ -1,4 +1,4 @@
-//! The FP unit as the portable lazy-FP engine drives it ([`crate::fpu::FpHw`]):
+//! The FP unit as the portable lazy-FP engine drives it ([`crate::vcpu::fpu::FpHw`]):
 //! register moves in `arch::loongarch64::fp`, traps through EUEN. While a
 //! vCPU that does not own the unit runs, EUEN.FPE/SXE/ASXE are 0 and its
 //! first FP/LSX/LASX instruction raises FPD/SXD/ASXD (a VM exit); while it
@@ -7,7 +7,7 @@
 
 use core::arch::asm;
 
-use crate::fpu::{FpHw, LoongArchFpState};
+use crate::vcpu::fpu::{FpHw, LoongArchFpState};
 
 use super::super::fp;
 

@@ -1,5 +1,5 @@
 //! Guest RAM on LoongArch: the frames come from the portable pool
-//! (`crate::frames`) over the board's RAM above kestrel's image (the
+//! (`crate::mem::frames`) over the board's RAM above kestrel's image (the
 //! image holds .bss, stacks and heap; below it lie the loader's command
 //! line, EFI tables and FDT) and outside what UEFI firmware keeps. kestrel reaches a VM's RAM through its cached
 //! DMW window, the guest through shadow TLB entries.
@@ -7,8 +7,8 @@
 use alloc::string::String;
 use alloc::vec::Vec;
 
-use crate::board::MemRegion;
-use crate::frames::{FramePool, GuestRam, FRAME};
+use crate::host::board::MemRegion;
+use crate::mem::frames::{FramePool, GuestRam, FRAME};
 
 use super::super::dmw;
 

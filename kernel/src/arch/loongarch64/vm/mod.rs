@@ -22,26 +22,26 @@ use alloc::vec::Vec;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use spin::Mutex;
 
-use crate::board::BoardInfo;
-use crate::exitctx::ExitCtx;
-use crate::fpu::FpPolicy;
+use crate::base::haltpoll::PollEnd;
+use crate::dev::vdev::ns16550::Ns16550 as VNs16550;
+use crate::dev::vdev::uart::Uart;
 use crate::guest::loongarch::csr::{self as vcsr};
 use crate::guest::loongarch::emulate::IRQ_HWI0;
 use crate::guest::loongarch::intc::Intc;
 use crate::guest::loongarch::iocsr::{self as viocsr, VIpi};
 use crate::guest::loongarch::layout;
-use crate::haltpoll::PollEnd;
-use crate::sched::VcpuKey;
-use crate::stats::Counter;
-use crate::vdev::ns16550::Ns16550 as VNs16550;
-use crate::vdev::uart::Uart;
+use crate::host::board::BoardInfo;
+use crate::mem::vmid::VmidAllocator;
+use crate::vcpu::fpu::FpPolicy;
+use crate::vcpu::sched::VcpuKey;
+use crate::vcpu::stats::Counter;
+use crate::vm::exitctx::ExitCtx;
 use crate::vm::{Backend, Hypervisor, RunExit, Vcpu, Vm};
-use crate::vmid::VmidAllocator;
 use crate::MAX_CPUS;
 
 use super::{csr, dmw, iocsr, platform};
-use crate::fpu::pcpu::{self as fpcpu, PcpuFp};
-use crate::frames::GuestRam;
+use crate::mem::frames::GuestRam;
+use crate::vcpu::fpu::pcpu::{self as fpcpu, PcpuFp};
 use crate::vmm;
 use fpu::LaFpHw;
 pub use vcpu::VcpuState;
@@ -53,7 +53,7 @@ pub const GUEST_UART: u64 = layout::UART;
 pub const GUEST_POWEROFF: u64 = layout::POWEROFF;
 /// IPI vector kestrel kicks pCPUs with (vector 0 is the boot mailbox's).
 const KICK_VECTOR: u32 = 1;
-/// The longest an `idle` is polled before the vCPU blocks (`crate::haltpoll`).
+/// The longest an `idle` is polled before the vCPU blocks (`crate::base::haltpoll`).
 const HALT_POLL_US: u64 = 100;
 /// Real ASIDs per VM: direct-address mode, paged at virtual PLV0, paged at
 /// virtual PLV1-3. ASID = VMID * 4 + context.
@@ -82,7 +82,7 @@ pub struct VmState {
     /// Host frames backing guest RAM (2 MiB each, guest-physical order).
     pub ram: GuestRam,
     /// What it was built from (a restart loads its images again).
-    pub spec: crate::vmconfig::VmSpec<'static>,
+    pub spec: crate::vmm::vmconfig::VmSpec<'static>,
     /// The 16550 on the VM's bus (`devices`), for console input.
     pub uart: Arc<Uart<VNs16550>>,
     /// The IOCSR IPI block of each vCPU.
@@ -424,7 +424,7 @@ impl Backend for LaBackend {
     }
 
     fn device_work(hv: &Hypervisor<Self>, vm: &Vm<Self>, cpu: usize) {
-        crate::virtio::vm::resume(hv, vm, cpu);
+        crate::dev::virtio::vm::resume(hv, vm, cpu);
     }
 
     fn relax(&self, cpu: usize) {

@@ -3,12 +3,12 @@
 
 use alloc::sync::Arc;
 
-use crate::fpu::{LoongArchFpState, VcpuFp};
+use crate::base::haltpoll::HaltPoll;
 use crate::guest::loongarch::csr::CsrFile;
 use crate::guest::loongarch::tlb::SoftTlb;
-use crate::haltpoll::HaltPoll;
-use crate::sched::VcpuKey;
-use crate::stats::Stats;
+use crate::vcpu::fpu::{LoongArchFpState, VcpuFp};
+use crate::vcpu::sched::VcpuKey;
+use crate::vcpu::stats::Stats;
 
 use super::super::csr;
 use super::switch::GuestFrame;

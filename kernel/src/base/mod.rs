@@ -1,0 +1,9 @@
+//! The bottom layer: what every other layer may use and which uses nothing
+//! of kestrel's own above it: locks, the log, the platform contract, time,
+//! per-CPU boot state, fatal stops, deadlines and halt polling.
+
+pub mod deadline;
+pub mod haltpoll;
+pub mod klog;
+pub mod platform;
+pub mod sync;

@@ -1,0 +1,352 @@
+//! Lazy FP/SIMD ownership engine.
+//!
+//! The FP/SIMD register file is big (arm64: 32 x 128 bits; LoongArch LASX:
+//! 32 x 256 bits) and most vCPU switches do not need it switched: most vCPUs
+//! use FP rarely. The engine decides, per physical CPU, when to save and
+//! restore it; the architecture only supplies the register moves and the trap
+//! control through [`FpHw`] (arm64: `CPTR_EL2.TFP`, EC 0x07; LoongArch:
+//! `EUEN.FPE/SXE/ASXE`, FPD/SXD/ASXD). kestrel itself never uses FP registers
+//! (softfloat targets), so the unit only ever holds guest state.
+//!
+//! # Policies ([`FpPolicy`])
+//!
+//! * `Eager`: restore on every `vcpu_load`, save on every `vcpu_put`, never
+//!   trap (what Xen and rust-shyper do; the baseline).
+//! * `SaveOnPut`: trap on the first FP use after `vcpu_load`, restore then,
+//!   and save on `vcpu_put` if it was restored (the arm KVM scheme of seed 003).
+//! * `Lazy` (default): like `SaveOnPut` but `vcpu_put` does not save. The
+//!   registers stay live in the unit, owned by their vCPU, until another vCPU
+//!   traps on that pCPU (then the owner's state is saved first) or the owner
+//!   wants to run on another pCPU. Re-loading the owner on the same pCPU costs
+//!   nothing.
+//!
+//! # Invariants
+//!
+//! * A vCPU's up-to-date FP state is in exactly one place: either its
+//!   [`VcpuFp`] memory or the unit of the pCPU recorded in its `live_on`
+//!   (and that pCPU's engine has it as `owner`).
+//! * FP traps are disabled on a pCPU only while the loaded vCPU is the owner,
+//!   so a guest never reads another vCPU's registers.
+//!
+//! # Migration
+//!
+//! Only the pCPU holding the registers can save them. When a vCPU whose state
+//! is live on pCPU `p` is loaded elsewhere, [`FpEngine::vcpu_load`] refuses
+//! with [`FpLoad::LiveOn`]`(p)`: the caller asks `p` (IPI, or its own
+//! scheduler when it pushes the vCPU away) to run [`FpEngine::vcpu_migrate`]
+//! for that vCPU, then loads again. A scheduler that migrates from the source
+//! pCPU can call `vcpu_migrate` right after `vcpu_put` and never see `LiveOn`.
+//!
+//! # How the arch calls it
+//!
+//! ```text
+//! per pCPU:  engine = FpEngine::new(cpu, policy, ArchFpHw)
+//! per vCPU:  fp = Arc::new(VcpuFp::new(ArchFpState::default()))
+//! switch in: while let FpLoad::LiveOn(p) = engine.vcpu_load(&fp) { ask p: vcpu_migrate(&fp) }
+//! FP trap:   engine.fp_trap()           // then return to the guest, retrying the instruction
+//! switch out: engine.vcpu_put()
+//! ```
+
+use crate::base::sync::{AtomicUsize, Mutex, Ordering};
+use alloc::sync::Arc;
+
+use crate::vcpu::stats::{Counter, Stats};
+
+pub mod pcpu;
+
+#[cfg(test)]
+mod tests;
+
+/// When FP/SIMD state is switched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FpPolicy {
+    /// Save and restore on every switch.
+    Eager,
+    /// Restore on first use, save on `vcpu_put`.
+    SaveOnPut,
+    /// Restore on first use, save only when another vCPU needs the unit.
+    #[default]
+    Lazy,
+}
+
+impl FpPolicy {
+    /// Parse a boot-time choice: `eager`, `save-on-put` or `lazy`.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "eager" => Some(Self::Eager),
+            "save-on-put" | "saveonput" => Some(Self::SaveOnPut),
+            "lazy" => Some(Self::Lazy),
+            _ => None,
+        }
+    }
+}
+
+/// The FP unit of the current pCPU, as the architecture drives it.
+pub trait FpHw {
+    /// The register file as saved in memory.
+    type State;
+    /// Copy the unit's registers into `into`.
+    fn save(&mut self, into: &mut Self::State);
+    /// Load the unit's registers from `from`.
+    fn restore(&mut self, from: &Self::State);
+    /// Make guest FP/SIMD use trap to the hypervisor.
+    fn trap_on(&mut self);
+    /// Let the guest use FP/SIMD directly.
+    fn trap_off(&mut self);
+}
+
+/// No pCPU holds the state: memory is current.
+const NOWHERE: usize = usize::MAX;
+
+/// A vCPU's FP/SIMD state, shared (through `Arc`) between the engines.
+#[derive(Debug)]
+pub struct VcpuFp<S> {
+    state: Mutex<S>,
+    /// pCPU whose unit holds newer registers than `state`, or `NOWHERE`.
+    live_on: AtomicUsize,
+    /// Where this vCPU's saves, restores and traps are counted (its VM's
+    /// statistics). Every move is counted against the vCPU whose registers
+    /// moved, whichever vCPU's trap caused it, so a VM's counters never tell
+    /// it what another VM did on the same pCPU.
+    account: Option<Arc<Stats>>,
+}
+
+impl<S> VcpuFp<S> {
+    /// A vCPU whose FP registers start as `initial` (moves not counted).
+    pub fn new(initial: S) -> Self {
+        Self {
+            state: Mutex::new(initial),
+            live_on: AtomicUsize::new(NOWHERE),
+            account: None,
+        }
+    }
+
+    /// A vCPU whose FP registers start as `initial` and whose register
+    /// moves are counted in `stats` (its VM's `FpSaves`, `FpRestores`,
+    /// `FpTraps`).
+    pub fn counted(initial: S, stats: Arc<Stats>) -> Self {
+        Self {
+            account: Some(stats),
+            ..Self::new(initial)
+        }
+    }
+
+    fn count(&self, c: Counter) {
+        if let Some(s) = &self.account {
+            s.inc(c);
+        }
+    }
+
+    /// The pCPU whose unit holds this vCPU's registers, if any.
+    pub fn live_on(&self) -> Option<usize> {
+        match self.live_on.load(Ordering::Acquire) {
+            NOWHERE => None,
+            p => Some(p),
+        }
+    }
+
+    /// Run `f` on the saved state; `None` if the registers are live in some
+    /// unit (the memory copy is stale then).
+    pub fn with_saved<R>(&self, f: impl FnOnce(&mut S) -> R) -> Option<R> {
+        if self.live_on().is_some() {
+            return None;
+        }
+        Some(f(&mut self.state.lock()))
+    }
+}
+
+/// Result of [`FpEngine::vcpu_load`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use]
+pub enum FpLoad {
+    /// Loaded; the vCPU may run.
+    Ready,
+    /// Not loaded: the registers are live on this other pCPU, which must run
+    /// [`FpEngine::vcpu_migrate`] for the vCPU first.
+    LiveOn(usize),
+}
+
+/// Per-pCPU counters (every vCPU's moves on this pCPU: for the host's
+/// benchmarks and logs, never for a guest; see [`VcpuFp::counted`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FpCounters {
+    /// Register file saves.
+    pub saves: u64,
+    /// Register file restores.
+    pub restores: u64,
+    /// FP traps taken.
+    pub traps: u64,
+}
+
+/// The FP/SIMD engine of one pCPU. Only that pCPU touches it.
+pub struct FpEngine<H: FpHw> {
+    cpu: usize,
+    policy: FpPolicy,
+    hw: H,
+    /// The vCPU loaded on this pCPU.
+    current: Option<Arc<VcpuFp<H::State>>>,
+    /// The vCPU whose registers are live in the unit.
+    owner: Option<Arc<VcpuFp<H::State>>>,
+    counters: FpCounters,
+}
+
+impl<H: FpHw> FpEngine<H> {
+    /// The engine of pCPU `cpu`. Traps FP until a vCPU owns the unit.
+    pub fn new(cpu: usize, policy: FpPolicy, mut hw: H) -> Self {
+        assert!(cpu != NOWHERE);
+        hw.trap_on();
+        Self {
+            cpu,
+            policy,
+            hw,
+            current: None,
+            owner: None,
+            counters: FpCounters::default(),
+        }
+    }
+
+    /// The policy in force.
+    pub fn policy(&self) -> FpPolicy {
+        self.policy
+    }
+
+    /// Counters since boot.
+    pub fn counters(&self) -> FpCounters {
+        self.counters
+    }
+
+    /// The hardware interface (tests and diagnostics).
+    pub fn hw(&self) -> &H {
+        &self.hw
+    }
+
+    /// `vcpu` is about to run on this pCPU.
+    pub fn vcpu_load(&mut self, vcpu: &Arc<VcpuFp<H::State>>) -> FpLoad {
+        match vcpu.live_on.load(Ordering::Acquire) {
+            NOWHERE => {}
+            p if p == self.cpu => {}
+            p => return FpLoad::LiveOn(p),
+        }
+        debug_assert!(self.current.is_none(), "vcpu_load without vcpu_put");
+        self.current = Some(vcpu.clone());
+        match self.policy {
+            FpPolicy::Eager => self.take_unit(),
+            FpPolicy::SaveOnPut => self.hw.trap_on(),
+            // Still ours from last time: nothing to do, no trap.
+            FpPolicy::Lazy if self.owns(vcpu) => self.hw.trap_off(),
+            FpPolicy::Lazy => self.hw.trap_on(),
+        }
+        FpLoad::Ready
+    }
+
+    /// The loaded vCPU used FP/SIMD with traps on. Afterwards the unit holds
+    /// its registers and traps are off: return and retry the instruction.
+    pub fn fp_trap(&mut self) {
+        self.counters.traps += 1;
+        if let Some(cur) = &self.current {
+            cur.count(Counter::FpTraps);
+        }
+        self.take_unit();
+    }
+
+    /// The loaded vCPU stops running on this pCPU.
+    pub fn vcpu_put(&mut self) {
+        let Some(vcpu) = self.current.take() else {
+            return;
+        };
+        match self.policy {
+            FpPolicy::Eager | FpPolicy::SaveOnPut => {
+                if self.owns(&vcpu) {
+                    self.save_owner();
+                }
+            }
+            // Why keep it live: if nobody else on this pCPU uses FP before it
+            // comes back, both the save and the restore are saved.
+            FpPolicy::Lazy => {}
+        }
+        // The next vCPU's load sets the trap as it needs; until then no guest runs.
+        self.hw.trap_on();
+    }
+
+    /// Run on the pCPU that holds `vcpu`'s registers (the one named by
+    /// [`FpLoad::LiveOn`], or the source pCPU of a migration): write them
+    /// back so the vCPU can run anywhere. Returns whether a save happened.
+    /// The vCPU must not be running here.
+    pub fn vcpu_migrate(&mut self, vcpu: &VcpuFp<H::State>) -> bool {
+        if !self.owns(vcpu) {
+            return false;
+        }
+        if self
+            .current
+            .as_deref()
+            .is_some_and(|c| core::ptr::eq(c, vcpu))
+        {
+            // Defensive: it is still loaded here, make its next use trap back in.
+            self.hw.trap_on();
+        }
+        self.save_owner();
+        true
+    }
+
+    fn owns(&self, vcpu: &VcpuFp<H::State>) -> bool {
+        self.owner
+            .as_deref()
+            .is_some_and(|o| core::ptr::eq(o, vcpu))
+    }
+
+    /// Give the unit to the current vCPU (saving the previous owner's state).
+    fn take_unit(&mut self) {
+        let Some(cur) = self.current.clone() else {
+            // A trap with no vCPU loaded cannot come from a guest: keep trapping.
+            self.hw.trap_on();
+            return;
+        };
+        if !self.owns(&cur) {
+            if self.owner.is_some() {
+                self.save_owner();
+            }
+            self.hw.restore(&cur.state.lock());
+            self.counters.restores += 1;
+            cur.count(Counter::FpRestores);
+            cur.live_on.store(self.cpu, Ordering::Release);
+            self.owner = Some(cur);
+        }
+        self.hw.trap_off();
+    }
+
+    fn save_owner(&mut self) {
+        if let Some(owner) = self.owner.take() {
+            self.hw.save(&mut owner.state.lock());
+            self.counters.saves += 1;
+            owner.count(Counter::FpSaves);
+            // Release: the saved registers are visible before another pCPU
+            // sees `live_on` cleared and restores them.
+            owner.live_on.store(NOWHERE, Ordering::Release);
+        }
+    }
+}
+
+/// arm64 FP/SIMD state: V0-V31, FPSR, FPCR (AArch64 guests).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[repr(C, align(16))]
+pub struct Arm64FpState {
+    /// V0-V31 (128 bits each).
+    pub v: [u128; 32],
+    /// FPSR.
+    pub fpsr: u64,
+    /// FPCR.
+    pub fpcr: u64,
+}
+
+/// LoongArch FP state: 32 FPRs as wide as LASX (256 bits: `fpr[i][0]` is the
+/// 64-bit FP view, `[0..2]` the LSX view), FCSR0 and FCC0-7.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[repr(C, align(32))]
+pub struct LoongArchFpState {
+    /// `$f0`-`$f31` / `$vr` / `$xr`, 4 x 64 bits each, least significant first.
+    pub fpr: [[u64; 4]; 32],
+    /// FCSR0.
+    pub fcsr0: u32,
+    /// FCC0-7, bit `i` = FCC`i`.
+    pub fcc: u8,
+}

@@ -1,0 +1,10 @@
+//! What one virtual CPU needs, whatever VM it is in: the scheduler, the
+//! statistics, the lazy FP/SIMD owner, and the hypercall, PSCI and PV IPI
+//! logic.
+
+pub mod fpu;
+pub mod hypercall;
+pub mod ipi;
+pub mod psci;
+pub mod sched;
+pub mod stats;
