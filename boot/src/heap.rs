@@ -26,13 +26,13 @@ pub fn init() {
         let start = core::ptr::addr_of_mut!(HEAP_AREA) as *mut u8;
         ALLOCATOR.lock().init(start, HEAP_SIZE);
     }
-    kernel::runtime::set_heap_usage(usage);
+    kernel::mem::heap::set_heap_usage(usage);
     // Early one-time init, like the heap: make the embedded VM package known.
     crate::package::register();
 }
 
 /// Bytes of heap in use and free, for the boot log (and the log line of
-/// each VM restart, through `kernel::runtime::heap_usage`).
+/// each VM restart, through `kernel::mem::heap::heap_usage`).
 pub fn usage() -> (usize, usize) {
     let heap = ALLOCATOR.lock();
     (heap.used(), heap.free())

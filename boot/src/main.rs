@@ -20,7 +20,7 @@ mod loongarch64;
 #[cfg(target_os = "none")]
 #[panic_handler]
 fn panic(info: &core::panic::PanicInfo) -> ! {
-    kernel::runtime::fatal(format_args!("panic: {info}"))
+    kernel::base::fatal::fatal(format_args!("panic: {info}"))
 }
 
 #[cfg(not(target_os = "none"))]

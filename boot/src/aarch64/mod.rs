@@ -35,12 +35,14 @@ extern "C" fn kestrel_boot_primary(dtb: usize, el: u64, bad_relocs: u64, load_ad
     // with a message on the console when it cannot.
     let board = boot::primary_early(&args);
     crate::heap::init();
-    boot::primary_run(board, &args)
+    let (board, platform) = boot::primary_setup(board, &args);
+    kernel::runtime::primary_main(board, platform)
 }
 
 /// A secondary CPU, from `entry.S`: MMU, vectors and TPIDR_EL2 set up, on
 /// its own stack.
 #[no_mangle]
 extern "C" fn kestrel_boot_secondary(index: usize) -> ! {
-    boot::secondary_run(index)
+    boot::secondary_setup(index);
+    kernel::runtime::secondary_main(index)
 }

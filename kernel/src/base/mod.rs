@@ -1,8 +1,12 @@
-//! The bottom layer: what every other layer may use and which uses nothing
-//! of kestrel's own above it: locks, the log, the platform contract, time,
-//! per-CPU boot state, fatal stops, deadlines and halt polling.
+//! The bottom layer: what every other layer may use, and which uses nothing
+//! of kestrel's own above it: locks, the log, the platform contract and the
+//! registered platform, time, per-CPU boot state, fatal stops, deadlines and
+//! halt polling.
 
+pub mod clock;
+pub mod cpu;
 pub mod deadline;
+pub mod fatal;
 pub mod haltpoll;
 pub mod klog;
 pub mod platform;

@@ -61,7 +61,7 @@ pub trait Platform: Sync {
     fn counter_hz(&self) -> u64;
 
     /// Arms a periodic tick of `hz` on the calling CPU and unmasks
-    /// interrupts; each tick's handler calls [`crate::runtime::tick`].
+    /// interrupts; each tick's handler calls [`crate::base::cpu::tick`].
     fn start_tick(&self, hz: u32);
 
     /// Idles the calling CPU until an interrupt arrives.

@@ -234,6 +234,20 @@ pub fn bounded<const N: usize>(s: &str) -> String<N> {
     out
 }
 
+/// The board, published once by the boot CPU ([`publish`]).
+static BOARD: spin::Once<BoardInfo> = spin::Once::new();
+
+/// Publishes the board the boot CPU found (once; later calls keep the
+/// first) and returns the published copy.
+pub fn publish(board: BoardInfo) -> &'static BoardInfo {
+    BOARD.call_once(|| board)
+}
+
+/// The board, once the boot CPU has published it.
+pub fn get() -> Option<&'static BoardInfo> {
+    BOARD.get()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

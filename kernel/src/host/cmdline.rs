@@ -14,9 +14,19 @@
 
 use heapless::Vec;
 
-use crate::vmm::console::{Mode, SCROLLBACK_MAX};
-
 /// What to do when kestrel's work is done.
+/// The largest scrollback ring per VM that `kestrel.scrollback=` accepts.
+pub const SCROLLBACK_MAX: usize = 1 << 20;
+
+/// How guest output reaches the terminal (`kestrel.console=`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConsoleMode {
+    /// The focused VM's bytes untouched; the others' kept for replay.
+    Raw,
+    /// Tagged lines of every VM, control bytes made visible.
+    Log,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OnExit {
     /// Stay up (idle CPUs), the default for interactive use.
@@ -46,7 +56,7 @@ pub struct BootOptions<'a> {
     pub backend: BackendChoice,
     /// How guest output reaches the terminal, if the command line says
     /// (it overrides the package's `[hypervisor] console`).
-    pub console: Option<Mode>,
+    pub console: Option<ConsoleMode>,
     /// Bytes of output kept per VM (raw mode), if the command line says.
     pub scrollback: Option<usize>,
     /// `kestrel.*` words that were not understood, to be reported.
@@ -102,11 +112,11 @@ impl<'a> BootOptions<'a> {
                 },
                 "console" => match value {
                     "raw" => {
-                        opts.console = Some(Mode::Raw);
+                        opts.console = Some(ConsoleMode::Raw);
                         true
                     }
                     "log" => {
-                        opts.console = Some(Mode::Log);
+                        opts.console = Some(ConsoleMode::Log);
                         true
                     }
                     _ => false,
@@ -171,7 +181,7 @@ mod tests {
     #[test]
     fn console_mode_and_scrollback() {
         let o = BootOptions::parse("kestrel.console=log kestrel.scrollback=64K");
-        assert_eq!(o.console, Some(Mode::Log));
+        assert_eq!(o.console, Some(ConsoleMode::Log));
         assert_eq!(o.scrollback, Some(64 * 1024));
         let o = BootOptions::parse(
             "kestrel.console=tty kestrel.scrollback=2048K kestrel.scrollback=-1",

@@ -108,7 +108,7 @@ mod chosen {
 #[allow(dead_code)]
 fn online(board: &BoardInfo) -> crate::vcpu::sched::CpuMask {
     crate::vmm::online_cpus(board.cpus.len(), |i| {
-        crate::runtime::cpu(i).is_some_and(|c| c.is_online())
+        crate::base::cpu::cpu(i).is_some_and(|c| c.is_online())
     })
 }
 

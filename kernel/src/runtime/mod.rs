@@ -5,9 +5,8 @@
 pub mod backend;
 pub mod banner;
 
-use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, Ordering};
 use log::{error, info, warn};
-use spin::Once;
 
 use crate::base::platform::{ExitStatus, Platform};
 use crate::host::board::BoardInfo;
@@ -15,32 +14,14 @@ use crate::host::cmdline::{BootOptions, OnExit};
 use crate::MAX_CPUS;
 use banner::BootReport;
 
-/// Per-CPU state the boot flow tracks.
-pub struct PerCpu {
-    online: AtomicBool,
-    ticks: AtomicU64,
+use crate::base::clock;
+use crate::base::cpu::{self as percpu, set_online, PerCpu};
+
+/// CPU `index`'s boot state; `index` is below `MAX_CPUS` (a board lists
+/// no more CPUs).
+fn state(index: usize) -> &'static PerCpu {
+    percpu::cpu(index).expect("CPU index below MAX_CPUS")
 }
-
-impl PerCpu {
-    const fn new() -> Self {
-        PerCpu {
-            online: AtomicBool::new(false),
-            ticks: AtomicU64::new(0),
-        }
-    }
-
-    pub fn is_online(&self) -> bool {
-        self.online.load(Ordering::Acquire)
-    }
-
-    pub fn ticks(&self) -> u64 {
-        self.ticks.load(Ordering::Relaxed)
-    }
-}
-
-static CPUS: [PerCpu; MAX_CPUS] = [const { PerCpu::new() }; MAX_CPUS];
-static BOARD: Once<BoardInfo> = Once::new();
-static PLATFORM: Once<&'static dyn Platform> = Once::new();
 
 /// How long a secondary CPU gets to come online. A real core answers in
 /// microseconds; an emulated one on a busy host may not be scheduled for
@@ -59,44 +40,6 @@ pub const CPU_START_RESEND_MS: u64 = 250;
 const TICK_TIMEOUT_MS: u64 = 30_000;
 /// Ticks each CPU must take before the tick counts as working.
 const TICKS_REQUIRED: u64 = 3;
-
-static HEAP_USAGE: Once<fn() -> (usize, usize)> = Once::new();
-
-/// The image's heap says how to measure it: (bytes used, bytes free).
-/// Called once, at boot, by whoever owns the allocator.
-pub fn set_heap_usage(f: fn() -> (usize, usize)) {
-    HEAP_USAGE.call_once(|| f);
-}
-
-/// Nanoseconds on the platform counter (0 before boot set the platform up).
-pub fn now_ns() -> u64 {
-    PLATFORM.get().map_or(0, |p| {
-        let hz = u128::from(p.counter_hz().max(1));
-        (u128::from(p.counter()) * 1_000_000_000 / hz) as u64
-    })
-}
-
-/// The heap's (bytes used, bytes free), if [`set_heap_usage`] was called.
-pub fn heap_usage() -> Option<(usize, usize)> {
-    HEAP_USAGE.get().map(|f| f())
-}
-
-/// The board, once the boot CPU has published it.
-pub fn board() -> Option<&'static BoardInfo> {
-    BOARD.get()
-}
-
-/// Per-CPU boot state of CPU `index`.
-pub fn cpu(index: usize) -> Option<&'static PerCpu> {
-    CPUS.get(index)
-}
-
-/// Called by the arch's timer interrupt handler on each tick.
-pub fn tick(cpu_index: usize) {
-    if let Some(c) = CPUS.get(cpu_index) {
-        c.ticks.fetch_add(1, Ordering::Relaxed);
-    }
-}
 
 fn wait_until(p: &dyn Platform, timeout_ms: u64, done: impl FnMut() -> bool) -> bool {
     wait_until_every(p, timeout_ms, timeout_ms, done, || {})
@@ -143,7 +86,7 @@ fn await_cpu(p: &dyn Platform, index: usize) -> (bool, u32) {
         p,
         CPU_START_TIMEOUT_MS,
         CPU_START_RESEND_MS,
-        || CPUS[index].is_online(),
+        || state(index).is_online(),
         || {
             if p.resend_start(index) {
                 resent += 1;
@@ -172,10 +115,11 @@ fn tick_hz(opts: &BootOptions<'_>) -> u32 {
 /// The boot CPU's path, entered by the arch with a console, MMU, heap and
 /// exception vectors already set up.
 pub fn primary_main(board: BoardInfo, platform: &'static dyn Platform) -> ! {
-    let platform = *PLATFORM.call_once(|| platform);
+    let platform = clock::register(platform);
     crate::base::klog::init(platform, log::LevelFilter::Info);
-    let board = BOARD.call_once(|| board);
+    let board = crate::host::board::publish(board);
     let opts = BootOptions::parse(board.cmdline.as_str());
+    crate::base::fatal::set_ready(opts.on_exit == OnExit::PowerOff);
     info!(
         "kestrel {} on {} ({}), command line \"{}\"",
         crate::VERSION,
@@ -197,7 +141,7 @@ pub fn primary_main(board: BoardInfo, platform: &'static dyn Platform) -> ! {
     }
 
     let me = platform.cpu_index();
-    CPUS[me].online.store(true, Ordering::Release);
+    set_online(me, true);
     platform.start_tick(tick_hz(&opts));
 
     for (index, desc) in board.cpus.iter().enumerate() {
@@ -222,16 +166,16 @@ pub fn primary_main(board: BoardInfo, platform: &'static dyn Platform) -> ! {
         }
     }
 
-    let online = || (0..board.cpus.len()).filter(|&i| CPUS[i].is_online());
+    let online = || (0..board.cpus.len()).filter(|&i| state(i).is_online());
     let ticking = || {
         online()
-            .filter(|&i| CPUS[i].ticks() >= TICKS_REQUIRED)
+            .filter(|&i| state(i).ticks() >= TICKS_REQUIRED)
             .count()
     };
     let cpus_online = online().count();
     if !wait_until(platform, TICK_TIMEOUT_MS, || ticking() == cpus_online) {
-        for i in online().filter(|&i| CPUS[i].ticks() < TICKS_REQUIRED) {
-            warn!("cpu{i}: timer tick not seen ({} ticks)", CPUS[i].ticks());
+        for i in online().filter(|&i| state(i).ticks() < TICKS_REQUIRED) {
+            warn!("cpu{i}: timer tick not seen ({} ticks)", state(i).ticks());
         }
     }
     let report = BootReport {
@@ -253,7 +197,11 @@ pub fn primary_main(board: BoardInfo, platform: &'static dyn Platform) -> ! {
             .memory_bytes()
             .saturating_sub(crate::vmm::vmconfig::HYPERVISOR_RESERVE),
     };
-    let specs = crate::vmm::vmconfig::report(crate::vmm::vmconfig::package(), host);
+    let plan = crate::vmm::vmconfig::report(crate::vmm::vmconfig::package(), host);
+    for (name, why) in &plan.refused {
+        crate::vmm::operator::note_refused(name, why);
+    }
+    let specs = plan.specs;
 
     let ok = cpus_online == board.cpus.len() && report.cpus_ticking == cpus_online;
     if !ok {
@@ -280,7 +228,7 @@ pub fn primary_main(board: BoardInfo, platform: &'static dyn Platform) -> ! {
     }
     let (mode, scrollback) =
         crate::vmm::vmconfig::console_settings(crate::vmm::vmconfig::package());
-    crate::vmm::configure_console(
+    crate::vmm::terminal::configure_console(
         opts.console.unwrap_or(mode),
         opts.scrollback.unwrap_or(scrollback),
     );
@@ -312,28 +260,20 @@ pub fn primary_main(board: BoardInfo, platform: &'static dyn Platform) -> ! {
 /// and run vCPUs.
 static VMS_GO: AtomicBool = AtomicBool::new(false);
 
-/// The platform counter's frequency (0 before boot, or on the host).
-pub fn counter_hz() -> u64 {
-    PLATFORM.get().map_or(0, |p| p.counter_hz())
-}
-
 /// A secondary CPU's path, entered by the arch on the CPU's own stack with
 /// its MMU and vectors set up.
 pub fn secondary_main(index: usize) -> ! {
-    let Some(platform) = PLATFORM.get().copied() else {
+    let Some(platform) = clock::platform() else {
         // Cannot happen: secondaries are started from primary_main.
         loop {
             core::hint::spin_loop();
         }
     };
-    let opts = BOARD
-        .get()
+    let opts = crate::host::board::get()
         .map(|b| BootOptions::parse(b.cmdline.as_str()))
         .unwrap_or_default();
     platform.start_tick(tick_hz(&opts));
-    if let Some(c) = CPUS.get(index) {
-        c.online.store(true, Ordering::Release);
-    }
+    set_online(index, true);
     info!("cpu{index} online");
     // Idle until the boot CPU has VMs to run (the tick wakes us to look).
     while !VMS_GO.load(Ordering::Acquire) {
@@ -352,7 +292,7 @@ fn idle(platform: &dyn Platform) -> ! {
 /// Ends kestrel's work: powers off (printing the status the tests read)
 /// when the command line asked for it, otherwise idles.
 pub fn finish(status: ExitStatus, on_exit: OnExit) -> ! {
-    let platform = *PLATFORM.get().expect("finish before primary_main");
+    let platform = clock::platform().expect("finish before primary_main");
     match on_exit {
         OnExit::PowerOff => {
             crate::kprintln!(
@@ -368,35 +308,16 @@ pub fn finish(status: ExitStatus, on_exit: OnExit) -> ! {
     }
 }
 
-/// A fatal error after the console is up: says so, then powers off with a
-/// failure status when the command line asked for power-off (so tests end at
-/// once), or halts the CPU.
+/// A fatal error after the console is up ([`crate::base::fatal`]).
 pub fn fatal(args: core::fmt::Arguments) -> ! {
-    crate::base::klog::print_unlocked(format_args!("\nkestrel: FATAL: {args}\n"));
-    let on_exit = BOARD
-        .get()
-        .map(|b| BootOptions::parse(b.cmdline.as_str()).on_exit)
-        .unwrap_or(OnExit::Stay);
-    match PLATFORM.get() {
-        Some(p) if on_exit == OnExit::PowerOff => {
-            crate::base::klog::print_unlocked(format_args!(
-                "kestrel: powering off (status {})\n",
-                ExitStatus::Failure.code()
-            ));
-            p.power_off(ExitStatus::Failure)
-        }
-        Some(p) => p.halt(),
-        None => loop {
-            core::hint::spin_loop();
-        },
-    }
+    crate::base::fatal::fatal(args)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::base::platform::StartError;
-    use std::sync::atomic::AtomicU32;
+    use std::sync::atomic::{AtomicU32, AtomicU64};
 
     /// A platform whose counter runs at 1 kHz and advances 1 ms per read;
     /// CPU `index` comes online after `online_after` resends (never if None).
@@ -412,9 +333,7 @@ mod tests {
 
     impl Fake {
         fn new(index: usize, can_resend: bool, online_after: Option<u32>) -> Self {
-            CPUS[index]
-                .online
-                .store(online_after == Some(0), Ordering::Release);
+            set_online(index, online_after == Some(0));
             Fake {
                 index,
                 now: AtomicU64::new(0),
@@ -439,12 +358,12 @@ mod tests {
             if !self.can_resend {
                 return false;
             }
-            assert!(!CPUS[index].is_online(), "resent to an online CPU");
+            assert!(!state(index).is_online(), "resent to an online CPU");
             let n = self.resends.fetch_add(1, Ordering::Relaxed) + 1;
             let now = self.now.load(Ordering::Relaxed);
             self.resent_at.lock().unwrap().push(now);
             if self.online_after == Some(n) {
-                CPUS[index].online.store(true, Ordering::Release);
+                set_online(index, true);
             }
             true
         }

@@ -2,6 +2,7 @@
 //! statistics, the lazy FP/SIMD owner, and the hypercall, PSCI and PV IPI
 //! logic.
 
+pub mod cpuset;
 pub mod fpu;
 pub mod hypercall;
 pub mod ipi;

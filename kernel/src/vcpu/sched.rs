@@ -61,40 +61,7 @@ use crate::MAX_CPUS;
 /// when it is queued there (a sleeper's head start).
 const MAX_LAG_SLICES: u64 = 2;
 
-/// A set of physical CPUs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub struct CpuMask(pub u64);
-
-impl CpuMask {
-    pub const fn single(cpu: usize) -> Self {
-        CpuMask(1 << cpu)
-    }
-
-    /// CPUs `0..n`.
-    pub const fn first(n: usize) -> Self {
-        if n >= 64 {
-            CpuMask(u64::MAX)
-        } else {
-            CpuMask((1u64 << n) - 1)
-        }
-    }
-
-    pub const fn contains(self, cpu: usize) -> bool {
-        cpu < 64 && self.0 & (1 << cpu) != 0
-    }
-
-    pub const fn is_empty(self) -> bool {
-        self.0 == 0
-    }
-
-    pub const fn and(self, other: CpuMask) -> CpuMask {
-        CpuMask(self.0 & other.0)
-    }
-
-    pub fn iter(self) -> impl Iterator<Item = usize> {
-        (0..64).filter(move |&c| self.contains(c))
-    }
-}
+pub use super::cpuset::CpuMask;
 
 /// Names one vCPU: its VM's slot and its index in that VM.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -33,7 +33,7 @@
 //! entry or is kicked. The sender is never woken or kicked: it is in the
 //! hypervisor and samples its interrupts before it re-enters.
 
-use crate::dev::vgic::VcpuSet;
+use crate::vcpu::cpuset::VcpuSet;
 use crate::vcpu::hypercall::{self, Abi, HypercallArgs, HypercallEnv, HypercallRet};
 use crate::vcpu::ipi::{self, IpiError, IpiOutcome, IpiTarget, IpiWindow};
 use crate::vcpu::psci::{self, Effect, PsciVm};

@@ -28,8 +28,39 @@ use crate::mem::vmid::VmVmid;
 use crate::vcpu::sched::{CpuMask, Kick, PutReason, RunState, SchedError, Scheduler, VcpuKey};
 use crate::vcpu::stats::{ExitReason, Stats};
 use crate::vm::exitctx::ExitCtx;
-use crate::vmm::console::Op;
-use crate::vmm::vmconfig::OnReboot;
+
+/// An operation on a VM the operator asks for (the console's commands).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// Stop it as a power-off would.
+    Stop,
+    /// Restart it as a reset would.
+    Restart,
+    /// Start a stopped VM again.
+    Start,
+}
+
+impl Op {
+    pub fn verb(self) -> &'static str {
+        match self {
+            Op::Stop => "stop (power off)",
+            Op::Restart => "restart",
+            Op::Start => "start",
+        }
+    }
+}
+
+/// What a VM's reset request (PSCI SYSTEM_RESET, the LoongArch GED reset)
+/// does (config `on_reboot`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum OnReboot {
+    /// The VM starts again from its packed images with fresh RAM and
+    /// devices.
+    #[default]
+    Restart,
+    /// The VM ends.
+    Stop,
+}
 
 /// Why a VM ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -131,8 +162,8 @@ pub trait Backend: Sync + Sized {
     /// Continues device work `vm`'s devices left pending (a virtio
     /// notification whose work exceeded one exit's budget), within one
     /// exit's budget: the run loop calls it before a guest entry of a vCPU
-    /// of `vm` while [`crate::dev::virtio::vm::VmVirtio::pending`] says so
-    /// (`crate::dev::virtio::vm::resume` does it for every backend with
+    /// of `vm` while [`crate::dev::virtio::set::VmVirtio::pending`] says so
+    /// (`crate::vmm::virtio::resume` does it for every backend with
     /// devices). The default: nothing (a backend without such devices).
     fn device_work(hv: &Hypervisor<Self>, vm: &Vm<Self>, cpu: usize) {
         let _ = (hv, vm, cpu);
@@ -169,7 +200,7 @@ pub struct Vm<B: Backend> {
     pub bus: Bus,
     /// Its virtio devices (also on the bus), for the host side: console
     /// input, network ports.
-    pub virtio: crate::dev::virtio::vm::VmVirtio,
+    pub virtio: crate::dev::virtio::set::VmVirtio,
     pub vcpus: Vec<Vcpu<B>>,
     /// What its reset request does.
     pub on_reboot: OnReboot,
@@ -258,7 +289,7 @@ pub struct VmParts<B: Backend> {
     /// Its emulated devices on their MMIO regions.
     pub bus: Bus,
     /// Its virtio devices (their transports are on `bus` too).
-    pub virtio: crate::dev::virtio::vm::VmVirtio,
+    pub virtio: crate::dev::virtio::set::VmVirtio,
     /// The VM's statistics block (the arch may hand clones to per-vCPU
     /// state that counts into it, e.g. the FP engine's accounting).
     pub stats: Arc<Stats>,

@@ -715,7 +715,7 @@ fn pending_device_work_continues_before_entries_and_a_waiting_vcpu_keeps_running
             pending: vec![AtomicUsize::new(0)],
         },
         bus: crate::dev::vdev::bus::Bus::new(),
-        virtio: crate::dev::virtio::vm::VmVirtio {
+        virtio: crate::dev::virtio::set::VmVirtio {
             console: Some(t.clone()),
             ..Default::default()
         },

@@ -39,8 +39,7 @@ pub const ESCAPE: u8 = 0x1d;
 pub const LINE_MAX: usize = 256;
 /// The scrollback ring's default size per VM, in bytes.
 pub const SCROLLBACK_DEFAULT: usize = 16 * 1024;
-/// The largest scrollback ring per VM that `kestrel.scrollback=` accepts.
-pub const SCROLLBACK_MAX: usize = 1 << 20;
+pub use crate::host::cmdline::SCROLLBACK_MAX;
 
 /// The command keys after Ctrl-], as `?` lists them.
 pub const KEYS: &[(&str, &str)] = &[
@@ -62,14 +61,7 @@ pub const KEYS: &[(&str, &str)] = &[
     ("Ctrl-]", "send one Ctrl-] to the focused VM"),
 ];
 
-/// How guest output reaches the terminal.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mode {
-    /// The focused VM's bytes untouched; the others' kept for replay.
-    Raw,
-    /// Tagged lines of every VM, control bytes made visible.
-    Log,
-}
+pub use crate::host::cmdline::ConsoleMode as Mode;
 
 /// Something to write on the terminal.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -82,26 +74,7 @@ pub enum Out {
     Byte(u8),
 }
 
-/// A VM operation the console asks for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Op {
-    /// Stop it as a power-off would.
-    Stop,
-    /// Restart it as a reset would.
-    Restart,
-    /// Start a stopped VM again.
-    Start,
-}
-
-impl Op {
-    fn verb(self) -> &'static str {
-        match self {
-            Op::Stop => "stop (power off)",
-            Op::Restart => "restart",
-            Op::Start => "start",
-        }
-    }
-}
+pub use crate::vm::Op;
 
 /// A command for the VM manager ([`crate::vmm`]), which knows the VMs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -738,42 +711,7 @@ fn key_name(b: u8) -> String {
         _ => alloc::format!("byte {b:#04x}"),
     }
 }
-/// A guest console's receive side (a UART's FIFO, a virtio console's
-/// input buffer), as the console feeds it.
-pub trait RxPort {
-    /// Whether the receive FIFO has room for another byte.
-    fn can_receive(&self) -> bool;
-    /// Adds a byte; false if there was no room.
-    fn receive(&mut self, byte: u8) -> bool;
-    /// The level of the interrupt line it drives (false: none).
-    fn irq_level(&self) -> bool {
-        false
-    }
-}
-
-impl RxPort for crate::dev::vdev::pl011::Pl011 {
-    fn can_receive(&self) -> bool {
-        crate::dev::vdev::pl011::Pl011::can_receive(self)
-    }
-    fn receive(&mut self, byte: u8) -> bool {
-        crate::dev::vdev::pl011::Pl011::receive(self, byte)
-    }
-    fn irq_level(&self) -> bool {
-        crate::dev::vdev::pl011::Pl011::irq_level(self)
-    }
-}
-
-impl RxPort for crate::dev::vdev::ns16550::Ns16550 {
-    fn can_receive(&self) -> bool {
-        crate::dev::vdev::ns16550::Ns16550::can_receive(self)
-    }
-    fn receive(&mut self, byte: u8) -> bool {
-        crate::dev::vdev::ns16550::Ns16550::receive(self, byte)
-    }
-    fn irq_level(&self) -> bool {
-        crate::dev::vdev::ns16550::Ns16550::irq_level(self)
-    }
-}
+pub use crate::dev::vdev::uart::RxPort;
 
 /// Moves typed input into the VMs' UARTs: first the bytes held for a UART
 /// that was full, in order, then every byte `read` yields from the physical

@@ -7,8 +7,12 @@
 //! state). Which backend runs is chosen in `crate::runtime::backend`.
 
 pub mod console;
+
+pub mod devices;
 pub mod fdt_build;
 pub mod passthrough;
+pub mod terminal;
+pub mod virtio;
 pub mod vmconfig;
 
 use alloc::format;
@@ -20,14 +24,15 @@ use spin::{Mutex, Once};
 use kestrel_abi::package::{self, Package};
 
 use crate::base::platform::ExitStatus;
-use crate::dev::vdev::env::{DeviceHost, VmDeviceEnv};
 use crate::host::board::BoardInfo;
 use crate::mem::frames::FramePool;
 use crate::vcpu::fpu::FpPolicy;
 use crate::vcpu::sched::CpuMask;
 use crate::vcpu::stats::Stats;
 use crate::vm::{Backend, Hypervisor, Observer, Vm, VmEnd, VmParts};
-use crate::vmm::console::{ConsoleMux, Mode, RxPort};
+use crate::vmm::console::{ConsoleMux, RxPort};
+use crate::vmm::devices::{DeviceHost, VmDeviceEnv};
+use crate::vmm::terminal::console;
 use crate::vmm::vmconfig::VmSpec;
 use crate::MAX_CPUS;
 
@@ -43,7 +48,7 @@ pub struct Built<B: Backend> {
     /// The VM's MMIO bus with its devices.
     pub bus: crate::dev::vdev::bus::Bus,
     /// Its virtio devices (on `bus` too).
-    pub virtio: crate::dev::virtio::vm::VmVirtio,
+    pub virtio: crate::dev::virtio::set::VmVirtio,
 }
 
 /// What creating and running VMs needs from a backend beyond [`Backend`].
@@ -172,34 +177,6 @@ pub fn create_vms<B: Machine>(
     created
 }
 
-/// The console multiplexer of the running VMs (console number = VM slot).
-pub fn console() -> &'static Mutex<ConsoleMux> {
-    static CONSOLE: Once<Mutex<ConsoleMux>> = Once::new();
-    CONSOLE.call_once(|| Mutex::new(ConsoleMux::new()))
-}
-
-/// Sets the console's mode and scrollback size (before VMs exist).
-pub fn configure_console(mode: Mode, scrollback: usize) {
-    console().lock().configure(mode, scrollback);
-}
-
-/// A guest byte for the console: passed through (raw mode) or in tagged
-/// lines (log mode) on the physical UART.
-pub fn console_out(slot: u16, byte: u8) {
-    console_out_from(slot, false, byte);
-}
-
-/// [`console_out`] of a byte from the VM's virtio console (`virtio`) or its
-/// UART (log mode keeps their lines apart).
-pub fn console_out_from(slot: u16, virtio: bool, byte: u8) {
-    // Written under the multiplexer's lock: the terminal must see the
-    // order the multiplexer decided (streamed partial lines).
-    let mut mux = console().lock();
-    if let Some(out) = mux.output_from(usize::from(slot), virtio, byte) {
-        crate::vmm::console::write(&out);
-    }
-}
-
 /// Console input (boot CPU only, a no-op elsewhere): bytes typed on the
 /// physical console ([`DeviceHost::console_read`]) go to the VM with the
 /// focus: into its virtio console once the guest's driver has it up, else
@@ -249,7 +226,7 @@ pub(crate) fn pump_console<'a, B: DeviceHost>(
         |command| operator::command(hv, mux, command),
     );
     for vm in vms {
-        crate::dev::virtio::vm::deliver_console_input(hv, vm, cpu);
+        crate::vmm::virtio::deliver_console_input(hv, vm, cpu);
     }
 }
 
@@ -290,7 +267,7 @@ impl<B: Machine> Observer for LogObserver<'_, B> {
     fn vm_restarted(&self, vm: &str, n: u64) {
         // What a restart must leave as it was: the heap and the guest
         // frames (the reboot test compares these across restarts).
-        let heap = crate::runtime::heap_usage().map_or(0, |(used, _)| used);
+        let heap = crate::mem::heap::heap_usage().map_or(0, |(used, _)| used);
         let free = GUEST_FRAMES
             .lock()
             .as_ref()
@@ -346,7 +323,7 @@ pub fn start<B: Machine + DeviceHost>(
     let hv = slot.call_once(|| Hypervisor::new(backend, online));
     let n = create_vms(hv, board, specs, online, &mut ram, console());
     for vm in hv.created() {
-        crate::dev::virtio::vm::connect(hv, vm);
+        crate::vmm::virtio::connect(hv, vm);
     }
     log::info!(
         "guest memory: {} bytes free after creating the VMs",

@@ -11,11 +11,11 @@ use alloc::vec::Vec;
 use core::fmt::Write;
 use spin::Mutex;
 
-use crate::dev::vdev::env::DeviceHost;
-use crate::dev::virtio::vm::VirtioCounters;
+use crate::dev::virtio::set::VirtioCounters;
 use crate::vcpu::stats::{Counter, Snapshot};
 use crate::vm::{Hypervisor, Vm};
 use crate::vmm::console::{Command, ConsoleMux, Mode, Op};
+use crate::vmm::devices::DeviceHost;
 
 /// Memory of each created VM, by slot (the VM does not keep its spec).
 static MEMORY: Mutex<Vec<u64>> = Mutex::new(Vec::new());
@@ -221,7 +221,7 @@ fn say(mux: &Mutex<ConsoleMux>, text: &str) {
 
 /// Carries out a console command.
 pub fn command<B: DeviceHost>(hv: &Hypervisor<B>, mux: &Mutex<ConsoleMux>, c: Command) {
-    let hz = crate::runtime::counter_hz();
+    let hz = crate::base::clock::counter_hz();
     let now = hv.backend.now();
     let focus = mux.lock().focus();
     match c {
@@ -301,7 +301,7 @@ pub fn refresh<B: DeviceHost>(hv: &Hypervisor<B>, mux: &Mutex<ConsoleMux>) {
         return;
     }
     let Some(t) = top.as_mut() else { return };
-    let hz = crate::runtime::counter_hz();
+    let hz = crate::base::clock::counter_hz();
     let now = hv.backend.now();
     let Some(first) = t.last.first() else { return };
     if hz == 0 || now.saturating_sub(first.at) < hz {

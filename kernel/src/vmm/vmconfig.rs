@@ -173,17 +173,7 @@ pub struct VmSpec<'a> {
     pub pv_ipi: bool,
 }
 
-/// What a VM's reset request (PSCI SYSTEM_RESET, the LoongArch GED reset)
-/// does (config `on_reboot`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum OnReboot {
-    /// The VM starts again from its packed images with fresh RAM and
-    /// devices.
-    #[default]
-    Restart,
-    /// The VM ends.
-    Stop,
-}
+pub use crate::vm::OnReboot;
 
 impl<'a> VmSpec<'a> {
     /// The same VM with its RAM (and the images and DTB in it) at `ram_base`.
@@ -533,13 +523,18 @@ fn admit<'a>(
     Ok(VmSpec::from_record(rec, host.arch))
 }
 
-/// Logs the plan: one line per VM started or refused. Returns the VMs to start.
-pub fn report<'a>(package: &'a [u8], host: HostLimits) -> Vec<VmSpec<'a>> {
+/// Logs the plan: one line per VM started or refused. Returns the VMs to
+/// start and the refusals (the caller tells the operator).
+pub fn report<'a>(package: &'a [u8], host: HostLimits) -> Report<'a> {
+    let mut refused = Vec::new();
     match plan(package, host) {
         Err(e) => {
             log::error!("VM package refused: {e}; no VM will start");
-            crate::vmm::operator::note_refused("(package)", &alloc::format!("{e}"));
-            Vec::new()
+            refused.push(("(package)".into(), alloc::format!("{e}")));
+            Report {
+                specs: Vec::new(),
+                refused,
+            }
         }
         Ok(vms) => {
             let mut ok = Vec::new();
@@ -564,13 +559,20 @@ pub fn report<'a>(package: &'a [u8], host: HostLimits) -> Vec<VmSpec<'a>> {
                             .as_ref()
                             .and_then(|p| p.vm(i).ok())
                             .map_or(alloc::string::String::from("-"), |r| r.name.into());
-                        crate::vmm::operator::note_refused(&name, &alloc::format!("{e}"));
+                        refused.push((name, alloc::format!("{e}")));
                     }
                 }
             }
-            ok
+            Report { specs: ok, refused }
         }
     }
+}
+
+/// What [`report`] found in a package: the VMs that may be built, and the
+/// refused ones as (name, reason), for the operator's list.
+pub struct Report<'a> {
+    pub specs: Vec<VmSpec<'a>>,
+    pub refused: Vec<(alloc::string::String, alloc::string::String)>,
 }
 
 /// The tick the package asks for (`[hypervisor] tick_hz`), if it names

@@ -8,6 +8,7 @@
 
 use core::fmt;
 
+use crate::base::platform::Platform;
 use crate::host::acpi::{self, arm64::Ppis, PhysMem};
 use crate::host::board::{Arch, BoardInfo, MemRegion, UartKind};
 use crate::host::dtb;
@@ -272,8 +273,9 @@ fn early_checks(args: &BootArgs, board: Result<BoardInfo, EarlyError>) -> BoardI
     board
 }
 
-/// Boot CPU, MMU on, heap ready: platform, GIC, then the portable boot flow.
-pub fn primary_run(board: BoardInfo, args: &BootArgs) -> ! {
+/// Boot CPU, MMU on, heap ready: platform and GIC. Returns what the portable
+/// boot flow (`runtime::primary_main`, called by the boot crate) starts from.
+pub fn primary_setup(board: BoardInfo, args: &BootArgs) -> (BoardInfo, &'static dyn Platform) {
     let Some(gic) = Gic::from_board(&board.irqchip) else {
         die(format_args!(
             "interrupt controller {} is not an arm GIC",
@@ -373,9 +375,9 @@ pub fn primary_run(board: BoardInfo, args: &BootArgs) -> ! {
     }
     gic.init_distributor();
     if let Err(why) = gic.init_cpu(percpu::index()) {
-        crate::runtime::fatal(format_args!("GIC: {why}"));
+        crate::base::fatal::fatal(format_args!("GIC: {why}"));
     }
-    crate::runtime::primary_main(board, &platform::PLATFORM)
+    (board, &platform::PLATFORM)
 }
 
 /// Says what the ACPI tables gave (read again, now through the cached
@@ -383,7 +385,7 @@ pub fn primary_run(board: BoardInfo, args: &BootArgs) -> ! {
 fn log_acpi(efi: &EfiBoot, rsdp: u64) {
     let a = match acpi::arm64::parse(&AcpiRam(&efi.ram.regions), rsdp, ACPI_PPIS) {
         Ok(a) => a,
-        Err(e) => crate::runtime::fatal(format_args!("{e}")),
+        Err(e) => crate::base::fatal::fatal(format_args!("{e}")),
     };
     let mut sigs: heapless::String<128> = heapless::String::new();
     for t in &a.tables {
@@ -452,12 +454,12 @@ fn log_acpi(efi: &EfiBoot, rsdp: u64) {
     );
 }
 
-/// A secondary CPU, MMU and vectors on, on its own stack.
-pub fn secondary_run(index: usize) -> ! {
+/// A secondary CPU, MMU and vectors on, on its own stack: its GIC CPU
+/// interface. The boot crate then enters `runtime::secondary_main`.
+pub fn secondary_setup(index: usize) {
     if let Some(gic) = platform::gic() {
         if let Err(why) = gic.init_cpu(index) {
-            crate::runtime::fatal(format_args!("GIC on cpu{index}: {why}"));
+            crate::base::fatal::fatal(format_args!("GIC on cpu{index}: {why}"));
         }
     }
-    crate::runtime::secondary_main(index)
 }

@@ -179,7 +179,7 @@ pub fn ack() -> Option<Irq> {
     }
     if intid == timer::PPI {
         timer::rearm();
-        crate::runtime::tick(percpu::index());
+        crate::base::cpu::tick(percpu::index());
     }
     Some(Irq { intid, iar })
 }
@@ -226,8 +226,8 @@ fn crash(frame: &Frame, kind: usize) -> ! {
         let _ = writeln!(text);
     }
     out(format_args!("{text}"));
-    if crate::runtime::board().is_some() {
-        crate::runtime::fatal(format_args!("unhandled exception on cpu{cpu}"))
+    if crate::base::fatal::is_ready() {
+        crate::base::fatal::fatal(format_args!("unhandled exception on cpu{cpu}"))
     }
     out(format_args!("kestrel: halting cpu{cpu}\n"));
     platform::halt_cpu()

@@ -195,7 +195,7 @@ pub fn host_interrupts(estat: u64) {
         // While VMs run the timer is one-shot and also serves guest timers:
         // only some of its interrupts are kestrel's tick.
         if super::platform::tick_due(cpu) {
-            crate::runtime::tick(cpu);
+            crate::base::cpu::tick(cpu);
         }
     }
     if pending.contains(csr::Irqs::IPI) {
@@ -322,10 +322,10 @@ fn crash(frame: &TrapFrame) -> ! {
         "cpu{cpu}: unhandled {name} ({text}) at ERA {era:#x}, BADV {:#x}",
         frame.badv
     );
-    if crate::runtime::board().is_none() {
+    if !crate::base::fatal::is_ready() {
         // Before the boot flow has the board, runtime::fatal cannot tell
         // whether to power off: the platform knows from the early command line.
         super::platform::PLATFORM.early_fatal(args)
     }
-    crate::runtime::fatal(args)
+    crate::base::fatal::fatal(args)
 }

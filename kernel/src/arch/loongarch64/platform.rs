@@ -200,7 +200,7 @@ impl Platform for LoongArchPlatform {
     }
 
     fn start_cpu(&self, index: usize) -> Result<(), StartError> {
-        let hw_id = crate::runtime::board()
+        let hw_id = crate::host::board::get()
             .and_then(|b| b.cpus.get(index))
             .map(|c| c.hw_id)
             .ok_or(StartError::Firmware(-2))?;
@@ -208,7 +208,7 @@ impl Platform for LoongArchPlatform {
     }
 
     fn resend_start(&self, index: usize) -> bool {
-        crate::runtime::board()
+        crate::host::board::get()
             .and_then(|b| b.cpus.get(index))
             .is_some_and(|c| smp::resend(c.hw_id))
     }

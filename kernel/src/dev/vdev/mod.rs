@@ -5,7 +5,6 @@
 //! written once over the hypervisor, VM and vCPU.
 
 pub mod bus;
-pub mod env;
 pub mod ns16550;
 pub mod pl011;
 pub mod poweroff;

@@ -11,7 +11,6 @@ use spin::Mutex;
 
 use super::bus::{DeviceEnv, MmioDevice};
 use super::{ns16550, pl011, MmioError, UartEffect, Width};
-use crate::vmm::console::RxPort;
 
 /// A UART's registers as the bus adapter drives them. Its receive side and
 /// interrupt level are the console's [`RxPort`] (one definition of the
@@ -141,12 +140,48 @@ impl<R: UartRegs> MmioDevice for Uart<R> {
     }
 }
 
+/// A guest console's receive side (a UART's FIFO, a virtio console's
+/// input buffer), as the console feeds it.
+pub trait RxPort {
+    /// Whether the receive FIFO has room for another byte.
+    fn can_receive(&self) -> bool;
+    /// Adds a byte; false if there was no room.
+    fn receive(&mut self, byte: u8) -> bool;
+    /// The level of the interrupt line it drives (false: none).
+    fn irq_level(&self) -> bool {
+        false
+    }
+}
+
+impl RxPort for pl011::Pl011 {
+    fn can_receive(&self) -> bool {
+        pl011::Pl011::can_receive(self)
+    }
+    fn receive(&mut self, byte: u8) -> bool {
+        pl011::Pl011::receive(self, byte)
+    }
+    fn irq_level(&self) -> bool {
+        pl011::Pl011::irq_level(self)
+    }
+}
+
+impl RxPort for ns16550::Ns16550 {
+    fn can_receive(&self) -> bool {
+        ns16550::Ns16550::can_receive(self)
+    }
+    fn receive(&mut self, byte: u8) -> bool {
+        ns16550::Ns16550::receive(self, byte)
+    }
+    fn irq_level(&self) -> bool {
+        ns16550::Ns16550::irq_level(self)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::dev::vdev::bus::{Bus, BusFault};
     use crate::dev::vdev::testenv::Recorder;
-    use crate::vmm::console::RxPort;
     use alloc::sync::Arc;
 
     const BASE: u64 = 0x0900_0000;

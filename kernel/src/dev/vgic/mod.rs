@@ -74,9 +74,9 @@ mod tests;
 use alloc::vec;
 use alloc::vec::Vec;
 
+pub use crate::vcpu::cpuset::VcpuSet;
 pub use lr::{LrEntry, LrFill, LrState, MAX_LRS};
 pub use sgi::{decode_gicd_sgir, decode_icc_sgi1r, SgiRegister};
-pub use state::VcpuSet;
 
 use state::{Irq, Private};
 
@@ -386,7 +386,7 @@ impl Vgic {
     /// As [`Vgic::kicks`] for the INTIDs `first + b` of each bit `b` set in `bits`.
     fn kicks_masked(&self, vcpu: usize, first: u32, bits: u32) -> VcpuSet {
         let mut set = VcpuSet::EMPTY;
-        for b in state::set_bits(u64::from(bits)) {
+        for b in crate::vcpu::cpuset::set_bits(u64::from(bits)) {
             let intid = first + b as u32;
             let Some(irq) = self.irq(vcpu, intid) else {
                 continue;

@@ -38,7 +38,7 @@ pub fn decode_icc_sgi1r(value: u64, sender: usize, vcpus: usize) -> (u8, VcpuSet
     let aff3 = (value >> 48) & 0xFF;
     let cluster = (aff3 << 32) | (aff2 << 16) | (aff1 << 8);
     let mut targets = VcpuSet::EMPTY;
-    for bit in super::state::set_bits(value & 0xFFFF) {
+    for bit in crate::vcpu::cpuset::set_bits(value & 0xFFFF) {
         let aff0 = rs * 16 + bit as u64;
         if let Some(v) = vcpu_index_of_mpidr(cluster | aff0, vcpus.min(64)) {
             targets.insert(v);

@@ -46,7 +46,7 @@ impl Input {
     }
 }
 
-impl crate::vmm::console::RxPort for Input {
+impl crate::dev::vdev::uart::RxPort for Input {
     fn can_receive(&self) -> bool {
         self.bytes.len() < INPUT_MAX
     }
@@ -247,7 +247,7 @@ mod tests {
     fn input_waits_for_buffers_and_is_bounded() {
         let t = Transport::new("console", 1, Console::new());
         let mut env = Env::new();
-        use crate::vmm::console::RxPort;
+        use crate::dev::vdev::uart::RxPort;
         // Typed before the driver is up: held.
         let input = t.with_device(|c| c.input());
         for &b in b"ls\n" {

@@ -18,7 +18,7 @@ pub mod console;
 pub mod mmio;
 pub mod net;
 pub mod queue;
-pub mod vm;
+pub mod set;
 
 use crate::dev::vdev::bus::DeviceEnv;
 use queue::{Queue, QueueError};

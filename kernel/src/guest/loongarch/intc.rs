@@ -23,7 +23,7 @@ use spin::Mutex;
 
 use crate::dev::vdev::bus::{DeviceEnv, MmioDevice};
 use crate::dev::vdev::{MmioError, Width};
-use crate::dev::vgic::VcpuSet;
+use crate::vcpu::cpuset::VcpuSet;
 
 pub use eiointc::Eiointc;
 pub use pchpic::PchPic;

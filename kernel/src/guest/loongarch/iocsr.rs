@@ -20,7 +20,7 @@ use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use super::insn::Size;
 use super::intc::Intc;
-use crate::dev::vgic::VcpuSet;
+use crate::vcpu::cpuset::VcpuSet;
 
 pub const VERSION: u64 = 0x0;
 pub const FEATURES: u64 = 0x8;

@@ -190,7 +190,7 @@ fn machine_limits_refuse_single_vms_and_keep_the_rest() {
         r[4].unwrap_err().to_string(),
         "vm[4]: memory: 64 MiB needed, only 36 MiB of host memory left"
     );
-    assert_eq!(report(&pkg, host(4, 100 * MB)).len(), 2);
+    assert_eq!(report(&pkg, host(4, 100 * MB)).specs.len(), 2);
 }
 
 #[test]
@@ -235,7 +235,13 @@ fn bad_header_refuses_everything_and_empty_means_no_vms() {
         plan(&[b'x'; 100], host(1, 1 << 30)).unwrap_err(),
         PackageError::BadMagic
     );
-    assert!(report(b"KSTRLPKG", host(1, 1 << 30)).is_empty());
+    let r = report(b"KSTRLPKG", host(1, 1 << 30));
+    assert!(r.specs.is_empty());
+    assert_eq!(
+        r.refused.len(),
+        1,
+        "a package that cannot be read is one refusal"
+    );
 }
 
 /// Found by the vmconfig fuzz target: a VM whose memory reaches past the

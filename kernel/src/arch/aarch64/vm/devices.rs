@@ -12,13 +12,13 @@ use alloc::vec::Vec;
 use spin::Mutex;
 
 use crate::dev::vdev::bus::{Bus, GuestMemory, MemError};
-use crate::dev::vdev::env::DeviceHost;
 use crate::dev::vdev::pl011::{self, Pl011};
 use crate::dev::vdev::uart::Uart;
 use crate::dev::vgic::mmio::{DistFrame, RedistFrame, SharedVgic};
 use crate::dev::vgic::{GicVersion, VcpuSet, Vgic};
-use crate::dev::virtio::vm::VmVirtio;
+use crate::dev::virtio::set::VmVirtio;
 use crate::vm::Vm;
+use crate::vmm::devices::DeviceHost;
 use crate::vmm::vmconfig::{VmSpec, GUEST_GICD, GUEST_GICR, GUEST_UART};
 
 use super::super::{mmu, platform};
@@ -63,7 +63,7 @@ pub fn build(
     debug_assert_eq!(GUEST_UART.1, pl011::FRAME_SIZE);
     bus.add(GUEST_UART.0, GUEST_UART.1, uart.clone())
         .map_err(err)?;
-    let virtio = VmVirtio::build(spec, &mut bus, disk_memory)?;
+    let virtio = crate::vmm::virtio::build(spec, &mut bus, disk_memory)?;
     Ok(Devices {
         bus,
         virtio,

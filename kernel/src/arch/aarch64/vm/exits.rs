@@ -9,7 +9,6 @@
 
 use alloc::format;
 
-use crate::dev::vdev::env::VmDeviceEnv;
 use crate::dev::vdev::{MmioError, Width};
 use crate::guest::arm64::debug::Answer as DebugAnswer;
 use crate::guest::arm64::esr::{self, sysreg, Abort, Exit, SysReg, SysRegAccess};
@@ -19,6 +18,7 @@ use crate::vcpu::hypercall::{Abi, HypercallArgs};
 use crate::vcpu::psci;
 use crate::vcpu::stats::ExitReason;
 use crate::vm::exitctx::{ExitArch, ExitCtx};
+use crate::vmm::devices::VmDeviceEnv;
 
 use crate::dev::vgic::SgiRegister;
 use crate::vm::{RunExit, Vm, VmEnd};

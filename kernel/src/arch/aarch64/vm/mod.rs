@@ -380,7 +380,7 @@ impl Backend for Arm64Backend {
     }
 
     fn device_work(hv: &Hypervisor<Self>, vm: &Vm<Self>, cpu: usize) {
-        crate::dev::virtio::vm::resume(hv, vm, cpu);
+        crate::vmm::virtio::resume(hv, vm, cpu);
     }
 
     fn relax(&self, cpu: usize) {

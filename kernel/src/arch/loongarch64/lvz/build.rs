@@ -9,15 +9,15 @@ use alloc::vec::Vec;
 use spin::MutexGuard;
 
 use crate::dev::vdev::bus::GuestMemory;
-use crate::dev::vdev::env::DeviceHost;
 use crate::dev::vdev::ns16550::Ns16550;
 use crate::dev::vdev::uart::Uart;
-use crate::dev::vgic::VcpuSet;
 use crate::guest::loongarch::layout;
 use crate::host::board::BoardInfo;
 use crate::mem::frames::FramePool;
+use crate::vcpu::cpuset::VcpuSet;
 use crate::vcpu::stats::Stats;
 use crate::vm::{Hypervisor, Vm};
+use crate::vmm::devices::DeviceHost;
 use crate::vmm::vmconfig::VmSpec;
 use crate::vmm::{Built, Machine};
 

@@ -19,7 +19,6 @@
 
 use alloc::format;
 
-use crate::dev::vdev::env::VmDeviceEnv;
 use crate::dev::vdev::Width;
 use crate::guest::loongarch::csr::ecode;
 use crate::guest::loongarch::insn::{self, Addr, Insn};
@@ -28,6 +27,7 @@ use crate::vcpu::hypercall::{Abi, HypercallArgs};
 use crate::vcpu::stats::ExitReason;
 use crate::vm::exitctx::{ExitArch, ExitCtx};
 use crate::vm::{RunExit, Vm, VmEnd};
+use crate::vmm::devices::VmDeviceEnv;
 use kestrel_abi::loongarch as la;
 
 use super::super::vm::exits::{raise_swi0, set_boot_entry, try_start};

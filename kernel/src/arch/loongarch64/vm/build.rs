@@ -64,7 +64,7 @@ impl Machine for LaBackend {
 /// devices (on the bus too).
 pub(in crate::arch::loongarch64) struct VmDevices {
     pub bus: crate::dev::vdev::bus::Bus,
-    pub virtio: crate::dev::virtio::vm::VmVirtio,
+    pub virtio: crate::dev::virtio::set::VmVirtio,
 }
 
 /// A new VM's state for `spec` (shared by both LoongArch backends): its

@@ -12,15 +12,15 @@ use alloc::sync::Arc;
 use alloc::vec::Vec;
 
 use crate::dev::vdev::bus::{Bus, GuestMemory, MemError};
-use crate::dev::vdev::env::DeviceHost;
 use crate::dev::vdev::ns16550::Ns16550;
 use crate::dev::vdev::poweroff::PowerRegs;
 use crate::dev::vdev::uart::Uart;
-use crate::dev::vgic::VcpuSet;
-use crate::dev::virtio::vm::VmVirtio;
+use crate::dev::virtio::set::VmVirtio;
 use crate::guest::loongarch::intc::{Intc, PchPicDevice};
 use crate::guest::loongarch::layout;
+use crate::vcpu::cpuset::VcpuSet;
 use crate::vm::Vm;
+use crate::vmm::devices::DeviceHost;
 use crate::vmm::vmconfig::VmSpec;
 
 use super::super::{dmw, platform};
@@ -66,7 +66,7 @@ pub fn build(
     };
     bus.add(GUEST_POWEROFF, power.size(), Arc::new(power))
         .map_err(err)?;
-    let virtio = VmVirtio::build_at(
+    let virtio = crate::vmm::virtio::build_at(
         spec,
         &spec.virtio_slots_at(layout::VIRTIO),
         &mut bus,

@@ -9,7 +9,6 @@
 
 use alloc::format;
 
-use crate::dev::vdev::env::VmDeviceEnv;
 use crate::dev::vdev::Width;
 use crate::guest::loongarch::csr::{ecode, num as vnum};
 use crate::guest::loongarch::emulate::{self, Effect, GuestCpu};
@@ -22,6 +21,7 @@ use crate::vcpu::hypercall::{Abi, HypercallArgs};
 use crate::vcpu::stats::ExitReason;
 use crate::vm::exitctx::{ExitArch, ExitCtx};
 use crate::vm::{RunExit, Vm, VmEnd};
+use crate::vmm::devices::VmDeviceEnv;
 
 use super::super::{dmw, exceptions};
 use super::{hwtlb, LaBackend, VcpuState};

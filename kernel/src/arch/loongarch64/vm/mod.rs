@@ -169,7 +169,7 @@ pub(in crate::arch::loongarch64) static PCPU: [Pcpu; MAX_CPUS] = [const { Pcpu::
 /// kestrel's ticks on `cpu` so far (the timer interrupts `platform::tick_due`
 /// found due).
 pub(in crate::arch::loongarch64) fn ticks(cpu: usize) -> u64 {
-    crate::runtime::cpu(cpu).map_or(0, |c| c.ticks())
+    crate::base::cpu::cpu(cpu).map_or(0, |c| c.ticks())
 }
 
 /// Arms this CPU's timer for the earliest of kestrel's next tick, `guest`
@@ -424,7 +424,7 @@ impl Backend for LaBackend {
     }
 
     fn device_work(hv: &Hypervisor<Self>, vm: &Vm<Self>, cpu: usize) {
-        crate::dev::virtio::vm::resume(hv, vm, cpu);
+        crate::vmm::virtio::resume(hv, vm, cpu);
     }
 
     fn relax(&self, cpu: usize) {

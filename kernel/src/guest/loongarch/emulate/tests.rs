@@ -210,7 +210,7 @@ fn iocsr_reaches_the_eiointc_and_idle_sees_its_lines() {
     let fx = wr(&mut s, eiointc::ROUTE + 4, 2, Size::B);
     assert_eq!(
         fx,
-        Effect::Iocsr(iocsr::Effect::Irq(crate::dev::vgic::VcpuSet::EMPTY))
+        Effect::Iocsr(iocsr::Effect::Irq(crate::vcpu::cpuset::VcpuSet::EMPTY))
     );
     s.intc.mmio_write(0x40, 8, u64::MAX).unwrap();
     s.intc.mmio_write(0x204, 1, 4).unwrap();
@@ -220,7 +220,7 @@ fn iocsr_reaches_the_eiointc_and_idle_sees_its_lines() {
     let fx = wr(&mut s, eiointc::ROUTE + 4, 1, Size::B);
     assert_eq!(
         fx,
-        Effect::Iocsr(iocsr::Effect::Irq(crate::dev::vgic::VcpuSet::single(0)))
+        Effect::Iocsr(iocsr::Effect::Irq(crate::vcpu::cpuset::VcpuSet::single(0)))
     );
     s.csr.write(num::ECFG, 1 << IRQ_HWI0, 0);
     assert_eq!(s.run(Insn::Idle { level: 0 }), Effect::Idle);

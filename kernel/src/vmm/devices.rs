@@ -5,12 +5,12 @@
 //! VM's interrupt controller, the VM's console UART and the physical
 //! console, and guest RAM.
 
-use crate::dev::vgic::VcpuSet;
+use crate::vcpu::cpuset::VcpuSet;
 use crate::vcpu::sched::VcpuKey;
 use crate::vm::{Backend, Hypervisor, Vm, VmEnd};
 
-use super::bus::{DeviceEnv, GuestMemory};
-use super::uart::{Uart, UartRegs};
+use crate::dev::vdev::bus::{DeviceEnv, GuestMemory};
+use crate::dev::vdev::uart::{Uart, UartRegs};
 
 /// What a backend supplies to its VMs' devices.
 pub trait DeviceHost: Backend {
@@ -21,14 +21,14 @@ pub trait DeviceHost: Backend {
     /// an interrupt pending for.
     fn device_irq(&self, vm: &Vm<Self>, line: u32, level: bool) -> VcpuSet;
     /// One byte of `vm`'s console output: by default a tagged line on the
-    /// physical console ([`crate::vmm::console_out`]).
+    /// physical console ([`crate::vmm::terminal::console_out`]).
     fn device_console(&self, vm: &Vm<Self>, byte: u8) {
-        crate::vmm::console_out(vm.slot, byte);
+        crate::vmm::terminal::console_out(vm.slot, byte);
     }
     /// One byte of `vm`'s virtio console output (log mode keeps its lines
     /// apart from the UART's).
     fn device_console_virtio(&self, vm: &Vm<Self>, byte: u8) {
-        crate::vmm::console_out_from(vm.slot, true, byte);
+        crate::vmm::terminal::console_out_from(vm.slot, true, byte);
     }
     /// `vm`'s RAM as devices reach it.
     fn guest_memory(vm: &Vm<Self>) -> &dyn GuestMemory;
@@ -126,7 +126,7 @@ impl<B: DeviceHost> DeviceEnv for VmDeviceEnv<'_, B> {
     }
 
     fn now_ns(&self) -> u64 {
-        crate::runtime::now_ns()
+        crate::base::clock::now_ns()
     }
 }
 
