@@ -9,6 +9,7 @@
 //! cargo xtask vmtest  [--arch A] [--case NAME] [--list]  the test guests as VMs under kestrel (docs/test-guest*.md)
 //! cargo xtask check-fp                                   prove no FP/SIMD register is used
 //! cargo xtask bench-seeds [--quick] [--only vmid,fp,ipi]  the seeds' experiments with Linux guests
+//! cargo xtask layers  [--tree kernel|xtask]              check the crate's imports against its layers.txt
 //! ```
 
 mod assets;
@@ -20,6 +21,7 @@ mod configs_test;
 mod console_test;
 mod fwboot;
 mod fwboot_la64;
+mod layers;
 mod qemu;
 mod share;
 mod smoke;
@@ -462,6 +464,11 @@ const COMMANDS: &[(&str, &str, &str)] = &[
         "",
         "VM-to-VM TCP throughput through kestrel's virtio switch",
     ),
+    (
+        "layers",
+        "[--tree kernel|xtask]",
+        "check that each module imports only its own and lower layers, without cycles (kernel/layers.txt)",
+    ),
     ("help", "", "this list (every command also takes --help)"),
 ];
 
@@ -550,6 +557,7 @@ fn run() -> Result<(), String> {
         "bench-seeds" => bench_seeds::run(rest),
         "bench-net" => vmtests_linux::bench_net(rest),
         "boot-scr" => boot_scr(rest),
+        "layers" => layers::command(rest),
         "check-fp" => {
             let o = parse_opts(rest)?;
             let mut arches = vec![o.arch];
