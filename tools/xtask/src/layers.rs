@@ -1788,7 +1788,6 @@ use crate::real;
     }
 
     #[test]
-    #[ignore = "enabled when the kernel's layer folders land"]
     fn kernel_tree_is_layered() {
         real_tree("../../kernel", "kernel");
     }
