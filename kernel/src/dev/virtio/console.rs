@@ -9,7 +9,7 @@ use alloc::collections::VecDeque;
 use alloc::sync::Arc;
 use spin::Mutex;
 
-use super::queue::{Queue, QueueError};
+use super::queue::{Pop, Queue, QueueError};
 use super::{id, Budget, Progress, VirtioDevice, Work};
 use crate::dev::vdev::bus::DeviceEnv;
 
@@ -99,8 +99,10 @@ impl Console {
             if !budget.chain() {
                 return Ok(Progress::More);
             }
-            let Some(c) = q.pop(mem)? else {
-                return Ok(Progress::Done);
+            let c = match q.pop_within(mem, budget)? {
+                Pop::Chain(c) => c,
+                Pop::Empty => return Ok(Progress::Done),
+                Pop::Later => return Ok(Progress::More),
             };
             budget.spend(c.cost());
             let mut w = c.writer();
@@ -126,8 +128,10 @@ impl Console {
             if !budget.chain() {
                 return Ok(Progress::More);
             }
-            let Some(c) = queues[TX].pop(env.memory())? else {
-                return Ok(Progress::Done);
+            let c = match queues[TX].pop_within(env.memory(), budget)? {
+                Pop::Chain(c) => c,
+                Pop::Empty => return Ok(Progress::Done),
+                Pop::Later => return Ok(Progress::More),
             };
             budget.spend(c.cost());
             let mut r = c.reader();

@@ -62,6 +62,14 @@ pub const CALL_COST: u64 = 64;
 /// request), over buffers of a byte each at worst; and the ring indices.
 pub const MAX_STEP: u64 =
     512 * (16 + CALL_COST) + 4096 * console::TX_COST + 4096 * CALL_COST + 1024;
+/// What zeroing one untouched 2 MiB block of guest RAM costs, in budget
+/// bytes, when a device is the first to reach it
+/// ([`crate::dev::vdev::bus::GuestMemory::prepare`]): a whole exit's
+/// budget. An exit zeroes a block only when it has done nothing else yet,
+/// and then does nothing more: a chain over many untouched blocks (each
+/// zeroing is about as much work as the whole budget's copying) is taken
+/// one block per exit, whoever's exit it is.
+pub const ZERO_COST: u64 = BUDGET_BYTES;
 
 /// What one exit may still do on a VM's devices. See the module
 /// documentation.
@@ -98,6 +106,18 @@ impl Budget {
     /// Charges `n` bytes (saturating: the last step may overshoot).
     pub fn spend(&mut self, n: u64) {
         self.bytes = self.bytes.saturating_sub(n);
+    }
+
+    /// How many first-touch zeroings of guest RAM this budget affords now
+    /// ([`ZERO_COST`] each): one while it has a whole zeroing's worth
+    /// left, that is, while nothing else was done on it.
+    pub fn zero_allowance(&self) -> u32 {
+        u32::from(self.bytes >= ZERO_COST)
+    }
+
+    /// Charges `n` first-touch zeroings.
+    pub fn spend_zeroed(&mut self, n: u32) {
+        self.spend(u64::from(n) * ZERO_COST);
     }
 
     /// Nothing left: further work waits for the next exit.
