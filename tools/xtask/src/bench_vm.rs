@@ -120,8 +120,8 @@ fn fields(line: &str) -> BTreeMap<&str, &str> {
 
 fn build_guest(arch: Arch) -> Result<(), String> {
     match arch {
-        Arch::Aarch64 => crate::vmtests_arm64::build_guest_arm64().map(|_| ()),
-        Arch::LoongArch64 => crate::vmtests_la64::build_guest_la64().map(|_| ()),
+        Arch::Aarch64 => crate::guests::build_guest_arm64().map(|_| ()),
+        Arch::LoongArch64 => crate::guests::build_guest_la64().map(|_| ()),
     }
 }
 

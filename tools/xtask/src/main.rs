@@ -21,6 +21,7 @@ mod configs_test;
 mod console_test;
 mod fwboot;
 mod fwboot_la64;
+mod guests;
 mod layers;
 mod qemu;
 mod share;

@@ -702,7 +702,7 @@ fn judge_lvz_la64_reboot(b: &Boot) -> Vec<String> {
 
 /// Boots [`LA64_LVZ_HOSTILE_CASE`] (the test guest built first).
 fn lvz_test_la64_hostile() -> Verdict {
-    if let Err(e) = crate::vmtests_la64::build_guest_la64() {
+    if let Err(e) = crate::guests::build_guest_la64() {
         return Verdict::error(e);
     }
     lvz_boot_la64_on(LA64_LVZ_HOSTILE_CONFIG, 2, 1024, judge_lvz_la64_hostile)
