@@ -19,6 +19,7 @@ mod bench_vm;
 mod config;
 mod configs_test;
 mod console_test;
+mod counters;
 mod fwboot;
 mod fwboot_la64;
 mod guests;

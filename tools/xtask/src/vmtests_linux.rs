@@ -345,7 +345,7 @@ fn judge_kestrel(boot: &Boot, case: &KestrelCase) -> Vec<String> {
 /// writes (the futex wakes send IPIs), VMID loads.
 fn judge_seeds(boot: &Boot, vms: &[&str]) -> Vec<String> {
     let mut problems = Vec::new();
-    let counters = crate::bench_vm::parse_vm_counters(&boot.text());
+    let counters = crate::counters::parse_vm_counters(&boot.text());
     for vm in vms {
         let tagged = |s: &str| format!("[{vm}] {s}");
         for (workload, result) in [
