@@ -16,6 +16,7 @@ mod assets;
 mod bench_exits;
 mod bench_seeds;
 mod bench_vm;
+mod boot_case;
 mod config;
 mod configs_test;
 mod console_test;

@@ -18,8 +18,8 @@
 
 use std::time::Duration;
 
+use crate::boot_case::{Case, Ending};
 use crate::guests::build_guest_arm64;
-use crate::smoke::{Case, Ending};
 use crate::suite::Suite;
 use crate::vmtest::{self, VmCase, VmSuite, ICOUNT};
 use crate::{Arch, Opts};
@@ -100,7 +100,7 @@ fn number(name: &str) -> usize {
 /// On bare QEMU only the kestrel-specific checks may be skipped
 /// (`SKIP <n> <check> (<why>)`).
 fn check_bare(log: &str) -> Vec<String> {
-    crate::smoke::only_skipped(log, KESTREL_ONLY, |rest| {
+    crate::boot_case::only_skipped(log, KESTREL_ONLY, |rest| {
         rest.split_whitespace().nth(1).unwrap_or("")
     })
 }

@@ -17,8 +17,8 @@
 
 use std::time::Duration;
 
+use crate::boot_case::{Case, Ending};
 use crate::guests::build_guest_la64;
-use crate::smoke::{Case, Ending};
 use crate::suite::Suite;
 use crate::vmtest::{self, VmCase, VmSuite};
 use crate::{Arch, Opts};
@@ -105,7 +105,7 @@ fn pass_line(check: &str) -> &'static str {
 /// On bare QEMU only the kestrel-specific checks may be skipped
 /// (`SKIP <check>: <why>`).
 fn check_bare(log: &str) -> Vec<String> {
-    crate::smoke::only_skipped(log, KESTREL_ONLY, |rest| {
+    crate::boot_case::only_skipped(log, KESTREL_ONLY, |rest| {
         rest.split(':').next().unwrap_or("")
     })
 }
