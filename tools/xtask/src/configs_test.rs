@@ -51,8 +51,8 @@ pub fn test() -> Test<'static> {
         // What the configs name: the test guests, the Linux assets.
         let built = crate::guests::build_guest_arm64()
             .and_then(|_| crate::guests::build_guest_la64())
-            .and_then(|_| crate::assets::ensure_within(crate::vmtests_linux::FETCH_LIMIT))
-            .and_then(|_| crate::assets::ensure_within_la64(crate::vmtests_linux::FETCH_LIMIT));
+            .and_then(|_| crate::assets::ensure_within(crate::assets::FETCH_LIMIT))
+            .and_then(|_| crate::assets::ensure_within_la64(crate::assets::FETCH_LIMIT));
         if let Err(e) = built {
             return Verdict::error(format!("the guest images the configs name: {e}"));
         }

@@ -130,7 +130,15 @@ const SUITE: Suite = Suite {
 /// boot case; prints the serial log of each failure.
 pub fn run(args: &[String]) -> Result<(), String> {
     let sel = suite::parse_args(&SUITE, args, None)?;
-    let mut tests = crate::vmtests_linux::smoke_tests(&sel);
+    // The console and configs cases need the Linux guest assets too: they
+    // run (or are skipped) with the Linux cases.
+    let mut tests = crate::vmtests_linux::smoke_tests(
+        &sel,
+        &[
+            (crate::console_test::CASE, crate::console_test::test),
+            (crate::configs_test::CASE, crate::configs_test::test),
+        ],
+    );
     tests.extend(crate::vmtests_linux::smoke_tests_la64(&sel));
     tests.extend(cases().into_iter().map(boot_case::test));
     tests.extend(crate::fwboot::tests());

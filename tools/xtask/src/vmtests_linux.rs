@@ -17,13 +17,11 @@ use std::process::Command;
 use std::rc::Rc;
 use std::time::Duration;
 
-use crate::assets;
+use crate::assets::{self, FETCH_LIMIT};
 use crate::qemu::{bare_command, BareConsole, Boot, Runner};
 use crate::suite::{Selection, Suite, Test, Verdict};
 use crate::{qemu, Arch, Opts};
 
-/// How long `make test` may spend fetching the assets.
-pub const FETCH_LIMIT: Duration = Duration::from_secs(120);
 /// How long one bare Linux boot may take (about 5 s here).
 const BOOT_LIMIT: Duration = Duration::from_secs(120);
 /// The first line of the init script.
@@ -1047,17 +1045,23 @@ pub fn run_bare_la64(assets: assets::loong64::Loong64Assets) -> Result<(), Strin
     crate::suite::run(&SUITE, &all, tests)
 }
 
-/// The Linux cases of `cargo xtask smoke` (those `sel` selects): fetches or
-/// reuses the assets first (at most [`FETCH_LIMIT`]), or skips them all,
-/// saying why (never failed for a missing network).
-pub fn smoke_tests(sel: &Selection) -> Vec<Test<'static>> {
+/// A case that needs the Linux guest assets as well: its name, and the
+/// test it makes.
+pub type NeedsAssets = (&'static str, fn() -> Test<'static>);
+
+/// The Linux cases of `cargo xtask smoke` (those `sel` selects), then
+/// `also`: other cases that need the Linux guest assets, each its name and
+/// the test it makes. Fetches or reuses the assets first (at most
+/// [`FETCH_LIMIT`]), or skips them all, saying why (never failed for a
+/// missing network).
+pub fn smoke_tests(sel: &Selection, also: &[NeedsAssets]) -> Vec<Test<'static>> {
     let names = BARE_CASES
         .iter()
         .map(|c| c.name)
         .chain(VIRTIO_CASES.iter().map(|c| c.name))
         .chain(KESTREL_CASES.iter().map(|c| c.name))
         .chain(PT_CASES.iter().map(|c| c.name))
-        .chain([crate::console_test::CASE, crate::configs_test::CASE]);
+        .chain(also.iter().map(|(name, _)| *name));
     if !names.clone().any(|n| sel.matches(n)) {
         return Vec::new();
     }
@@ -1086,8 +1090,7 @@ pub fn smoke_tests(sel: &Selection) -> Vec<Test<'static>> {
             .iter()
             .map(|case| Test::new(case.name, move || passthrough_test(case))),
     );
-    tests.push(crate::console_test::test());
-    tests.push(crate::configs_test::test());
+    tests.extend(also.iter().map(|(_, test)| test()));
     tests
 }
 

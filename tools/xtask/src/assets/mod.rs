@@ -311,6 +311,10 @@ pub fn ensure(refresh: bool) -> Result<LinuxAssets, String> {
     })
 }
 
+/// How long `make test` may spend fetching the assets ([`ensure_within`]
+/// and [`ensure_within_la64`] in the smoke suite's cases that need them).
+pub const FETCH_LIMIT: Duration = Duration::from_secs(120);
+
 /// Runs `cargo xtask guest-assets` as a child with a time limit (for the
 /// tests: a slow or absent network must not hang them).
 /// Err with the reason when it could not be done in time or failed.
