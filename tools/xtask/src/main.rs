@@ -553,7 +553,14 @@ fn run() -> Result<(), String> {
         "smoke" => smoke::run(rest),
         "vmtest" if vmtests_arm64::selected(rest) => vmtest::run(&vmtests_arm64::VM_SUITE, rest),
         "vmtest" => vmtest::run(&vmtests_la64::VM_SUITE, rest),
-        "guest-assets" | "bench-linux" => assets::command(cmd, rest),
+        "guest-assets" => assets::command(
+            rest,
+            &assets::BareTests {
+                arm64: vmtests_linux::run_bare,
+                la64: vmtests_linux::run_bare_la64,
+            },
+        ),
+        "bench-linux" => vmtests_linux::bench(rest),
         "firmware" => assets::firmware::command(rest),
         "bench-vm" => bench_vm::run(rest),
         "bench-exits" => bench_exits::run(rest),
