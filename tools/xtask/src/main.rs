@@ -14,6 +14,7 @@
 
 mod assets;
 mod bench_exits;
+mod bench_linux;
 mod bench_seeds;
 mod bench_vm;
 mod boot_case;
@@ -560,12 +561,12 @@ fn run() -> Result<(), String> {
                 la64: vmtests_linux::run_bare_la64,
             },
         ),
-        "bench-linux" => vmtests_linux::bench(rest),
+        "bench-linux" => bench_linux::run(rest),
         "firmware" => assets::firmware::command(rest),
         "bench-vm" => bench_vm::run(rest),
         "bench-exits" => bench_exits::run(rest),
         "bench-seeds" => bench_seeds::run(rest),
-        "bench-net" => vmtests_linux::bench_net(rest),
+        "bench-net" => bench_linux::bench_net(rest),
         "boot-scr" => boot_scr(rest),
         "layers" => layers::command(rest),
         "check-fp" => {
