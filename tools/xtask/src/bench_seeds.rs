@@ -31,7 +31,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use crate::bench_vm::{parse_vm_counters, VmCounters};
+use crate::counters::{parse_vm_counters, VmCounters};
 use crate::qemu::{bare_command, BareConsole, Boot, Runner};
 use crate::{assets, qemu, root, Arch, Opts};
 

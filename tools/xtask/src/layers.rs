@@ -1793,7 +1793,6 @@ use crate::real;
     }
 
     #[test]
-    #[ignore = "xtask's modules do not follow tools/xtask/layers.txt yet"]
     fn xtask_tree_is_layered() {
         real_tree(".", "tools/xtask");
     }

@@ -14,13 +14,17 @@
 
 mod assets;
 mod bench_exits;
+mod bench_linux;
 mod bench_seeds;
 mod bench_vm;
+mod boot_case;
 mod config;
 mod configs_test;
 mod console_test;
+mod counters;
 mod fwboot;
 mod fwboot_la64;
+mod guests;
 mod layers;
 mod qemu;
 mod share;
@@ -550,12 +554,19 @@ fn run() -> Result<(), String> {
         "smoke" => smoke::run(rest),
         "vmtest" if vmtests_arm64::selected(rest) => vmtest::run(&vmtests_arm64::VM_SUITE, rest),
         "vmtest" => vmtest::run(&vmtests_la64::VM_SUITE, rest),
-        "guest-assets" | "bench-linux" => assets::command(cmd, rest),
+        "guest-assets" => assets::command(
+            rest,
+            &assets::BareTests {
+                arm64: vmtests_linux::run_bare,
+                la64: vmtests_linux::run_bare_la64,
+            },
+        ),
+        "bench-linux" => bench_linux::run(rest),
         "firmware" => assets::firmware::command(rest),
         "bench-vm" => bench_vm::run(rest),
         "bench-exits" => bench_exits::run(rest),
         "bench-seeds" => bench_seeds::run(rest),
-        "bench-net" => vmtests_linux::bench_net(rest),
+        "bench-net" => bench_linux::bench_net(rest),
         "boot-scr" => boot_scr(rest),
         "layers" => layers::command(rest),
         "check-fp" => {

@@ -1,7 +1,7 @@
 //! The arm64 test guest (`tools/guests/arm64-test`): its build, its
 //! bare-QEMU smoke cases, and the kestrel VM tests.
 //!
-//! - [`build_guest_arm64`] builds the guest for `aarch64-unknown-none`
+//! - [`crate::guests::build_guest_arm64`] builds the guest for `aarch64-unknown-none`
 //!   (hard float: it checks the FP/SIMD registers) and flattens it into
 //!   `build/guests/arm64-test.bin` (an arm64 `Image`, which QEMU `-kernel`
 //!   loads and which the configs name with `kind = "test-guest"`).
@@ -16,19 +16,13 @@
 //!
 //! docs/test-guest.md describes the guest, its checks and its output.
 
-use std::path::PathBuf;
-use std::process::Command;
 use std::time::Duration;
 
-use crate::smoke::{Case, Ending};
+use crate::boot_case::{Case, Ending};
+use crate::guests::build_guest_arm64;
 use crate::suite::Suite;
 use crate::vmtest::{self, VmCase, VmSuite, ICOUNT};
-use crate::{root, Arch, Opts};
-
-/// The guest's target: hard float, so it may use the FP/SIMD registers.
-const GUEST_TARGET: &str = "aarch64-unknown-none";
-const GUEST_PACKAGE: &str = "kestrel-guest-arm64-test";
-const GUEST_BIN: &str = "arm64-test";
+use crate::{Arch, Opts};
 
 /// Checks only kestrel can pass; on bare QEMU they print `SKIP`.
 const KESTREL_ONLY: &[&str] = &[
@@ -53,24 +47,6 @@ const EVERYWHERE: &[&str] = &[
     "wfit-timeout",
     "debug-bp-wp-step",
 ];
-
-/// Builds the guest and returns `build/guests/arm64-test.bin`.
-pub fn build_guest_arm64() -> Result<PathBuf, String> {
-    let elf = vmtest::build_guest(GUEST_PACKAGE, GUEST_BIN, GUEST_TARGET, false)?;
-    let out_dir = root().join("build/guests");
-    std::fs::create_dir_all(&out_dir).map_err(|e| format!("{}: {e}", out_dir.display()))?;
-    let bin = out_dir.join("arm64-test.bin");
-    let status = Command::new(crate::llvm_tool("llvm-objcopy")?)
-        .args(["-O", "binary"])
-        .arg(&elf)
-        .arg(&bin)
-        .status()
-        .map_err(|e| format!("cannot run llvm-objcopy: {e}"))?;
-    if !status.success() {
-        return Err("llvm-objcopy of the arm64 test guest failed".into());
-    }
-    Ok(bin)
-}
 
 /// A smoke case: the guest on bare QEMU at EL1 with GIC version `gic`
 /// (3 or 2), as QEMU's `-kernel`.
@@ -124,7 +100,7 @@ fn number(name: &str) -> usize {
 /// On bare QEMU only the kestrel-specific checks may be skipped
 /// (`SKIP <n> <check> (<why>)`).
 fn check_bare(log: &str) -> Vec<String> {
-    crate::smoke::only_skipped(log, KESTREL_ONLY, |rest| {
+    crate::boot_case::only_skipped(log, KESTREL_ONLY, |rest| {
         rest.split_whitespace().nth(1).unwrap_or("")
     })
 }
