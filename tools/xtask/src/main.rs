@@ -471,7 +471,7 @@ const COMMANDS: &[(&str, &str, &str)] = &[
     (
         "layers",
         "[--tree kernel|xtask]",
-        "check that each module imports only its own and lower layers, without cycles (kernel/layers.txt)",
+        "check that each module imports only its own and lower layers, without cycles (kernel/layers.txt, tools/xtask/layers.txt)",
     ),
     ("help", "", "this list (every command also takes --help)"),
 ];
