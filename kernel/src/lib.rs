@@ -22,6 +22,7 @@ pub mod klog;
 pub mod platform;
 pub mod reserve;
 pub mod runtime;
+pub mod termfilter;
 
 // The portable mechanisms (issue: portable core).
 pub mod deadline;
