@@ -833,29 +833,17 @@ fn write_sgr(p: &[u16], subs: u32, out: &mut impl Sink) {
     write_params(0, p, subs, None, b'm', out);
 }
 
+/// A check of filtered output written apart from the filter (tests of
+/// the filter and of the console).
 #[cfg(test)]
-mod tests {
-    use super::*;
+pub(crate) mod checker {
+    use alloc::format;
     use alloc::string::String;
-    use alloc::vec;
-
-    /// `input` through a fresh filter, one byte at a time.
-    fn filter(input: &[u8]) -> Vec<u8> {
-        let mut f = TermFilter::new();
-        let mut out = Vec::new();
-        for &b in input {
-            f.push(b, &mut out);
-        }
-        out
-    }
-
-    fn f(input: &str) -> String {
-        String::from_utf8(filter(input.as_bytes())).unwrap()
-    }
+    use alloc::vec::Vec;
 
     /// Checks that `out` is only what the policy allows, in complete
     /// units: written apart from the filter, so it checks the filter.
-    fn check(out: &[u8]) -> Result<(), String> {
+    pub(crate) fn check(out: &[u8]) -> Result<(), String> {
         let mut i = 0;
         while i < out.len() {
             let b = out[i];
@@ -954,6 +942,28 @@ mod tests {
             }
         }
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::checker::check;
+    use super::*;
+    use alloc::string::String;
+    use alloc::vec;
+
+    /// `input` through a fresh filter, one byte at a time.
+    fn filter(input: &[u8]) -> Vec<u8> {
+        let mut f = TermFilter::new();
+        let mut out = Vec::new();
+        for &b in input {
+            f.push(b, &mut out);
+        }
+        out
+    }
+
+    fn f(input: &str) -> String {
+        String::from_utf8(filter(input.as_bytes())).unwrap()
     }
 
     #[test]
