@@ -11,6 +11,7 @@ pub mod console;
 pub mod devices;
 pub mod fdt_build;
 pub mod passthrough;
+pub mod termfilter;
 pub mod terminal;
 pub mod virtio;
 pub mod vmconfig;
@@ -244,6 +245,9 @@ impl<B: Machine> Observer for LogObserver<'_, B> {
             if let Some(line) = mux.flush(usize::from(v.slot)) {
                 crate::base::klog::print(format_args!("{line}"));
             }
+            if let Some(out) = mux.quiet(usize::from(v.slot)) {
+                crate::vmm::console::write(&out);
+            }
             drop(mux);
             log::info!("VM \"{vm}\" {why}; stats: {}", v.stats);
             if let Some(s) = v.virtio.summary() {
@@ -265,6 +269,19 @@ impl<B: Machine> Observer for LogObserver<'_, B> {
     }
 
     fn vm_restarted(&self, vm: &str, n: u64) {
+        // The terminal reset before the log line (raw console).
+        let slot = self
+            .hv
+            .created()
+            .iter()
+            .find(|v| v.name == vm)
+            .map(|v| v.slot);
+        if let Some(s) = slot {
+            let mut mux = self.console.lock();
+            if let Some(out) = mux.quiet(usize::from(s)) {
+                crate::vmm::console::write(&out);
+            }
+        }
         // What a restart must leave as it was: the heap and the guest
         // frames (the reboot test compares these across restarts).
         let heap = crate::mem::heap::heap_usage().map_or(0, |(used, _)| used);

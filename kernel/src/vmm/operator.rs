@@ -14,7 +14,7 @@ use spin::Mutex;
 use crate::dev::virtio::set::VirtioCounters;
 use crate::vcpu::stats::{Counter, Snapshot};
 use crate::vm::{Hypervisor, Vm};
-use crate::vmm::console::{Command, ConsoleMux, Mode, Op};
+use crate::vmm::console::{Command, ConsoleMux, Op};
 use crate::vmm::devices::DeviceHost;
 
 /// Memory of each created VM, by slot (the VM does not keep its spec).
@@ -317,15 +317,13 @@ pub fn refresh<B: DeviceHost>(hv: &Hypervisor<B>, mux: &Mutex<ConsoleMux>) {
         .filter(|(vm, _)| t.vm.is_none_or(|i| i == usize::from(vm.slot)))
         .map(|(vm, (then, now_s))| (row(hv, vm, now, focus, &memory), *then, *now_s))
         .collect();
-    let mut text = render_top(&rows, hz);
+    let text = render_top(&rows, hz);
     t.last = samples;
     drop(top);
-    let m = mux.lock();
-    if m.mode() == Mode::Raw {
-        // Like `xl top`: the same screen, redrawn.
-        text.insert_str(0, "\x1b[H\x1b[2J");
-    }
-    crate::vmm::console::write(&crate::vmm::console::Out::Text(text));
+    // Like `xl top`: the same screen, redrawn (raw mode).
+    let mut m = mux.lock();
+    let out = m.view_frame(&text);
+    crate::vmm::console::write(&out);
     drop(m);
 }
 
