@@ -1,0 +1,11 @@
+//! AArch32 guests (EL1 and EL0 in AArch32 state under kestrel's AArch64
+//! EL2): the portable facts a backend needs, each decoded or computed
+//! without touching hardware and tested on the host.
+//!
+//! - [`cond`]: condition codes, the IT state, stepping over a trapped
+//!   instruction (2 or 4 bytes, IT advanced).
+//!
+//! Not yet wired into the backend: kestrel still hides AArch32 from guests
+//! (`idregs`), and the arm64 backend answers these traps with UNDEF.
+
+pub mod cond;
