@@ -2,6 +2,8 @@
 //! EL2): the portable facts a backend needs, each decoded or computed
 //! without touching hardware and tested on the host.
 //!
+//! - [`trap`]: ESR_EL2 of a trap from AArch32 (coprocessor accesses, VMRS,
+//!   WFI/WFE with their condition, HVC/SMC, aborts) into a [`trap::Trap32`].
 //! - [`cond`]: condition codes, the IT state, stepping over a trapped
 //!   instruction (2 or 4 bytes, IT advanced).
 //! - [`regs`]: AArch32 modes and the AArch64 view of their registers.
@@ -11,3 +13,4 @@
 
 pub mod cond;
 pub mod regs;
+pub mod trap;
