@@ -7,10 +7,13 @@
 //! - [`cond`]: condition codes, the IT state, stepping over a trapped
 //!   instruction (2 or 4 bytes, IT advanced).
 //! - [`regs`]: AArch32 modes and the AArch64 view of their registers.
+//! - [`except`]: taking an exception to an AArch32 EL1 (vector, LR, SPSR,
+//!   CPSR) and the DFSR/IFSR/DFAR/IFAR of an injected abort.
 //!
 //! Not yet wired into the backend: kestrel still hides AArch32 from guests
 //! (`idregs`), and the arm64 backend answers these traps with UNDEF.
 
 pub mod cond;
+pub mod except;
 pub mod regs;
 pub mod trap;
