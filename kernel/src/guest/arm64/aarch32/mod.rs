@@ -9,11 +9,14 @@
 //! - [`regs`]: AArch32 modes and the AArch64 view of their registers.
 //! - [`except`]: taking an exception to an AArch32 EL1 (vector, LR, SPSR,
 //!   CPSR) and the DFSR/IFSR/DFAR/IFAR of an injected abort.
+//! - [`cp15`]: the cp15 registers a Linux guest uses, mapped to their
+//!   AArch64 counterparts or to a defined answer (UNDEF for the rest).
 //!
 //! Not yet wired into the backend: kestrel still hides AArch32 from guests
 //! (`idregs`), and the arm64 backend answers these traps with UNDEF.
 
 pub mod cond;
+pub mod cp15;
 pub mod except;
 pub mod regs;
 pub mod trap;
