@@ -79,11 +79,14 @@ fn check_trap(esr_v: u64, far: u64, hpfar: u64, spsr: u64) {
                     assert_eq!(reg.op0, 3);
                     assert_ne!(part, Part::Double);
                 }
-                if r.opc1 == 0 && r.crn == 0 && (1..=7).contains(&r.crm) {
+                if r.opc1 == 0 && r.crn == 0 && (1..=3).contains(&r.crm) {
                     let Kind::Sys { reg, .. } = e.kind else {
                         panic!("ID space {r:?}")
                     };
-                    assert!(reg.is_feature_id());
+                    assert!(reg.is_feature_id() && reg.crm == r.crm && reg.op2 == r.opc2);
+                }
+                if r.opc1 == 0 && r.crn == 0 && (4..=7).contains(&r.crm) {
+                    assert_eq!(e.kind, Kind::Const(0), "reserved AArch32 ID space");
                 }
                 if cp15::is_impdef(r.crn, r.crm) {
                     assert_eq!(e.kind, Kind::Undef);

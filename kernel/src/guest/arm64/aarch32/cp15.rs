@@ -985,15 +985,19 @@ pub fn lookup(r: CpReg) -> Cp15Reg {
         opc2,
     } = r;
     match (opc1, crn, crm) {
-        // The feature ID registers and the reserved encodings around them
-        // (RAZ): the AArch64 ID_*_EL1 register with the same CRm/Opc2.
-        (0, 0, 1..=7) if opc2 < 8 => sys(
+        // The feature ID registers and the reserved encodings among them
+        // (RAZ): the AArch64 ID_*_EL1 register with the same CRm/Opc2
+        // (AArch64 keeps CRm 1-3 for the AArch32 ID registers).
+        (0, 0, 1..=3) if opc2 < 8 => sys(
             id_name(crm, opc2),
             SysReg::new(3, 0, 0, crm, opc2),
             Word,
             RO,
             Trap::Tid3,
         ),
+        // CRm 4-7: reserved in AArch32 (RAZ), not the AArch64 ID_AA64*
+        // registers those CRm values name in AArch64.
+        (0, 0, 4..=7) => reg("ID space (reserved, RAZ)", Kind::Const(0), RO, Trap::Tid3),
         // PMU: PMCR .. PMMIR (c9, c12-c14), the event counters and types
         // (c14, c8-c15): read as zero, as kestrel's AArch64 PMU.
         (0, 9, 12..=14) | (0, 14, 8..=15) => reg("PMU", Kind::RazWi, RW, Trap::Tpm),
@@ -1203,9 +1207,16 @@ mod tests {
     /// The ID registers use the AArch64 encoding with the same CRm/Opc2
     /// (QEMU's ARM_CP_STATE_BOTH definitions: ID_PFR0 .. ID_MMFR5 at
     /// opc0 3, opc1 0, crn 0), which `SysReg::is_feature_id` (TID3) knows.
+    /// CRm 4-7 are reserved (RAZ) in AArch32: never the ID_AA64* registers.
     #[test]
     fn id_registers_and_their_trap_groups() {
-        for crm in 1..=7 {
+        for crm in 4..=7 {
+            for opc2 in 0..8 {
+                let e = lookup(c(0, 0, crm, opc2));
+                assert_eq!((e.kind, e.access, e.trap), (Kind::Const(0), RO, Trap::Tid3));
+            }
+        }
+        for crm in 1..=3 {
             for opc2 in 0..8 {
                 let e = lookup(c(0, 0, crm, opc2));
                 let Kind::Sys { reg, part } = e.kind else {
