@@ -25,9 +25,12 @@
 //! the lowest among all running and runnable vCPUs (kept monotonic, for
 //! when nothing runs at all). So a sleeper gets a short head start, not the
 //! whole time it slept, and a vCPU moving from a crowded pCPU to one where
-//! a pinned vCPU ran alone does not monopolise it. The slice length is
-//! learnt from the charges at slice ends, so the scheduler needs no clock
-//! rate.
+//! a pinned vCPU ran alone does not monopolise it. A restarted VM's vCPUs
+//! are queued at the floor itself, with no head start, and a vCPU whose VM
+//! is stopped while it runs is still charged for that stretch when its
+//! pCPU puts it: resetting a VM again and again gains it no time. The
+//! slice length is learnt from the charges at slice ends, so the scheduler
+//! needs no clock rate.
 //!
 //! A vCPU that yields (`put(Yield)`, e.g. arm64 WFE while others wait) is
 //! passed over once by the next pick on that pCPU if anyone else may run.
@@ -320,13 +323,21 @@ impl Scheduler {
     ) -> Result<RunState, SchedError> {
         let mut s = self.inner.lock();
         let i = s.find(key).ok_or(SchedError::NoSuchVcpu)?;
-        if s.entries[i].on_cpu == Some(cpu) {
+        let held_here = s.entries[i].on_cpu == Some(cpu);
+        if held_here {
             s.entries[i].on_cpu = None;
         }
         match s.entries[i].state {
             RunState::Running(c) if c == cpu => {}
-            // stop_vm got there first: it stays stopped.
-            RunState::Stopped => return Ok(RunState::Stopped),
+            // stop_vm got there first: it stays stopped, charged for the
+            // time it ran here like any vCPU (a vCPU that stops its own VM,
+            // by a reset, is not let off its last stretch).
+            RunState::Stopped => {
+                if held_here {
+                    s.charge(i, now);
+                }
+                return Ok(RunState::Stopped);
+            }
             _ => return Err(SchedError::NotRunningHere),
         }
         s.charge(i, now);
@@ -452,10 +463,12 @@ impl Scheduler {
     }
 
     /// Starts the stopped VM `vm` again, as [`Scheduler::add`] did: its
-    /// first `started` vCPUs runnable (at the floor of the pCPU they are
-    /// queued on, as any vCPU that did not run), the others offline until
-    /// powered on. Refused unless every vCPU of `vm` is stopped and on no
-    /// pCPU. Returns the pCPU to kick if one was queued on an idle pCPU.
+    /// first `started` vCPUs runnable, the others offline until powered
+    /// on. A restarted vCPU keeps its vruntime, raised to the floor of the
+    /// pCPU it is queued on: it gets no sleeper's head start (a VM that
+    /// resets itself again and again gains no time by it). Refused unless
+    /// every vCPU of `vm` is stopped and on no pCPU. Returns the pCPU to
+    /// kick if one was queued on an idle pCPU.
     pub fn restart_vm(&self, vm: u16, started: usize, from: usize) -> Result<Kick, SchedError> {
         let mut s = self.inner.lock();
         let mine: Vec<usize> = (0..s.entries.len())
@@ -476,7 +489,7 @@ impl Scheduler {
             e.state = RunState::Offline;
             e.wake_pending = false;
             if usize::from(e.key.vcpu) < started {
-                let cpu = s.make_runnable(i);
+                let cpu = s.queue(i, 0);
                 if s.idle.contains(cpu) && cpu != from {
                     kick = Kick::Cpu(cpu);
                 }
@@ -529,6 +542,12 @@ impl Inner {
     /// one in its mask, no more than the allowed lag behind that pCPU's
     /// floor. Returns that pCPU.
     fn make_runnable(&mut self, i: usize) -> usize {
+        self.queue(i, MAX_LAG_SLICES)
+    }
+
+    /// [`Inner::make_runnable`], no more than `lag_slices` slices behind
+    /// the floor.
+    fn queue(&mut self, i: usize, lag_slices: u64) -> usize {
         let e = &self.entries[i];
         let cpu = if e.affinity.contains(e.home)
             && !self.idle.is_empty()
@@ -546,7 +565,7 @@ impl Inner {
         } else {
             self.least_loaded(e.affinity)
         };
-        self.clamp(i, cpu);
+        self.clamp_to(i, cpu, lag_slices);
         let e = &mut self.entries[i];
         e.state = RunState::Runnable;
         e.home = cpu;
@@ -558,7 +577,12 @@ impl Inner {
     /// Raises entry `i`'s vruntime to no less than `cpu`'s floor minus the
     /// allowed lag: time spent blocked, offline or elsewhere is not banked.
     fn clamp(&mut self, i: usize, cpu: usize) {
-        let lag = self.slice.saturating_mul(MAX_LAG_SLICES);
+        self.clamp_to(i, cpu, MAX_LAG_SLICES);
+    }
+
+    /// [`Inner::clamp`] with a lag of `lag_slices` slices.
+    fn clamp_to(&mut self, i: usize, cpu: usize, lag_slices: u64) {
+        let lag = self.slice.saturating_mul(lag_slices);
         let least = self.floor(cpu, i).saturating_sub(lag);
         let e = &mut self.entries[i];
         e.vruntime = e.vruntime.max(least);
@@ -762,6 +786,102 @@ mod tests {
         assert!(got.contains(&Some(key(0, 0))) && got.contains(&None));
         s.power_on(key(0, 1), 0).unwrap();
         assert_eq!(s.restart_vm(7, 1, 0), Err(SchedError::NoSuchVcpu));
+    }
+
+    /// A vCPU whose VM is stopped while it runs (its own reset, or another
+    /// vCPU's) is charged for the time it ran when its pCPU puts it; a put
+    /// that holds nothing charges nothing.
+    #[test]
+    fn a_vcpu_stopped_while_running_is_charged_at_its_put() {
+        let s = Scheduler::new(CpuMask::first(2));
+        s.add(key(0, 0), CpuMask::first(2), true).unwrap();
+        let a = s.pick(0, 100).unwrap();
+        s.stop_vm(0);
+        assert_eq!(
+            s.put(0, a, PutReason::Preempted, 350),
+            Ok(RunState::Stopped)
+        );
+        assert_eq!(s.vruntime(a), Some(250));
+        assert_eq!(
+            s.put(0, a, PutReason::Preempted, 900),
+            Ok(RunState::Stopped)
+        );
+        assert_eq!(s.vruntime(a), Some(250), "charged once");
+    }
+
+    /// A restarted vCPU is queued at its pCPU's floor, not two slices below
+    /// it as a sleeper would be: a reset buys no head start.
+    #[test]
+    fn a_restart_queues_at_the_floor_without_a_head_start() {
+        let s = Scheduler::new(CpuMask::first(1));
+        s.add(key(0, 0), CpuMask::first(1), true).unwrap();
+        s.add(key(1, 0), CpuMask::first(1), true).unwrap();
+        let a = s.pick(0, 0).unwrap();
+        assert_eq!(a, key(0, 0));
+        s.put(0, a, PutReason::Blocked, 0).unwrap();
+        let b = s.pick(0, 0).unwrap();
+        let mut now = 0;
+        while now < 10_000 {
+            now += 100;
+            assert!(!s.slice_end(0, now), "b is alone");
+        }
+        s.put(0, b, PutReason::Preempted, now).unwrap();
+        s.stop_vm(0);
+        s.restart_vm(0, 1, 0).unwrap();
+        assert_eq!(s.vruntime(a), s.vruntime(b), "queued at the floor");
+        // A wake, by contrast, gives its two slices.
+        let s2 = Scheduler::new(CpuMask::first(1));
+        s2.add(a, CpuMask::first(1), true).unwrap();
+        s2.add(b, CpuMask::first(1), true).unwrap();
+        s2.pick(0, 0).unwrap();
+        s2.put(0, a, PutReason::Blocked, 0).unwrap();
+        s2.pick(0, 0).unwrap();
+        for t in 1..=100 {
+            s2.slice_end(0, t * 100);
+        }
+        s2.put(0, b, PutReason::Preempted, now).unwrap();
+        s2.wake(a, 0).unwrap();
+        assert_eq!(s2.vruntime(a), Some(now - 200));
+    }
+
+    /// A VM whose vCPU resets it at the end of each of its slices, beside a
+    /// spinning VM on one pCPU: the resetter gains no time by restarting
+    /// (it was never charged for the slice it reset in, and each restart
+    /// queued it two slices below the spinner: the spinner starved).
+    #[test]
+    fn a_vm_resetting_every_slice_gains_no_time() {
+        let s = Scheduler::new(CpuMask::first(1));
+        s.add(key(0, 0), CpuMask::first(1), true).unwrap();
+        s.add(key(1, 0), CpuMask::first(1), true).unwrap();
+        let mut ran = std::collections::HashMap::new();
+        let mut now = 0;
+        while now < 200_000 {
+            let k = s.pick(0, now).unwrap();
+            if k.vm == 0 {
+                now += 100;
+                *ran.entry(k.vm).or_insert(0u64) += 100;
+                s.stop_vm(0);
+                assert_eq!(
+                    s.put(0, k, PutReason::Preempted, now),
+                    Ok(RunState::Stopped)
+                );
+                s.restart_vm(0, 1, 0).unwrap();
+                continue;
+            }
+            loop {
+                now += 100;
+                *ran.entry(k.vm).or_insert(0u64) += 100;
+                if s.slice_end(0, now) {
+                    break;
+                }
+            }
+            s.put(0, k, PutReason::Preempted, now).unwrap();
+        }
+        let share = ran[&0] * 1000 / now;
+        assert!(
+            (450..=550).contains(&share),
+            "the resetter got {share}/1000 of the pCPU: {ran:?}"
+        );
     }
 
     #[test]
