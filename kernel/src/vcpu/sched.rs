@@ -30,7 +30,9 @@
 //! is stopped while it runs is still charged for that stretch when its
 //! pCPU puts it: resetting a VM again and again gains it no time. The
 //! slice length is learnt from the charges at slice ends, so the scheduler
-//! needs no clock rate.
+//! needs no clock rate; the firmware bounds it by the tick period
+//! ([`Scheduler::set_slice`]), so slices that long exits stretched do not
+//! stretch every sleeper's head start with them.
 //!
 //! A vCPU that yields (`put(Yield)`, e.g. arm64 WFE while others wait) is
 //! passed over once by the next pick on that pCPU if anyone else may run.
@@ -153,6 +155,9 @@ struct Inner {
     yielder: [Option<usize>; MAX_CPUS],
     /// Average slice length in counter ticks, learnt at slice ends.
     slice: u64,
+    /// The configured slice length ([`Scheduler::set_slice`]; 0: not
+    /// known): no charge counts for more than this in `slice`.
+    slice_max: u64,
 }
 
 /// The scheduler. See the module documentation.
@@ -192,7 +197,20 @@ impl Scheduler {
                 global_floor: 0,
                 yielder: [None; MAX_CPUS],
                 slice: 0,
+                slice_max: 0,
             }),
+        }
+    }
+
+    /// The configured slice length in counter ticks (kestrel's tick
+    /// period; 0: not known): the learnt slice length, and with it the
+    /// head start a sleeper gets ([`MAX_LAG_SLICES`] slices), is never
+    /// longer, however long the slices that a long exit ended were.
+    pub fn set_slice(&self, ticks: u64) {
+        let mut s = self.inner.lock();
+        s.slice_max = ticks;
+        if ticks > 0 {
+            s.slice = s.slice.min(ticks);
         }
     }
 
@@ -302,6 +320,14 @@ impl Scheduler {
             return false;
         };
         let ran = s.charge(i, now);
+        // A slice that ended after a long exit (a restart's rebuild, a
+        // long MMIO emulation) ran longer than a slice: it is charged in
+        // full, but counts as one slice in the estimate, which sets every
+        // sleeper's head start.
+        let ran = match s.slice_max {
+            0 => ran,
+            max => ran.min(max),
+        };
         s.slice = if s.slice == 0 {
             ran
         } else {
@@ -807,6 +833,35 @@ mod tests {
             Ok(RunState::Stopped)
         );
         assert_eq!(s.vruntime(a), Some(250), "charged once");
+    }
+
+    /// Slices stretched by long exits are charged in full but do not
+    /// stretch the learnt slice length beyond the configured one, and with
+    /// it a sleeper's head start.
+    #[test]
+    fn long_slices_do_not_stretch_a_sleepers_head_start() {
+        let run = |max: u64| {
+            let s = Scheduler::new(CpuMask::first(1));
+            s.set_slice(max);
+            s.add(key(0, 0), CpuMask::first(1), true).unwrap();
+            s.add(key(1, 0), CpuMask::first(1), true).unwrap();
+            let a = s.pick(0, 0).unwrap();
+            s.put(0, a, PutReason::Blocked, 0).unwrap();
+            let b = s.pick(0, 0).unwrap();
+            // Slices of 100 ticks, every fourth one ended by a 10_000-tick exit.
+            let mut now = 0;
+            for n in 0..400 {
+                now += if n % 4 == 3 { 10_000 } else { 100 };
+                assert!(!s.slice_end(0, now), "b is alone");
+            }
+            assert_eq!(s.vruntime(b), Some(now), "charged in full");
+            s.put(0, b, PutReason::Preempted, now).unwrap();
+            s.wake(a, 0).unwrap();
+            now - s.vruntime(a).unwrap()
+        };
+        assert_eq!(run(100), 200, "two slices of 100 ticks");
+        let unbounded = run(0);
+        assert!(unbounded > 2000, "without a bound: {unbounded}");
     }
 
     /// A restarted vCPU is queued at its pCPU's floor, not two slices below
