@@ -55,6 +55,11 @@
 //!
 //! A wake that arrives while the vCPU runs is remembered (`wake_pending`), so
 //! a `put(Blocked)` racing with it leaves the vCPU runnable: no lost wake-ups.
+//!
+//! A stopped VM stays on the pCPUs that picked its vCPUs until they put
+//! them. Whoever must wait for that (a restart) asks once
+//! ([`Scheduler::await_release`]) and the put of the last one says so
+//! ([`Put::released`]): nobody polls this lock for it (`vm::rebuild`).
 
 use crate::base::sync::Mutex;
 use alloc::collections::VecDeque;
@@ -134,6 +139,9 @@ struct Entry {
     /// [`Scheduler::stop_vm`] marks it stopped, so a restart can wait for
     /// every pCPU to let go of it).
     on_cpu: Option<usize>,
+    /// Someone waits for its VM to be off every pCPU
+    /// ([`Scheduler::await_release`]); set on every vCPU of the VM.
+    awaited: bool,
 }
 
 struct Inner {
@@ -163,6 +171,17 @@ struct Inner {
 /// The scheduler. See the module documentation.
 pub struct Scheduler {
     inner: Mutex<Inner>,
+}
+
+/// What [`Scheduler::put_vcpu`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Put {
+    /// The vCPU's state now.
+    pub state: RunState,
+    /// This put let go of the last vCPU of a stopped VM that someone waits
+    /// for ([`Scheduler::await_release`]): the caller carries on that wait's
+    /// work (said once per wait).
+    pub released: bool,
 }
 
 /// What [`Scheduler::wake`] asks the caller to do.
@@ -236,6 +255,7 @@ impl Scheduler {
             vruntime: 0,
             charged_to: 0,
             on_cpu: None,
+            awaited: false,
         });
         // Each queue this vCPU may wait on can hold every vCPU from now on:
         // a queue allocated at its first use (32 bytes at 4 entries) would
@@ -347,6 +367,18 @@ impl Scheduler {
         why: PutReason,
         now: u64,
     ) -> Result<RunState, SchedError> {
+        self.put_vcpu(cpu, key, why, now).map(|p| p.state)
+    }
+
+    /// [`Scheduler::put`], also saying whether this put released a VM
+    /// someone waits for ([`Put::released`], [`Scheduler::await_release`]).
+    pub fn put_vcpu(
+        &self,
+        cpu: usize,
+        key: VcpuKey,
+        why: PutReason,
+        now: u64,
+    ) -> Result<Put, SchedError> {
         let mut s = self.inner.lock();
         let i = s.find(key).ok_or(SchedError::NoSuchVcpu)?;
         let held_here = s.entries[i].on_cpu == Some(cpu);
@@ -362,7 +394,11 @@ impl Scheduler {
                 if held_here {
                     s.charge(i, now);
                 }
-                return Ok(RunState::Stopped);
+                let released = held_here && s.release(key.vm);
+                return Ok(Put {
+                    state: RunState::Stopped,
+                    released,
+                });
             }
             _ => return Err(SchedError::NotRunningHere),
         }
@@ -382,7 +418,10 @@ impl Scheduler {
             PutReason::Blocked => s.entries[i].state = RunState::Blocked,
             PutReason::Offline => s.entries[i].state = RunState::Offline,
         }
-        Ok(s.entries[i].state)
+        Ok(Put {
+            state: s.entries[i].state,
+            released: false,
+        })
     }
     /// An interrupt became pending for `key`: make it runnable if it waits,
     /// and say which pCPU to kick so the interrupt is taken promptly.
@@ -475,8 +514,40 @@ impl Scheduler {
         running
     }
 
+    /// Waits, without waiting, for no pCPU to hold a vCPU of `vm`, whose
+    /// vCPUs [`Scheduler::stop_vm`] stopped: `Ok(true)` if none holds one
+    /// now (the caller goes on at once); `Ok(false)` if some pCPU does:
+    /// then the put that lets go of the last one says so
+    /// ([`Put::released`]), exactly once, and the caller must leave what
+    /// follows to that pCPU. The decision and the release are made under
+    /// the scheduler's lock, so exactly one of the two goes on. Refused if
+    /// a vCPU of `vm` is not stopped (it could be picked meanwhile) or a
+    /// wait for `vm` is already under way.
+    pub fn await_release(&self, vm: u16) -> Result<bool, SchedError> {
+        let mut s = self.inner.lock();
+        let mut any = false;
+        let mut held = false;
+        for e in s.entries.iter().filter(|e| e.key.vm == vm) {
+            if e.state != RunState::Stopped || e.awaited {
+                return Err(SchedError::WrongState(e.state));
+            }
+            any = true;
+            held |= e.on_cpu.is_some();
+        }
+        if !any {
+            return Err(SchedError::NoSuchVcpu);
+        }
+        if held {
+            for e in s.entries.iter_mut().filter(|e| e.key.vm == vm) {
+                e.awaited = true;
+            }
+        }
+        Ok(!held)
+    }
+
     /// The pCPUs still holding a vCPU of `vm` (picked, not yet put), even
-    /// if [`Scheduler::stop_vm`] stopped it: a restart waits for none.
+    /// if [`Scheduler::stop_vm`] stopped it (diagnostics: a restart asks
+    /// [`Scheduler::await_release`] instead of looking again and again).
     pub fn vm_on_cpus(&self, vm: u16) -> CpuMask {
         let s = self.inner.lock();
         let mut m = CpuMask::default();
@@ -553,6 +624,20 @@ impl Scheduler {
 impl Inner {
     fn find(&self, key: VcpuKey) -> Option<usize> {
         self.entries.iter().position(|e| e.key == key)
+    }
+
+    /// After a put of a stopped vCPU of `vm`: whether that put let go of
+    /// the last vCPU of `vm` a pCPU held while someone waits for that
+    /// ([`Scheduler::await_release`]). Ends the wait.
+    fn release(&mut self, vm: u16) -> bool {
+        let mine = || self.entries.iter().filter(|e| e.key.vm == vm);
+        if mine().any(|e| e.on_cpu.is_some()) || !mine().any(|e| e.awaited) {
+            return false;
+        }
+        for e in self.entries.iter_mut().filter(|e| e.key.vm == vm) {
+            e.awaited = false;
+        }
+        true
     }
 
     /// The online pCPU in `mask` with the shortest queue (lowest id on ties).
