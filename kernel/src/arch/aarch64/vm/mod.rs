@@ -383,12 +383,6 @@ impl Backend for Arm64Backend {
         crate::vmm::virtio::resume(hv, vm, cpu);
     }
 
-    fn relax(&self, cpu: usize) {
-        // The pCPUs being waited for may wait for this one's FP unit.
-        self.service_fp(cpu);
-        core::hint::spin_loop();
-    }
-
     fn kick(&self, cpu: usize) {
         if let Some(&mpidr) = self.hw_ids.get(cpu) {
             self.gic.send_sgi(cpu, mpidr, KICK_SGI);

@@ -447,11 +447,6 @@ impl Backend for LvzBackend {
         crate::vmm::virtio::resume(hv, vm, cpu);
     }
 
-    fn relax(&self, cpu: usize) {
-        PCPU[cpu].fp.service();
-        core::hint::spin_loop();
-    }
-
     fn kick(&self, cpu: usize) {
         if let Some(&hw) = self.hw_ids.get(cpu) {
             iocsr::ipi_send(hw, KICK_VECTOR);

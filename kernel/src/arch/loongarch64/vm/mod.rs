@@ -427,12 +427,6 @@ impl Backend for LaBackend {
         crate::vmm::virtio::resume(hv, vm, cpu);
     }
 
-    fn relax(&self, cpu: usize) {
-        // The pCPUs being waited for may wait for this one's FP unit.
-        self.service_fp(cpu);
-        core::hint::spin_loop();
-    }
-
     fn kick(&self, cpu: usize) {
         if let Some(&hw) = self.hw_ids.get(cpu) {
             iocsr::ipi_send(hw, KICK_VECTOR);
