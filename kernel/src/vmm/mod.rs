@@ -299,6 +299,8 @@ impl<B: Machine> Observer for LogObserver<'_, B> {
 
     fn all_ended(&self) {
         log::info!("the last VM has ended");
+        let host = crate::vcpu::stats::HOST.snapshot();
+        log::info!("host counters: {}", crate::vcpu::stats::host_summary(&host));
     }
 }
 
