@@ -49,7 +49,7 @@ impl VmCounters {
 pub fn parse_host_counters(log: &str) -> BTreeMap<String, u64> {
     log.lines()
         .filter_map(|l| l.split("host counters: ").nth(1))
-        .last()
+        .next_back()
         .map(|pairs| {
             pairs
                 .split_whitespace()
