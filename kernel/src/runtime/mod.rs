@@ -142,6 +142,7 @@ pub fn primary_main(board: BoardInfo, platform: &'static dyn Platform) -> ! {
 
     let me = platform.cpu_index();
     set_online(me, true);
+    clock::set_tick_hz(tick_hz(&opts));
     platform.start_tick(tick_hz(&opts));
 
     for (index, desc) in board.cpus.iter().enumerate() {

@@ -316,6 +316,8 @@ impl<B: Machine> Observer for LogObserver<'_, B> {
 
     fn all_ended(&self) {
         log::info!("the last VM has ended");
+        let host = crate::vcpu::stats::HOST.snapshot();
+        log::info!("host counters: {}", crate::vcpu::stats::host_summary(&host));
     }
 }
 
@@ -338,6 +340,8 @@ pub fn start<B: Machine + DeviceHost>(
     let mut ram = backend.guest_memory(board);
     log::info!("guest memory: {} MiB free", ram.free_bytes() >> 20);
     let hv = slot.call_once(|| Hypervisor::new(backend, online));
+    // The scheduler's slice estimate never exceeds a tick period.
+    hv.sched.set_slice(crate::base::clock::slice_ticks());
     let n = create_vms(hv, board, specs, online, &mut ram, console());
     for vm in hv.created() {
         crate::vmm::virtio::connect(hv, vm);

@@ -26,6 +26,23 @@ impl VmCounters {
     }
 }
 
+/// kestrel's host counters (`host counters: vmid_rollovers=R ...`, logged
+/// when the last VM has ended): VMID rollovers and TLB flushes belong to
+/// no one VM, so no VM's counters show them.
+pub fn parse_host_counters(log: &str) -> BTreeMap<String, u64> {
+    log.lines()
+        .filter_map(|l| l.split("host counters: ").nth(1))
+        .next_back()
+        .map(|pairs| {
+            pairs
+                .split_whitespace()
+                .filter_map(|p| p.split_once('='))
+                .filter_map(|(k, v)| Some((k.to_string(), v.parse().ok()?)))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// Every VM's end-of-run counters in a serial log.
 pub fn parse_vm_counters(log: &str) -> Vec<VmCounters> {
     let mut out = Vec::new();
@@ -97,6 +114,16 @@ pub fn parse_vm_counters(log: &str) -> Vec<VmCounters> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reads_the_host_counters_kestrel_prints() {
+        let log = "[cpu0] INFO  the last VM has ended\n\
+                   [cpu0] INFO  host counters: vmid_rollovers=4 tlb_flushes=9 fp_saves=2\n";
+        let h = parse_host_counters(log);
+        assert_eq!(h.get("vmid_rollovers"), Some(&4));
+        assert_eq!(h.get("tlb_flushes"), Some(&9));
+        assert!(parse_host_counters("nothing").is_empty());
+    }
 
     #[test]
     fn reads_the_per_vm_counters_kestrel_prints() {

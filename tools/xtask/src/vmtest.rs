@@ -174,8 +174,8 @@ pub fn missing_ipi_bench_lines(log: &str, modes: [&str; 2]) -> Vec<String> {
 }
 
 /// The rollover cases: at least one VMID rollover must have been counted
-/// (the guests' `BENCH counters ... vmid_rollovers=N` or kestrel's per-VM
-/// stats).
+/// (kestrel's host counters, `host counters: vmid_rollovers=N ...`, logged
+/// when the last VM has ended: a VM's own counters never show one).
 pub fn check_rollover(log: &str) -> Vec<String> {
     let most = log
         .lines()

@@ -250,7 +250,73 @@ pub fn vm_cases() -> Vec<VmCase> {
             "configs/test/arm64-share.toml",
             &["psci-smp-bringup", "share"],
         ),
+        VmCase {
+            name: "arm64-resetrace: resets racing CPU_ON from another vCPU, beside a victim whose timer stays on time",
+            config: "configs/test/arm64-resetrace.toml",
+            features: &[],
+            gic: 3,
+            mem_mib: 1024,
+            vms: vec!["attacker".into(), "victim".into()],
+            must_pass: &[],
+            check: Some(check_resetrace),
+            // Under -icount a loaded host only slows it.
+            timeout: Duration::from_secs(600),
+            qemu_args: ICOUNT,
+            stop_after: None,
+            lvz: false,
+        },
     ]
+}
+
+/// The victim's largest gap between two of its 10 ms ticks while the
+/// attacker's restarts race CPU_ON (under -icount: counter time is guest
+/// instructions, whatever the host's load). Its vCPU shares pCPU 0 with
+/// the attacker's (kestrel's slice: 10 ms). Measured: 12 ms; 344 ms (and
+/// 132 of 200 ticks) while a restart spun on the scheduler's lock for its
+/// vCPUs.
+const RESETRACE_MAX_GAP_MS: u64 = 40;
+/// The victim's ticks at least this share (permille) of window / period.
+const RESETRACE_MIN_TICKS_PERMILLE: u64 = 850;
+/// Restarts of the attacker the run must at least see.
+const RESETRACE_MIN_RESTARTS: u64 = 20;
+
+/// The restart race: the attacker restarted again and again (each restart
+/// leaving heap and guest memory as they were) until it passed, and the
+/// victim kept its memory, registers and timer.
+fn check_resetrace(log: &str) -> Vec<String> {
+    let mut problems = Vec::new();
+    if !log.contains("[attacker] PASS 1 resetrace") {
+        problems.push("attacker: no \"PASS 1 resetrace\"".into());
+    }
+    problems.extend(vmtest::check_restarts(
+        log,
+        "attacker",
+        RESETRACE_MIN_RESTARTS,
+    ));
+    for p in ["victim-memory", "victim-registers", "victim-heartbeat"] {
+        if !log.contains(&format!("[victim] PASS {p} ")) {
+            problems.push(format!("victim: no \"PASS {p}\""));
+        }
+    }
+    match parse_victim(log) {
+        None => problems.push("victim: no VICTIM line".into()),
+        Some(v) => {
+            let expected = v.window_ms / v.period_ms.max(1);
+            if v.ticks * 1000 < expected * RESETRACE_MIN_TICKS_PERMILLE {
+                problems.push(format!(
+                    "victim took {} timer interrupts, below {RESETRACE_MIN_TICKS_PERMILLE}/1000 of {expected}, while restarts raced CPU_ON",
+                    v.ticks
+                ));
+            }
+            if v.max_gap_ms > RESETRACE_MAX_GAP_MS {
+                problems.push(format!(
+                    "victim waited {} ms for a timer interrupt while restarts raced CPU_ON (at most {RESETRACE_MAX_GAP_MS} ms)",
+                    v.max_gap_ms
+                ));
+            }
+        }
+    }
+    problems
 }
 
 /// Boots of VM "rb" in `configs/test/arm64-reboot.toml`.
@@ -641,6 +707,39 @@ mod tests {
         assert_eq!(check_hostile(&not_broken).len(), 1);
         let victim = log.clone() + "[cpu0] INFO  kestrel: VM \"victim\" virtio: net0: 0 frames\n";
         assert_eq!(check_hostile(&victim).len(), 1);
+    }
+
+    #[test]
+    fn resetrace_judges_restarts_and_the_victims_timer() {
+        let mut log = String::from(
+            "[cpu0] INFO  guest memory: 100 bytes free after creating the VMs\n\
+             [victim] VICTIM: window 2000 ms, ran 900 ms (share 45%), ticks 199 (period 10 ms, max gap 21 ms), memory ok, registers ok\n\
+             [victim] PASS victim-memory (x)\n[victim] PASS victim-registers (x)\n\
+             [victim] PASS victim-heartbeat (x)\n[attacker] PASS 1 resetrace: done\n",
+        );
+        for n in 1..=RESETRACE_MIN_RESTARTS {
+            log.push_str(&format!(
+                "[cpu1] INFO  VM \"attacker\" restarted ({n}): heap 5000 bytes used, guest memory 100 bytes free\n"
+            ));
+        }
+        assert!(
+            check_resetrace(&log).is_empty(),
+            "{:?}",
+            check_resetrace(&log)
+        );
+        let stalled = log.replace("max gap 21 ms", "max gap 412 ms");
+        assert_eq!(check_resetrace(&stalled).len(), 1);
+        let starved = log.replace("ticks 199", "ticks 120");
+        assert_eq!(check_resetrace(&starved).len(), 1);
+        let few = log.replace(
+            &format!("restarted ({})", RESETRACE_MIN_RESTARTS),
+            "restarted (x)",
+        );
+        assert!(!check_resetrace(&few).is_empty());
+        assert_eq!(
+            check_resetrace(&log.replace("PASS 1 resetrace", "FAIL 1 resetrace")).len(),
+            1
+        );
     }
 
     #[test]

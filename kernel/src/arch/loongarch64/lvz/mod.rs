@@ -38,7 +38,7 @@ use crate::host::board::BoardInfo;
 use crate::mem::vmid::VmidAllocator;
 use crate::vcpu::fpu::pcpu as fpcpu;
 use crate::vcpu::fpu::FpPolicy;
-use crate::vcpu::stats::Counter;
+use crate::vcpu::stats::{Counter, HOST};
 use crate::vm::exitctx::ExitCtx;
 use crate::vm::{Backend, Hypervisor, RunExit, Vcpu, Vm};
 use crate::vmm;
@@ -131,7 +131,9 @@ pub fn probe(board: &BoardInfo, policy: FpPolicy) -> Result<LvzBackend, &'static
     if !csr::has_lvz() {
         return Err("this CPU has no LVZ (CPUCFG2 bit 10 is 0)");
     }
-    let gid_bits = gcsr::gid_bits();
+    let reported = gcsr::gid_bits();
+    // No wider than the 8-bit GID fields, or two VMs could share a GID.
+    let gid_bits = crate::mem::vmid::usable_bits(reported, gcsr::GID_FIELD_BITS);
     if gid_bits < 2 {
         return Err("LVZ reports fewer than 2 GID bits (GSTAT.GIDBITS)");
     }
@@ -142,7 +144,7 @@ pub fn probe(board: &BoardInfo, policy: FpPolicy) -> Result<LvzBackend, &'static
         fp_level: super::vm::fp_level(),
     };
     log::info!(
-        "LoongArch VMs: LVZ guest mode, {}-bit GIDs (CPU: {gid_bits}), FP {} ({policy:?})",
+        "LoongArch VMs: LVZ guest mode, {}-bit GIDs (CPU: {reported}), FP {} ({policy:?})",
         backend.vmids.bits(),
         ["none", "FP64", "LSX", "LASX"][backend.fp_level as usize],
     );
@@ -317,9 +319,10 @@ impl Backend for LvzBackend {
         let l = self.vmids.vcpu_load(cpu, &ctx.vmid, &|| {});
         let rolled = self.vmids.counters().rollovers - before;
         vm.stats.record_vmid(&l);
-        vm.stats.add(Counter::VmidRollovers, rolled);
+        // Rollovers and their flushes are the host's, not the loading VM's.
+        HOST.add(Counter::VmidRollovers, rolled);
         if l.flush_local {
-            vm.stats.inc(Counter::TlbFlushes);
+            HOST.inc(Counter::TlbFlushes);
             flush_all_gids();
         }
         ctx.gid = l.vmid;
@@ -330,7 +333,7 @@ impl Backend for LvzBackend {
             gcsr::write_gcntc(ctx.counter_offset);
             gcsr::xchg_gstat(
                 u64::from(ctx.gid) << gcsr::GSTAT_GID_SHIFT,
-                0xff << gcsr::GSTAT_GID_SHIFT,
+                gcsr::GID_MASK << gcsr::GSTAT_GID_SHIFT,
             );
         }
         // Its entries on this pCPU are stale if it ran on another one since
@@ -445,11 +448,6 @@ impl Backend for LvzBackend {
 
     fn device_work(hv: &Hypervisor<Self>, vm: &Vm<Self>, cpu: usize) {
         crate::vmm::virtio::resume(hv, vm, cpu);
-    }
-
-    fn relax(&self, cpu: usize) {
-        PCPU[cpu].fp.service();
-        core::hint::spin_loop();
     }
 
     fn kick(&self, cpu: usize) {

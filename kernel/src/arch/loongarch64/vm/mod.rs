@@ -34,7 +34,7 @@ use crate::host::board::BoardInfo;
 use crate::mem::vmid::VmidAllocator;
 use crate::vcpu::fpu::FpPolicy;
 use crate::vcpu::sched::VcpuKey;
-use crate::vcpu::stats::Counter;
+use crate::vcpu::stats::{Counter, HOST};
 use crate::vm::exitctx::ExitCtx;
 use crate::vm::{Backend, Hypervisor, RunExit, Vcpu, Vm};
 use crate::MAX_CPUS;
@@ -333,9 +333,10 @@ impl Backend for LaBackend {
         let l = self.vmids.vcpu_load(cpu, &vm.vmid, &|| {});
         let rolled = self.vmids.counters().rollovers - before;
         vm.stats.record_vmid(&l);
-        vm.stats.add(Counter::VmidRollovers, rolled);
+        // Rollovers and their flushes are the host's, not the loading VM's.
+        HOST.add(Counter::VmidRollovers, rolled);
         if l.flush_local {
-            vm.stats.inc(Counter::TlbFlushes);
+            HOST.inc(Counter::TlbFlushes);
             hwtlb::flush_all();
             *PCPU[cpu].last.lock() = None;
         }
@@ -425,12 +426,6 @@ impl Backend for LaBackend {
 
     fn device_work(hv: &Hypervisor<Self>, vm: &Vm<Self>, cpu: usize) {
         crate::vmm::virtio::resume(hv, vm, cpu);
-    }
-
-    fn relax(&self, cpu: usize) {
-        // The pCPUs being waited for may wait for this one's FP unit.
-        self.service_fp(cpu);
-        core::hint::spin_loop();
     }
 
     fn kick(&self, cpu: usize) {
