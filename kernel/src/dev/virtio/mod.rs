@@ -64,12 +64,15 @@ pub const MAX_STEP: u64 =
     512 * (16 + CALL_COST) + 4096 * console::TX_COST + 4096 * CALL_COST + 1024;
 /// What zeroing one untouched 2 MiB block of guest RAM costs, in budget
 /// bytes, when a device is the first to reach it
-/// ([`crate::dev::vdev::bus::GuestMemory::prepare`]): a whole exit's
-/// budget. An exit zeroes a block only when it has done nothing else yet,
-/// and then does nothing more: a chain over many untouched blocks (each
-/// zeroing is about as much work as the whole budget's copying) is taken
-/// one block per exit, whoever's exit it is.
-pub const ZERO_COST: u64 = BUDGET_BYTES;
+/// ([`crate::dev::vdev::bus::GuestMemory::prepare`]): half a budget (a
+/// zeroing is about two and a half times the work of a whole budget's
+/// copying, measured under `-icount`). An exit does at most
+/// [`ZEROINGS_PER_BUDGET`] of them, whatever else it does, so a chain over
+/// many untouched blocks is taken one block per exit, whoever's exit it
+/// is, while a request over one such block still completes in its notify.
+pub const ZERO_COST: u64 = BUDGET_BYTES / 2;
+/// First-touch zeroings one budget allows.
+pub const ZEROINGS_PER_BUDGET: u32 = 1;
 
 /// What one exit may still do on a VM's devices. See the module
 /// documentation.
@@ -77,6 +80,8 @@ pub const ZERO_COST: u64 = BUDGET_BYTES;
 pub struct Budget {
     bytes: u64,
     chains: u32,
+    /// First-touch zeroings left.
+    zeroings: u32,
 }
 
 impl Budget {
@@ -86,7 +91,11 @@ impl Budget {
     }
 
     pub const fn new(bytes: u64, chains: u32) -> Budget {
-        Budget { bytes, chains }
+        Budget {
+            bytes,
+            chains,
+            zeroings: ZEROINGS_PER_BUDGET,
+        }
     }
 
     /// Takes one chain: `false` when no chain or no byte is left.
@@ -108,15 +117,15 @@ impl Budget {
         self.bytes = self.bytes.saturating_sub(n);
     }
 
-    /// How many first-touch zeroings of guest RAM this budget affords now
-    /// ([`ZERO_COST`] each): one while it has a whole zeroing's worth
-    /// left, that is, while nothing else was done on it.
+    /// How many first-touch zeroings of guest RAM this budget still
+    /// allows ([`ZEROINGS_PER_BUDGET`] in all, [`ZERO_COST`] each).
     pub fn zero_allowance(&self) -> u32 {
-        u32::from(self.bytes >= ZERO_COST)
+        self.zeroings
     }
 
     /// Charges `n` first-touch zeroings.
     pub fn spend_zeroed(&mut self, n: u32) {
+        self.zeroings = self.zeroings.saturating_sub(n);
         self.spend(u64::from(n) * ZERO_COST);
     }
 

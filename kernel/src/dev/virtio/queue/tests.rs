@@ -689,17 +689,25 @@ fn an_indirect_table_in_an_untouched_block_is_zeroed_within_the_budget() {
 }
 
 #[test]
-fn a_budget_already_used_zeroes_nothing_and_leaves_the_chain() {
+fn a_budget_that_zeroed_once_zeroes_nothing_more_and_leaves_the_chain() {
     let mem = LazyTestRam::new(0x40000);
     mem.touched_by_guest(RAM, 0x3000);
     let mut drv = Driver::new(4);
     let mut q = drv.queue();
     drv.chain(&mem.ram, 0, &[(RAM + 0x30000, 8, true)]);
+    drv.chain(&mem.ram, 1, &[(RAM + 0x38000, 8, true)]);
     drv.offer(&mem.ram, 0);
+    drv.offer(&mem.ram, 1);
     let mut budget = crate::dev::virtio::Budget::exit();
-    budget.spend(1);
+    // The first chain's block is zeroed within the budget and taken...
+    assert!(matches!(
+        q.pop_within(&mem, &mut budget).unwrap(),
+        Pop::Chain(_)
+    ));
+    assert_eq!(mem.prepared.get(), 1);
+    // ... the second's waits for another budget.
     assert_eq!(q.pop_within(&mem, &mut budget).unwrap(), Pop::Later);
-    assert_eq!(mem.prepared.get(), 0);
+    assert_eq!(mem.prepared.get(), 1);
     assert!(q.has_avail(&mem).unwrap(), "the chain stays in the ring");
     let (p, zeroed) = pop_in_one_exit(&mut q, &mem);
     assert!(matches!(p, Pop::Chain(_)));
