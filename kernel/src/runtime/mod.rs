@@ -347,6 +347,9 @@ mod tests {
 
     impl Platform for Fake {
         fn console_write(&self, _: &[u8]) {}
+        fn console_try_write(&self, b: &[u8]) -> usize {
+            b.len()
+        }
         fn cpu_index(&self) -> usize {
             0
         }
