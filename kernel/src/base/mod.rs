@@ -4,6 +4,7 @@
 //! halt polling.
 
 pub mod clock;
+pub mod conout;
 pub mod cpu;
 pub mod deadline;
 pub mod fatal;

@@ -143,9 +143,7 @@ impl Console {
                 if n == 0 {
                     break;
                 }
-                for &b in &buf[..n] {
-                    env.console_out_virtio(b);
-                }
+                env.console_write_virtio(&buf[..n]);
                 budget.spend(n as u64 * TX_COST);
                 budget.spend(core::mem::take(&mut r.calls) * super::CALL_COST);
                 self.tx_bytes += n as u64;
