@@ -79,3 +79,6 @@ pub fn write_vm(
 pub fn drain() {
     conout::drain(conout::DRAIN_MAX);
 }
+
+#[cfg(test)]
+mod tests;
