@@ -58,6 +58,9 @@ pub const LOG_BUFFER: usize = 64 * 1024;
 /// replay of the largest size (1 MiB) and its notice; an older replay
 /// still waiting when a new one comes is dropped.
 pub const NOTICE_BUFFER: usize = (1 << 20) + 64 * 1024;
+/// Bytes a drain copies out of the buffers at a time (the buffers' lock
+/// is taken once to copy them, once to account for what the UART took).
+const PIECE: usize = 256;
 /// A VM's consecutive outputs are kept together up to this many bytes: the
 /// piece the drain writes before it looks at other buffers, and the unit
 /// the VM's drops take.
@@ -114,8 +117,10 @@ struct Queue {
     unreported: u64,
     /// Bytes queued, in all.
     queued: u64,
-    /// The VM's name (its tag in log mode).
+    /// The VM's name.
     name: String,
+    /// Its tag in log mode: `[name] `.
+    tag: Vec<u8>,
 }
 
 /// A VM's console output counters.
@@ -137,6 +142,7 @@ impl Queue {
             unreported: 0,
             queued: 0,
             name: String::new(),
+            tag: Vec::new(),
         }
     }
 
@@ -290,7 +296,10 @@ impl Outbox {
 
     /// VM `vm` (its console number) is called `name`.
     pub fn add_vm(&mut self, vm: usize, name: &str) {
-        self.queue_mut(vm).name = String::from(name);
+        let q = self.queue_mut(vm);
+        q.name = String::from(name);
+        q.tag.clear();
+        let _ = write!(Bytes(&mut q.tag), "[{name}] ");
     }
 
     fn queue_mut(&mut self, vm: usize) -> &mut Queue {
@@ -482,11 +491,9 @@ impl Outbox {
                             prefix.extend_from_slice(b"\r\n");
                         }
                         q.skip_line_ends();
-                        let mut tag = Vec::new();
-                        let _ = write!(Bytes(&mut tag), "[{}] ", q.name);
                         let left = q.chunks.front().map_or(0, |c| c.len - q.head_done);
-                        if left > 0 && !q.head_starts_with(&tag) {
-                            prefix.extend_from_slice(&tag);
+                        if left > 0 && !q.head_starts_with(&q.tag) {
+                            prefix.extend_from_slice(&q.tag);
                         }
                     }
                 }
@@ -525,9 +532,10 @@ impl Outbox {
         let q = self.queue(src);
         let left = q.chunks.front().map_or(0, |c| c.len - q.head_done);
         let n = left.min(buf.len());
-        for (d, s) in buf[..n].iter_mut().zip(q.bytes.iter()) {
-            *d = *s;
-        }
+        let (a, b) = q.bytes.as_slices();
+        let k = a.len().min(n);
+        buf[..k].copy_from_slice(&a[..k]);
+        buf[k..n].copy_from_slice(&b[..n - k]);
         n
     }
 
@@ -574,7 +582,7 @@ impl Outbox {
     /// accepts now and says how many; stops when the UART takes less.
     /// Returns the bytes written.
     pub fn drain(&mut self, mut write: impl FnMut(&[u8]) -> usize, cap: usize) -> usize {
-        let mut buf = [0u8; 64];
+        let mut buf = [0u8; PIECE];
         let mut moved = 0;
         while moved < cap {
             let want = (cap - moved).min(buf.len());
@@ -667,7 +675,7 @@ pub fn drain_with(
     let Some(_token) = drainer.try_lock() else {
         return 0;
     };
-    let mut buf = [0u8; 64];
+    let mut buf = [0u8; PIECE];
     let mut moved = 0;
     while moved < cap {
         let want = (cap - moved).min(buf.len());

@@ -44,7 +44,7 @@ impl Write for CrLf {
 }
 
 /// `args` as the terminal takes it.
-pub fn crlf(args: fmt::Arguments) -> String {
+fn crlf(args: fmt::Arguments) -> String {
     let mut w = CrLf(String::new());
     let _ = w.write_fmt(args);
     w.0

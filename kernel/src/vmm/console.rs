@@ -1107,11 +1107,18 @@ pub fn write(out: &Out) {
 /// Puts `out` in `src`'s buffer in `o`, as the terminal takes it (text
 /// with CRLF line ends). Returns its length.
 pub fn queue(o: &mut Outbox, src: Source, out: &Out) -> usize {
-    let text;
+    let mut text = Vec::new();
     let bytes: &[u8] = match out {
         Out::Text(t) => {
-            text = crate::base::klog::crlf(format_args!("{t}"));
-            text.as_bytes()
+            // Serial terminals want CRLF.
+            text.reserve(t.len() + 8);
+            for &b in t.as_bytes() {
+                if b == b'\n' {
+                    text.push(b'\r');
+                }
+                text.push(b);
+            }
+            &text
         }
         Out::Raw(b) => b,
         Out::Byte(b) => core::slice::from_ref(b),

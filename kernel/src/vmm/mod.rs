@@ -179,20 +179,23 @@ pub fn create_vms<B: Machine>(
     created
 }
 
-/// The console's service, on each pCPU's tick and idle path. Every pCPU
-/// drains the console's output buffers ([`crate::vmm::terminal::drain`]:
-/// what the UART's FIFO takes now, unless another pCPU is draining). The
-/// boot CPU first takes console input: bytes typed on the physical
-/// console ([`DeviceHost::console_read`]) go to the VM with the focus:
-/// into its virtio console once the guest's driver has it up, else into
-/// its console UART ([`DeviceHost::console_uart`]), whose interrupt line
-/// then follows the UART's level.
+/// The console's service, on the boot CPU's tick and idle path (a no-op
+/// elsewhere): bytes typed on the physical console
+/// ([`DeviceHost::console_read`]) go to the VM with the focus: into its
+/// virtio console once the guest's driver has it up, else into its console
+/// UART ([`DeviceHost::console_uart`]), whose interrupt line then follows
+/// the UART's level; then the console's output buffers are drained
+/// ([`crate::vmm::terminal::drain`]: what the UART's FIFO takes now,
+/// unless another pCPU is draining). The other pCPUs drain after their
+/// VMs' console writes only: a pCPU of an emulator can be descheduled
+/// while it holds the buffers' lock, and one more drainer looking now and
+/// then would make the others wait for it.
 pub fn poll_console<B: DeviceHost>(hv: &Hypervisor<B>, cpu: usize) {
     if cpu == 0 {
         pump_console(hv, cpu, console());
         operator::refresh(hv, console());
+        crate::vmm::terminal::drain();
     }
-    crate::vmm::terminal::drain();
 }
 
 /// [`poll_console`] through the multiplexer `mux`.
