@@ -16,10 +16,13 @@
 //!   [`LOG_BUFFER`] bytes waiting) and its console messages (notices,
 //!   answers, scrollback replays, at most [`NOTICE_BUFFER`]). The drain
 //!   takes it before any VM's buffer, so a kestrel line waits behind at
-//!   most the piece of VM output already being written.
+//!   most the piece of VM output already being written. In raw mode a
+//!   message of kestrel's follows at most [`NOTICE_KEEP`] bytes of the
+//!   VMs' waiting output (the rest is dropped and counted), so it is
+//!   neither held up behind a flood nor followed by older VM output.
 //! - **The drain** writes one piece at a time, to its end, and goes round
 //!   the VMs' buffers a piece each, so one VM's flood does not hold up
-//!   another VM's line. Whoever drains holds a token ([`DRAINER`], taken
+//!   another VM's line. Whoever drains holds a token (`DRAINER`, taken
 //!   with a try-lock: two pCPUs never wait for each other to drain) and
 //!   takes the buffers' lock only to copy a few bytes out and to account
 //!   for what the UART took.
@@ -70,7 +73,8 @@ pub const CHUNK_MAX: usize = 512;
 /// message is not held up behind a flood, and nothing a VM wrote comes
 /// after it).
 pub const NOTICE_KEEP: usize = 1024;
-/// Most bytes one drain moves to the UART (the tick's and idle's drains).
+/// Most bytes one drain moves to the UART (the boot CPU's tick and idle
+/// drains).
 pub const DRAIN_MAX: usize = 2048;
 /// What a drain after a write moves beyond that write's own bytes.
 pub const DRAIN_EXTRA: usize = 256;

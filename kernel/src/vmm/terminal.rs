@@ -75,7 +75,7 @@ pub fn write_vm(
 
 /// Moves what waits to the UART, [`conout::DRAIN_MAX`] bytes at most and
 /// only what its FIFO takes now; nothing if another pCPU is draining. For
-/// the periodic tick, the idle path and after kestrel's messages.
+/// the boot CPU's tick and idle path and after kestrel's messages.
 pub fn drain() {
     conout::drain(conout::DRAIN_MAX);
 }
