@@ -22,8 +22,10 @@
 //!   another VM's line interrupts its partial line, that line is ended and
 //!   printed again, tagged, at the focused VM's next byte.
 //!
-//! Callers must write what [`ConsoleMux::output`] returns before releasing
-//! the multiplexer's lock, so the terminal sees the order decided here.
+//! Callers must queue what [`ConsoleMux::output`] returns before releasing
+//! the multiplexer's lock, so the terminal sees the order decided here
+//! (`crate::vmm::terminal`: each VM's output into its own buffer, kestrel's
+//! into its queue, drained to the UART at its pace by `crate::base::conout`).
 //!
 //! Input goes to the focused VM. The escape key **Ctrl-]** (0x1d) followed
 //! by a command key ([`KEYS`], also printed by `?`) switches the focus or
@@ -66,6 +68,7 @@ use alloc::collections::VecDeque;
 use alloc::string::String;
 use alloc::vec::Vec;
 
+use crate::base::conout::{Outbox, Source};
 use crate::vmm::termfilter::TermFilter;
 
 /// The escape byte: Ctrl-].
@@ -1029,8 +1032,8 @@ pub use crate::dev::vdev::uart::RxPort;
 /// is the UART of console `i`; `received(i, uart)` runs, under that UART's
 /// lock, after bytes went in (the backend updates the interrupt line);
 /// `command` gets the commands the VM manager must carry out. Messages (and
-/// a VM's output held until this key) are written as they come, under the
-/// multiplexer's lock. At most [`INPUT_PER_PUMP`] typed bytes are taken
+/// a VM's output held until this key) are queued as they come, under the
+/// multiplexer's lock (the caller drains them). At most [`INPUT_PER_PUMP`] typed bytes are taken
 /// per call (the rest wait in the UART for the next tick).
 /// Lock order: a UART, then the multiplexer.
 pub fn pump_input<'a, U: RxPort + ?Sized + 'a>(
@@ -1092,13 +1095,39 @@ pub fn pump_input<'a, U: RxPort + ?Sized + 'a>(
 /// bounded per tick).
 pub const INPUT_PER_PUMP: usize = 256;
 
-/// Writes `out` on the physical console.
+/// Queues `out`, kestrel's (a message, a replay, a VM's held output), for
+/// the physical console: ahead of every VM's waiting output, drained at
+/// the UART's pace (`crate::vmm::terminal::drain`, which callers run once
+/// they released the multiplexer's lock).
 pub fn write(out: &Out) {
-    match out {
-        Out::Text(text) => crate::base::klog::print(format_args!("{text}")),
-        Out::Raw(bytes) => crate::base::klog::write_raw(bytes),
-        Out::Byte(b) => crate::base::klog::write_raw(core::slice::from_ref(b)),
+    let mut o = crate::base::conout::outbox().lock();
+    queue(&mut o, Source::Kestrel, out);
+}
+
+/// Puts `out` in `src`'s buffer in `o`, as the terminal takes it (text
+/// with CRLF line ends). Returns its length.
+pub fn queue(o: &mut Outbox, src: Source, out: &Out) -> usize {
+    let mut text = Vec::new();
+    let bytes: &[u8] = match out {
+        Out::Text(t) => {
+            // Serial terminals want CRLF.
+            text.reserve(t.len() + 8);
+            for &b in t.as_bytes() {
+                if b == b'\n' {
+                    text.push(b'\r');
+                }
+                text.push(b);
+            }
+            &text
+        }
+        Out::Raw(b) => b,
+        Out::Byte(b) => core::slice::from_ref(b),
+    };
+    match src {
+        Source::Vm(vm) => o.push_vm(vm, bytes),
+        Source::Kestrel => o.push_notice(bytes),
     }
+    bytes.len()
 }
 
 /// Control characters other than tab would garble the shared terminal.

@@ -11,6 +11,7 @@ use alloc::vec::Vec;
 use core::fmt::Write;
 use spin::Mutex;
 
+use crate::base::conout;
 use crate::dev::virtio::set::VirtioCounters;
 use crate::vcpu::stats::{Counter, Snapshot, HOST};
 use crate::vm::{Hypervisor, Vm};
@@ -51,6 +52,8 @@ pub struct Sample {
     pub at: u64,
     pub stats: Snapshot,
     pub virtio: VirtioCounters,
+    /// Its console output: bytes queued for the UART, and dropped.
+    pub console: conout::Counters,
 }
 
 struct Top {
@@ -78,6 +81,7 @@ fn sample<B: DeviceHost>(vm: &Vm<B>, now: u64) -> Sample {
         at: now,
         stats,
         virtio: vm.virtio.counters(),
+        console: conout::outbox().lock().counters(usize::from(vm.slot)),
     }
 }
 
@@ -87,6 +91,7 @@ fn host_sample(now: u64) -> Sample {
         at: now,
         stats: HOST.snapshot(),
         virtio: VirtioCounters::default(),
+        console: conout::Counters::default(),
     }
 }
 
@@ -213,6 +218,17 @@ pub fn render_top(rows: &[(Row, Sample, Sample)], host: (Sample, Sample), hz: u6
             vrate(|v| v.net_rx),
             vrate(|v| v.net_dropped),
             vrate(|v| v.console_bytes),
+        );
+        let conrate = |f: fn(&conout::Counters) -> u64| {
+            per_second(f(&now.console).saturating_sub(f(&then.console)), dt, hz)
+                .map_or(String::from("?"), |n| format!("{n}"))
+        };
+        let _ = writeln!(
+            s,
+            "  console: bytes out {}, dropped {} ({} dropped in all: the console is slower than its output)",
+            conrate(|c| c.queued),
+            conrate(|c| c.dropped),
+            now.console.dropped,
         );
     }
     s
@@ -418,6 +434,8 @@ mod tests {
         now.stats.0[Counter::IpiCoalesced.index()] = 4;
         now.virtio.net_rx = 10;
         now.virtio.disk_bytes = 4096;
+        now.console.queued = 600;
+        now.console.dropped = 300;
         let mut host = now;
         host.stats = Snapshot::default();
         host.stats.0[Counter::VmidRollovers.index()] = 6;
@@ -438,6 +456,7 @@ mod tests {
             "coalesced 2",
             "in 5",
             "disk requests 0 bytes 2048",
+            "console: bytes out 300, dropped 150 (300 dropped in all",
         ] {
             assert!(s.contains(want), "{want} missing:\n{s}");
         }

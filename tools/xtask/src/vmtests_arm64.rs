@@ -373,6 +373,7 @@ const HOSTILE_PASS: &[(&str, &str)] = &[
     ("attacker", "attack-virtio-left-broken"),
     ("attacker", "attack-hold"),
     ("attacker", "attack-virtio-budget"),
+    ("attacker", "attack-console-budget"),
     ("victim", "victim-memory"),
     ("victim", "victim-registers"),
     ("victim", "victim-heartbeat"),

@@ -43,9 +43,11 @@ pub trait DeviceEnv {
     fn set_irq(&mut self, line: u32, level: bool);
     /// One byte of the VM's console output.
     fn console_out(&mut self, byte: u8);
-    /// One byte of the VM's virtio console output (by default as the UART's).
-    fn console_out_virtio(&mut self, byte: u8) {
-        self.console_out(byte);
+    /// Bytes of the VM's virtio console output (by default as the UART's).
+    fn console_write_virtio(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.console_out(b);
+        }
     }
     /// The guest asked to power the VM off (a board power register).
     fn power_off(&mut self);

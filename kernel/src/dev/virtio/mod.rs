@@ -57,11 +57,12 @@ pub const CALL_COST: u64 = 64;
 /// The most one indivisible step of device work costs beyond what the
 /// budget had left: a chain walk (a full direct chain and a full indirect
 /// table: 512 descriptors of 16 bytes, a call each), or one step of
-/// copying with its calls (a console transmit chain at its byte cost
-/// [`console::TX_COST`]; a frame with its header; a sector of a block
-/// request), over buffers of a byte each at worst; and the ring indices.
+/// copying with its calls (a piece of a console transmit chain,
+/// [`console::TX_PIECE`] bytes at their byte cost [`console::TX_COST`]; a
+/// frame with its header; a sector of a block request), over buffers of a
+/// byte each at worst; and the ring indices.
 pub const MAX_STEP: u64 =
-    512 * (16 + CALL_COST) + 4096 * console::TX_COST + 4096 * CALL_COST + 1024;
+    512 * (16 + CALL_COST) + console::TX_PIECE as u64 * console::TX_COST + 4096 * CALL_COST + 1024;
 /// What zeroing one untouched 2 MiB block of guest RAM costs, in budget
 /// bytes, when a device is the first to reach it
 /// ([`crate::dev::vdev::bus::GuestMemory::prepare`]): half a budget (a
