@@ -289,9 +289,8 @@ fn on_lvz(twin: &VmCase, name: &'static str, check: fn(&str) -> Vec<String>) -> 
         name,
         check: Some(check),
         lvz: true,
-        // The LVZ emulator aborts under -icount ("Bad icount read"), so
-        // its twin runs in real time.
-        qemu_args: &[],
+        // With its twin's QEMU arguments: la64-hostile's -icount too (the
+        // LVZ emulator runs under -icount since tools/qemu-lvz's 0007).
         ..twin.clone()
     }
 }

@@ -108,11 +108,17 @@ pub fn parse(base: usize) -> Option<Info> {
                 let prop = &name[..n];
                 if depth == 2 && prop == b"reg" && len >= 16 {
                     let addr = (be32(val)? as u64) << 32 | be32(val + 4)? as u64;
-                    let size = (be32(val + 8)? as u64) << 32 | be32(val + 12)? as u64;
                     if in_memory {
-                        info.ram_top = info.ram_top.max(addr + size);
-                        if info.ram_base == 0 || addr < info.ram_base {
-                            info.ram_base = addr;
+                        // Every (address, size) pair: kestrel lists the low
+                        // and the high RAM of a VM in one node.
+                        for e in (0..len / 16).map(|i| val + 16 * i) {
+                            let addr = (be32(e)? as u64) << 32 | be32(e + 4)? as u64;
+                            let size = (be32(e + 8)? as u64) << 32 | be32(e + 12)? as u64;
+                            // (ram_top is 0 until the first region.)
+                            if info.ram_top == 0 || addr < info.ram_base {
+                                info.ram_base = addr;
+                            }
+                            info.ram_top = info.ram_top.max(addr + size);
                         }
                     }
                     if in_serial {

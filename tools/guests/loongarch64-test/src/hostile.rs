@@ -56,9 +56,24 @@ static MODE: AtomicU8 = AtomicU8::new(0);
 /// `intc` and `virtio` attack kestrel's device models and come last;
 /// `virtio` needs the VM's virtio disk, console and two network ports on
 /// one network and runs only when named (`mode=attack:...,virtio`).
-const PHASES: [&str; 12] = [
-    "iocsr", "insn", "user", "console", "memory", "csr", "tlb", "hvcl", "storm", "timer0", "intc",
+/// `nx` and `tlb-garbage` (after it) run only when named too: they are
+/// the reproducers of two emulator bugs (tools/qemu-lvz, patches 0008 and
+/// 0009), which hung or crashed the LVZ emulator before those patches.
+const PHASES: [&str; 14] = [
+    "iocsr",
+    "insn",
+    "user",
+    "console",
+    "memory",
+    "csr",
+    "tlb",
+    "hvcl",
+    "storm",
+    "timer0",
+    "intc",
     "virtio",
+    "nx",
+    "tlb-garbage",
 ];
 /// Every phase but `virtio`: what `mode=attack` runs.
 const DEFAULT_MASK: u64 = (1 << 11) - 1;
@@ -583,7 +598,8 @@ fn garbage_ps(ps: u64) -> u64 {
 /// architecture defines nothing for an index beyond the TLB, and the LVZ
 /// emulator (tools/qemu-lvz, QEMU's `helper_tlbwr`/`helper_tlbrd`) uses
 /// TLBIDX.INDEX (12 bits, up to 4095) unchecked on its array of 2112 guest
-/// entries, overwriting its own memory past it (it then deadlocks).
+/// entries, overwriting its own memory past it (it then deadlocked or
+/// crashed; fixed by its patch 0009, which `tlb-garbage` checks).
 /// Trap-and-emulate keeps the whole garbage: kestrel emulates the TLB.
 fn tlbidx(v: u64, entries: u64) -> u64 {
     if lvz() {
@@ -620,7 +636,7 @@ fn attack() -> ! {
         }
     );
     cpu::set_irqs(false);
-    let phases: [Phase; 12] = [
+    let phases: [Phase; 14] = [
         attack_iocsr,
         attack_insn,
         attack_user,
@@ -633,6 +649,8 @@ fn attack() -> ! {
         attack_timer0,
         intc::attack_intc,
         virtio::attack_virtio,
+        attack_nx,
+        attack_tlb_garbage,
     ];
     let mask = PHASE_MASK.load(Ordering::Relaxed);
     for (i, (name, phase)) in PHASES.into_iter().zip(phases).enumerate() {
@@ -903,6 +921,152 @@ fn attack_tlb(_kestrel: bool) -> Tally {
     // Back to a sane TLB: everything invalid, 4 KiB pages, ASID 0.
     let mut r = [0u64; 6];
     let _ = run(13, &mut r);
+    wr(0x1e, 12);
+    wr(0x18, 0);
+    wr(0x10, 0);
+    t
+}
+
+/// `nx`: instruction fetches from pages its own TLB maps no-execute (NX)
+/// and, with RPLV set, for PLV3 only: each must raise PNX, or PPI, taken
+/// by the guest itself with BADV at the fetched address. (The LVZ emulator
+/// refetched the instruction for BADI while taking the exception, faulted
+/// again and never got out: the vCPU stopped for good, patch 0008.)
+fn attack_nx(_kestrel: bool) -> Tally {
+    let mut t = Tally::new();
+    // Stub 0: a `nop` and its `jr ra`, run through an upper-half VA that
+    // the TLB maps onto the stubs' page; DMW0 keeps everything else
+    // reachable at its physical address in paged mode (as in `memory`).
+    const NOP: u32 = 0x0340_0000;
+    const VA: u64 = 0xffff_ff80_0000_0000;
+    const NX: u64 = 1 << 62;
+    const RPLV: u64 = 1 << 63;
+    let tlbr = hostile_tlbr as *const () as u64;
+    wr(0x88, tlbr);
+    wr(0x180, 1 | 1 << 4);
+    wr(0x1e, 12);
+    wr(0x18, 0);
+    let crmd = rd(0);
+    wr(0, (crmd & !(0x3 | 1 << 3 | 1 << 2)) | 1 << 4);
+    // Stubs 1-4: csrwr TLBIDX, TLBEHI, TLBELO0, TLBELO1; 5: tlbwr; 6: invtlb 0.
+    load(
+        core::iter::once(NOP)
+            .chain([0x10u32, 0x11, 0x12, 0x13].into_iter().map(csrwr))
+            .chain([TLBWR, invtlb(0)]),
+    );
+    let page = stub_addr(0) as u64 & !0x1fff;
+    // V, D, MAT = cached, G, PLV0: executable; then with NX; then PLV3
+    // with RPLV (PLV0 may not use it); then both.
+    let base = |p: u64| p | 1 | 1 << 1 | 1 << 4 | 1 << 6;
+    let kinds = [
+        (0, None),
+        (NX, Some(6u64)),
+        (3 << 2 | RPLV, Some(trap::ecode::PPI)),
+        (NX | 3 << 2 | RPLV, None),
+    ];
+    for k in 0..64u64 {
+        let (bits, want) = kinds[(k % 4) as usize];
+        // STLB (one of the 8 ways of the set VA[20:13] selects, set 0
+        // here) or MTLB (2048-2111), 4 KiB pages.
+        let idx = if k % 2 == 0 {
+            (k / 2 % 8) * 256
+        } else {
+            2048 + k % 64
+        };
+        let off = stub_addr(0) as u64 & 0x1fff;
+        for (i, v) in [
+            idx | 12 << 24,
+            VA,
+            base(page) | bits,
+            base(page + 0x1000) | bits,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let _ = run(1 + i, &mut [v, 0, 0, 0, 0, 0]);
+        }
+        t.quiet("tlbwr", idx, run(5, &mut [0; 6]));
+        let target = VA + off;
+        note_ran();
+        RESUME.store(stub_addr(0) as u64 + 4, Ordering::Release);
+        let mut r = [0u64; 6];
+        // SAFETY: `target` is stub 0 (`nop; jr ra`) through the entry above;
+        // a fetch exception resumes at the real stub's `jr ra`.
+        unsafe { hostile_call(&mut r, target as usize) };
+        let caught = RESUME.swap(0, Ordering::AcqRel) == 0;
+        t.probes += 1;
+        let ecode = ecode_of(CAUGHT_ESTAT.load(Ordering::Relaxed));
+        let badv = CAUGHT_BADV.load(Ordering::Relaxed);
+        match (want, caught) {
+            (None, false) => {}
+            (Some(e), true) if ecode == e && badv == target => t.exceptions += 1,
+            // NX and RPLV together: either exception is architectural.
+            (None, true) if bits & NX != 0 && (ecode == 6 || ecode == trap::ecode::PPI) => {
+                t.exceptions += 1
+            }
+            (_, true) => {
+                t.exceptions += 1;
+                t.bad(format_args!(
+                    "fetch at {target:#x} (TLBELO bits {bits:#x}): {} (ESTAT {:#x}), BADV {badv:#x}",
+                    trap::ecode::name(ecode),
+                    CAUGHT_ESTAT.load(Ordering::Relaxed)
+                ))
+            }
+            (Some(e), false) => t.bad(format_args!(
+                "fetch at {target:#x} (TLBELO bits {bits:#x}): no exception (wanted {})",
+                trap::ecode::name(e)
+            )),
+        }
+        // Next round: a fresh entry.
+        t.quiet("invtlb", 0, run(6, &mut [0; 6]));
+    }
+    wr(0, crmd);
+    wr(0x180, 0);
+    let _ = one(invtlb(0), &mut [0; 6]);
+    t
+}
+
+/// `tlb-garbage`: the TLB instructions with whole garbage in TLBIDX (any
+/// index up to 4095, beyond the 2112 entries; any PS), TLBEHI, TLBELO0/1,
+/// STLBPS and ASID, from seed 0xfeed5eed12349876; no exception expected.
+/// Unlike `tlb` the index is not kept inside the TLB under LVZ: on the LVZ
+/// emulator a `tlbwr` past the end wrote past its array of guest entries
+/// into its own memory (SIGSEGV after about 1,600 rounds, patch 0009).
+/// Under LVZ PS still takes only the sizes PRCFG2 lists ([`garbage_ps`]).
+fn attack_tlb_garbage(_kestrel: bool) -> Tally {
+    let mut t = Tally::new();
+    let mut rng = Rng(0xfeed_5eed_1234_9876);
+    let ops = [TLBSRCH, TLBRD, TLBWR, TLBFILL, TLBCLR, TLBFLUSH];
+    let csrs = [0x10u32, 0x11, 0x12, 0x13, 0x1e, 0x18];
+    load(
+        ops.iter()
+            .copied()
+            .chain(csrs.iter().map(|&c| csrwr(c)))
+            .chain(core::iter::once(csrrd(0x10))),
+    );
+    const ROUNDS: u64 = 4000;
+    for k in 0..ROUNDS {
+        for (i, _) in csrs.iter().enumerate() {
+            let mut v = rng.next();
+            let ps = garbage_ps([63u64, 0, 12, 13, 21, 29, 30, 47, 48, 62][(v >> 8) as usize % 10]);
+            if i == 0 && k % 2 == 0 {
+                v = (v & !(0x3f << 24)) | ps << 24;
+            }
+            if i == 4 {
+                v = (v & !0x3f) | ps;
+            }
+            let mut r = [v, 0, 0, 0, 0, 0];
+            t.quiet("csrwr TLB CSR", v, run(6 + i, &mut r));
+        }
+        // Mostly tlbwr and tlbrd, the ones that take the index.
+        let op = [0usize, 1, 1, 2, 2, 2, 2, 3, 4, 5][(rng.next() % 10) as usize];
+        t.quiet("TLB op", op as u64, run(op, &mut [0; 6]));
+        if k % 500 == 499 {
+            println!("ATTACK tlb-garbage: {} rounds", k + 1);
+        }
+    }
+    let mut r = [0u64; 6];
+    let _ = one(invtlb(0), &mut r);
     wr(0x1e, 12);
     wr(0x18, 0);
     wr(0x10, 0);
