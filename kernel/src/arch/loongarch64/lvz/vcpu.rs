@@ -11,10 +11,10 @@ use crate::vcpu::fpu::{LoongArchFpState, VcpuFp};
 use crate::vcpu::sched::VcpuKey;
 use crate::vcpu::stats::Stats;
 
+use super::super::backend::switch::GuestFrame;
+use super::super::backend::{LaVcpu, HALT_POLL_US};
 use super::super::csr;
-use super::super::vm::switch::GuestFrame;
 use super::gcsr::{g, GuestCsrs};
-use super::HALT_POLL_US;
 
 /// TCFG fields.
 pub use crate::guest::loongarch::gtimer::{TCFG_EN, TCFG_INIT, TCFG_PERIODIC};
@@ -93,8 +93,9 @@ pub struct VcpuState {
     pub mmio_region: usize,
 }
 
-impl VcpuState {
-    pub fn new(index: usize, stats: &Arc<Stats>) -> VcpuState {
+impl LaVcpu for VcpuState {
+    /// Its guest counter counts from 0 at `created` (GCNTC).
+    fn new(index: usize, stats: &Arc<Stats>, created: u64) -> VcpuState {
         let mut s = VcpuState {
             frame: GuestFrame::default(),
             gcsr: GuestCsrs::zeroed(),
@@ -118,7 +119,7 @@ impl VcpuState {
             steal_gpa: None,
             preempted_at: None,
             steal: 0,
-            counter_offset: 0,
+            counter_offset: created.wrapping_neg(),
             mmio_region: 0,
         };
         s.reset(index, 0, [0; 3]);
@@ -128,7 +129,7 @@ impl VcpuState {
     /// Architectural reset for an entry at `pc` with a0-a2 = `args`: DA
     /// mode, PLV0, interrupts off, every other guest CSR 0 but the
     /// identification ones (CPUID = the vCPU index, PRCFG1-3 as the CPU's).
-    pub fn reset(&mut self, index: usize, pc: u64, args: [u64; 3]) {
+    fn reset(&mut self, index: usize, pc: u64, args: [u64; 3]) {
         self.frame = GuestFrame::default();
         self.frame.pc = pc;
         self.frame.regs[4..7].copy_from_slice(&args);
@@ -146,5 +147,29 @@ impl VcpuState {
         self.idle = false;
         self.steal_gpa = None;
         self.epoch += 1;
+    }
+
+    fn frame(&mut self) -> &mut GuestFrame {
+        &mut self.frame
+    }
+
+    fn fp(&self) -> &Arc<VcpuFp<LoongArchFpState>> {
+        &self.fp
+    }
+
+    fn epoch(&mut self) -> &mut u64 {
+        &mut self.epoch
+    }
+
+    fn halt(&mut self) -> &mut HaltPoll {
+        &mut self.halt
+    }
+
+    fn blocked_at(&mut self) -> &mut Option<u64> {
+        &mut self.blocked_at
+    }
+
+    fn mmio_region(&mut self) -> &mut usize {
+        &mut self.mmio_region
     }
 }

@@ -10,9 +10,10 @@ use crate::vcpu::fpu::{LoongArchFpState, VcpuFp};
 use crate::vcpu::sched::VcpuKey;
 use crate::vcpu::stats::Stats;
 
+use super::super::backend::switch::GuestFrame;
+use super::super::backend::{LaVcpu, HALT_POLL_US, PCPU};
 use super::super::csr;
-use super::switch::GuestFrame;
-use super::{hwtlb, CONTEXTS, CTX_DA, CTX_KERNEL, CTX_USER, HALT_POLL_US, PCPU};
+use super::{hwtlb, CONTEXTS, CTX_DA, CTX_KERNEL, CTX_USER};
 
 /// Per-vCPU register file and privileged state.
 pub struct VcpuState {
@@ -32,10 +33,12 @@ pub struct VcpuState {
     /// wait began (its length, known at the next load, adapts the window).
     pub halt: HaltPoll,
     pub blocked_at: Option<u64>,
+    /// The bus region of its last MMIO access ([`crate::dev::vdev::bus::Bus::find_from`]).
+    pub mmio_region: usize,
 }
 
-impl VcpuState {
-    pub fn new(index: usize, stats: &Arc<Stats>) -> VcpuState {
+impl LaVcpu for VcpuState {
+    fn new(index: usize, stats: &Arc<Stats>, _created: u64) -> VcpuState {
         VcpuState {
             frame: GuestFrame::default(),
             csr: CsrFile::new(index as u64),
@@ -49,6 +52,7 @@ impl VcpuState {
             user_plv: 3,
             halt: HaltPoll::new(csr::counter_hz() / 1_000_000 * HALT_POLL_US),
             blocked_at: None,
+            mmio_region: 0,
             key: VcpuKey {
                 vm: 0,
                 vcpu: index as u16,
@@ -57,7 +61,7 @@ impl VcpuState {
     }
 
     /// Architectural reset for an entry at `pc`: DA mode, PLV0, IE off.
-    pub fn reset(&mut self, index: usize, pc: u64, args: [u64; 3]) {
+    fn reset(&mut self, index: usize, pc: u64, args: [u64; 3]) {
         self.frame = GuestFrame::default();
         self.frame.pc = pc;
         self.frame.regs[4..7].copy_from_slice(&args);
@@ -66,6 +70,32 @@ impl VcpuState {
         self.epoch += 1;
     }
 
+    fn frame(&mut self) -> &mut GuestFrame {
+        &mut self.frame
+    }
+
+    fn fp(&self) -> &Arc<VcpuFp<LoongArchFpState>> {
+        &self.fp
+    }
+
+    fn epoch(&mut self) -> &mut u64 {
+        &mut self.epoch
+    }
+
+    fn halt(&mut self) -> &mut HaltPoll {
+        &mut self.halt
+    }
+
+    fn blocked_at(&mut self) -> &mut Option<u64> {
+        &mut self.blocked_at
+    }
+
+    fn mmio_region(&mut self) -> &mut usize {
+        &mut self.mmio_region
+    }
+}
+
+impl VcpuState {
     /// The real ASID for the guest's current mode.
     pub fn asid(&self, ctx: u16) -> u16 {
         self.vmid * CONTEXTS + ctx

@@ -2,7 +2,8 @@
 //! (`crate::mem::frames`) over the board's RAM above kestrel's image (the
 //! image holds .bss, stacks and heap; below it lie the loader's command
 //! line, EFI tables and FDT) and outside what UEFI firmware keeps. kestrel reaches a VM's RAM through its cached
-//! DMW window, the guest through shadow TLB entries.
+//! DMW window, the guest through shadow TLB entries (trap-and-emulate) or
+//! second-stage entries (LVZ).
 
 use alloc::string::String;
 use alloc::vec::Vec;
