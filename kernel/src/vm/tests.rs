@@ -72,6 +72,8 @@ struct Fake {
     rebuilds: AtomicUsize,
     /// Ends [`Op::UntilReleased`].
     release: AtomicBool,
+    /// [`Backend::serve`] calls, per pCPU.
+    served: Vec<AtomicUsize>,
 }
 
 impl Fake {
@@ -80,6 +82,19 @@ impl Fake {
             std::time::Instant::now() < self.deadline,
             "run loop made no end within 20 s (livelock?)"
         );
+    }
+}
+
+impl DeviceWork for Fake {
+    fn device_work(_: &Hypervisor<Self>, vm: &Vm<Self>, _: usize) {
+        let mut env = DEVICE_ENV.lock().unwrap();
+        let env = env
+            .as_mut()
+            .expect("device work without the test's devices");
+        if let Some(c) = &vm.virtio.console {
+            c.resume(env, &mut crate::dev::virtio::Budget::exit());
+        }
+        DEVICE_WORK.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -162,19 +177,12 @@ impl Backend for Fake {
         }
     }
 
-    fn device_work(_: &Hypervisor<Self>, vm: &Vm<Self>, _: usize) {
-        let mut env = DEVICE_ENV.lock().unwrap();
-        let env = env
-            .as_mut()
-            .expect("device work without the test's devices");
-        if let Some(c) = &vm.virtio.console {
-            c.resume(env, &mut crate::dev::virtio::Budget::exit());
-        }
-        DEVICE_WORK.fetch_add(1, Ordering::Relaxed);
-    }
-
     fn can_restart(&self) -> bool {
         true
+    }
+
+    fn serve(&self, cpu: usize) {
+        self.served[cpu].fetch_add(1, Ordering::Relaxed);
     }
 
     fn restart_vm(
@@ -267,6 +275,7 @@ fn hv(cpus: usize) -> Hypervisor<Fake> {
             deadline: std::time::Instant::now() + std::time::Duration::from_secs(20),
             rebuilds: AtomicUsize::new(0),
             release: AtomicBool::new(false),
+            served: (0..cpus).map(|_| AtomicUsize::new(0)).collect(),
         },
         CpuMask::first(cpus),
     )
@@ -452,6 +461,23 @@ fn a_reset_restarts_the_vm_with_its_vcpus_as_at_creation() {
     assert!(vm.vcpus[1].ctx.lock().left < 1_000_000);
     assert_eq!(hv.exit_status(), ExitStatus::Success);
     assert_eq!(log.all.load(Ordering::Relaxed), 1);
+}
+
+/// A pCPU that waits for others (a restart waiting for the VM's vCPUs to be
+/// put) serves what they may wait for from it at each round.
+#[test]
+fn waiting_serves_other_pcpus() {
+    let hv = hv(2);
+    for _ in 0..3 {
+        hv.backend.relax(1);
+    }
+    let served: Vec<_> = hv
+        .backend
+        .served
+        .iter()
+        .map(|s| s.load(Ordering::Relaxed))
+        .collect();
+    assert_eq!(served, [0, 3]);
 }
 
 #[test]

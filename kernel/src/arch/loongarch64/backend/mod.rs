@@ -478,14 +478,8 @@ impl<M: Mode> Backend for LaBackend<M> {
         self.restart(vm, vcpus)
     }
 
-    fn device_work(hv: &Hypervisor<Self>, vm: &Vm<Self>, cpu: usize) {
-        crate::vmm::virtio::resume(hv, vm, cpu);
-    }
-
-    fn relax(&self, cpu: usize) {
-        // The pCPUs being waited for may wait for this one's FP unit.
+    fn serve(&self, cpu: usize) {
         self.service_fp(cpu);
-        core::hint::spin_loop();
     }
 
     fn kick(&self, cpu: usize) {
