@@ -103,6 +103,7 @@ pub fn mmio<M: Mode>(
 /// IPI wakes its target (or starts a parked secondary), mail may start
 /// one, lines of the interrupt controllers rose on some vCPUs. (The
 /// caller's own lines are merged into its ESTAT before its next entry.)
+#[inline]
 pub fn iocsr_effect<M: Mode>(env: &ExitCtx<'_, LaBackend<M>>, fx: viocsr::Effect) {
     match fx {
         viocsr::Effect::Ipi(t) => {

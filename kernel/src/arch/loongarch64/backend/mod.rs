@@ -362,10 +362,17 @@ impl<M: Mode> LaBackend<M> {
             || csr::estat() & 0x1ffc != 0,
             || env.should_preempt(),
         );
-        if end == PollEnd::Work {
+        // The host interrupt may be that one-shot timer, which fires as the
+        // vCPU's timer does: between the round's look at the vCPU and its
+        // look at ESTAT. One more look, so that the vCPU goes on (and the
+        // interrupt is taken at its entry) rather than blocking until the
+        // deadline check wakes it.
+        let work = end == PollEnd::Work
+            || (end == PollEnd::Interrupted && M::poll_pending(st, index, ctx, &poll));
+        if work {
             M::poll_woke(&poll);
         }
-        end == PollEnd::Work
+        work
     }
 
     /// Writes back the FP registers other pCPUs asked for (before every

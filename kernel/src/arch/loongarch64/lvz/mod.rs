@@ -260,6 +260,7 @@ impl Mode for Lvz {
     /// interrupt controllers (EIOINTC, fed by the PCH-PIC) into the guest's
     /// ESTAT. The guest gets the whole FP unit (its own EUEN, a guest CSR,
     /// gates it further).
+    #[inline(always)]
     fn prepare_entry(st: &VmState, index: usize, _ctx: &mut VcpuState) -> u64 {
         let sh = &st.shared[index];
         let swi = u64::from(sh.swi.swap(0, Ordering::AcqRel) & 3);
@@ -347,6 +348,7 @@ impl Mode for Lvz {
         }
     }
 
+    #[inline]
     fn poll_pending(
         st: &VmState,
         index: usize,

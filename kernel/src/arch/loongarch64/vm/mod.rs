@@ -94,6 +94,7 @@ impl Mode for Tne {
     /// one, its delivery; the real ASID of the guest's context. The guest
     /// runs with its virtual EUEN: FP it disabled itself raises its own
     /// exception.
+    #[inline(always)]
     fn prepare_entry(st: &VmState, index: usize, ctx: &mut VcpuState) -> u64 {
         let sh = &st.shared[index];
         ctx.csr.update_timer(csr::rdtime());
@@ -145,6 +146,7 @@ impl Mode for Tne {
     fn poll_begin(_ctx: &VcpuState) {}
 
     /// Its timer and lines brought up to date first.
+    #[inline]
     fn poll_pending(st: &VmState, index: usize, ctx: &mut VcpuState, _poll: &()) -> bool {
         ctx.csr.update_timer(csr::rdtime());
         st.merge_lines(index, &mut ctx.csr);
