@@ -17,9 +17,9 @@ use std::collections::BTreeMap;
 use arbitrary::{Arbitrary, Unstructured};
 use kernel::host::board::{Arch, MemRegion};
 use kernel::host::dtb;
-use kernel::vmm::fdt_build::FdtWriter;
-use kernel::mem::frames::{merge_ranges, FramePool, FRAME};
 use kernel::host::reserve::{self, Ranges};
+use kernel::mem::frames::{merge_ranges, FramePool, FRAME};
+use kernel::vmm::fdt_build::FdtWriter;
 use libfuzzer_sys::fuzz_target;
 
 /// Addresses are drawn from a small window so that ranges meet.

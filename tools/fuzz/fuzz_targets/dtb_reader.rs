@@ -136,7 +136,9 @@ fn round_trip(b: &Board) {
             ids.truncate(kernel::MAX_CPUS);
             let got_ids: Vec<u64> = board.cpus.iter().map(|c| c.hw_id).collect();
             assert_eq!(got_ids, ids);
-            let cut: String = kernel::host::board::bounded::<256>(&bootargs).as_str().into();
+            let cut: String = kernel::host::board::bounded::<256>(&bootargs)
+                .as_str()
+                .into();
             assert_eq!(board.cmdline.as_str(), cut);
         }
         Err(e) => {

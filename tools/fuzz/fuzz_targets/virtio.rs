@@ -29,7 +29,9 @@ use kernel::dev::vdev::Width;
 use kernel::dev::virtio::block::{Backing, Block};
 use kernel::dev::virtio::console::Console;
 use kernel::dev::virtio::mmio::{reg, Transport, REGION_SIZE};
-use kernel::dev::virtio::net::{Mac, Net, NetPort, Network, PortConfig, PortSink, HDR_LEN, MAX_FRAME};
+use kernel::dev::virtio::net::{
+    Mac, Net, NetPort, Network, PortConfig, PortSink, HDR_LEN, MAX_FRAME,
+};
 use kernel::dev::virtio::queue::MAX_QUEUE_SIZE;
 use kernel::dev::virtio::{status, Budget, VirtioDevice, BUDGET_BYTES, BUDGET_CHAINS, MAX_STEP};
 use libfuzzer_sys::fuzz_target;
