@@ -76,7 +76,7 @@ pub fn mmio<M: Mode>(
     op: MemOp,
 ) -> Option<RunExit> {
     let vm = env.vm;
-    let hit = vm.bus.find_from(gpa, ctx.mmio_region())?;
+    let hit = vm.bus.find_from(gpa, &mut ctx.run().mmio_region)?;
     let width = Width::new(op.size.bytes() as u8)?;
     let f = ctx.frame();
     let value = f.reg(op.rd) & op.size.mask();
@@ -159,7 +159,7 @@ pub fn idle<M: Mode>(env: &ExitCtx<'_, LaBackend<M>>, ctx: &mut M::Vcpu) -> RunE
         return RunExit::Continue;
     }
     M::start_idle(ctx);
-    *ctx.blocked_at() = Some(csr::rdtime());
+    ctx.run().blocked_at = Some(csr::rdtime());
     RunExit::Block
 }
 

@@ -13,9 +13,9 @@
 //!
 //! A mode supplies its vCPU state ([`LaVcpu`]), guest entry and exit
 //! decoding ([`Mode::enter`]), and its CSR and TLB state at a load, an
-//! entry and a put. Exit handling both share (MMIO on the
-//! VM's bus, IOCSR effects, `idle`, hypercalls, vCPU starts) is in
-//! [`exits`]. `crate::runtime::backend` picks one mode at boot.
+//! entry and a put. Exit handling both share (MMIO on the VM's bus, IOCSR
+//! effects, `idle`, hypercalls, vCPU starts) is in [`exits`].
+//! `crate::runtime::backend` picks one mode at boot.
 
 pub mod build;
 pub mod devices;
@@ -63,7 +63,7 @@ pub const GUEST_POWEROFF: u64 = layout::POWEROFF;
 /// IPI vector kestrel kicks pCPUs with (vector 0 is the boot mailbox's).
 const KICK_VECTOR: u32 = 1;
 /// The longest an `idle` is polled before the vCPU blocks (`crate::base::haltpoll`).
-pub const HALT_POLL_US: u64 = 100;
+const HALT_POLL_US: u64 = 100;
 
 /// One way of running LoongArch guests: what differs between the two
 /// backends, for the shared run loop of [`LaBackend`]. Every hook runs on
@@ -158,13 +158,51 @@ pub trait LaVcpu: Send + Sized {
     fn fp(&self) -> &Arc<VcpuFp<LoongArchFpState>>;
     /// Bumped whenever its translations on other pCPUs are stale.
     fn epoch(&mut self) -> &mut u64;
+    fn run(&mut self) -> &mut VcpuRun;
+}
+
+/// [`LaVcpu`]'s accessors, for a vCPU state with fields `frame`, `fp`,
+/// `epoch` and `run`.
+macro_rules! la_vcpu_fields {
+    () => {
+        fn frame(&mut self) -> &mut $crate::arch::loongarch64::backend::switch::GuestFrame {
+            &mut self.frame
+        }
+
+        fn fp(&self) -> &Arc<VcpuFp<LoongArchFpState>> {
+            &self.fp
+        }
+
+        fn epoch(&mut self) -> &mut u64 {
+            &mut self.epoch
+        }
+
+        fn run(&mut self) -> &mut $crate::arch::loongarch64::backend::VcpuRun {
+            &mut self.run
+        }
+    };
+}
+pub(in crate::arch::loongarch64) use la_vcpu_fields;
+
+/// What the run loop keeps of each vCPU whatever its mode.
+pub struct VcpuRun {
     /// Adaptive halt polling of its `idle`s.
-    fn halt(&mut self) -> &mut HaltPoll;
+    pub halt: HaltPoll,
     /// When its last unpolled wait began (its length, known at the next
     /// load, adapts the polling window).
-    fn blocked_at(&mut self) -> &mut Option<u64>;
+    pub blocked_at: Option<u64>,
     /// The bus region of its last MMIO access ([`crate::dev::vdev::bus::Bus::find_from`]).
-    fn mmio_region(&mut self) -> &mut usize;
+    pub mmio_region: usize,
+}
+
+impl Default for VcpuRun {
+    fn default() -> VcpuRun {
+        VcpuRun {
+            halt: HaltPoll::new(csr::counter_hz() / 1_000_000 * HALT_POLL_US),
+            blocked_at: None,
+            mmio_region: 0,
+        }
+    }
 }
 
 /// Per-vCPU state other pCPUs touch.
@@ -353,7 +391,7 @@ impl<M: Mode> LaBackend<M> {
     pub fn halt_poll(&self, env: &ExitCtx<'_, Self>, ctx: &mut M::Vcpu) -> bool {
         let (st, index) = (&env.vm.arch, env.index());
         let poll = M::poll_begin(ctx);
-        let halt = *ctx.halt();
+        let halt = ctx.run().halt;
         let end = halt.poll(
             csr::rdtime,
             || M::poll_pending(st, index, ctx, &poll),
@@ -394,8 +432,9 @@ impl<M: Mode> Backend for LaBackend<M> {
             ctx.reset(vcpu.index, entry, [a0, 0, 0]);
         }
         let now = csr::rdtime();
-        if let Some(at) = ctx.blocked_at().take() {
-            ctx.halt().blocked_for(now.saturating_sub(at));
+        let run = ctx.run();
+        if let Some(at) = run.blocked_at.take() {
+            run.halt.blocked_for(now.saturating_sub(at));
         }
         // TLB invalidation is CPU-local, so a rollover is seen as
         // `flush_local` on each CPU's next load.

@@ -5,15 +5,13 @@
 
 use alloc::sync::Arc;
 
-use crate::base::haltpoll::HaltPoll;
 use crate::mem::vmid::VmVmid;
 use crate::vcpu::fpu::{LoongArchFpState, VcpuFp};
 use crate::vcpu::sched::VcpuKey;
 use crate::vcpu::stats::Stats;
 
 use super::super::backend::switch::GuestFrame;
-use super::super::backend::{LaVcpu, HALT_POLL_US};
-use super::super::csr;
+use super::super::backend::{la_vcpu_fields, LaVcpu, VcpuRun};
 use super::gcsr::{g, GuestCsrs};
 
 /// TCFG fields.
@@ -78,8 +76,7 @@ pub struct VcpuState {
     pub key: VcpuKey,
     /// Waiting in `idle` for an interrupt it enables.
     pub idle: bool,
-    pub halt: HaltPoll,
-    pub blocked_at: Option<u64>,
+    pub run: VcpuRun,
     /// KVM steal time: the guest physical address of its record, and
     /// when the vCPU was last preempted (not blocked).
     pub steal_gpa: Option<u64>,
@@ -89,8 +86,6 @@ pub struct VcpuState {
     /// counts from 0 at the VM's creation (or restart), the same for all
     /// of its vCPUs wherever they run.
     pub counter_offset: u64,
-    /// The bus region of its last MMIO access ([`crate::dev::vdev::bus::Bus::find_from`]).
-    pub mmio_region: usize,
 }
 
 impl LaVcpu for VcpuState {
@@ -114,13 +109,11 @@ impl LaVcpu for VcpuState {
                 vcpu: index as u16,
             },
             idle: false,
-            halt: HaltPoll::new(csr::counter_hz() / 1_000_000 * HALT_POLL_US),
-            blocked_at: None,
+            run: VcpuRun::default(),
             steal_gpa: None,
             preempted_at: None,
             steal: 0,
             counter_offset: created.wrapping_neg(),
-            mmio_region: 0,
         };
         s.reset(index, 0, [0; 3]);
         s
@@ -149,27 +142,5 @@ impl LaVcpu for VcpuState {
         self.epoch += 1;
     }
 
-    fn frame(&mut self) -> &mut GuestFrame {
-        &mut self.frame
-    }
-
-    fn fp(&self) -> &Arc<VcpuFp<LoongArchFpState>> {
-        &self.fp
-    }
-
-    fn epoch(&mut self) -> &mut u64 {
-        &mut self.epoch
-    }
-
-    fn halt(&mut self) -> &mut HaltPoll {
-        &mut self.halt
-    }
-
-    fn blocked_at(&mut self) -> &mut Option<u64> {
-        &mut self.blocked_at
-    }
-
-    fn mmio_region(&mut self) -> &mut usize {
-        &mut self.mmio_region
-    }
+    la_vcpu_fields!();
 }

@@ -3,7 +3,6 @@
 
 use alloc::sync::Arc;
 
-use crate::base::haltpoll::HaltPoll;
 use crate::guest::loongarch::csr::CsrFile;
 use crate::guest::loongarch::tlb::SoftTlb;
 use crate::vcpu::fpu::{LoongArchFpState, VcpuFp};
@@ -11,8 +10,7 @@ use crate::vcpu::sched::VcpuKey;
 use crate::vcpu::stats::Stats;
 
 use super::super::backend::switch::GuestFrame;
-use super::super::backend::{LaVcpu, HALT_POLL_US, PCPU};
-use super::super::csr;
+use super::super::backend::{la_vcpu_fields, LaVcpu, VcpuRun, PCPU};
 use super::{hwtlb, CONTEXTS, CTX_DA, CTX_KERNEL, CTX_USER};
 
 /// Per-vCPU register file and privileged state.
@@ -29,12 +27,7 @@ pub struct VcpuState {
     pub user_plv: u64,
     /// This vCPU (set at each load).
     pub key: VcpuKey,
-    /// Adaptive halt polling of its `idle`s, and when its last unpolled
-    /// wait began (its length, known at the next load, adapts the window).
-    pub halt: HaltPoll,
-    pub blocked_at: Option<u64>,
-    /// The bus region of its last MMIO access ([`crate::dev::vdev::bus::Bus::find_from`]).
-    pub mmio_region: usize,
+    pub run: VcpuRun,
 }
 
 impl LaVcpu for VcpuState {
@@ -50,9 +43,7 @@ impl LaVcpu for VcpuState {
             epoch: 0,
             vmid: 0,
             user_plv: 3,
-            halt: HaltPoll::new(csr::counter_hz() / 1_000_000 * HALT_POLL_US),
-            blocked_at: None,
-            mmio_region: 0,
+            run: VcpuRun::default(),
             key: VcpuKey {
                 vm: 0,
                 vcpu: index as u16,
@@ -70,29 +61,7 @@ impl LaVcpu for VcpuState {
         self.epoch += 1;
     }
 
-    fn frame(&mut self) -> &mut GuestFrame {
-        &mut self.frame
-    }
-
-    fn fp(&self) -> &Arc<VcpuFp<LoongArchFpState>> {
-        &self.fp
-    }
-
-    fn epoch(&mut self) -> &mut u64 {
-        &mut self.epoch
-    }
-
-    fn halt(&mut self) -> &mut HaltPoll {
-        &mut self.halt
-    }
-
-    fn blocked_at(&mut self) -> &mut Option<u64> {
-        &mut self.blocked_at
-    }
-
-    fn mmio_region(&mut self) -> &mut usize {
-        &mut self.mmio_region
-    }
+    la_vcpu_fields!();
 }
 
 impl VcpuState {
