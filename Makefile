@@ -10,7 +10,7 @@
 #   make debug [ARCH=...]     boot under QEMU waiting for gdb on :1234
 #   make bench                benchmark tables: host simulations, VMs under kestrel, Linux boot,
 #                             the seeds' experiments with Linux guests (SEEDS_OPTS=--quick: minutes)
-#   make lint                 cargo fmt --check + clippy (host, the loom build and both targets)
+#   make lint                 cargo fmt --check + the layering checks (kernel/layers.txt, tools/xtask/layers.txt) + clippy (host, the loom build and both targets)
 #   make fuzz [FUZZ_SECONDS=60] every cargo-fuzz target for FUZZ_SECONDS each (docs/fuzzing.md)
 #   make setup                install what is missing (toolchain targets, QEMU 10)
 #   make clean
@@ -131,6 +131,8 @@ bench: setup
 
 lint: setup-rust
 	$(CARGO) fmt --all --check
+	$(CARGO) xtask layers --tree kernel
+	$(CARGO) xtask layers --tree xtask
 	$(CARGO) clippy --all-targets -- -D warnings
 	RUSTFLAGS="--cfg loom" $(CARGO) clippy --profile loom -p kestrel-kernel --target-dir target/loom \
 	    --lib --test 'loom_*' -- -D warnings

@@ -9,9 +9,32 @@
 
 extern crate alloc;
 
-// The layers, lowest first (`kernel/layers.txt` declares the order and
-// `cargo xtask layers` checks it): a module uses only the layers above it
-// in this list, never one below.
+// The layers, lowest first. `kernel/layers.txt` declares the order and
+// `cargo xtask layers` checks it: a module uses only its own layer and the
+// layers listed before it here, and no two modules import each other.
+pub mod base;
+
+// The machine kestrel runs on.
+pub mod host;
+
+// Host memory and guest-RAM allocators, VMIDs.
+pub mod mem;
+
+// One virtual CPU: scheduler, lazy FP, PSCI, PV IPI, hypercalls.
+pub mod vcpu;
+
+// Device models.
+pub mod dev;
+
+// Guest architecture models.
+pub mod guest;
+
+// VMs, vCPUs and the run loop.
+pub mod vm;
+
+// The VM manager.
+pub mod vmm;
+
 /// Architecture-specific code: only built for the bare-metal targets.
 #[cfg(all(
     target_os = "none",
@@ -19,15 +42,9 @@ extern crate alloc;
 ))]
 #[allow(unsafe_code)]
 pub mod arch;
-pub mod base;
-pub mod dev;
-pub mod guest;
-pub mod host;
-pub mod mem;
+
+// The boot flow, on top.
 pub mod runtime;
-pub mod vcpu;
-pub mod vm;
-pub mod vmm;
 
 /// kestrel's version, as printed in the boot banner.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

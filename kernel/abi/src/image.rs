@@ -1,7 +1,8 @@
 //! The kernel files VM configs name: the arm64 Linux `Image` header,
 //! 64-bit little-endian ELF executables, the LoongArch Linux image header
 //! ([`LoongArchImage`]) and the EFI zboot wrapper ([`ZbootImage`]) that
-//! Debian ships it in.
+//! Debian ships it in, and the 32-bit ARM `zImage` ([`ZImage`], with the
+//! 32-bit boot protocol's placement and entry state: [`arm32_layout`]).
 //!
 //! Shared by the host tool (which checks a config's kernels before packing
 //! them) and the hypervisor (which loads them). Both parsers read a byte
@@ -29,6 +30,14 @@
 //! file type (the caller does, with [`Elf::machine`] and [`Elf::kind`]).
 
 use core::fmt;
+
+mod zimage;
+pub use zimage::{
+    arm32_layout, Arm32Entry, Arm32Layout, KernelSize, LayoutError, ZEndian, ZImage, ZImageError,
+    ARM32_DTB_MAX, ARM32_ENTRY_CPSR, ARM32_LOWMEM, ARM32_MACH_DT, ARM32_RAM_ALIGN,
+    ARM32_TEXT_OFFSET, ZIMAGE_BE, ZIMAGE_HEADER_LEN, ZIMAGE_LE, ZIMAGE_LOAD_OFFSET, ZIMAGE_MAGIC,
+    ZIMAGE_MAGIC_OFFSET, ZIMAGE_SLACK, ZIMAGE_TABLE_MAGIC, ZIMAGE_TAG_KRNL_SIZE, ZIMAGE_WINDOW,
+};
 
 fn u16_at(data: &[u8], off: usize) -> Option<u16> {
     let b = data.get(off..off.checked_add(2)?)?;

@@ -203,7 +203,8 @@ pub mod stat {
     pub const EXIT_ABORT: u64 = 8;
     /// Exits: anything else.
     pub const EXIT_OTHER: u64 = 9;
-    /// FP/SIMD state saves.
+    /// FP/SIMD saves of the VM's registers caused by its own vCPUs (a save
+    /// another VM's FP use causes is counted for the host, not here).
     pub const FP_SAVES: u64 = 10;
     /// FP/SIMD state restores.
     pub const FP_RESTORES: u64 = 11;
@@ -213,9 +214,11 @@ pub mod stat {
     pub const VMID_FAST: u64 = 13;
     /// VMID lookups that took the allocator lock.
     pub const VMID_SLOW: u64 = 14;
-    /// VMID generation rollovers.
+    /// VMID generation rollovers: always 0 for a VM (counted for the host,
+    /// whichever VM's load met them; docs/hypercalls.md).
     pub const VMID_ROLLOVERS: u64 = 15;
-    /// Stage-2 TLB invalidations of all VMIDs.
+    /// TLB invalidations of all VMIDs: always 0 for a VM (the host's, as
+    /// rollovers).
     pub const TLB_FLUSHES: u64 = 16;
     /// PV IPI hypercalls accepted.
     pub const IPI_SENT: u64 = 17;

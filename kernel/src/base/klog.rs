@@ -1,13 +1,17 @@
-//! `log` output on the boot console: one lock for whole lines so CPUs do not
-//! interleave, and the CPU index on every line.
+//! `log` output on the boot console: whole lines (so CPUs do not
+//! interleave), the CPU index on every line. Lines go through the
+//! console's output buffers ([`crate::base::conout`]): written before the
+//! call returns while kestrel boots and ends, queued ahead of every VM's
+//! output while VMs run.
 
+use alloc::string::String;
 use core::fmt::{self, Write};
-use spin::{Mutex, Once};
+use spin::Once;
 
+use crate::base::conout;
 use crate::base::platform::Platform;
 
 static PLATFORM: Once<&'static dyn Platform> = Once::new();
-static CONSOLE_LOCK: Mutex<()> = Mutex::new(());
 
 struct ConsoleWriter(&'static dyn Platform);
 
@@ -22,6 +26,28 @@ impl Write for ConsoleWriter {
         }
         Ok(())
     }
+}
+
+/// Text as the terminal takes it: each `\n` as CRLF.
+struct CrLf(String);
+
+impl Write for CrLf {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        for (i, line) in s.split('\n').enumerate() {
+            if i > 0 {
+                self.0.push_str("\r\n");
+            }
+            self.0.push_str(line);
+        }
+        Ok(())
+    }
+}
+
+/// `args` as the terminal takes it.
+fn crlf(args: fmt::Arguments) -> String {
+    let mut w = CrLf(String::new());
+    let _ = w.write_fmt(args);
+    w.0
 }
 
 struct Logger;
@@ -41,8 +67,8 @@ impl log::Log for Logger {
                 log::Level::Debug => "DEBUG",
                 log::Level::Trace => "TRACE",
             };
-            let _guard = CONSOLE_LOCK.lock();
-            let _ = writeln!(ConsoleWriter(*p), "[cpu{cpu}] {level} {}", record.args());
+            let line = crlf(format_args!("[cpu{cpu}] {level} {}\n", record.args()));
+            conout::log_line(line.as_bytes());
         }
     }
 
@@ -59,28 +85,20 @@ pub fn init(platform: &'static dyn Platform, level: log::LevelFilter) {
     }
 }
 
-/// Prints without the log prefix (banner, crash dumps). Takes the console
-/// lock; do not call it from a context that may already hold it.
+/// Prints without the log prefix (banner, kestrel's own lines): as a log
+/// line, through the console's output buffers.
 pub fn print(args: fmt::Arguments) {
-    if let Some(p) = PLATFORM.get() {
-        let _guard = CONSOLE_LOCK.lock();
-        let _ = ConsoleWriter(*p).write_fmt(args);
+    if PLATFORM.get().is_some() {
+        conout::log_line(crlf(args).as_bytes());
     }
 }
 
-/// Writes `bytes` exactly as they are (a VM's terminal output), under the
-/// console lock. Same rule as [`print`] about the lock.
-pub fn write_raw(bytes: &[u8]) {
-    if let Some(p) = PLATFORM.get() {
-        let _guard = CONSOLE_LOCK.lock();
-        p.console_write(bytes);
-    }
-}
-
-/// Like [`print`], but never waits for the lock: for crash dumps, where the
-/// lock holder may be the CPU that crashed.
+/// Prints at once, waiting for the UART, and never waits for a lock: for
+/// crash dumps, where a lock holder may be the CPU that crashed. What the
+/// console's buffers hold is written first where no CPU holds them.
 pub fn print_unlocked(args: fmt::Arguments) {
     if let Some(p) = PLATFORM.get() {
+        conout::crash_flush(|b| p.console_write(b));
         let _ = ConsoleWriter(*p).write_fmt(args);
     }
 }

@@ -31,8 +31,17 @@ pub enum StartError {
 
 /// What one architecture provides to the portable boot flow.
 pub trait Platform: Sync {
-    /// Writes raw bytes to the boot console. Callers serialise (see `klog`).
+    /// Writes raw bytes to the boot console, waiting for the UART as long
+    /// as it takes (the boot, kestrel's end, crash dumps). Callers
+    /// serialise (see `conout`).
     fn console_write(&self, bytes: &[u8]);
+
+    /// Writes as many of `bytes` as the UART's transmit FIFO takes now,
+    /// without waiting, and returns how many (0 when it is full). What VM
+    /// output and kestrel's log lines go through while VMs run
+    /// (`base::conout`). A console that cannot tell (none at all) takes
+    /// everything.
+    fn console_try_write(&self, bytes: &[u8]) -> usize;
 
     /// The logical index (position in `BoardInfo::cpus`) of the calling CPU.
     fn cpu_index(&self) -> usize;

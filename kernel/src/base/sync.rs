@@ -1,6 +1,6 @@
 //! The atomics and locks of kestrel's lock-free and cross-pCPU protocols
 //! (VMIDs, lazy FP hand-off, first-touch zeroing, the scheduler, the
-//! deadline bound), in one
+//! deadline bound, a VM rebuild's hand-off), in one
 //! place so a model checker can stand in for them.
 //!
 //! Normally these are `core::sync::atomic`'s atomics and `spin`'s mutex,

@@ -21,7 +21,8 @@ pub const SCROLLBACK_MAX: usize = 1 << 20;
 /// How guest output reaches the terminal (`kestrel.console=`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ConsoleMode {
-    /// The focused VM's bytes untouched; the others' kept for replay.
+    /// The focused VM's bytes through its filter; the others' kept for
+    /// replay.
     Raw,
     /// Tagged lines of every VM, control bytes made visible.
     Log,

@@ -74,6 +74,16 @@ mod tests;
 /// Widest VMID supported (arm64 16-bit VMIDs).
 pub const MAX_VMID_BITS: u32 = 16;
 
+/// The VMID width an allocator may use on hardware that reports
+/// `reported` bits (LoongArch GSTAT.GIDBITS, a 6-bit field that may say up
+/// to 63) and carries a VMID in `field`-bit register fields (LoongArch: the
+/// 8-bit GID fields of GSTAT, GTLBC and TRGP). Ids wider than the fields
+/// would be cut by them, and two VMs whose ids differ only above the
+/// fields' width would share one tag in the TLB.
+pub fn usable_bits(reported: u32, field: u32) -> u32 {
+    reported.min(field).min(MAX_VMID_BITS)
+}
+
 /// Invalidates stage-2 TLB entries of every VMID. Called once per rollover,
 /// under the allocator lock.
 pub trait TlbFlush {

@@ -142,6 +142,7 @@ pub fn primary_main(board: BoardInfo, platform: &'static dyn Platform) -> ! {
 
     let me = platform.cpu_index();
     set_online(me, true);
+    clock::set_tick_hz(tick_hz(&opts));
     platform.start_tick(tick_hz(&opts));
 
     for (index, desc) in board.cpus.iter().enumerate() {
@@ -245,6 +246,9 @@ pub fn primary_main(board: BoardInfo, platform: &'static dyn Platform) -> ! {
         );
     }
     info!("running {created} VM(s) on {cpus_online} CPU(s)");
+    // From now on the console's output waits in its buffers for the UART
+    // (never a guest's exit for the UART); `finish` flushes it.
+    crate::base::conout::set_async(true);
     VMS_GO.store(true, Ordering::Release);
     let vm_status = crate::runtime::backend::run_vms(me);
     info!("kestrel: all VMs have ended (status {})", vm_status.code());
@@ -289,10 +293,13 @@ fn idle(platform: &dyn Platform) -> ! {
     }
 }
 
-/// Ends kestrel's work: powers off (printing the status the tests read)
+/// Ends kestrel's work: writes what the console's buffers hold (for at
+/// most [`crate::base::conout::FLUSH_MAX_NS`], less if the UART stops
+/// taking bytes), then powers off (printing the status the tests read)
 /// when the command line asked for it, otherwise idles.
 pub fn finish(status: ExitStatus, on_exit: OnExit) -> ! {
     let platform = clock::platform().expect("finish before primary_main");
+    crate::base::conout::set_async(false);
     match on_exit {
         OnExit::PowerOff => {
             crate::kprintln!(
@@ -347,6 +354,9 @@ mod tests {
 
     impl Platform for Fake {
         fn console_write(&self, _: &[u8]) {}
+        fn console_try_write(&self, b: &[u8]) -> usize {
+            b.len()
+        }
         fn cpu_index(&self) -> usize {
             0
         }

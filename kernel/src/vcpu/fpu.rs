@@ -105,9 +105,12 @@ pub struct VcpuFp<S> {
     /// pCPU whose unit holds newer registers than `state`, or `NOWHERE`.
     live_on: AtomicUsize,
     /// Where this vCPU's saves, restores and traps are counted (its VM's
-    /// statistics). Every move is counted against the vCPU whose registers
-    /// moved, whichever vCPU's trap caused it, so a VM's counters never tell
-    /// it what another VM did on the same pCPU.
+    /// statistics). A VM's counters move only with its own vCPUs' doing:
+    /// its traps, the restores they cause, the saves of its registers at
+    /// its own puts and moves or caused by another of its vCPUs. A save of
+    /// its registers that another VM's trap caused on the same pCPU is a
+    /// host event ([`crate::vcpu::stats::HOST`]): counted in neither VM,
+    /// so neither learns through its counters what the other does.
     account: Option<Arc<Stats>>,
 }
 
@@ -134,6 +137,25 @@ impl<S> VcpuFp<S> {
     fn count(&self, c: Counter) {
         if let Some(s) = &self.account {
             s.inc(c);
+        }
+    }
+
+    /// Whether `other`'s moves are counted in the same VM's statistics.
+    fn same_vm(&self, other: &Self) -> bool {
+        match (&self.account, &other.account) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+
+    /// Counts a save of this vCPU's registers that `cause`'s FP use made
+    /// (`None`: its own put or move).
+    fn count_save(&self, cause: Option<&Self>) {
+        match cause {
+            Some(c) if self.account.is_some() && !self.same_vm(c) => {
+                crate::vcpu::stats::HOST.inc(Counter::FpSaves)
+            }
+            _ => self.count(Counter::FpSaves),
         }
     }
 
@@ -257,7 +279,7 @@ impl<H: FpHw> FpEngine<H> {
         match self.policy {
             FpPolicy::Eager | FpPolicy::SaveOnPut => {
                 if self.owns(&vcpu) {
-                    self.save_owner();
+                    self.save_owner(None);
                 }
             }
             // Why keep it live: if nobody else on this pCPU uses FP before it
@@ -284,7 +306,7 @@ impl<H: FpHw> FpEngine<H> {
             // Defensive: it is still loaded here, make its next use trap back in.
             self.hw.trap_on();
         }
-        self.save_owner();
+        self.save_owner(None);
         true
     }
 
@@ -303,7 +325,7 @@ impl<H: FpHw> FpEngine<H> {
         };
         if !self.owns(&cur) {
             if self.owner.is_some() {
-                self.save_owner();
+                self.save_owner(Some(&cur));
             }
             self.hw.restore(&cur.state.lock());
             self.counters.restores += 1;
@@ -314,11 +336,13 @@ impl<H: FpHw> FpEngine<H> {
         self.hw.trap_off();
     }
 
-    fn save_owner(&mut self) {
+    /// Writes the owner's registers back. `cause`: the vCPU whose FP use
+    /// needs the unit (`None`: the owner's own put or move).
+    fn save_owner(&mut self, cause: Option<&VcpuFp<H::State>>) {
         if let Some(owner) = self.owner.take() {
             self.hw.save(&mut owner.state.lock());
             self.counters.saves += 1;
-            owner.count(Counter::FpSaves);
+            owner.count_save(cause);
             // Release: the saved registers are visible before another pCPU
             // sees `live_on` cleared and restores them.
             owner.live_on.store(NOWHERE, Ordering::Release);

@@ -25,9 +25,14 @@
 //! the lowest among all running and runnable vCPUs (kept monotonic, for
 //! when nothing runs at all). So a sleeper gets a short head start, not the
 //! whole time it slept, and a vCPU moving from a crowded pCPU to one where
-//! a pinned vCPU ran alone does not monopolise it. The slice length is
-//! learnt from the charges at slice ends, so the scheduler needs no clock
-//! rate.
+//! a pinned vCPU ran alone does not monopolise it. A restarted VM's vCPUs
+//! are queued at the floor itself, with no head start, and a vCPU whose VM
+//! is stopped while it runs is still charged for that stretch when its
+//! pCPU puts it: resetting a VM again and again gains it no time. The
+//! slice length is learnt from the charges at slice ends, so the scheduler
+//! needs no clock rate; the firmware bounds it by the tick period
+//! ([`Scheduler::set_slice`]), so slices that long exits stretched do not
+//! stretch every sleeper's head start with them.
 //!
 //! A vCPU that yields (`put(Yield)`, e.g. arm64 WFE while others wait) is
 //! passed over once by the next pick on that pCPU if anyone else may run.
@@ -50,6 +55,11 @@
 //!
 //! A wake that arrives while the vCPU runs is remembered (`wake_pending`), so
 //! a `put(Blocked)` racing with it leaves the vCPU runnable: no lost wake-ups.
+//!
+//! A stopped VM stays on the pCPUs that picked its vCPUs until they put
+//! them. Whoever must wait for that (a restart) asks once
+//! ([`Scheduler::await_release`]) and the put of the last one says so
+//! ([`Put::released`]): nobody polls this lock for it (`vm::rebuild`).
 
 use crate::base::sync::Mutex;
 use alloc::collections::VecDeque;
@@ -129,6 +139,9 @@ struct Entry {
     /// [`Scheduler::stop_vm`] marks it stopped, so a restart can wait for
     /// every pCPU to let go of it).
     on_cpu: Option<usize>,
+    /// Someone waits for its VM to be off every pCPU
+    /// ([`Scheduler::await_release`]); set on every vCPU of the VM.
+    awaited: bool,
 }
 
 struct Inner {
@@ -150,11 +163,25 @@ struct Inner {
     yielder: [Option<usize>; MAX_CPUS],
     /// Average slice length in counter ticks, learnt at slice ends.
     slice: u64,
+    /// The configured slice length ([`Scheduler::set_slice`]; 0: not
+    /// known): no charge counts for more than this in `slice`.
+    slice_max: u64,
 }
 
 /// The scheduler. See the module documentation.
 pub struct Scheduler {
     inner: Mutex<Inner>,
+}
+
+/// What [`Scheduler::put_vcpu`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Put {
+    /// The vCPU's state now.
+    pub state: RunState,
+    /// This put let go of the last vCPU of a stopped VM that someone waits
+    /// for ([`Scheduler::await_release`]): the caller carries on that wait's
+    /// work (said once per wait).
+    pub released: bool,
 }
 
 /// What [`Scheduler::wake`] asks the caller to do.
@@ -189,7 +216,20 @@ impl Scheduler {
                 global_floor: 0,
                 yielder: [None; MAX_CPUS],
                 slice: 0,
+                slice_max: 0,
             }),
+        }
+    }
+
+    /// The configured slice length in counter ticks (kestrel's tick
+    /// period; 0: not known): the learnt slice length, and with it the
+    /// head start a sleeper gets ([`MAX_LAG_SLICES`] slices), is never
+    /// longer, however long the slices that a long exit ended were.
+    pub fn set_slice(&self, ticks: u64) {
+        let mut s = self.inner.lock();
+        s.slice_max = ticks;
+        if ticks > 0 {
+            s.slice = s.slice.min(ticks);
         }
     }
 
@@ -215,6 +255,7 @@ impl Scheduler {
             vruntime: 0,
             charged_to: 0,
             on_cpu: None,
+            awaited: false,
         });
         // Each queue this vCPU may wait on can hold every vCPU from now on:
         // a queue allocated at its first use (32 bytes at 4 entries) would
@@ -299,6 +340,14 @@ impl Scheduler {
             return false;
         };
         let ran = s.charge(i, now);
+        // A slice that ended after a long exit (a restart's rebuild, a
+        // long MMIO emulation) ran longer than a slice: it is charged in
+        // full, but counts as one slice in the estimate, which sets every
+        // sleeper's head start.
+        let ran = match s.slice_max {
+            0 => ran,
+            max => ran.min(max),
+        };
         s.slice = if s.slice == 0 {
             ran
         } else {
@@ -318,15 +367,39 @@ impl Scheduler {
         why: PutReason,
         now: u64,
     ) -> Result<RunState, SchedError> {
+        self.put_vcpu(cpu, key, why, now).map(|p| p.state)
+    }
+
+    /// [`Scheduler::put`], also saying whether this put released a VM
+    /// someone waits for ([`Put::released`], [`Scheduler::await_release`]).
+    pub fn put_vcpu(
+        &self,
+        cpu: usize,
+        key: VcpuKey,
+        why: PutReason,
+        now: u64,
+    ) -> Result<Put, SchedError> {
         let mut s = self.inner.lock();
         let i = s.find(key).ok_or(SchedError::NoSuchVcpu)?;
-        if s.entries[i].on_cpu == Some(cpu) {
+        let held_here = s.entries[i].on_cpu == Some(cpu);
+        if held_here {
             s.entries[i].on_cpu = None;
         }
         match s.entries[i].state {
             RunState::Running(c) if c == cpu => {}
-            // stop_vm got there first: it stays stopped.
-            RunState::Stopped => return Ok(RunState::Stopped),
+            // stop_vm got there first: it stays stopped, charged for the
+            // time it ran here like any vCPU (a vCPU that stops its own VM,
+            // by a reset, is not let off its last stretch).
+            RunState::Stopped => {
+                if held_here {
+                    s.charge(i, now);
+                }
+                let released = held_here && s.release(key.vm);
+                return Ok(Put {
+                    state: RunState::Stopped,
+                    released,
+                });
+            }
             _ => return Err(SchedError::NotRunningHere),
         }
         s.charge(i, now);
@@ -345,7 +418,10 @@ impl Scheduler {
             PutReason::Blocked => s.entries[i].state = RunState::Blocked,
             PutReason::Offline => s.entries[i].state = RunState::Offline,
         }
-        Ok(s.entries[i].state)
+        Ok(Put {
+            state: s.entries[i].state,
+            released: false,
+        })
     }
     /// An interrupt became pending for `key`: make it runnable if it waits,
     /// and say which pCPU to kick so the interrupt is taken promptly.
@@ -438,8 +514,40 @@ impl Scheduler {
         running
     }
 
+    /// Waits, without waiting, for no pCPU to hold a vCPU of `vm`, whose
+    /// vCPUs [`Scheduler::stop_vm`] stopped: `Ok(true)` if none holds one
+    /// now (the caller goes on at once); `Ok(false)` if some pCPU does:
+    /// then the put that lets go of the last one says so
+    /// ([`Put::released`]), exactly once, and the caller must leave what
+    /// follows to that pCPU. The decision and the release are made under
+    /// the scheduler's lock, so exactly one of the two goes on. Refused if
+    /// a vCPU of `vm` is not stopped (it could be picked meanwhile) or a
+    /// wait for `vm` is already under way.
+    pub fn await_release(&self, vm: u16) -> Result<bool, SchedError> {
+        let mut s = self.inner.lock();
+        let mut any = false;
+        let mut held = false;
+        for e in s.entries.iter().filter(|e| e.key.vm == vm) {
+            if e.state != RunState::Stopped || e.awaited {
+                return Err(SchedError::WrongState(e.state));
+            }
+            any = true;
+            held |= e.on_cpu.is_some();
+        }
+        if !any {
+            return Err(SchedError::NoSuchVcpu);
+        }
+        if held {
+            for e in s.entries.iter_mut().filter(|e| e.key.vm == vm) {
+                e.awaited = true;
+            }
+        }
+        Ok(!held)
+    }
+
     /// The pCPUs still holding a vCPU of `vm` (picked, not yet put), even
-    /// if [`Scheduler::stop_vm`] stopped it: a restart waits for none.
+    /// if [`Scheduler::stop_vm`] stopped it (diagnostics: a restart asks
+    /// [`Scheduler::await_release`] instead of looking again and again).
     pub fn vm_on_cpus(&self, vm: u16) -> CpuMask {
         let s = self.inner.lock();
         let mut m = CpuMask::default();
@@ -452,10 +560,12 @@ impl Scheduler {
     }
 
     /// Starts the stopped VM `vm` again, as [`Scheduler::add`] did: its
-    /// first `started` vCPUs runnable (at the floor of the pCPU they are
-    /// queued on, as any vCPU that did not run), the others offline until
-    /// powered on. Refused unless every vCPU of `vm` is stopped and on no
-    /// pCPU. Returns the pCPU to kick if one was queued on an idle pCPU.
+    /// first `started` vCPUs runnable, the others offline until powered
+    /// on. A restarted vCPU keeps its vruntime, raised to the floor of the
+    /// pCPU it is queued on: it gets no sleeper's head start (a VM that
+    /// resets itself again and again gains no time by it). Refused unless
+    /// every vCPU of `vm` is stopped and on no pCPU. Returns the pCPU to
+    /// kick if one was queued on an idle pCPU.
     pub fn restart_vm(&self, vm: u16, started: usize, from: usize) -> Result<Kick, SchedError> {
         let mut s = self.inner.lock();
         let mine: Vec<usize> = (0..s.entries.len())
@@ -476,7 +586,7 @@ impl Scheduler {
             e.state = RunState::Offline;
             e.wake_pending = false;
             if usize::from(e.key.vcpu) < started {
-                let cpu = s.make_runnable(i);
+                let cpu = s.queue(i, 0);
                 if s.idle.contains(cpu) && cpu != from {
                     kick = Kick::Cpu(cpu);
                 }
@@ -516,6 +626,20 @@ impl Inner {
         self.entries.iter().position(|e| e.key == key)
     }
 
+    /// After a put of a stopped vCPU of `vm`: whether that put let go of
+    /// the last vCPU of `vm` a pCPU held while someone waits for that
+    /// ([`Scheduler::await_release`]). Ends the wait.
+    fn release(&mut self, vm: u16) -> bool {
+        let mine = || self.entries.iter().filter(|e| e.key.vm == vm);
+        if mine().any(|e| e.on_cpu.is_some()) || !mine().any(|e| e.awaited) {
+            return false;
+        }
+        for e in self.entries.iter_mut().filter(|e| e.key.vm == vm) {
+            e.awaited = false;
+        }
+        true
+    }
+
     /// The online pCPU in `mask` with the shortest queue (lowest id on ties).
     fn least_loaded(&self, mask: CpuMask) -> usize {
         mask.and(self.online)
@@ -529,6 +653,12 @@ impl Inner {
     /// one in its mask, no more than the allowed lag behind that pCPU's
     /// floor. Returns that pCPU.
     fn make_runnable(&mut self, i: usize) -> usize {
+        self.queue(i, MAX_LAG_SLICES)
+    }
+
+    /// [`Inner::make_runnable`], no more than `lag_slices` slices behind
+    /// the floor.
+    fn queue(&mut self, i: usize, lag_slices: u64) -> usize {
         let e = &self.entries[i];
         let cpu = if e.affinity.contains(e.home)
             && !self.idle.is_empty()
@@ -546,7 +676,7 @@ impl Inner {
         } else {
             self.least_loaded(e.affinity)
         };
-        self.clamp(i, cpu);
+        self.clamp_to(i, cpu, lag_slices);
         let e = &mut self.entries[i];
         e.state = RunState::Runnable;
         e.home = cpu;
@@ -558,7 +688,12 @@ impl Inner {
     /// Raises entry `i`'s vruntime to no less than `cpu`'s floor minus the
     /// allowed lag: time spent blocked, offline or elsewhere is not banked.
     fn clamp(&mut self, i: usize, cpu: usize) {
-        let lag = self.slice.saturating_mul(MAX_LAG_SLICES);
+        self.clamp_to(i, cpu, MAX_LAG_SLICES);
+    }
+
+    /// [`Inner::clamp`] with a lag of `lag_slices` slices.
+    fn clamp_to(&mut self, i: usize, cpu: usize, lag_slices: u64) {
+        let lag = self.slice.saturating_mul(lag_slices);
         let least = self.floor(cpu, i).saturating_sub(lag);
         let e = &mut self.entries[i];
         e.vruntime = e.vruntime.max(least);
@@ -762,6 +897,131 @@ mod tests {
         assert!(got.contains(&Some(key(0, 0))) && got.contains(&None));
         s.power_on(key(0, 1), 0).unwrap();
         assert_eq!(s.restart_vm(7, 1, 0), Err(SchedError::NoSuchVcpu));
+    }
+
+    /// A vCPU whose VM is stopped while it runs (its own reset, or another
+    /// vCPU's) is charged for the time it ran when its pCPU puts it; a put
+    /// that holds nothing charges nothing.
+    #[test]
+    fn a_vcpu_stopped_while_running_is_charged_at_its_put() {
+        let s = Scheduler::new(CpuMask::first(2));
+        s.add(key(0, 0), CpuMask::first(2), true).unwrap();
+        let a = s.pick(0, 100).unwrap();
+        s.stop_vm(0);
+        assert_eq!(
+            s.put(0, a, PutReason::Preempted, 350),
+            Ok(RunState::Stopped)
+        );
+        assert_eq!(s.vruntime(a), Some(250));
+        assert_eq!(
+            s.put(0, a, PutReason::Preempted, 900),
+            Ok(RunState::Stopped)
+        );
+        assert_eq!(s.vruntime(a), Some(250), "charged once");
+    }
+
+    /// Slices stretched by long exits are charged in full but do not
+    /// stretch the learnt slice length beyond the configured one, and with
+    /// it a sleeper's head start.
+    #[test]
+    fn long_slices_do_not_stretch_a_sleepers_head_start() {
+        let run = |max: u64| {
+            let s = Scheduler::new(CpuMask::first(1));
+            s.set_slice(max);
+            s.add(key(0, 0), CpuMask::first(1), true).unwrap();
+            s.add(key(1, 0), CpuMask::first(1), true).unwrap();
+            let a = s.pick(0, 0).unwrap();
+            s.put(0, a, PutReason::Blocked, 0).unwrap();
+            let b = s.pick(0, 0).unwrap();
+            // Slices of 100 ticks, every fourth one ended by a 10_000-tick exit.
+            let mut now = 0;
+            for n in 0..400 {
+                now += if n % 4 == 3 { 10_000 } else { 100 };
+                assert!(!s.slice_end(0, now), "b is alone");
+            }
+            assert_eq!(s.vruntime(b), Some(now), "charged in full");
+            s.put(0, b, PutReason::Preempted, now).unwrap();
+            s.wake(a, 0).unwrap();
+            now - s.vruntime(a).unwrap()
+        };
+        assert_eq!(run(100), 200, "two slices of 100 ticks");
+        let unbounded = run(0);
+        assert!(unbounded > 2000, "without a bound: {unbounded}");
+    }
+
+    /// A restarted vCPU is queued at its pCPU's floor, not two slices below
+    /// it as a sleeper would be: a reset buys no head start.
+    #[test]
+    fn a_restart_queues_at_the_floor_without_a_head_start() {
+        let s = Scheduler::new(CpuMask::first(1));
+        s.add(key(0, 0), CpuMask::first(1), true).unwrap();
+        s.add(key(1, 0), CpuMask::first(1), true).unwrap();
+        let a = s.pick(0, 0).unwrap();
+        assert_eq!(a, key(0, 0));
+        s.put(0, a, PutReason::Blocked, 0).unwrap();
+        let b = s.pick(0, 0).unwrap();
+        let mut now = 0;
+        while now < 10_000 {
+            now += 100;
+            assert!(!s.slice_end(0, now), "b is alone");
+        }
+        s.put(0, b, PutReason::Preempted, now).unwrap();
+        s.stop_vm(0);
+        s.restart_vm(0, 1, 0).unwrap();
+        assert_eq!(s.vruntime(a), s.vruntime(b), "queued at the floor");
+        // A wake, by contrast, gives its two slices.
+        let s2 = Scheduler::new(CpuMask::first(1));
+        s2.add(a, CpuMask::first(1), true).unwrap();
+        s2.add(b, CpuMask::first(1), true).unwrap();
+        s2.pick(0, 0).unwrap();
+        s2.put(0, a, PutReason::Blocked, 0).unwrap();
+        s2.pick(0, 0).unwrap();
+        for t in 1..=100 {
+            s2.slice_end(0, t * 100);
+        }
+        s2.put(0, b, PutReason::Preempted, now).unwrap();
+        s2.wake(a, 0).unwrap();
+        assert_eq!(s2.vruntime(a), Some(now - 200));
+    }
+
+    /// A VM whose vCPU resets it at the end of each of its slices, beside a
+    /// spinning VM on one pCPU: the resetter gains no time by restarting
+    /// (it was never charged for the slice it reset in, and each restart
+    /// queued it two slices below the spinner: the spinner starved).
+    #[test]
+    fn a_vm_resetting_every_slice_gains_no_time() {
+        let s = Scheduler::new(CpuMask::first(1));
+        s.add(key(0, 0), CpuMask::first(1), true).unwrap();
+        s.add(key(1, 0), CpuMask::first(1), true).unwrap();
+        let mut ran = std::collections::HashMap::new();
+        let mut now = 0;
+        while now < 200_000 {
+            let k = s.pick(0, now).unwrap();
+            if k.vm == 0 {
+                now += 100;
+                *ran.entry(k.vm).or_insert(0u64) += 100;
+                s.stop_vm(0);
+                assert_eq!(
+                    s.put(0, k, PutReason::Preempted, now),
+                    Ok(RunState::Stopped)
+                );
+                s.restart_vm(0, 1, 0).unwrap();
+                continue;
+            }
+            loop {
+                now += 100;
+                *ran.entry(k.vm).or_insert(0u64) += 100;
+                if s.slice_end(0, now) {
+                    break;
+                }
+            }
+            s.put(0, k, PutReason::Preempted, now).unwrap();
+        }
+        let share = ran[&0] * 1000 / now;
+        assert!(
+            (450..=550).contains(&share),
+            "the resetter got {share}/1000 of the pCPU: {ran:?}"
+        );
     }
 
     #[test]

@@ -1,8 +1,8 @@
 //! Statistics: exit counters by reason and the counters of the portable
 //! mechanisms (FP, VMID, IPI).
 //!
-//! One [`Stats`] block per VM and one per vCPU (or one global block: the type
-//! does not care). Every counter is an `AtomicU64` bumped with `Relaxed`
+//! One [`Stats`] block per VM and one per vCPU, and one for the host
+//! ([`HOST`]: what belongs to no one VM). Every counter is an `AtomicU64` bumped with `Relaxed`
 //! ordering: counters are independent and only ever read as a snapshot for
 //! the log or the guest, so no ordering between them is promised.
 //!
@@ -15,6 +15,25 @@ use crate::vcpu::ipi::IpiOutcome;
 use core::fmt;
 use core::sync::atomic::{AtomicU64, Ordering};
 use kestrel_abi::stat;
+
+/// kestrel's own counters: events of the host rather than of one VM,
+/// which no VM's counters show (the operator's live view and kestrel's
+/// log do): VMID (LoongArch GID) rollovers and the TLB flushes they take,
+/// whichever VM's load met them, and the saves of one VM's FP registers
+/// that another VM's FP use caused on the same pCPU.
+pub static HOST: Stats = Stats::new();
+
+/// The host counters as kestrel's log and the live view name them:
+/// `vmid_rollovers=R tlb_flushes=T fp_saves=S` (FP saves for another
+/// VM's use).
+pub fn host_summary(s: &Snapshot) -> alloc::string::String {
+    alloc::format!(
+        "vmid_rollovers={} tlb_flushes={} fp_saves={}",
+        s.get(Counter::VmidRollovers),
+        s.get(Counter::TlbFlushes),
+        s.get(Counter::FpSaves)
+    )
+}
 
 /// Number of counters in a [`Stats`] block.
 pub const COUNT: usize = stat::COUNT as usize;

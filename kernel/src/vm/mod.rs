@@ -13,6 +13,7 @@
 //! (pending virtual interrupts) belongs to the backend's own per-VM state.
 
 pub mod exitctx;
+pub mod rebuild;
 
 use alloc::format;
 use alloc::string::String;
@@ -28,6 +29,7 @@ use crate::mem::vmid::VmVmid;
 use crate::vcpu::sched::{CpuMask, Kick, PutReason, RunState, SchedError, Scheduler, VcpuKey};
 use crate::vcpu::stats::{ExitReason, Stats};
 use crate::vm::exitctx::ExitCtx;
+use crate::vm::rebuild::{PendingRebuild, PostError, Rebuild};
 
 /// An operation on a VM the operator asks for (the console's commands).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -165,8 +167,11 @@ pub trait Backend: DeviceWork + Sync + Sized {
     /// ([`Hypervisor::run_cpu`] sequences it): fresh RAM with its images,
     /// fresh devices, `vcpus` as at creation (vCPU 0 at the entry), stale
     /// translations of its VMID dropped. None of its vCPUs is loaded on any
-    /// pCPU and none runs until this returns. An error ends the VM. The
-    /// default: restarts are not supported.
+    /// pCPU and none runs until this returns. It runs on the pCPU that put
+    /// the VM's last vCPU, between two vCPUs of its run loop (or on the
+    /// one that asked, if no pCPU held one): keep it short, or leave the
+    /// long part to the VM's own vCPU 0 (as LoongArch zeroes RAM). An error
+    /// ends the VM. The default: restarts are not supported.
     fn restart_vm(
         &self,
         vm: &Vm<Self>,
@@ -174,19 +179,6 @@ pub trait Backend: DeviceWork + Sync + Sized {
     ) -> Result<(), String> {
         let _ = (vm, vcpus);
         Err(String::from("this backend cannot restart a VM"))
-    }
-    /// Serves what other pCPUs may wait for from `cpu` (their vCPUs' FP
-    /// registers live in its unit, which they asked back). The default:
-    /// nothing.
-    fn serve(&self, cpu: usize) {
-        let _ = cpu;
-    }
-    /// Called while `cpu` waits for other pCPUs (a restart waiting for the
-    /// VM's vCPUs to be put): they may wait for this one, so it serves
-    /// them ([`Backend::serve`]), then a spin-loop hint.
-    fn relax(&self, cpu: usize) {
-        self.serve(cpu);
-        core::hint::spin_loop();
     }
 }
 
@@ -228,6 +220,9 @@ pub struct Vm<B: Backend> {
     end: Mutex<Option<VmEnd>>,
     /// A restart is under way: its vCPUs are stopped until it is done.
     resetting: AtomicBool,
+    /// The rebuild (restart or start) waiting for its vCPUs to leave their
+    /// pCPUs, completed by the pCPU that puts the last one.
+    rebuild: PendingRebuild,
     /// Restarts done so far.
     restarts: AtomicU64,
     /// An operation the console asked for ([`Hypervisor::request`]), 0: none.
@@ -414,6 +409,7 @@ impl<B: Backend> Hypervisor<B> {
             reported: AtomicBool::new(false),
             end: Mutex::new(None),
             resetting: AtomicBool::new(false),
+            rebuild: PendingRebuild::new(),
             restarts: AtomicU64::new(0),
             request: AtomicU8::new(0),
             started_at: AtomicU64::new(self.backend.now()),
@@ -546,21 +542,23 @@ impl<B: Backend> Hypervisor<B> {
 
     /// A reset request from a vCPU of `vm` on `cpu`: with `on_reboot =
     /// "restart"` the VM's vCPUs are stopped on every pCPU (those running
-    /// one are kicked) and `true` says the caller must finish the restart
-    /// ([`Hypervisor::finish_restart`]) once it has put its own vCPU. A VM
-    /// that ended meanwhile, or that restarts already, is left alone
-    /// (`false`). With "stop", or a backend that cannot restart, the VM
-    /// ends (`false`).
+    /// one are kicked) and the restart is posted: the pCPU that puts the
+    /// VM's last vCPU completes it ([`Hypervisor::complete_rebuild`]), and
+    /// nobody waits for that. `true` says no pCPU held one, so the caller
+    /// completes it once it holds no vCPU of the VM (it never does while
+    /// it runs one of them: its own put is then the one). A VM that ended
+    /// meanwhile, or that restarts already, is left alone (`false`). With
+    /// "stop", or a backend that cannot restart, the VM ends (`false`).
     pub fn begin_restart(&self, vm: &Vm<B>, cpu: usize, observer: &dyn Observer) -> bool {
         if vm.on_reboot == OnReboot::Stop || !self.backend.can_restart() {
             self.end_vm(vm, VmEnd::Reset, cpu, observer);
             return false;
         }
-        self.stop_for_restart(vm, cpu)
+        self.stop_for_restart(vm, cpu, observer)
     }
 
     /// [`Hypervisor::begin_restart`] whatever the VM's `on_reboot` says.
-    fn stop_for_restart(&self, vm: &Vm<B>, cpu: usize) -> bool {
+    fn stop_for_restart(&self, vm: &Vm<B>, cpu: usize, observer: &dyn Observer) -> bool {
         let end = vm.end.lock();
         if vm.has_ended() || vm.resetting.swap(true, Ordering::AcqRel) {
             return false;
@@ -570,18 +568,39 @@ impl<B: Backend> Hypervisor<B> {
         for c in running.iter().filter(|&c| c != cpu) {
             self.backend.kick(c);
         }
-        true
+        match vm.rebuild.post(&self.sched, vm.slot, Rebuild::Restart) {
+            Ok(now) => now,
+            // Not reached: `resetting` keeps a second restart out, a start
+            // needs the VM ended, and its vCPUs were just stopped.
+            Err(e) => {
+                vm.resetting.store(false, Ordering::Release);
+                self.end_vm(
+                    vm,
+                    VmEnd::Fatal(format!("restart refused: {e:?}")),
+                    cpu,
+                    observer,
+                );
+                false
+            }
+        }
+    }
+
+    /// Completes the rebuild `vm` waits for, on `cpu`, which the scheduler
+    /// named for it (its put let go of the VM's last vCPU, or it posted the
+    /// rebuild when no pCPU held one) and which holds no vCPU of the VM.
+    fn complete_rebuild(&self, vm: &Vm<B>, cpu: usize, observer: &dyn Observer) {
+        match vm.rebuild.pending() {
+            Some(Rebuild::Restart) => self.finish_restart(vm, cpu, observer),
+            Some(Rebuild::Start) => self.finish_start(vm, cpu, observer),
+            None => {}
+        }
     }
 
     /// Finishes the restart [`Hypervisor::begin_restart`] began, on `cpu`
-    /// (which holds none of the VM's vCPUs): waits until no pCPU holds
-    /// one, has the backend rebuild the VM, clears its deadlines and VMID,
-    /// and starts its vCPUs as at creation, unless it ended meanwhile. A
-    /// failed rebuild ends it.
-    pub fn finish_restart(&self, vm: &Vm<B>, cpu: usize, observer: &dyn Observer) {
-        while !self.sched.vm_on_cpus(vm.slot).is_empty() {
-            self.backend.relax(cpu);
-        }
+    /// (no pCPU holds a vCPU of the VM any more): has the backend rebuild
+    /// the VM, clears its deadlines and VMID, and starts its vCPUs as at
+    /// creation, unless it ended meanwhile. A failed rebuild ends it.
+    fn finish_restart(&self, vm: &Vm<B>, cpu: usize, observer: &dyn Observer) {
         let mut ctxs: Vec<_> = vm.vcpus.iter().map(|v| v.ctx.lock()).collect();
         let rebuilt = self.backend.restart_vm(vm, &mut ctxs);
         drop(ctxs);
@@ -590,6 +609,7 @@ impl<B: Backend> Hypervisor<B> {
         }
         vm.vmid.invalidate();
         if let Err(e) = rebuilt {
+            vm.rebuild.done();
             vm.resetting.store(false, Ordering::Release);
             self.end_vm(
                 vm,
@@ -600,6 +620,9 @@ impl<B: Backend> Hypervisor<B> {
             return;
         }
         let end = vm.end.lock();
+        // Done before `resetting` is cleared and any vCPU may run: the
+        // next reset can post its restart at once.
+        vm.rebuild.done();
         vm.resetting.store(false, Ordering::Release);
         if vm.has_ended() {
             return;
@@ -664,6 +687,12 @@ impl<B: Backend> Hypervisor<B> {
             Op::Restart | Op::Start if !self.backend.can_restart() => {
                 return Err("this backend cannot rebuild a VM")
             }
+            Op::Start if vm.resetting.load(Ordering::Acquire) => {
+                return Err("its restart is under way")
+            }
+            Op::Restart | Op::Start if vm.rebuild.pending().is_some() => {
+                return Err("an operation on it is under way")
+            }
             _ => {}
         }
         if vm
@@ -686,7 +715,9 @@ impl<B: Backend> Hypervisor<B> {
         for vm in self.created() {
             match vm.request.swap(0, Ordering::AcqRel) {
                 1 => self.end_vm(vm, VmEnd::Stopped, cpu, observer),
-                2 if self.stop_for_restart(vm, cpu) => self.finish_restart(vm, cpu, observer),
+                2 if self.stop_for_restart(vm, cpu, observer) => {
+                    self.complete_rebuild(vm, cpu, observer)
+                }
                 3 => self.start_again(vm, cpu, observer),
                 _ => {}
             }
@@ -694,15 +725,40 @@ impl<B: Backend> Hypervisor<B> {
     }
 
     /// Starts `vm`, which has ended, again as at creation: the backend
-    /// rebuilds it from its packed images ([`Backend::restart_vm`]).
+    /// rebuilds it from its packed images ([`Backend::restart_vm`]) once no
+    /// pCPU holds one of its vCPUs (stopped at its end): now, or at the put
+    /// of the last one, on that pCPU ([`Hypervisor::complete_rebuild`]).
     fn start_again(&self, vm: &Vm<B>, cpu: usize, observer: &dyn Observer) {
+        let end = vm.end.lock();
         if !vm.has_ended() {
             return;
         }
-        // Its vCPUs were stopped at its end; wait for the pCPUs to put them.
-        while !self.sched.vm_on_cpus(vm.slot).is_empty() {
-            self.backend.relax(cpu);
+        if end.is_none() {
+            // Its end is under way (its vCPUs are being stopped): ask again.
+            drop(end);
+            let _ = vm.request.compare_exchange(
+                0,
+                op_code(Op::Start),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            );
+            self.requests.store(true, Ordering::Release);
+            return;
         }
+        let posted = vm.rebuild.post(&self.sched, vm.slot, Rebuild::Start);
+        drop(end);
+        match posted {
+            Ok(true) => self.finish_start(vm, cpu, observer),
+            // The pCPU that puts its last vCPU starts it; or a rebuild is
+            // under way already.
+            Ok(false) | Err(PostError::Busy) => {}
+            Err(e) => log::error!("VM \"{}\" cannot start again: {e:?}", vm.name),
+        }
+    }
+
+    /// Finishes [`Hypervisor::start_again`] on `cpu` (no pCPU holds a vCPU
+    /// of the VM).
+    fn finish_start(&self, vm: &Vm<B>, cpu: usize, observer: &dyn Observer) {
         let mut ctxs: Vec<_> = vm.vcpus.iter().map(|v| v.ctx.lock()).collect();
         let rebuilt = self.backend.restart_vm(vm, &mut ctxs);
         drop(ctxs);
@@ -711,6 +767,7 @@ impl<B: Backend> Hypervisor<B> {
         }
         vm.vmid.invalidate();
         if let Err(e) = rebuilt {
+            vm.rebuild.done();
             log::error!("VM \"{}\" cannot start again: {e}", vm.name);
             return;
         }
@@ -718,6 +775,7 @@ impl<B: Backend> Hypervisor<B> {
         *end = None;
         vm.reported.store(false, Ordering::Release);
         vm.ended.store(false, Ordering::Release);
+        vm.rebuild.done();
         let kick = self.sched.restart_vm(vm.slot, vm.started, cpu);
         vm.started_at.store(self.backend.now(), Ordering::Release);
         drop(end);
@@ -760,7 +818,7 @@ impl<B: Backend> Hypervisor<B> {
             self.loads.fetch_add(1, Ordering::Relaxed);
             self.backend.load(cpu, &vm, vcpu, &mut ctx);
             self.backend.slice_start(cpu);
-            let mut restart = false;
+            let mut rebuild_now = false;
             let why = loop {
                 if vm.is_stopping() || self.requests.load(Ordering::Relaxed) {
                     break PutReason::Preempted;
@@ -797,7 +855,7 @@ impl<B: Backend> Hypervisor<B> {
                     RunExit::Yield => break PutReason::Yield,
                     RunExit::CpuOff => break PutReason::Offline,
                     RunExit::VmEnd(VmEnd::Reset) => {
-                        restart = self.begin_restart(&vm, cpu, observer);
+                        rebuild_now = self.begin_restart(&vm, cpu, observer);
                         break PutReason::Preempted;
                     }
                     RunExit::VmEnd(end) => {
@@ -809,13 +867,15 @@ impl<B: Backend> Hypervisor<B> {
             self.backend.put(cpu, &vm, vcpu, &mut ctx);
             drop(ctx);
             // Errors here mean the VM was stopped meanwhile: nothing to do.
-            let put = self.sched.put(cpu, key, why, self.backend.now());
-            if restart {
-                self.finish_restart(&vm, cpu, observer);
+            let put = self.sched.put_vcpu(cpu, key, why, self.backend.now());
+            // This put let go of the last vCPU of a VM whose restart (or
+            // start) waits for that: this pCPU completes it, now.
+            if rebuild_now || put.is_ok_and(|p| p.released) {
+                self.complete_rebuild(&vm, cpu, observer);
             }
             // A VM whose every vCPU turned itself off has ended too (not
             // one that a stop or restart took them from).
-            if put == Ok(RunState::Offline) && !self.sched.vm_alive(vm.slot) {
+            if put.map(|p| p.state) == Ok(RunState::Offline) && !self.sched.vm_alive(vm.slot) {
                 self.end_vm(&vm, VmEnd::PowerOff, cpu, observer);
             }
         }

@@ -26,6 +26,13 @@ enum Op {
     WaitDevices,
     /// Work until the test releases the VMs ([`Fake::release`]), then power off.
     UntilReleased,
+    /// Power on vCPU n of the same VM, again and again (whatever the
+    /// answer), forever.
+    HammerOn(usize),
+    /// Stay in the guest (one long run) while [`Fake::hold`] is set.
+    Hold,
+    /// Work until some vCPU is in [`Op::Hold`] (or has been).
+    WaitHeld,
 }
 
 struct Ctx {
@@ -56,6 +63,13 @@ struct VmArch {
     /// IPIs received and not yet consumed, per vCPU (a count, so pings
     /// from several senders are not merged).
     pending: Vec<AtomicUsize>,
+    /// Runs of its vCPUs (guest entries).
+    runs: AtomicUsize,
+}
+
+std::thread_local! {
+    /// The pCPU this test thread stands for.
+    static THIS_CPU: core::cell::Cell<usize> = const { core::cell::Cell::new(usize::MAX) };
 }
 
 struct Fake {
@@ -72,8 +86,12 @@ struct Fake {
     rebuilds: AtomicUsize,
     /// Ends [`Op::UntilReleased`].
     release: AtomicBool,
-    /// [`Backend::serve`] calls, per pCPU.
-    served: Vec<AtomicUsize>,
+    /// Keeps an [`Op::Hold`] in the guest.
+    hold: AtomicBool,
+    /// An [`Op::Hold`] began.
+    holding: AtomicBool,
+    /// The pCPU of each rebuild, in order.
+    rebuilt_on: StdMutex<Vec<usize>>,
 }
 
 impl Fake {
@@ -122,6 +140,7 @@ impl Backend for Fake {
         self.check_deadline();
         self.slice_runs[cpu].fetch_add(1, Ordering::Relaxed);
         self.clock.fetch_add(1, Ordering::Relaxed);
+        vm.arch.runs.fetch_add(1, Ordering::Relaxed);
         let Some(op) = ctx.script.get(ctx.pc).cloned() else {
             return RunExit::CpuOff;
         };
@@ -174,15 +193,30 @@ impl Backend for Fake {
                 RunExit::VmEnd(VmEnd::PowerOff)
             }
             Op::UntilReleased => RunExit::Continue,
+            Op::HammerOn(n) => {
+                let _ = hv.power_on(vm, n, cpu);
+                RunExit::Continue
+            }
+            Op::WaitHeld => {
+                if self.holding.load(Ordering::Acquire) {
+                    ctx.pc += 1;
+                }
+                RunExit::Continue
+            }
+            Op::Hold => {
+                self.holding.store(true, Ordering::Release);
+                while self.hold.load(Ordering::Acquire) {
+                    self.check_deadline();
+                    std::thread::yield_now();
+                }
+                ctx.pc += 1;
+                RunExit::Continue
+            }
         }
     }
 
     fn can_restart(&self) -> bool {
         true
-    }
-
-    fn serve(&self, cpu: usize) {
-        self.served[cpu].fetch_add(1, Ordering::Relaxed);
     }
 
     fn restart_vm(
@@ -203,6 +237,10 @@ impl Backend for Fake {
             p.store(0, Ordering::Release);
         }
         self.rebuilds.fetch_add(1, Ordering::Relaxed);
+        self.rebuilt_on
+            .lock()
+            .unwrap()
+            .push(THIS_CPU.with(|c| c.get()));
         Ok(())
     }
 
@@ -275,7 +313,9 @@ fn hv(cpus: usize) -> Hypervisor<Fake> {
             deadline: std::time::Instant::now() + std::time::Duration::from_secs(20),
             rebuilds: AtomicUsize::new(0),
             release: AtomicBool::new(false),
-            served: (0..cpus).map(|_| AtomicUsize::new(0)).collect(),
+            hold: AtomicBool::new(false),
+            holding: AtomicBool::new(false),
+            rebuilt_on: StdMutex::new(Vec::new()),
         },
         CpuMask::first(cpus),
     )
@@ -304,6 +344,7 @@ fn add_with(
         name: name.into(),
         arch: VmArch {
             pending: (0..n).map(|_| AtomicUsize::new(0)).collect(),
+            runs: AtomicUsize::new(0),
         },
         bus: crate::dev::vdev::bus::Bus::new(),
         virtio: Default::default(),
@@ -321,9 +362,15 @@ fn add_with(
 fn run_all(hv: &Hypervisor<Fake>, cpus: usize, log: &Log) {
     std::thread::scope(|s| {
         for cpu in 0..cpus {
-            s.spawn(move || hv.run_cpu(cpu, log));
+            s.spawn(move || run_cpu(hv, cpu, log));
         }
     });
+}
+
+/// pCPU `cpu`'s run loop, on this thread.
+fn run_cpu(hv: &Hypervisor<Fake>, cpu: usize, log: &Log) {
+    THIS_CPU.with(|c| c.set(cpu));
+    hv.run_cpu(cpu, log);
 }
 
 /// An SMP guest: the boot vCPU starts the others, each works, pings the boot
@@ -461,23 +508,6 @@ fn a_reset_restarts_the_vm_with_its_vcpus_as_at_creation() {
     assert!(vm.vcpus[1].ctx.lock().left < 1_000_000);
     assert_eq!(hv.exit_status(), ExitStatus::Success);
     assert_eq!(log.all.load(Ordering::Relaxed), 1);
-}
-
-/// A pCPU that waits for others (a restart waiting for the VM's vCPUs to be
-/// put) serves what they may wait for from it at each round.
-#[test]
-fn waiting_serves_other_pcpus() {
-    let hv = hv(2);
-    for _ in 0..3 {
-        hv.backend.relax(1);
-    }
-    let served: Vec<_> = hv
-        .backend
-        .served
-        .iter()
-        .map(|s| s.load(Ordering::Relaxed))
-        .collect();
-    assert_eq!(served, [0, 3]);
 }
 
 #[test]
@@ -739,6 +769,7 @@ fn pending_device_work_continues_before_entries_and_a_waiting_vcpu_keeps_running
         name: "dev".into(),
         arch: VmArch {
             pending: vec![AtomicUsize::new(0)],
+            runs: AtomicUsize::new(0),
         },
         bus: crate::dev::vdev::bus::Bus::new(),
         virtio: crate::dev::virtio::set::VmVirtio {
@@ -807,7 +838,7 @@ fn the_console_stops_restarts_and_starts_vms_while_they_run() {
     std::thread::scope(|s| {
         for cpu in 0..cpus {
             let (hv, log) = (&hv, &log);
-            s.spawn(move || hv.run_cpu(cpu, log));
+            s.spawn(move || run_cpu(hv, cpu, log));
         }
         wait_for(&hv, "the VMs to run", || hv.backend.now() > 100);
         assert_eq!(hv.vm_state(&spin), VmState::Running);
@@ -853,4 +884,154 @@ fn the_console_stops_restarts_and_starts_vms_while_they_run() {
     assert_eq!(other.end_reason(), Some(VmEnd::PowerOff));
     assert_eq!(log.all.load(Ordering::Relaxed), 1);
     assert_eq!(hv.exit_status(), ExitStatus::Success);
+}
+
+/// Issue: 52 resets racing CPU_ON. vCPU 0 of "x" resets its VM 40 times
+/// while vCPU 1 powers on vCPU 2 (which turns itself off again) without
+/// pause, on 2 pCPUs beside a VM that must finish: every restart is
+/// rebuilt once, with none of its vCPUs loaded (the fake checks), and
+/// every CPU_ON either lands before the stop or is refused.
+#[test]
+fn restarts_racing_cpu_on_complete_and_leave_the_other_vm_alone() {
+    let cpus = 2;
+    let hv = hv(cpus);
+    let log = Log::default();
+    let x = add(
+        &hv,
+        "x",
+        vec![
+            vec![Op::PowerOn(1), Op::Work(30), Op::ResetUntil(40)],
+            vec![Op::HammerOn(2)],
+            vec![Op::CpuOff],
+        ],
+        CpuMask::first(cpus),
+        false,
+    );
+    let other = add(
+        &hv,
+        "other",
+        smp_guest(2, 2000),
+        CpuMask::first(cpus),
+        false,
+    );
+    run_all(&hv, cpus, &log);
+    assert_eq!(x.end_reason(), Some(VmEnd::PowerOff));
+    assert_eq!(other.end_reason(), Some(VmEnd::PowerOff));
+    assert_eq!(x.restarts(), 40);
+    assert_eq!(hv.backend.rebuilds.load(Ordering::Relaxed), 40);
+    let want: Vec<(String, u64)> = (1..=40).map(|n| ("x".into(), n)).collect();
+    assert_eq!(*log.restarted.lock().unwrap(), want);
+    assert!(
+        !x.vcpus[2].ctx.lock().ran_on.is_empty(),
+        "CPU_ON of vCPU 2 never landed"
+    );
+    assert_eq!(hv.exit_status(), ExitStatus::Success);
+}
+
+/// A restart whose VM has a vCPU in the guest on another pCPU (a long
+/// exit, held by the test): the pCPU that asked for it does not wait, it
+/// runs the victim VM pinned beside it meanwhile; the restart is completed
+/// by the pCPU that puts the VM's last vCPU, once it does.
+#[test]
+fn a_restart_waits_for_no_pcpu_and_the_last_put_completes_it() {
+    let cpus = 2;
+    let hv = hv(cpus);
+    let log = Log::default();
+    // vCPU i of "x" pinned to pCPU i.
+    let x = add(
+        &hv,
+        "x",
+        vec![
+            vec![Op::PowerOn(1), Op::WaitHeld, Op::ResetUntil(1)],
+            vec![Op::Hold, Op::UntilReleased],
+        ],
+        CpuMask::first(cpus),
+        true,
+    );
+    let victim = add(
+        &hv,
+        "victim",
+        vec![vec![Op::UntilReleased]],
+        CpuMask::single(0),
+        false,
+    );
+    hv.backend.hold.store(true, Ordering::Release);
+    std::thread::scope(|s| {
+        for cpu in 0..cpus {
+            let (hv, log) = (&hv, &log);
+            s.spawn(move || run_cpu(hv, cpu, log));
+        }
+        wait_for(&hv, "the reset", || x.is_stopping());
+        assert_eq!(hv.vm_state(&x), VmState::Restarting);
+        let before = victim.arch.runs.load(Ordering::Relaxed);
+        wait_for(&hv, "the victim to run beside the waiting restart", || {
+            victim.arch.runs.load(Ordering::Relaxed) > before + 1000
+        });
+        assert_eq!(x.restarts(), 0, "vCPU 1 is still on pCPU 1");
+        assert_eq!(hv.backend.rebuilds.load(Ordering::Relaxed), 0);
+        hv.backend.hold.store(false, Ordering::Release);
+        wait_for(&hv, "the restart", || x.restarts() == 1);
+        assert_eq!(
+            *hv.backend.rebuilt_on.lock().unwrap(),
+            [1],
+            "rebuilt by the last put"
+        );
+        hv.backend.release.store(true, Ordering::Release);
+    });
+    assert_eq!(x.end_reason(), Some(VmEnd::PowerOff));
+    assert_eq!(victim.end_reason(), Some(VmEnd::PowerOff));
+    assert_eq!(log.all.load(Ordering::Relaxed), 1);
+}
+
+/// Restarts back to back: the guest resets at its very first run after
+/// each restart (its next restart is posted while the last one's pCPU may
+/// still be finishing), with a second vCPU on the other pCPUs; then the
+/// operator restarts a VM twice in a row.
+#[test]
+fn restarts_in_a_row_each_complete_once() {
+    let cpus = 3;
+    let hv = hv(cpus);
+    let log = Log::default();
+    let x = add(
+        &hv,
+        "x",
+        vec![
+            vec![Op::PowerOn(1), Op::ResetUntil(30)],
+            vec![Op::Work(1_000_000)],
+        ],
+        CpuMask::first(cpus),
+        false,
+    );
+    let spin = add(
+        &hv,
+        "spin",
+        vec![vec![Op::UntilReleased]; 2],
+        CpuMask::first(cpus),
+        false,
+    );
+    hv.publish();
+    std::thread::scope(|s| {
+        for cpu in 0..cpus {
+            let (hv, log) = (&hv, &log);
+            s.spawn(move || run_cpu(hv, cpu, log));
+        }
+        wait_for(&hv, "x's restarts", || x.has_ended());
+        hv.power_on(&spin, 1, 0).unwrap();
+        for n in 1..=2 {
+            // Refused while the previous one is under way.
+            wait_for(&hv, "a restart to be taken", || {
+                hv.request(1, crate::vmm::console::Op::Restart).is_ok()
+            });
+            wait_for(&hv, "the operator's restart", || spin.restarts() == n);
+        }
+        hv.backend.release.store(true, Ordering::Release);
+    });
+    assert_eq!(x.end_reason(), Some(VmEnd::PowerOff));
+    assert_eq!(x.restarts(), 30);
+    assert_eq!(spin.restarts(), 2);
+    assert_eq!(hv.backend.rebuilds.load(Ordering::Relaxed), 32);
+    let mut want: Vec<(String, u64)> = (1..=30).map(|n| ("x".into(), n)).collect();
+    want.extend((1..=2).map(|n| ("spin".into(), n)));
+    assert_eq!(*log.restarted.lock().unwrap(), want);
+    assert_eq!(spin.end_reason(), Some(VmEnd::PowerOff));
 }

@@ -3,11 +3,15 @@
 //! Two modes ([`Mode`]):
 //!
 //! - **Raw** (the default): the VM with the keyboard (the *focus*) owns the
-//!   terminal. Its bytes go out untouched (escape sequences, CR, Backspace,
-//!   UTF-8), so shells, `vi` and `top` work. Every VM's output also goes
+//!   terminal. Its bytes go out through its terminal filter
+//!   ([`crate::vmm::termfilter`]): text, CR, Backspace, UTF-8, colours, cursor
+//!   movement and the modes of full-screen programs pass, so shells, `vi`
+//!   and `top` work; what could reach beyond the screen (clipboard, title,
+//!   queries answered as typed input, mouse reporting, terminal strings)
+//!   and concealed or blinking text do not. Every VM's output also goes
 //!   into its own scrollback ring (its size set by `kestrel.scrollback=`);
-//!   the other VMs' output goes only there, and a VM's ring is replayed when
-//!   it gets the focus.
+//!   the other VMs' output goes only there, and a VM's ring is replayed,
+//!   through a fresh filter, when it gets the focus.
 //! - **Log** (`kestrel.console=log`, what the tests use): each VM's bytes
 //!   are collected into lines and written with a tag naming the VM
 //!   (`[linux0] ...`), control bytes made visible as `.`, so interleaved
@@ -18,8 +22,10 @@
 //!   another VM's line interrupts its partial line, that line is ended and
 //!   printed again, tagged, at the focused VM's next byte.
 //!
-//! Callers must write what [`ConsoleMux::output`] returns before releasing
-//! the multiplexer's lock, so the terminal sees the order decided here.
+//! Callers must queue what [`ConsoleMux::output`] returns before releasing
+//! the multiplexer's lock, so the terminal sees the order decided here
+//! (`crate::vmm::terminal`: each VM's output into its own buffer, kestrel's
+//! into its queue, drained to the UART at its pace by `crate::base::conout`).
 //!
 //! Input goes to the focused VM. The escape key **Ctrl-]** (0x1d) followed
 //! by a command key ([`KEYS`], also printed by `?`) switches the focus or
@@ -28,10 +34,42 @@
 //! statistics view lasts until the next key. Every key gets an answer; a key
 //! kestrel does not know says so. (Ctrl-A is QEMU's own escape under
 //! `-nographic`, so kestrel uses another.)
+//!
+//! # kestrel's notices in raw mode
+//!
+//! A VM owning the terminal must not be able to pass for kestrel (a fake
+//! "the keyboard moved" and a fake login prompt would collect what the
+//! operator types). So:
+//!
+//! - **The keyboard moves only by the operator's keys** (Ctrl-] and a VM
+//!   number, `n` or Tab). When the focused VM stops, it keeps the
+//!   keyboard; what is typed to it goes nowhere (the first key is answered).
+//!   A message saying the keyboard moved by itself is a fake.
+//! - Before kestrel says anything, and before another VM's output, it
+//!   writes the terminal reset ([`crate::vmm::termfilter::RESET`], after undoing
+//!   what the VM turned on: alternate screen, scroll region, cursor shape),
+//!   which a VM cannot send through its filter.
+//! - Each notice's `kestrel:` tag is written in blinking reverse video
+//!   ([`MARK_ON`]): the filter removes blink from every VM's output, so no
+//!   VM can write that tag. The terminal's title names the VM with the
+//!   keyboard, and only kestrel can set a title.
+//! - **A notice is the last thing on the screen until the operator types**:
+//!   from a notice (and from Ctrl-]) the focused VM's output is held, kept
+//!   in its ring and not written, until a key goes to the VM; then what was
+//!   held is written, the VM's modes set again, and the key delivered. The
+//!   operator reads kestrel's words with nothing drawn over them. After a
+//!   focus change the replayed scrollback comes first and the notice after
+//!   it. (The one exception is the line printed at boot, before any VM
+//!   output.)
+//!
+//! `docs/console.md` describes this for the operator.
 
 use alloc::collections::VecDeque;
 use alloc::string::String;
 use alloc::vec::Vec;
+
+use crate::base::conout::{Outbox, Source};
+use crate::vmm::termfilter::TermFilter;
 
 /// The escape byte: Ctrl-].
 pub const ESCAPE: u8 = 0x1d;
@@ -40,6 +78,17 @@ pub const LINE_MAX: usize = 256;
 /// The scrollback ring's default size per VM, in bytes.
 pub const SCROLLBACK_DEFAULT: usize = 16 * 1024;
 pub use crate::host::cmdline::SCROLLBACK_MAX;
+
+/// The tag that starts kestrel's notices.
+pub const TAG: &str = "kestrel:";
+/// Raw mode: the rendition of [`TAG`] in kestrel's notices, blinking
+/// reverse video. The terminal filter removes blink (SGR 5 and 6) from
+/// every VM's output, so only kestrel writes this.
+pub const MARK_ON: &str = "\x1b[0;5;7m";
+/// The rendition after the tag.
+pub const MARK_OFF: &str = "\x1b[0m";
+/// Most boot marks kept per VM's scrollback.
+const BOOT_MARKS_MAX: usize = 16;
 
 /// The command keys after Ctrl-], as `?` lists them.
 pub const KEYS: &[(&str, &str)] = &[
@@ -70,7 +119,7 @@ pub enum Out {
     Text(String),
     /// Bytes written exactly as they are.
     Raw(Vec<u8>),
-    /// One guest byte, untouched.
+    /// One byte, as it is.
     Byte(u8),
 }
 
@@ -99,8 +148,11 @@ struct VmConsole {
     held: VecDeque<u8>,
     /// Raw mode: the last bytes the VM wrote.
     ring: VecDeque<u8>,
-    /// The ring dropped old bytes (its start may be inside a line).
-    ring_wrapped: bool,
+    /// How many bytes the VM wrote before the ring's first (the ring
+    /// dropped them: its start may be inside a line).
+    ring_start: u64,
+    /// Where in its output (counted as `ring_start`) the VM booted again.
+    boots: VecDeque<u64>,
     /// The VM runs (not stopped).
     alive: bool,
 }
@@ -114,11 +166,14 @@ pub const HELD_MAX: usize = 4096;
 pub enum InputAction {
     /// Give this byte to VM `vm`.
     Deliver { vm: usize, byte: u8 },
+    /// Write `out` (the VM's output held since kestrel's last notice),
+    /// then give this byte to VM `vm`.
+    Resume { out: Out, vm: usize, byte: u8 },
     /// Write this for the user (focus change, help, an answer).
     Say(Out),
     /// The VM manager must carry this out (and answer).
     Command(Command),
-    /// Nothing (escape pending).
+    /// Nothing (escape pending, or a key for a stopped VM).
     None,
 }
 
@@ -152,6 +207,19 @@ pub struct ConsoleMux {
     dropped: u64,
     /// Someone has typed: in log mode the focused VM's output streams.
     interactive: bool,
+    /// Raw mode: the focused VM's terminal filter (its state continues
+    /// from its replay).
+    filter: TermFilter,
+    /// Raw mode: the focused VM's output is held from this point of it
+    /// (kestrel spoke, or Ctrl-] was typed) until a key goes to it.
+    held_from: Option<u64>,
+    /// Raw mode: kestrel's reset was written since the focused VM's last
+    /// byte: the modes its filter remembers are not on the terminal.
+    clean: bool,
+    /// The focused VM is stopped and a key for it was answered.
+    told_stopped: bool,
+    /// Raw mode: what the filter made of one byte (reused).
+    scratch: Vec<u8>,
 }
 
 impl ConsoleMux {
@@ -172,6 +240,11 @@ impl ConsoleMux {
             at_line_start: true,
             dropped: 0,
             interactive: false,
+            filter: TermFilter::new(),
+            held_from: None,
+            clean: false,
+            told_stopped: false,
+            scratch: Vec::new(),
         }
     }
 
@@ -194,7 +267,8 @@ impl ConsoleMux {
             line_virtio: Vec::new(),
             held: VecDeque::new(),
             ring: VecDeque::new(),
-            ring_wrapped: false,
+            ring_start: 0,
+            boots: VecDeque::new(),
             alive: true,
         });
         self.vms.len() - 1
@@ -220,18 +294,43 @@ impl ConsoleMux {
         self.keys == Keys::View
     }
 
+    /// Raw mode: whether the focused VM's output is held until the
+    /// operator types.
+    pub fn holding(&self) -> bool {
+        self.held_from.is_some()
+    }
+
     /// The line printed once the VMs run: who has the keyboard, how to
-    /// switch, how to quit.
+    /// switch, how to quit. Raw mode: with the terminal title set and a
+    /// second line showing what kestrel's tag looks like.
     pub fn hint(&self) -> Option<String> {
         let c = self.vms.get(self.focus)?;
-        Some(alloc::format!(
-            "kestrel: the keyboard goes to VM {} ({}) of {}. Ctrl-] then 0-{} or n switches VM, \
+        let text = alloc::format!(
+            "the keyboard goes to VM {} ({}) of {}. Ctrl-] then 0-{} or n switches VM, \
              Ctrl-] ? lists the commands; under QEMU -nographic Ctrl-A X quits.\n",
             self.focus,
             c.name,
             self.vms.len(),
             self.vms.len().saturating_sub(1).min(9),
-        ))
+        );
+        if self.mode == Mode::Log {
+            return Some(alloc::format!("{TAG} {text}"));
+        }
+        let mut out = Vec::new();
+        self.title(&mut out);
+        out.extend_from_slice(crate::vmm::termfilter::RESET);
+        for line in [
+            text.as_str(),
+            "kestrel's own messages start with this blinking tag, which no VM can print; \
+             the keyboard moves only when you switch it.\n",
+        ] {
+            out.extend_from_slice(MARK_ON.as_bytes());
+            out.extend_from_slice(TAG.as_bytes());
+            out.extend_from_slice(MARK_OFF.as_bytes());
+            out.push(b' ');
+            out.extend_from_slice(line.as_bytes());
+        }
+        Some(String::from_utf8_lossy(&out).into_owned())
     }
 
     /// Keeps `byte` for VM `vm` whose UART is full (or already has bytes
@@ -265,8 +364,9 @@ impl ConsoleMux {
     }
 
     /// VM `vm` wrote `byte`. Returns what to write to the terminal, if
-    /// anything: raw mode, the byte itself for the focused VM; log mode, a
-    /// complete tagged line, or (for the focused VM) the byte itself.
+    /// anything: raw mode, for the focused VM (unless its output is held),
+    /// what its filter lets through; log mode, a complete tagged line, or
+    /// (for the focused VM) the byte itself.
     pub fn output(&mut self, vm: usize, byte: u8) -> Option<Out> {
         self.output_from(vm, false, byte)
     }
@@ -314,15 +414,33 @@ impl ConsoleMux {
         if limit > 0 {
             if c.ring.len() >= limit {
                 c.ring.pop_front();
-                c.ring_wrapped = true;
+                c.ring_start += 1;
             }
             c.ring.push_back(byte);
+        } else {
+            c.ring_start += 1;
         }
-        if vm != self.focus || self.keys == Keys::View {
+        while c.boots.front().is_some_and(|&m| m < c.ring_start) {
+            c.boots.pop_front();
+        }
+        if vm != self.focus || self.keys == Keys::View || self.held_from.is_some() {
             return None;
         }
-        self.at_line_start = byte == b'\n';
-        Some(Out::Byte(byte))
+        self.scratch.clear();
+        if self.clean {
+            self.filter.write_restore(&mut self.scratch);
+            self.clean = false;
+        }
+        let before = self.scratch.len();
+        self.filter.push(byte, &mut self.scratch);
+        if self.scratch.len() > before {
+            self.at_line_start = self.scratch.last() == Some(&b'\n');
+        }
+        match self.scratch.as_slice() {
+            [] => None,
+            [b] => Some(Out::Byte(*b)),
+            bytes => Some(Out::Raw(bytes.to_vec())),
+        }
     }
 
     fn output_log(&mut self, vm: usize, byte: u8) -> Option<String> {
@@ -410,127 +528,271 @@ impl ConsoleMux {
         s
     }
 
-    /// A message for the user, on a line of its own.
+    /// A message for the user, on a line of its own. Raw mode: a notice
+    /// (see the module's documentation): the focused VM's held output, the
+    /// reset, the title, `text` with its tag marked; then the focused VM's
+    /// output is held until the operator types for it.
     pub fn say(&mut self, text: &str) -> Out {
-        let mut s = String::new();
         match self.mode {
             Mode::Log => {
+                let mut s = String::new();
                 if self.open.take().is_some() {
                     s.push('\n');
                 }
-            }
-            Mode::Raw => {
-                if !self.at_line_start {
+                s.push_str(text);
+                if !s.ends_with('\n') {
                     s.push('\n');
                 }
-                self.at_line_start = true;
+                Out::Text(s)
             }
+            Mode::Raw => Out::Raw(self.notice(text)),
         }
-        s.push_str(text);
-        if !s.ends_with('\n') {
-            s.push('\n');
-        }
-        Out::Text(s)
     }
 
-    /// `text`, then (raw mode) the focused VM's scrollback replayed.
-    fn say_and_replay(&mut self, text: &str) -> Out {
-        let Out::Text(msg) = self.say(text) else {
-            unreachable!("say gives text")
+    /// Raw mode: kestrel speaks ([`ConsoleMux::say`]).
+    fn notice(&mut self, text: &str) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.flush_held(&mut out);
+        self.reset(&mut out);
+        self.title(&mut out);
+        if !self.at_line_start {
+            out.extend_from_slice(b"\r\n");
+        }
+        put_marked(text, &mut out);
+        self.at_line_start = true;
+        self.hold_output();
+        out
+    }
+
+    /// Raw mode: the focused VM's output is held from now until a key
+    /// goes to it (unless it already is).
+    fn hold_output(&mut self) {
+        if self.mode == Mode::Raw && self.held_from.is_none() && self.focus < self.vms.len() {
+            self.held_from = Some(self.ring_end(self.focus));
+        }
+    }
+
+    /// How many bytes VM `vm` has written (the offset past its ring's end).
+    fn ring_end(&self, vm: usize) -> u64 {
+        self.vms
+            .get(vm)
+            .map_or(0, |c| c.ring_start + c.ring.len() as u64)
+    }
+
+    /// Writes what the focused VM's output held (not while the live view
+    /// is on: closing it replays everything).
+    fn flush_held(&mut self, out: &mut Vec<u8>) {
+        if self.keys == Keys::View {
+            return;
+        }
+        if let Some(from) = self.held_from.take() {
+            if from < self.ring_end(self.focus) {
+                self.emit_ring(from, false, out);
+            }
+        }
+    }
+
+    /// The terminal reset: the focused VM's modes undone if they are on
+    /// the terminal, then [`crate::vmm::termfilter::RESET`].
+    fn reset(&mut self, out: &mut Vec<u8>) {
+        self.filter.write_reset(!self.clean, out);
+        self.clean = true;
+    }
+
+    /// Sets the terminal's title to who has the keyboard (raw mode; the
+    /// filter lets no VM set a title).
+    fn title(&self, out: &mut Vec<u8>) {
+        let Some(c) = self.vms.get(self.focus) else {
+            return;
         };
-        if self.mode == Mode::Log {
-            return Out::Text(msg);
-        }
-        let mut bytes = Vec::with_capacity(msg.len() + 16);
-        for b in msg.bytes() {
-            if b == b'\n' {
-                bytes.push(b'\r');
-            }
-            bytes.push(b);
-        }
-        if let Some(c) = self.vms.get(self.focus) {
-            let mut ring = c.ring.iter().copied();
-            if c.ring_wrapped {
-                // Start at a line: the oldest bytes may end a sequence.
-                for b in ring.by_ref() {
-                    if b == b'\n' {
-                        break;
-                    }
-                }
-            }
-            bytes.extend(without_queries(ring));
-            self.at_line_start = bytes.last().is_none_or(|&b| b == b'\n');
-        }
-        Out::Raw(bytes)
+        let text = alloc::format!(
+            "kestrel: keyboard to VM {} ({}){}",
+            self.focus,
+            c.name,
+            if c.alive { "" } else { ", stopped" }
+        );
+        out.extend_from_slice(b"\x1b]2;");
+        out.extend(
+            text.bytes()
+                .map(|b| if (0x20..0x7f).contains(&b) { b } else { b'?' }),
+        );
+        out.extend_from_slice(b"\x1b\\");
     }
 
-    /// VM `vm` stopped (`why`): the keyboard moves to the next running VM,
-    /// if it had it. `stays_up`: kestrel keeps running with no VM (a VM
-    /// stopped from the console may be started again). Returns the message
-    /// to write.
+    /// Writes the focused VM's output from offset `from` (of all it wrote)
+    /// into `out` through its filter, kestrel's boot marks in their places
+    /// (one at `from` itself only if `mark_at_from`), after setting the
+    /// VM's modes again if a reset took them. What the ring no longer has
+    /// is skipped, to the next line.
+    fn emit_ring(&mut self, from: u64, mark_at_from: bool, out: &mut Vec<u8>) {
+        if self.clean {
+            self.filter.write_restore(out);
+            self.clean = false;
+        }
+        let vm = self.focus;
+        let ConsoleMux {
+            vms,
+            filter,
+            at_line_start,
+            ..
+        } = self;
+        let Some(c) = vms.get(vm) else {
+            return;
+        };
+        let start = c.ring_start;
+        let mut skipping = from < start;
+        if skipping {
+            filter.abort();
+        }
+        let mut marks = c
+            .boots
+            .iter()
+            .copied()
+            .filter(|&m| m > from || (mark_at_from && m == from))
+            .peekable();
+        let first = usize::try_from(from.saturating_sub(start)).unwrap_or(usize::MAX);
+        for (i, &b) in c.ring.iter().enumerate().skip(first) {
+            let at = start + i as u64;
+            while marks.next_if(|&m| m <= at).is_some() {
+                boot_mark(filter, vm, &c.name, at_line_start, out);
+                skipping = false;
+            }
+            if skipping {
+                skipping = b != b'\n';
+                continue;
+            }
+            let before = out.len();
+            filter.push(b, out);
+            if out.len() > before {
+                *at_line_start = out.last() == Some(&b'\n');
+            }
+        }
+        for _ in marks {
+            boot_mark(filter, vm, &c.name, at_line_start, out);
+        }
+    }
+
+    /// Raw mode: the focused VM's scrollback replayed through a fresh
+    /// filter, then `text` as a notice.
+    fn replay_and_notice(&mut self, text: &str) -> Out {
+        if self.mode == Mode::Log {
+            return self.say(text);
+        }
+        let mut out = Vec::new();
+        self.reset(&mut out);
+        self.held_from = None;
+        self.filter = TermFilter::new();
+        self.clean = false;
+        if !self.at_line_start {
+            out.extend_from_slice(b"\r\n");
+            self.at_line_start = true;
+        }
+        self.emit_ring(0, true, &mut out);
+        out.extend(self.notice(text));
+        Out::Raw(out)
+    }
+
+    /// Raw mode, before kestrel's log lines about VM `vm` if it has the
+    /// keyboard: its held output and the reset, so the lines show on a
+    /// terminal in its default state; the VM's output stays held.
+    pub fn quiet(&mut self, vm: usize) -> Option<Out> {
+        if self.mode != Mode::Raw || vm != self.focus || vm >= self.vms.len() {
+            return None;
+        }
+        let mut out = Vec::new();
+        self.flush_held(&mut out);
+        self.reset(&mut out);
+        if !self.at_line_start {
+            out.extend_from_slice(b"\r\n");
+            self.at_line_start = true;
+        }
+        self.hold_output();
+        Some(Out::Raw(out))
+    }
+
+    /// A frame of the live statistics view: raw mode, on a cleared screen
+    /// with its tag marked (the focused VM's output is held meanwhile).
+    pub fn view_frame(&mut self, text: &str) -> Out {
+        match self.mode {
+            Mode::Log => Out::Text(String::from(text)),
+            Mode::Raw => {
+                let mut out = Vec::from(&b"\x1b[H\x1b[2J"[..]);
+                put_marked(text, &mut out);
+                self.at_line_start = true;
+                Out::Raw(out)
+            }
+        }
+    }
+
+    /// VM `vm` stopped (`why`). If it has the keyboard, it keeps it (the
+    /// keyboard moves only by the operator's keys) and this says so.
+    /// `stays_up`: kestrel keeps running with no VM (a VM stopped from the
+    /// console may be started again). Returns the message to write.
     pub fn vm_stopped(&mut self, vm: usize, why: &str, stays_up: bool) -> Option<Out> {
         let name = self.vms.get(vm)?.name.clone();
         self.vms[vm].alive = false;
         if self.focus != vm {
             return None;
         }
-        match self.next_alive(vm) {
-            Some(next) => {
-                self.focus = next;
-                let text = alloc::format!(
-                    "kestrel: VM {vm} ({name}) {why}; the keyboard goes to VM {next} ({})",
-                    self.vms[next].name
-                );
-                Some(self.say_and_replay(&text))
-            }
-            None if stays_up => {
-                let text = alloc::format!(
-                    "kestrel: VM {vm} ({name}) {why}; no VM runs (Ctrl-] c N starts VM N)"
-                );
-                Some(self.say(&text))
-            }
-            None => None,
-        }
+        self.told_stopped = false;
+        let text = if self.next_alive(vm).is_some() {
+            alloc::format!(
+                "{TAG} VM {vm} ({name}) {why}. The keyboard stays with it: Ctrl-] c {vm} \
+                 starts it again, Ctrl-] N gives the keyboard to VM N"
+            )
+        } else if stays_up {
+            alloc::format!(
+                "{TAG} VM {vm} ({name}) {why}; no VM runs. The keyboard stays with it: \
+                 Ctrl-] c N starts VM N"
+            )
+        } else {
+            alloc::format!("{TAG} VM {vm} ({name}) {why}")
+        };
+        Some(self.say(&text))
     }
 
     /// VM `vm` boots again (restarted, or started after it stopped): raw
     /// mode marks it in its scrollback, and on the screen if it has the
     /// keyboard, so what follows is told apart from the previous run.
     pub fn vm_rebooted(&mut self, vm: usize) -> Option<Out> {
-        if self.mode != Mode::Raw {
+        if self.mode != Mode::Raw || vm >= self.vms.len() {
             return None;
         }
-        let c = self.vms.get(vm)?;
-        let mut mark = Vec::new();
-        if c.ring.back().is_some_and(|&b| b != b'\n') {
-            mark.extend_from_slice(b"\r\n");
-        }
-        mark.extend_from_slice(
-            alloc::format!("kestrel: ---- VM {vm} ({}) boots again ----\r\n", c.name).as_bytes(),
-        );
         let shown = vm == self.focus && self.keys != Keys::View;
-        let mut out = Vec::new();
-        if shown && !self.at_line_start {
-            out.extend_from_slice(b"\r\n");
+        let out = shown.then(|| {
+            let text = boot_text(vm, &self.vms[vm].name);
+            self.notice(&text)
+        });
+        if vm == self.focus {
+            // A new run: the old one's modes went with the reset (or go
+            // with the replay's).
+            self.filter = TermFilter::new();
+            self.clean = false;
         }
-        for &b in &mark {
-            if let Some(Out::Byte(b)) = self.output_raw(vm, b) {
-                out.push(b);
+        let end = self.ring_end(vm);
+        let c = &mut self.vms[vm];
+        if c.boots.back() != Some(&end) {
+            if c.boots.len() >= BOOT_MARKS_MAX {
+                c.boots.pop_front();
             }
+            c.boots.push_back(end);
         }
-        (!out.is_empty()).then_some(Out::Raw(out))
+        out.map(Out::Raw)
     }
 
-    /// VM `vm` runs again (started or restarted). It gets the keyboard if
-    /// the focused VM is stopped.
+    /// VM `vm` runs again (started or restarted). If it has the keyboard,
+    /// raw mode updates the terminal's title.
     pub fn vm_started(&mut self, vm: usize) -> Option<Out> {
         self.vms.get_mut(vm)?.alive = true;
-        if vm != self.focus && self.vms[self.focus].alive {
+        if vm != self.focus {
             return None;
         }
-        self.focus = vm;
-        let text = self.focus_message();
-        Some(self.say(&text))
+        self.told_stopped = false;
+        (self.mode == Mode::Raw).then(|| {
+            let mut out = Vec::new();
+            self.title(&mut out);
+            Out::Raw(out)
+        })
     }
 
     /// Whether VM `vm` runs (as far as the console was told).
@@ -553,12 +815,12 @@ impl ConsoleMux {
         match self.keys {
             Keys::Normal if byte == ESCAPE => {
                 self.keys = Keys::Escape;
+                // Nothing the VM writes comes between the escape and
+                // kestrel's answer.
+                self.hold_output();
                 InputAction::None
             }
-            Keys::Normal => InputAction::Deliver {
-                vm: self.focus,
-                byte,
-            },
+            Keys::Normal => self.key_for_focus(byte),
             Keys::Escape => {
                 self.keys = Keys::Normal;
                 self.escape_key(byte)
@@ -570,20 +832,45 @@ impl ConsoleMux {
             Keys::View => {
                 // Any key ends the view; it is not passed on.
                 self.keys = Keys::Normal;
-                InputAction::Say(self.say_and_replay("kestrel: live statistics closed"))
+                InputAction::Say(self.replay_and_notice("kestrel: live statistics closed"))
             }
         }
+    }
+
+    /// A typed byte for the focused VM: delivered (after its held output),
+    /// or, if it is stopped, answered once and dropped.
+    fn key_for_focus(&mut self, byte: u8) -> InputAction {
+        let vm = self.focus;
+        if !self.vms[vm].alive {
+            if self.told_stopped {
+                return InputAction::None;
+            }
+            self.told_stopped = true;
+            let text = alloc::format!(
+                "{TAG} VM {vm} ({}) is stopped: what you type goes nowhere. Ctrl-] c {vm} \
+                 starts it again, Ctrl-] N gives the keyboard to VM N",
+                self.vms[vm].name
+            );
+            return InputAction::Say(self.say(&text));
+        }
+        if let Some(from) = self.held_from.take() {
+            let mut out = Vec::new();
+            self.emit_ring(from, false, &mut out);
+            if !out.is_empty() {
+                return InputAction::Resume {
+                    out: Out::Raw(out),
+                    vm,
+                    byte,
+                };
+            }
+        }
+        InputAction::Deliver { vm, byte }
     }
 
     /// What the key after the escape does.
     fn escape_key(&mut self, byte: u8) -> InputAction {
         let text = match byte {
-            ESCAPE => {
-                return InputAction::Deliver {
-                    vm: self.focus,
-                    byte: ESCAPE,
-                }
-            }
+            ESCAPE => return self.key_for_focus(ESCAPE),
             b'0'..=b'9' => {
                 let n = (byte - b'0') as usize;
                 return self.focus_on(n);
@@ -597,6 +884,7 @@ impl ConsoleMux {
                 for (key, what) in KEYS {
                     s.push_str(&alloc::format!("  {key:<8} {what}\n"));
                 }
+                s.push_str(&self.status());
                 s
             }
             b'l' => return InputAction::Command(Command::List),
@@ -631,6 +919,18 @@ impl ConsoleMux {
         InputAction::Say(self.say(&text))
     }
 
+    /// Who has the keyboard, and whether that VM is stopped.
+    fn status(&self) -> String {
+        let c = &self.vms[self.focus];
+        alloc::format!(
+            "{TAG} the keyboard is with VM {} ({}){}; only Ctrl-] and a VM's number, n or Tab \
+             move it\n",
+            self.focus,
+            c.name,
+            if c.alive { "" } else { ", which is stopped" }
+        )
+    }
+
     /// The VM number (or Enter) after an operation key.
     fn target_key(&mut self, op: Op, byte: u8) -> InputAction {
         let vm = match byte {
@@ -655,52 +955,65 @@ impl ConsoleMux {
             ),
             Some(_) => {
                 self.focus = n;
+                self.told_stopped = false;
                 let text = self.focus_message();
-                return InputAction::Say(self.say_and_replay(&text));
+                return InputAction::Say(self.replay_and_notice(&text));
             }
         };
         InputAction::Say(self.say(&text))
     }
 
     fn focus_message(&self) -> String {
-        alloc::format!(
+        let mut s = alloc::format!(
             "kestrel: console input now goes to VM {} ({})",
             self.focus,
             self.vms[self.focus].name
-        )
+        );
+        if self.mode == Mode::Raw {
+            s.push_str(". Above: its recent output; what it writes next shows when you type");
+        }
+        s
     }
 }
 
-/// `bytes` without the terminal queries in them (cursor position and
-/// status reports, device attributes: `ESC [ 6 n`, `ESC [ c`, ...): a
-/// replay is for the eyes, and the terminal's answers would reach the VM
-/// as typed text long after its program stopped waiting for them.
-fn without_queries(bytes: impl Iterator<Item = u8>) -> Vec<u8> {
-    let mut out = Vec::new();
-    // A CSI sequence being collected (from its ESC).
-    let mut csi: Vec<u8> = Vec::new();
-    for b in bytes {
-        if csi.is_empty() {
-            if b == 0x1b {
-                csi.push(b);
-            } else {
-                out.push(b);
-            }
-            continue;
-        }
-        csi.push(b);
-        match (csi.len(), b) {
-            (2, b'[') => {}
-            (2, _) => out.append(&mut csi),
-            // Parameters and intermediates.
-            (_, 0x20..=0x3f) if csi.len() < 16 => {}
-            // The final byte: a query ends in `n` or `c`, and is dropped.
-            (_, b'n' | b'c') => csi.clear(),
-            _ => out.append(&mut csi),
-        }
+/// The line that marks a new boot of VM `vm` in its scrollback.
+fn boot_text(vm: usize, name: &str) -> String {
+    alloc::format!("{TAG} ---- VM {vm} ({name}) boots again ----")
+}
+
+/// A boot mark in a replay: the reset (the old run's modes undone), the
+/// marked line, and a fresh filter for the new run.
+fn boot_mark(
+    filter: &mut TermFilter,
+    vm: usize,
+    name: &str,
+    at_line_start: &mut bool,
+    out: &mut Vec<u8>,
+) {
+    filter.write_reset(true, out);
+    if !*at_line_start {
+        out.extend_from_slice(b"\r\n");
     }
-    out.append(&mut csi);
-    out
+    put_marked(&boot_text(vm, name), out);
+    *at_line_start = true;
+    *filter = TermFilter::new();
+}
+
+/// `text` as kestrel's notice lines: each ended by CRLF, a leading
+/// [`TAG`] written between [`MARK_ON`] and [`MARK_OFF`].
+fn put_marked(text: &str, out: &mut Vec<u8>) {
+    for line in text.lines() {
+        match line.strip_prefix(TAG) {
+            Some(rest) => {
+                out.extend_from_slice(MARK_ON.as_bytes());
+                out.extend_from_slice(TAG.as_bytes());
+                out.extend_from_slice(MARK_OFF.as_bytes());
+                out.extend_from_slice(rest.as_bytes());
+            }
+            None => out.extend_from_slice(line.as_bytes()),
+        }
+        out.extend_from_slice(b"\r\n");
+    }
 }
 
 /// A key as the user would name it.
@@ -718,8 +1031,9 @@ pub use crate::dev::vdev::uart::RxPort;
 /// UART (escapes act at once; a byte for a full UART is held). `uart_of(i)`
 /// is the UART of console `i`; `received(i, uart)` runs, under that UART's
 /// lock, after bytes went in (the backend updates the interrupt line);
-/// `command` gets the commands the VM manager must carry out. Messages are
-/// written as they come. At most [`INPUT_PER_PUMP`] typed bytes are taken
+/// `command` gets the commands the VM manager must carry out. Messages (and
+/// a VM's output held until this key) are queued as they come, under the
+/// multiplexer's lock (the caller drains them). At most [`INPUT_PER_PUMP`] typed bytes are taken
 /// per call (the rest wait in the UART for the next tick).
 /// Lock order: a UART, then the multiplexer.
 pub fn pump_input<'a, U: RxPort + ?Sized + 'a>(
@@ -746,24 +1060,33 @@ pub fn pump_input<'a, U: RxPort + ?Sized + 'a>(
     }
     for _ in 0..INPUT_PER_PUMP {
         let Some(b) = read() else { break };
-        let action = mux.lock().input(b);
-        match action {
-            InputAction::Deliver { vm: i, byte } => {
-                let Some(uart) = uart_of(i) else { continue };
-                let mut u = uart.lock();
-                let mut m = mux.lock();
-                if u.can_receive() && !m.has_held(i) {
-                    drop(m);
-                    u.receive(byte);
-                    received(i, &u);
-                } else {
-                    // A paste faster than the guest reads: keep it.
-                    m.hold(i, byte);
-                }
+        let action = {
+            let mut m = mux.lock();
+            let action = m.input(b);
+            if let InputAction::Say(out) | InputAction::Resume { out, .. } = &action {
+                // Before the VM's next byte can be written.
+                write(out);
             }
-            InputAction::Say(out) => write(&out),
-            InputAction::Command(c) => command(c),
-            InputAction::None => {}
+            action
+        };
+        let (i, byte) = match action {
+            InputAction::Deliver { vm, byte } | InputAction::Resume { vm, byte, .. } => (vm, byte),
+            InputAction::Command(c) => {
+                command(c);
+                continue;
+            }
+            InputAction::Say(_) | InputAction::None => continue,
+        };
+        let Some(uart) = uart_of(i) else { continue };
+        let mut u = uart.lock();
+        let mut m = mux.lock();
+        if u.can_receive() && !m.has_held(i) {
+            drop(m);
+            u.receive(byte);
+            received(i, &u);
+        } else {
+            // A paste faster than the guest reads: keep it.
+            m.hold(i, byte);
         }
     }
 }
@@ -772,13 +1095,39 @@ pub fn pump_input<'a, U: RxPort + ?Sized + 'a>(
 /// bounded per tick).
 pub const INPUT_PER_PUMP: usize = 256;
 
-/// Writes `out` on the physical console.
+/// Queues `out`, kestrel's (a message, a replay, a VM's held output), for
+/// the physical console: ahead of every VM's waiting output, drained at
+/// the UART's pace (`crate::vmm::terminal::drain`, which callers run once
+/// they released the multiplexer's lock).
 pub fn write(out: &Out) {
-    match out {
-        Out::Text(text) => crate::base::klog::print(format_args!("{text}")),
-        Out::Raw(bytes) => crate::base::klog::write_raw(bytes),
-        Out::Byte(b) => crate::base::klog::write_raw(core::slice::from_ref(b)),
+    let mut o = crate::base::conout::outbox().lock();
+    queue(&mut o, Source::Kestrel, out);
+}
+
+/// Puts `out` in `src`'s buffer in `o`, as the terminal takes it (text
+/// with CRLF line ends). Returns its length.
+pub fn queue(o: &mut Outbox, src: Source, out: &Out) -> usize {
+    let mut text = Vec::new();
+    let bytes: &[u8] = match out {
+        Out::Text(t) => {
+            // Serial terminals want CRLF.
+            text.reserve(t.len() + 8);
+            for &b in t.as_bytes() {
+                if b == b'\n' {
+                    text.push(b'\r');
+                }
+                text.push(b);
+            }
+            &text
+        }
+        Out::Raw(b) => b,
+        Out::Byte(b) => core::slice::from_ref(b),
+    };
+    match src {
+        Source::Vm(vm) => o.push_vm(vm, bytes),
+        Source::Kestrel => o.push_notice(bytes),
     }
+    bytes.len()
 }
 
 /// Control characters other than tab would garble the shared terminal.
@@ -832,6 +1181,73 @@ mod tests {
             InputAction::Say(o) => shown(o),
             other => panic!("expected a message, got {other:?}"),
         }
+    }
+
+    /// `s` as the operator reads it: escape sequences, the title and SI
+    /// left out.
+    fn plain(s: &str) -> String {
+        let mut out = String::new();
+        let mut chars = s.chars().peekable();
+        while let Some(c) = chars.next() {
+            match c {
+                '\x1b' => match chars.next() {
+                    Some('[') => {
+                        for c in chars.by_ref() {
+                            if ('@'..='~').contains(&c) {
+                                break;
+                            }
+                        }
+                    }
+                    Some(']') => {
+                        while let Some(c) = chars.next() {
+                            if c == '\x1b' && chars.next_if_eq(&'\\').is_some() {
+                                break;
+                            }
+                        }
+                    }
+                    Some('(' | ')') => {
+                        chars.next();
+                    }
+                    _ => {}
+                },
+                '\x0f' => {}
+                c => out.push(c),
+            }
+        }
+        out
+    }
+
+    const RESET: &str = match core::str::from_utf8(crate::vmm::termfilter::RESET) {
+        Ok(s) => s,
+        Err(_) => panic!(),
+    };
+
+    /// What a focus change replayed: between its first reset and the
+    /// notice's.
+    fn replayed(s: &str) -> &str {
+        let (_, rest) = s.split_once(RESET).expect("a reset first");
+        rest.rsplit_once(RESET)
+            .expect("a reset before the notice")
+            .0
+    }
+
+    /// The tag as only kestrel writes it.
+    fn mark() -> String {
+        alloc::format!("{MARK_ON}{TAG}{MARK_OFF}")
+    }
+
+    /// Everything VM `vm` gets written, as bytes.
+    fn raw(m: &mut ConsoleMux, vm: usize, bytes: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for &b in bytes {
+            match m.output(vm, b) {
+                Some(Out::Byte(b)) => out.push(b),
+                Some(Out::Raw(r)) => out.extend(r),
+                Some(Out::Text(t)) => panic!("raw output as text: {t:?}"),
+                None => {}
+            }
+        }
+        out
     }
 
     /// A guest writing to its UART and its virtio console at once (the
@@ -915,49 +1331,245 @@ mod tests {
     }
 
     #[test]
-    fn raw_mode_passes_the_focused_vms_bytes_untouched_and_keeps_the_others() {
+    fn raw_mode_filters_the_focused_vms_bytes_and_keeps_the_others() {
         let mut m = mux_in(Mode::Raw);
-        // A prompt with a cursor query, Backspace, CR, UTF-8: byte for byte,
-        // before anyone typed.
-        let prompt = "\x1b[6n~ # ab\x08\x1b[J\r\u{e9}";
-        let out: Vec<u8> = prompt
-            .bytes()
-            .filter_map(|b| m.output(0, b))
-            .map(|o| match o {
-                Out::Byte(b) => b,
-                other => panic!("raw output must be bytes, got {other:?}"),
-            })
-            .collect();
-        assert_eq!(out, prompt.as_bytes());
+        // A prompt with a cursor query, Backspace, CR, UTF-8, colours,
+        // before anyone typed: all of it but the query.
+        let prompt = "\x1b[6n~ # ab\x08\x1b[J\r\u{e9}\x1b[1;32m$\x1b[0m ";
+        let out = raw(&mut m, 0, prompt.as_bytes());
+        assert_eq!(out, prompt.replace("\x1b[6n", "").as_bytes());
         // beta's output is kept, not shown; no tags anywhere.
         assert!(write(&mut m, 1, "beta says\r\nhi\r\n").is_empty());
         assert_eq!(m.flush(1), None, "raw mode has no lines to flush");
-        // Switching replays beta's scrollback after the message.
+        // Switching replays beta's scrollback, then says so.
         m.input(ESCAPE);
         let s = said(m.input(b'1'));
-        assert!(s.starts_with("\r\nkestrel: console input now goes to VM 1 (beta)\r\n"));
-        assert!(s.ends_with("beta says\r\nhi\r\n"), "{s:?}");
-        assert_eq!(write(&mut m, 1, "x"), ["x"]);
+        assert_eq!(replayed(&s), "\r\nbeta says\r\nhi\r\n", "{s:?}");
+        let after = s.split_once("hi\r\n").unwrap().1;
+        assert!(
+            plain(after).starts_with("kestrel: console input now goes to VM 1 (beta)"),
+            "{after:?}"
+        );
+        assert!(after.contains("\x1b]2;kestrel: keyboard to VM 1 (beta)\x1b\\"));
+        // beta's next output waits for a key, which brings it.
+        assert!(write(&mut m, 1, "x").is_empty());
+        assert_eq!(
+            m.input(b'y'),
+            InputAction::Resume {
+                out: Out::Raw(b"x".to_vec()),
+                vm: 1,
+                byte: b'y'
+            }
+        );
+        assert_eq!(write(&mut m, 1, "z"), ["z"]);
         assert!(write(&mut m, 0, "hidden").is_empty());
         // Back to alpha: its ring holds what it printed while focused too.
         m.input(ESCAPE);
         let s = said(m.input(b'0'));
-        assert!(s.ends_with("\r\u{e9}hidden"), "{s:?}");
+        assert!(
+            replayed(&s).ends_with("\r\u{e9}\x1b[1;32m$\x1b[0m hidden"),
+            "{s:?}"
+        );
     }
 
     #[test]
-    fn a_replay_leaves_out_terminal_queries_and_keeps_the_rest() {
-        let q = |s: &str| String::from_utf8(without_queries(s.bytes())).unwrap();
-        assert_eq!(q("a\x1b[6nb\x1b[5n\x1b[c\x1b[>0c\x1b[?6n"), "ab");
+    fn a_replay_goes_through_the_filter() {
+        let mut m = ConsoleMux::with_mode(Mode::Raw, 4096);
+        m.add_vm("alpha");
+        m.add_vm("beta");
+        let hostile = "a\x1b[6nb\x1b[5n\x1b[c\x1b[>0c\x1b[?6n\x1b]52;c;aGk=\x07\x1b]0;x\x1b\\\
+                       \x1b[1;8;31mc\x1b[11111111111111111111n\x1b[?1000h";
         let kept = "\x1b[1;32mgreen\x1b[0m\x1b[2J\x1b[H\x1bM\x1b[;H";
-        assert_eq!(q(kept), kept);
+        write(&mut m, 1, hostile);
+        write(&mut m, 1, kept);
+        write(&mut m, 1, "tail\x1b[");
+        m.input(ESCAPE);
+        let s = said(m.input(b'1'));
         assert_eq!(
-            q("tail\x1b["),
-            "tail\x1b[",
-            "a cut sequence is kept as it is"
+            replayed(&s),
+            alloc::format!("ab\x1b[1;31mc{kept}tail"),
+            "a cut sequence stays in the filter"
         );
-        let long = "\x1b[11111111111111111111n";
-        assert_eq!(q(long), long, "too long to be a query");
+        // The rest of the cut sequence comes after the next key.
+        write(&mut m, 1, "1mX");
+        match m.input(b'k') {
+            InputAction::Resume { out, .. } => assert_eq!(shown(out), "\x1b[1mX"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_notice_is_the_last_thing_on_the_screen_until_the_operator_types() {
+        let mut m = mux_in(Mode::Raw);
+        assert_eq!(write(&mut m, 0, "$ "), ["$", " "]);
+        // Ctrl-] alone already holds the output: nothing comes between the
+        // escape and kestrel's answer.
+        assert_eq!(m.input(ESCAPE), InputAction::None);
+        assert!(m.holding());
+        assert!(write(&mut m, 0, "one").is_empty());
+        // The answer: what was held, the reset, the notice last.
+        let s = said(m.input(b'z'));
+        assert!(s.starts_with("one"), "{s:?}");
+        assert!(
+            s.ends_with("'z' is no command; Ctrl-] ? lists them\r\n"),
+            "{s:?}"
+        );
+        assert!(s.contains(RESET) && s.contains(&mark()));
+        // A VM drawing over it is held, however much it writes.
+        assert!(write(&mut m, 0, "\x1b[2J\x1b[Hkestrel: fake\r\n").is_empty());
+        let s = shown(m.say("kestrel: second"));
+        assert!(s.starts_with("\x1b[2J\x1b[Hkestrel: fake\r\n"), "{s:?}");
+        assert!(s.ends_with(&alloc::format!("{} second\r\n", mark())));
+        // Commands do not release it; a key for the VM does, and is
+        // delivered after what was held.
+        m.input(ESCAPE);
+        m.input(b'?');
+        write(&mut m, 0, "two");
+        match m.input(b'a') {
+            InputAction::Resume {
+                out,
+                vm: 0,
+                byte: b'a',
+            } => assert_eq!(shown(out), "two"),
+            other => panic!("{other:?}"),
+        }
+        assert!(!m.holding());
+        assert_eq!(write(&mut m, 0, "3"), ["3"]);
+        assert_eq!(m.input(b'b'), InputAction::Deliver { vm: 0, byte: b'b' });
+        // Log mode holds nothing.
+        let mut m = mux();
+        m.input(ESCAPE);
+        m.input(b'z');
+        assert!(!m.holding());
+    }
+
+    #[test]
+    fn kestrel_resets_the_terminal_before_it_speaks_and_restores_the_vm_after() {
+        let mut m = mux_in(Mode::Raw);
+        // vi-like: alternate screen, cursor keys, bracketed paste, a
+        // scroll region; and mouse reporting, which the filter drops.
+        let set = "\x1b[?1049h\x1b[?1h\x1b=\x1b[?2004h\x1b[1;20r\x1b[?1000h\x1b[1;31mx";
+        let out = raw(&mut m, 0, set.as_bytes());
+        assert_eq!(out, set.replace("\x1b[?1000h", "").as_bytes());
+        let s = shown(m.say("kestrel: hello"));
+        assert!(
+            s.starts_with(&alloc::format!("\x1b[?1049l\x1b7\x1b[r\x1b8{RESET}")),
+            "{s:?}"
+        );
+        // A second notice does not leave the alternate screen again.
+        let s = shown(m.say("kestrel: again"));
+        assert!(s.starts_with(RESET), "{s:?}");
+        // The VM's modes come back with its output.
+        write(&mut m, 0, "y");
+        match m.input(b'j') {
+            InputAction::Resume { out, .. } => assert_eq!(
+                shown(out),
+                "\x1b[?1049h\x1b7\x1b[1;20r\x1b8\x1b[?1h\x1b[?2004h\x1b=y"
+            ),
+            other => panic!("{other:?}"),
+        }
+        // A focus change resets too, and the next VM starts from defaults.
+        m.input(ESCAPE);
+        let s = said(m.input(b'1'));
+        assert!(s.starts_with(&alloc::format!("\x1b[?1049l\x1b7\x1b[r\x1b8{RESET}")));
+        match m.input(b'k') {
+            InputAction::Deliver { vm: 1, .. } => {}
+            other => panic!("nothing to restore for beta: {other:?}"),
+        }
+    }
+
+    /// The attack of the issue: a focused VM prints kestrel's messages
+    /// and a login prompt, sets the clipboard and the title, hides text.
+    #[test]
+    fn a_vm_cannot_pass_for_kestrel() {
+        let mut m = mux_in(Mode::Raw);
+        let fake = alloc::format!(
+            "{mk} VM 0 (alpha) powered off; the keyboard goes to VM 1 (beta)\r\n\
+             kestrel: console input now goes to VM 1 (beta)\r\n\
+             \x1b]2;kestrel: keyboard to VM 1 (beta)\x07\x1b]52;c;aGk=\x07\x1b]52;c;?\x1b\\\
+             \x1b[8mhidden\x1b[0m\x1b[5;7mkestrel:\x1b[0m\u{9b}5;7mkestrel:\u{9b}6n\
+             \x1b[?1000h\x1b[>4;2m\x1b[3Jbeta login: ",
+            mk = mark()
+        );
+        let out = raw(&mut m, 0, fake.as_bytes());
+        crate::vmm::termfilter::checker::check(&out).unwrap();
+        let out = String::from_utf8(out).unwrap();
+        assert!(!out.contains(&mark()) && !out.contains("\x1b[5") && !out.contains("\x1b]"));
+        assert!(!out.contains(RESET));
+        assert!(out.contains("\x1b[0;7mkestrel:\x1b[0m VM 0 (alpha) powered off"));
+        assert!(out.ends_with("hidden\x1b[0m\x1b[7mkestrel:\x1b[0m\x1b[7mkestrel:beta login: "));
+        // The keyboard did not move: the password goes where it went.
+        for b in *b"root\rhunter2\r" {
+            assert_eq!(m.input(b), InputAction::Deliver { vm: 0, byte: b });
+        }
+        assert_eq!(m.focus(), 0);
+    }
+
+    #[test]
+    fn random_vm_output_never_reaches_the_terminal_unfiltered() {
+        use crate::vmm::termfilter::checker::check;
+        const HOT: &[u8] = b"\x1b\x1b[[]]P_\\;:?>0123456789mhlnc\x07\x9b\x9d\x9c\xc2\x0a\x0d";
+        let mut m = ConsoleMux::with_mode(Mode::Raw, 512);
+        m.add_vm("alpha");
+        m.add_vm("beta");
+        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+        let (mut replays, mut resumes) = (0, 0);
+        for step in 0..100_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let b = if x & 3 == 0 {
+                (x >> 8) as u8
+            } else {
+                HOT[(x >> 8) as usize % HOT.len()]
+            };
+            let vm = ((x >> 40) & 1) as usize;
+            let out = raw(&mut m, vm, &[b]);
+            if let Err(e) = check(&out) {
+                panic!("{e} at step {step}");
+            }
+            // Now and then the operator acts or kestrel speaks.
+            let action = match (x >> 48) % 256 {
+                0 => {
+                    m.input(ESCAPE);
+                    m.input(b'0' + (step % 2) as u8)
+                }
+                1 | 2 => m.input(b'x'),
+                3 => InputAction::Say(m.say("kestrel: hi")),
+                4 => m
+                    .vm_rebooted(vm)
+                    .map_or(InputAction::None, InputAction::Say),
+                _ => InputAction::None,
+            };
+            match action {
+                InputAction::Say(o) => {
+                    // A replay's (or held output's) VM bytes are what lies
+                    // between kestrel's resets and marked lines.
+                    let s = shown(o);
+                    replays += usize::from(s.matches(RESET).count() > 1);
+                    for part in s.split(RESET) {
+                        let vm_part = match part.rsplit_once(&mark()) {
+                            Some((_, rest)) => rest.split_once("\r\n").map_or("", |r| r.1),
+                            None => part,
+                        };
+                        let vm_part = vm_part.split("\x1b]2;").next().unwrap();
+                        if let Err(e) = check(vm_part.as_bytes()) {
+                            panic!("{e} in {s:?} at step {step}");
+                        }
+                    }
+                }
+                InputAction::Resume { out, .. } => {
+                    // The restored modes are among what VMs may send.
+                    resumes += 1;
+                    check(shown(out).as_bytes()).unwrap();
+                }
+                _ => {}
+            }
+        }
+        assert!(
+            replays > 50 && resumes > 50,
+            "{replays} replays, {resumes} resumes"
+        );
     }
 
     #[test]
@@ -968,7 +1580,7 @@ mod tests {
         }
         m.input(ESCAPE);
         let s = said(m.input(b'1'));
-        let replay = s.split_once("(beta)\r\n").unwrap().1;
+        let replay = replayed(&s);
         assert!(replay.len() <= 64, "ring of 64 bytes: {replay:?}");
         assert!(replay.starts_with("line "), "{replay:?}");
         assert!(replay.ends_with("line 39\n"));
@@ -1082,7 +1694,9 @@ mod tests {
                 x ^= x << 5;
                 let b = (x >> 24) as u8;
                 match m.input(b) {
-                    InputAction::Deliver { vm, .. } => assert!(vm < 2),
+                    InputAction::Deliver { vm, .. } | InputAction::Resume { vm, .. } => {
+                        assert!(vm < 2)
+                    }
                     InputAction::Command(Command::Vm { vm, .. }) => assert!(vm < 2),
                     InputAction::Command(Command::Top(Some(vm))) => assert!(vm < 2),
                     _ => {}
@@ -1093,47 +1707,101 @@ mod tests {
     }
 
     #[test]
-    fn the_keyboard_leaves_a_stopped_vm() {
-        let mut m = mux_in(Mode::Raw);
-        write(&mut m, 1, "beta's screen\r\n");
-        let s = shown(m.vm_stopped(0, "powered off", false).unwrap());
-        assert!(s.contains("VM 0 (alpha) powered off; the keyboard goes to VM 1 (beta)"));
-        assert!(s.ends_with("beta's screen\r\n"), "replayed: {s:?}");
-        assert_eq!(m.focus(), 1);
-        // A stopped VM cannot take the keyboard, and says how to start it.
-        m.input(ESCAPE);
-        assert!(said(m.input(b'0')).contains("is stopped; Ctrl-] c 0 starts it"));
-        assert_eq!(
-            m.vm_stopped(0, "again", true),
-            None,
-            "not focused: nothing to say"
-        );
-        assert_eq!(m.vm_stopped(1, "powered off", false), None, "kestrel ends");
-        m.vm_started(1);
-        let s = shown(m.vm_stopped(1, "stopped", true).unwrap());
-        assert!(s.contains("no VM runs"));
-        // The first VM to start again gets the keyboard.
-        assert!(shown(m.vm_started(0).unwrap()).contains("VM 0 (alpha)"));
-        assert_eq!(m.focus(), 0);
-        assert_eq!(m.vm_started(1), None);
-        assert!(m.is_alive(1));
-        assert_eq!(m.vm_stopped(9, "x", true), None);
+    fn the_keyboard_stays_with_a_stopped_vm() {
+        for mode in [Mode::Raw, Mode::Log] {
+            let mut m = mux_in(mode);
+            write(&mut m, 1, "beta's screen\r\n");
+            let s = plain(&shown(m.vm_stopped(0, "powered off", false).unwrap()));
+            assert!(
+                s.contains("kestrel: VM 0 (alpha) powered off. The keyboard stays with it"),
+                "{s:?}"
+            );
+            assert!(!s.contains("beta's screen"), "nothing replayed");
+            assert_eq!(m.focus(), 0);
+            // Typing to it is answered once, and goes nowhere.
+            let s = plain(&said(m.input(b'r')));
+            assert!(s.contains("VM 0 (alpha) is stopped: what you type goes nowhere"));
+            for b in *b"oot\rhunter2\r" {
+                assert_eq!(m.input(b), InputAction::None);
+            }
+            // The help and the hint say whose keyboard it is.
+            m.input(ESCAPE);
+            let help = plain(&said(m.input(b'?')));
+            assert!(help.contains("the keyboard is with VM 0 (alpha), which is stopped"));
+            // A stopped VM cannot take the keyboard, and says how to start it.
+            m.input(ESCAPE);
+            assert!(said(m.input(b'0')).contains("is stopped; Ctrl-] c 0 starts it"));
+            assert_eq!(m.focus(), 0);
+            // Only the operator moves it.
+            m.input(ESCAPE);
+            assert!(said(m.input(b'1')).contains("now goes to VM 1 (beta)"));
+            assert_eq!(m.focus(), 1);
+            assert_eq!(
+                m.vm_stopped(0, "again", true),
+                None,
+                "not focused: nothing to say"
+            );
+            // The last VM: kestrel ends, the terminal reset first.
+            let s = shown(m.vm_stopped(1, "powered off", false).unwrap());
+            assert!(
+                plain(&s).contains("kestrel: VM 1 (beta) powered off"),
+                "{s:?}"
+            );
+            assert!(!s.contains("stays"));
+            assert_eq!(s.contains(RESET), mode == Mode::Raw);
+            m.vm_started(1);
+            let s = plain(&shown(m.vm_stopped(1, "stopped", true).unwrap()));
+            assert!(s.contains("no VM runs. The keyboard stays with it"));
+            // A VM starting again does not take the keyboard.
+            assert_eq!(m.vm_started(0), None);
+            assert_eq!(m.focus(), 1);
+            let title = m.vm_started(1).map(shown);
+            assert_eq!(
+                title.as_deref(),
+                (mode == Mode::Raw).then_some("\x1b]2;kestrel: keyboard to VM 1 (beta)\x1b\\")
+            );
+            assert!(m.is_alive(1));
+            assert_eq!(m.vm_stopped(9, "x", true), None);
+        }
     }
 
     #[test]
     fn a_new_boot_is_marked_in_the_scrollback_and_on_the_screen() {
         let mut m = mux_in(Mode::Raw);
-        write(&mut m, 1, "old run");
+        write(&mut m, 1, "old run\x1b[?1049h");
         assert_eq!(m.vm_rebooted(1), None, "not focused: only in the ring");
         write(&mut m, 1, "new run\r\n");
         m.input(ESCAPE);
         let s = said(m.input(b'1'));
-        assert!(
-            s.ends_with("old run\r\nkestrel: ---- VM 1 (beta) boots again ----\r\nnew run\r\n"),
-            "{s:?}"
+        let replay = replayed(&s);
+        // The old run's alternate screen is left before the mark.
+        let (old, new) = replay.split_once("\x1b[?1049l").unwrap();
+        assert_eq!(old, "old run\x1b[?1049h");
+        assert_eq!(
+            new,
+            alloc::format!(
+                "{}\r\n{} ---- VM 1 (beta) boots again ----\r\nnew run\r\n",
+                RESET,
+                mark()
+            )
         );
+        // Live: a notice, and the new run is held until a key.
         let s = shown(m.vm_rebooted(1).unwrap());
-        assert_eq!(s, "kestrel: ---- VM 1 (beta) boots again ----\r\n");
+        assert!(s.starts_with(RESET));
+        assert!(s.ends_with(&alloc::format!(
+            "{} ---- VM 1 (beta) boots again ----\r\n",
+            mark()
+        )));
+        assert!(m.holding());
+        assert!(write(&mut m, 1, "booting").is_empty());
+        match m.input(b'\r') {
+            InputAction::Resume { out, vm: 1, .. } => assert_eq!(shown(out), "booting"),
+            other => panic!("{other:?}"),
+        }
+        // The replay shows the live mark once, in its place.
+        m.input(ESCAPE);
+        let s = said(m.input(b'1'));
+        assert_eq!(replayed(&s).matches("boots again").count(), 2, "{s:?}");
         assert_eq!(mux().vm_rebooted(0), None, "log mode has its own lines");
     }
 
@@ -1142,8 +1810,20 @@ mod tests {
         assert_eq!(ConsoleMux::new().hint(), None);
         let h = mux().hint().unwrap();
         assert!(
-            h.contains("VM 0 (alpha) of 2") && h.contains("Ctrl-] ?") && h.contains("Ctrl-A X")
+            h.starts_with("kestrel: the keyboard goes to VM 0 (alpha) of 2")
+                && h.contains("Ctrl-] ?")
+                && h.contains("Ctrl-A X")
         );
+        // Raw mode: the title, the reset, and the tag shown as kestrel
+        // marks it.
+        let h = mux_in(Mode::Raw).hint().unwrap();
+        assert!(h.starts_with("\x1b]2;kestrel: keyboard to VM 0 (alpha)\x1b\\"));
+        assert!(h.contains(RESET));
+        assert!(h.contains(&alloc::format!(
+            "{} the keyboard goes to VM 0 (alpha) of 2",
+            mark()
+        )));
+        assert!(plain(&h).contains("this blinking tag, which no VM can print"));
     }
 
     #[test]
@@ -1236,6 +1916,51 @@ mod tests {
             |_| {},
         );
         assert_eq!(reads, INPUT_PER_PUMP);
+    }
+
+    #[test]
+    fn pump_writes_the_held_output_then_delivers_the_key() {
+        let mut m = mux_in(Mode::Raw);
+        m.say("kestrel: a notice");
+        write(&mut m, 0, "held");
+        let mux = spin::Mutex::new(m);
+        let uarts = [
+            spin::Mutex::new(Fifo::default()),
+            spin::Mutex::new(Fifo::default()),
+        ];
+        let mut typed = b"x".iter().copied();
+        pump_input(&mux, |i| uarts.get(i), || typed.next(), |_, _| {}, |_| {});
+        assert_eq!(uarts[0].lock().0, b"x");
+        assert!(!mux.lock().holding());
+        assert_eq!(mux.lock().output(0, b'!'), Some(Out::Byte(b'!')));
+    }
+
+    #[test]
+    fn the_live_view_holds_the_output_and_its_end_replays_it() {
+        let mut m = mux_in(Mode::Raw);
+        write(&mut m, 0, "before\r\n");
+        m.input(ESCAPE);
+        assert_eq!(m.input(b't'), InputAction::Command(Command::Top(None)));
+        m.say("kestrel: live statistics of every VM");
+        assert!(write(&mut m, 0, "during\r\n").is_empty());
+        let frame = shown(m.view_frame("kestrel: live statistics\nVM 0 alpha\n"));
+        assert_eq!(
+            frame,
+            alloc::format!("\x1b[H\x1b[2J{} live statistics\r\nVM 0 alpha\r\n", mark())
+        );
+        // A reboot under the view is only marked in the ring.
+        assert_eq!(m.vm_rebooted(0), None);
+        write(&mut m, 0, "again\r\n");
+        let s = said(m.input(b'q'));
+        let replay = replayed(&s);
+        assert!(replay.starts_with("before\r\nduring\r\n"), "{replay:?}");
+        assert!(
+            replay.ends_with("boots again ----\r\nagain\r\n"),
+            "{replay:?}"
+        );
+        assert!(plain(&s).ends_with("kestrel: live statistics closed\r\n"));
+        assert!(m.holding());
+        assert_eq!(mux().view_frame("x\n"), Out::Text(String::from("x\n")));
     }
 
     #[test]

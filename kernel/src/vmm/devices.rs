@@ -20,15 +20,16 @@ pub trait DeviceHost: Backend {
     /// device tree gives it) to `level`; returns the vCPUs the change made
     /// an interrupt pending for.
     fn device_irq(&self, vm: &Vm<Self>, line: u32, level: bool) -> VcpuSet;
-    /// One byte of `vm`'s console output: by default a tagged line on the
-    /// physical console ([`crate::vmm::terminal::console_out`]).
+    /// One byte of `vm`'s console output: by default into its output
+    /// buffer on the way to the physical console
+    /// ([`crate::vmm::terminal::console_out`]).
     fn device_console(&self, vm: &Vm<Self>, byte: u8) {
         crate::vmm::terminal::console_out(vm.slot, byte);
     }
-    /// One byte of `vm`'s virtio console output (log mode keeps its lines
+    /// Bytes of `vm`'s virtio console output (log mode keeps its lines
     /// apart from the UART's).
-    fn device_console_virtio(&self, vm: &Vm<Self>, byte: u8) {
-        crate::vmm::terminal::console_out_from(vm.slot, true, byte);
+    fn device_console_virtio(&self, vm: &Vm<Self>, bytes: &[u8]) {
+        crate::vmm::terminal::console_write_from(vm.slot, true, bytes);
     }
     /// `vm`'s RAM as devices reach it.
     fn guest_memory(vm: &Vm<Self>) -> &dyn GuestMemory;
@@ -109,8 +110,8 @@ impl<B: DeviceHost> DeviceEnv for VmDeviceEnv<'_, B> {
         self.hv.backend.device_console(self.vm, byte);
     }
 
-    fn console_out_virtio(&mut self, byte: u8) {
-        self.hv.backend.device_console_virtio(self.vm, byte);
+    fn console_write_virtio(&mut self, bytes: &[u8]) {
+        self.hv.backend.device_console_virtio(self.vm, bytes);
     }
 
     fn power_off(&mut self) {

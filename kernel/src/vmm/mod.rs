@@ -11,6 +11,7 @@ pub mod console;
 pub mod devices;
 pub mod fdt_build;
 pub mod passthrough;
+pub mod termfilter;
 pub mod terminal;
 pub mod virtio;
 pub mod vmconfig;
@@ -23,6 +24,7 @@ use spin::{Mutex, Once};
 
 use kestrel_abi::package::{self, Package};
 
+use crate::base::conout;
 use crate::base::platform::ExitStatus;
 use crate::host::board::BoardInfo;
 use crate::mem::frames::FramePool;
@@ -155,7 +157,7 @@ pub fn create_vms<B: Machine>(
                 if spec.affinity.pinned {
                     pinned.0 |= affinity.0;
                 }
-                console.lock().add_vm(&vm.name);
+                crate::vmm::terminal::add_vm(console, &vm.name);
                 operator::note_created(spec.ram_size, vm.started_at());
                 log::info!(
                     "vm[{}] \"{}\" created: {} vCPU(s), {} MiB at {:#x}, entry {entry:#x}, DTB at {dtb:#x}",
@@ -177,15 +179,22 @@ pub fn create_vms<B: Machine>(
     created
 }
 
-/// Console input (boot CPU only, a no-op elsewhere): bytes typed on the
-/// physical console ([`DeviceHost::console_read`]) go to the VM with the
-/// focus: into its virtio console once the guest's driver has it up, else
-/// into its console UART ([`DeviceHost::console_uart`]), whose interrupt
-/// line then follows the UART's level.
+/// The console's service, on the boot CPU's tick and idle path (a no-op
+/// elsewhere): bytes typed on the physical console
+/// ([`DeviceHost::console_read`]) go to the VM with the focus: into its
+/// virtio console once the guest's driver has it up, else into its console
+/// UART ([`DeviceHost::console_uart`]), whose interrupt line then follows
+/// the UART's level; then the console's output buffers are drained
+/// ([`crate::vmm::terminal::drain`]: what the UART's FIFO takes now,
+/// unless another pCPU is draining). The other pCPUs drain after their
+/// VMs' console writes only: a pCPU of an emulator can be descheduled
+/// while it holds the buffers' lock, and one more drainer looking now and
+/// then would make the others wait for it.
 pub fn poll_console<B: DeviceHost>(hv: &Hypervisor<B>, cpu: usize) {
     if cpu == 0 {
         pump_console(hv, cpu, console());
         operator::refresh(hv, console());
+        crate::vmm::terminal::drain();
     }
 }
 
@@ -240,14 +249,31 @@ pub struct LogObserver<'a, B: Machine> {
 impl<B: Machine> Observer for LogObserver<'_, B> {
     fn vm_ended(&self, vm: &str, why: &VmEnd) {
         if let Some(v) = self.hv.created().iter().find(|v| v.name == vm) {
+            let slot = usize::from(v.slot);
             let mut mux = self.console.lock();
-            if let Some(line) = mux.flush(usize::from(v.slot)) {
-                crate::base::klog::print(format_args!("{line}"));
+            {
+                let mut o = conout::outbox().lock();
+                if let Some(line) = mux.flush(slot) {
+                    console::queue(&mut o, conout::Source::Vm(slot), &console::Out::Text(line));
+                }
+                if let Some(out) = mux.quiet(slot) {
+                    console::queue(&mut o, conout::Source::Kestrel, &out);
+                }
             }
             drop(mux);
+            crate::vmm::terminal::drain();
             log::info!("VM \"{vm}\" {why}; stats: {}", v.stats);
             if let Some(s) = v.virtio.summary() {
                 log::info!("VM \"{vm}\" virtio: {s}");
+            }
+            let c = conout::outbox().lock().counters(slot);
+            if c.dropped > 0 {
+                log::info!(
+                    "VM \"{vm}\" console: {} bytes of output, {} of them dropped (the console \
+                     was slower)",
+                    c.queued,
+                    c.dropped
+                );
             }
             let mut mux = self.console.lock();
             let stays_up = self
@@ -255,9 +281,11 @@ impl<B: Machine> Observer for LogObserver<'_, B> {
                 .created()
                 .iter()
                 .any(|v| v.end_reason() == Some(VmEnd::Stopped));
-            if let Some(out) = mux.vm_stopped(usize::from(v.slot), &format!("{why}"), stays_up) {
+            if let Some(out) = mux.vm_stopped(slot, &format!("{why}"), stays_up) {
                 crate::vmm::console::write(&out);
             }
+            drop(mux);
+            crate::vmm::terminal::drain();
         } else {
             log::info!("VM \"{vm}\" {why}");
         }
@@ -265,6 +293,20 @@ impl<B: Machine> Observer for LogObserver<'_, B> {
     }
 
     fn vm_restarted(&self, vm: &str, n: u64) {
+        // The terminal reset before the log line (raw console).
+        let slot = self
+            .hv
+            .created()
+            .iter()
+            .find(|v| v.name == vm)
+            .map(|v| v.slot);
+        if let Some(s) = slot {
+            let mut mux = self.console.lock();
+            if let Some(out) = mux.quiet(usize::from(s)) {
+                crate::vmm::console::write(&out);
+            }
+        }
+        crate::vmm::terminal::drain();
         // What a restart must leave as it was: the heap and the guest
         // frames (the reboot test compares these across restarts).
         let heap = crate::mem::heap::heap_usage().map_or(0, |(used, _)| used);
@@ -281,6 +323,7 @@ impl<B: Machine> Observer for LogObserver<'_, B> {
                 crate::vmm::console::write(&out);
             }
         }
+        crate::vmm::terminal::drain();
     }
 
     fn vm_started(&self, vm: &str) {
@@ -295,10 +338,13 @@ impl<B: Machine> Observer for LogObserver<'_, B> {
                 crate::vmm::console::write(&out);
             }
         }
+        crate::vmm::terminal::drain();
     }
 
     fn all_ended(&self) {
         log::info!("the last VM has ended");
+        let host = crate::vcpu::stats::HOST.snapshot();
+        log::info!("host counters: {}", crate::vcpu::stats::host_summary(&host));
     }
 }
 
@@ -321,6 +367,8 @@ pub fn start<B: Machine + DeviceHost>(
     let mut ram = backend.guest_memory(board);
     log::info!("guest memory: {} MiB free", ram.free_bytes() >> 20);
     let hv = slot.call_once(|| Hypervisor::new(backend, online));
+    // The scheduler's slice estimate never exceeds a tick period.
+    hv.sched.set_slice(crate::base::clock::slice_ticks());
     let n = create_vms(hv, board, specs, online, &mut ram, console());
     for vm in hv.created() {
         crate::vmm::virtio::connect(hv, vm);

@@ -11,10 +11,11 @@ use alloc::vec::Vec;
 use core::fmt::Write;
 use spin::Mutex;
 
+use crate::base::conout;
 use crate::dev::virtio::set::VirtioCounters;
-use crate::vcpu::stats::{Counter, Snapshot};
+use crate::vcpu::stats::{Counter, Snapshot, HOST};
 use crate::vm::{Hypervisor, Vm};
-use crate::vmm::console::{Command, ConsoleMux, Mode, Op};
+use crate::vmm::console::{Command, ConsoleMux, Op};
 use crate::vmm::devices::DeviceHost;
 
 /// Memory of each created VM, by slot (the VM does not keep its spec).
@@ -51,11 +52,15 @@ pub struct Sample {
     pub at: u64,
     pub stats: Snapshot,
     pub virtio: VirtioCounters,
+    /// Its console output: bytes queued for the UART, and dropped.
+    pub console: conout::Counters,
 }
 
 struct Top {
     vm: Option<usize>,
     last: Vec<Sample>,
+    /// The host counters' last sample ([`HOST`]).
+    host: Sample,
 }
 
 /// A VM as the list and the view show it.
@@ -76,6 +81,17 @@ fn sample<B: DeviceHost>(vm: &Vm<B>, now: u64) -> Sample {
         at: now,
         stats,
         virtio: vm.virtio.counters(),
+        console: conout::outbox().lock().counters(usize::from(vm.slot)),
+    }
+}
+
+/// The host counters now ([`HOST`]: what belongs to no one VM).
+fn host_sample(now: u64) -> Sample {
+    Sample {
+        at: now,
+        stats: HOST.snapshot(),
+        virtio: VirtioCounters::default(),
+        console: conout::Counters::default(),
     }
 }
 
@@ -135,10 +151,25 @@ pub fn render_list(
     s
 }
 
-/// The live view of `rows` (one block each), rates from `then` to `now`.
-pub fn render_top(rows: &[(Row, Sample, Sample)], hz: u64) -> String {
+/// The live view of `rows` (one block each), rates from `then` to `now`,
+/// after the host's line (`host`: its samples then and now).
+pub fn render_top(rows: &[(Row, Sample, Sample)], host: (Sample, Sample), hz: u64) -> String {
     let mut s = String::from(
         "kestrel: live statistics, per second over the last interval (any key closes)\n",
+    );
+    let (then, now) = host;
+    let dt = now.at.saturating_sub(then.at);
+    let rate = |c: Counter| {
+        per_second(now.stats.get(c).saturating_sub(then.stats.get(c)), dt, hz)
+            .map_or(String::from("?"), |n| format!("{n}"))
+    };
+    // Events of no one VM: a VM's own counters never show them.
+    let _ = writeln!(
+        s,
+        "host: VMID rollovers {}; TLB flushes {}; FP saves for another VM {}",
+        rate(Counter::VmidRollovers),
+        rate(Counter::TlbFlushes),
+        rate(Counter::FpSaves),
     );
     for (r, then, now) in rows {
         let dt = now.at.saturating_sub(then.at);
@@ -169,11 +200,10 @@ pub fn render_top(rows: &[(Row, Sample, Sample)], hz: u64) -> String {
         s.push('\n');
         let _ = writeln!(
             s,
-            "  FP saves {} restores {} traps {}; VMID rollovers {}; IPIs sent {} delivered {} coalesced {}; first-touch zeroings {}",
+            "  FP saves {} restores {} traps {}; IPIs sent {} delivered {} coalesced {}; first-touch zeroings {}",
             rate(Counter::FpSaves),
             rate(Counter::FpRestores),
             rate(Counter::FpTraps),
-            rate(Counter::VmidRollovers),
             rate(Counter::IpiSent),
             rate(Counter::IpiDelivered),
             rate(Counter::IpiCoalesced),
@@ -188,6 +218,17 @@ pub fn render_top(rows: &[(Row, Sample, Sample)], hz: u64) -> String {
             vrate(|v| v.net_rx),
             vrate(|v| v.net_dropped),
             vrate(|v| v.console_bytes),
+        );
+        let conrate = |f: fn(&conout::Counters) -> u64| {
+            per_second(f(&now.console).saturating_sub(f(&then.console)), dt, hz)
+                .map_or(String::from("?"), |n| format!("{n}"))
+        };
+        let _ = writeln!(
+            s,
+            "  console: bytes out {}, dropped {} ({} dropped in all: the console is slower than its output)",
+            conrate(|c| c.queued),
+            conrate(|c| c.dropped),
+            now.console.dropped,
         );
     }
     s
@@ -258,7 +299,11 @@ pub fn command<B: DeviceHost>(hv: &Hypervisor<B>, mux: &Mutex<ConsoleMux>, c: Co
         }
         Command::Top(vm) => {
             let last = hv.created().iter().map(|v| sample(v, now)).collect();
-            *TOP.lock() = Some(Top { vm, last });
+            *TOP.lock() = Some(Top {
+                vm,
+                last,
+                host: host_sample(now),
+            });
             let what = vm.map_or(String::from("every VM"), |i| format!("VM {i}"));
             say(
                 mux,
@@ -317,15 +362,15 @@ pub fn refresh<B: DeviceHost>(hv: &Hypervisor<B>, mux: &Mutex<ConsoleMux>) {
         .filter(|(vm, _)| t.vm.is_none_or(|i| i == usize::from(vm.slot)))
         .map(|(vm, (then, now_s))| (row(hv, vm, now, focus, &memory), *then, *now_s))
         .collect();
-    let mut text = render_top(&rows, hz);
+    let host = host_sample(now);
+    let text = render_top(&rows, (t.host, host), hz);
     t.last = samples;
+    t.host = host;
     drop(top);
-    let m = mux.lock();
-    if m.mode() == Mode::Raw {
-        // Like `xl top`: the same screen, redrawn.
-        text.insert_str(0, "\x1b[H\x1b[2J");
-    }
-    crate::vmm::console::write(&crate::vmm::console::Out::Text(text));
+    // Like `xl top`: the same screen, redrawn (raw mode).
+    let mut m = mux.lock();
+    let out = m.view_frame(&text);
+    crate::vmm::console::write(&out);
     drop(m);
 }
 
@@ -389,8 +434,19 @@ mod tests {
         now.stats.0[Counter::IpiCoalesced.index()] = 4;
         now.virtio.net_rx = 10;
         now.virtio.disk_bytes = 4096;
-        let s = render_top(&[(row(0, "linux0", "blocked"), then, now)], 100);
+        now.console.queued = 600;
+        now.console.dropped = 300;
+        let mut host = now;
+        host.stats = Snapshot::default();
+        host.stats.0[Counter::VmidRollovers.index()] = 6;
+        host.stats.0[Counter::FpSaves.index()] = 2;
+        let s = render_top(
+            &[(row(0, "linux0", "blocked"), then, now)],
+            (then, host),
+            100,
+        );
         for want in [
+            "host: VMID rollovers 3; TLB flushes 0; FP saves for another VM 1",
             "VM 0 linux0: blocked",
             "exits/s      50:",
             "mmio 20",
@@ -400,11 +456,12 @@ mod tests {
             "coalesced 2",
             "in 5",
             "disk requests 0 bytes 2048",
+            "console: bytes out 300, dropped 150 (300 dropped in all",
         ] {
             assert!(s.contains(want), "{want} missing:\n{s}");
         }
         // Counters that went back (a restart reset a device) are no panic.
-        let s = render_top(&[(row(0, "x", "running"), now, then)], 100);
+        let s = render_top(&[(row(0, "x", "running"), now, then)], (then, then), 100);
         assert!(s.contains("exits/s       ?"), "{s}");
     }
 }

@@ -13,13 +13,14 @@ use alloc::vec::Vec;
 
 use kestrel_abi::package::Device;
 
-use crate::dev::vdev::bus::{Bus, DeviceEnv};
+use crate::dev::vdev::bus::Bus;
 use crate::dev::virtio::block::{Backing, Block};
 use crate::dev::virtio::console::Console;
 use crate::dev::virtio::mmio::{Transport, REGION_SIZE};
 use crate::dev::virtio::net::{derived_mac, Net, NetPort, PortConfig, PortSink};
 use crate::dev::virtio::set::{fill, network, VmVirtio};
 use crate::dev::virtio::{Budget, Progress};
+use crate::vcpu::sched::VcpuKey;
 use crate::vm::{DeviceWork, Hypervisor, Vm};
 use crate::vmm::devices::{DeviceHost, VmDeviceEnv};
 use crate::vmm::vmconfig::{VirtioSlot, VirtioSlotKind, VmSpec};
@@ -187,9 +188,14 @@ struct VmPort<B: DeviceHost + 'static> {
 }
 
 impl<B: DeviceHost + 'static> PortSink for VmPort<B> {
-    /// Holds the frame and moves at most one frame into the ring at once;
-    /// more held frames are the receiving VM's own work (its vCPUs are
-    /// woken to do it).
+    /// A frame for this VM: held in its device's inbox (one copy, the
+    /// sender's cost), and the receive queue marked pending. Walking the
+    /// receiver's ring and copying the frame into its buffers is the
+    /// receiver's own work, done by its device work before one of its
+    /// vCPUs next enters the guest ([`resume`]), never in the sender's
+    /// exit: a receiver whose ring is slow to walk (long or indirect
+    /// chains, untouched memory) costs only itself. The first frame held
+    /// wakes (or kicks) one of its vCPUs so that the work is done soon.
     fn receive(&self, frame: &[u8], from: usize, share: usize, cpu: usize) -> u64 {
         let Some(vm) = self.vm.upgrade() else {
             return 0;
@@ -197,21 +203,20 @@ impl<B: DeviceHost + 'static> PortSink for VmPort<B> {
         if vm.has_ended() {
             return 0;
         }
-        let mut env = VmDeviceEnv::host(self.hv, &vm, cpu);
-        let r = self.transport.with_live(&mut env, |n, q, env, w| {
-            if !n.receive(frame, from, share) {
-                return Ok(Progress::Done);
-            }
-            let mut one = Budget::new(
-                (crate::dev::virtio::net::HDR_LEN + crate::dev::virtio::net::MAX_FRAME) as u64,
-                1,
-            );
-            n.deliver(q, env, &mut one, w)
+        let held = self.transport.hold(crate::dev::virtio::net::RX, |n| {
+            n.receive(frame, from, share)
         });
-        if r == Some(Progress::More) {
-            self.transport.mark_pending(crate::dev::virtio::net::RX);
-            for i in 0..vm.vcpus.len() {
-                env.wake(i);
+        if let Some((true, false)) = held {
+            // Its first vCPU that is on (vCPU 0 unless the guest turned
+            // it off) runs the device work at its next entry.
+            if let Some(i) = (0..vm.vcpus.len()).find(|&i| self.hv.vcpu_is_on(&vm, i)) {
+                self.hv.wake(
+                    VcpuKey {
+                        vm: vm.slot,
+                        vcpu: i as u16,
+                    },
+                    cpu,
+                );
             }
         }
         2 * frame.len() as u64

@@ -14,9 +14,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use crate::guests::{build_guest_arm64, build_guest_la64};
 use crate::qemu::{bare_command, BareConsole, Runner};
-use crate::vmtests_arm64::build_guest_arm64;
-use crate::vmtests_la64::build_guest_la64;
 use crate::{qemu, root, Arch, Opts};
 
 const ICOUNT: [&str; 2] = ["-icount", "shift=0,sleep=off"];

@@ -31,7 +31,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use crate::bench_vm::{parse_vm_counters, VmCounters};
+use crate::counters::{parse_host_counters, parse_vm_counters, VmCounters};
 use crate::qemu::{bare_command, BareConsole, Boot, Runner};
 use crate::{assets, qemu, root, Arch, Opts};
 
@@ -516,8 +516,12 @@ fn vmid_boot(p: &Params, a: &assets::LinuxAssets, width: u32, naive: bool) -> Go
     let mem = (64 * p.vms as u32 + 512).max(1024);
     let boot = kestrel_boot(&config, &features, mem)?;
     let counters = counters_of(&boot);
+    // Rollovers and their flushes are the host's (no VM's counters).
+    let host = parse_host_counters(&boot.text());
+    let rollovers = host.get("vmid_rollovers").copied().unwrap_or(0);
+    let flushes = host.get("tlb_flushes").copied().unwrap_or(0);
     let mut per_vm = Vec::new();
-    let (mut exits, mut rollovers, mut flushes, mut slow) = (0, 0, 0, 0);
+    let (mut exits, mut slow) = (0, 0);
     for v in &vms {
         let f = seed_line(&boot, Some(&v.name), "hackbench", "total")?;
         per_vm.push(f["total"]);
@@ -525,8 +529,6 @@ fn vmid_boot(p: &Params, a: &assets::LinuxAssets, width: u32, naive: bool) -> Go
             .get(&v.name)
             .ok_or_else(|| format!("{}: kestrel printed no counters", v.name))?;
         exits += c.exits;
-        rollovers += get(c, "vmid_rollovers");
-        flushes += get(c, "tlb_flushes");
         slow += get(c, "vmid_slow");
     }
     let total_s = boot

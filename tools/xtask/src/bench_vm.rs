@@ -18,98 +18,12 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::counters::{parse_host_counters, parse_vm_counters, VmCounters};
 use crate::qemu::Runner;
 use crate::{qemu, root, Arch, Opts};
 
 /// How long one benchmark boot may take.
 const LIMIT: Duration = Duration::from_secs(600);
-
-/// Per-VM counters kestrel prints when a VM ends
-/// (`vm "x" powered off; exits N: ...` then `fp: ...`, `vmid: ...`, `ipi: ...`,
-/// `emulated ipi: ...`, `mem: ...`).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct VmCounters {
-    pub name: String,
-    pub exits: u64,
-    pub values: BTreeMap<String, u64>,
-}
-
-impl VmCounters {
-    fn get(&self, key: &str) -> u64 {
-        self.values.get(key).copied().unwrap_or(0)
-    }
-    fn switches(&self) -> u64 {
-        self.get("vmid_fast") + self.get("vmid_slow")
-    }
-}
-
-/// Every VM's end-of-run counters in a serial log.
-pub fn parse_vm_counters(log: &str) -> Vec<VmCounters> {
-    let mut out = Vec::new();
-    let mut current: Option<VmCounters> = None;
-    for line in log.lines() {
-        // arm64 says `VM "x" powered off; stats: exits N: ...`, LoongArch
-        // `vm "x" powered off; exits N: ...`.
-        let start = line
-            .split("INFO  vm \"")
-            .nth(1)
-            .or_else(|| line.split("INFO  VM \"").nth(1));
-        if let Some(rest) = start {
-            if let Some(c) = current.take() {
-                out.push(c);
-            }
-            let Some((name, tail)) = rest.split_once('"') else {
-                continue;
-            };
-            let Some(exits) = tail
-                .split("exits ")
-                .nth(1)
-                .and_then(|t| t.split(':').next())
-                .and_then(|n| n.trim().parse().ok())
-            else {
-                continue;
-            };
-            // The exit reasons on the same line, as `exit_<reason>`.
-            let values = tail
-                .split("exits ")
-                .nth(1)
-                .and_then(|t| t.split_once(':'))
-                .map(|(_, pairs)| {
-                    pairs
-                        .split_whitespace()
-                        .filter_map(|p| p.split_once('='))
-                        .filter_map(|(k, v)| Some((format!("exit_{k}"), v.parse().ok()?)))
-                        .collect()
-                })
-                .unwrap_or_default();
-            current = Some(VmCounters {
-                name: name.to_string(),
-                exits,
-                values,
-            });
-            continue;
-        }
-        let Some(c) = current.as_mut() else { continue };
-        let trimmed = line.trim();
-        let group = ["fp:", "vmid:", "ipi:", "emulated ipi:", "mem:"]
-            .iter()
-            .find_map(|g| trimmed.strip_prefix(g));
-        match group {
-            Some(pairs) => {
-                for pair in pairs.split_whitespace() {
-                    if let Some((k, v)) = pair.split_once('=') {
-                        if let Ok(v) = v.parse() {
-                            c.values.insert(k.to_string(), v);
-                        }
-                    }
-                }
-            }
-            None => out.extend(current.take()),
-        }
-    }
-    out.extend(current);
-    out
-}
 
 /// The `key=value` fields of a `BENCH` line.
 fn fields(line: &str) -> BTreeMap<&str, &str> {
@@ -120,8 +34,8 @@ fn fields(line: &str) -> BTreeMap<&str, &str> {
 
 fn build_guest(arch: Arch) -> Result<(), String> {
     match arch {
-        Arch::Aarch64 => crate::vmtests_arm64::build_guest_arm64().map(|_| ()),
-        Arch::LoongArch64 => crate::vmtests_la64::build_guest_la64().map(|_| ()),
+        Arch::Aarch64 => crate::guests::build_guest_arm64().map(|_| ()),
+        Arch::LoongArch64 => crate::guests::build_guest_la64().map(|_| ()),
     }
 }
 
@@ -318,7 +232,9 @@ fn ipi(arch: Arch) -> Result<(), String> {
 /// The VMID table of one architecture from its 4-bit rollover run.
 fn vmid(arch: Arch) -> Result<(), String> {
     let config = root().join(format!("configs/test/{}-rollover.toml", prefix(arch)));
-    let vms = parse_vm_counters(&boot(arch, &config, &["vmid4"])?);
+    let log = boot(arch, &config, &["vmid4"])?;
+    let vms = parse_vm_counters(&log);
+    let host = parse_host_counters(&log);
     if vms.is_empty() {
         return Err(format!(
             "{}: kestrel printed no per-VM counters",
@@ -333,10 +249,10 @@ fn vmid(arch: Arch) -> Result<(), String> {
         vms.len()
     );
     println!(
-        "vCPU loads {loads}   fast path {:.1}%   rollovers seen by the VMs {}   TLB flushes {}\n",
+        "vCPU loads {loads}   fast path {:.1}%   rollovers {}   TLB flushes {}\n",
         100.0 * sum("vmid_fast") as f64 / loads.max(1) as f64,
-        sum("vmid_rollovers"),
-        sum("tlb_flushes")
+        host.get("vmid_rollovers").copied().unwrap_or(0),
+        host.get("tlb_flushes").copied().unwrap_or(0)
     );
     Ok(())
 }
@@ -364,36 +280,6 @@ pub fn run(args: &[String]) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn reads_the_per_vm_counters_kestrel_prints() {
-        let log = "\
-[cpu2] INFO  vm \"fp-b\" powered off; exits 151294: hypercall=163 sysreg=51521
-fp: fp_saves=7711 fp_restores=7756 fp_traps=7756
-vmid: vmid_fast=8943 vmid_slow=2
-ipi: ipi_sent=150 ipi_delivered=400
-[fp-c] PASS fp-lsx: something
-[cpu0] INFO  vm \"fp-c\" powered off; exits 10: hypercall=1
-vmid: vmid_fast=5 vmid_rollovers=1
-";
-        let vms = parse_vm_counters(log);
-        assert_eq!(vms.len(), 2);
-        let arm = parse_vm_counters(
-            "[cpu1] INFO  VM \"a\" powered off; stats: exits 7: hvc=7\nfp: fp_saves=3\n",
-        );
-        assert_eq!(arm.len(), 1);
-        assert_eq!(
-            (arm[0].name.as_str(), arm[0].exits, arm[0].get("fp_saves")),
-            ("a", 7, 3)
-        );
-        assert_eq!(vms[0].name, "fp-b");
-        assert_eq!(vms[0].exits, 151_294);
-        assert_eq!(vms[0].get("fp_restores"), 7756);
-        assert_eq!(vms[0].switches(), 8945);
-        assert_eq!(vms[1].name, "fp-c");
-        assert_eq!(vms[1].get("vmid_rollovers"), 1);
-        assert_eq!(vms[1].get("fp_saves"), 0);
-    }
 
     #[test]
     fn bench_fields() {

@@ -49,10 +49,10 @@ pub fn test() -> Test<'static> {
     Test::new(CASE, || {
         let t0 = std::time::Instant::now();
         // What the configs name: the test guests, the Linux assets.
-        let built = crate::vmtests_arm64::build_guest_arm64()
-            .and_then(|_| crate::vmtests_la64::build_guest_la64())
-            .and_then(|_| crate::assets::ensure_within(crate::vmtests_linux::FETCH_LIMIT))
-            .and_then(|_| crate::assets::ensure_within_la64(crate::vmtests_linux::FETCH_LIMIT));
+        let built = crate::guests::build_guest_arm64()
+            .and_then(|_| crate::guests::build_guest_la64())
+            .and_then(|_| crate::assets::ensure_within(crate::assets::FETCH_LIMIT))
+            .and_then(|_| crate::assets::ensure_within_la64(crate::assets::FETCH_LIMIT));
         if let Err(e) = built {
             return Verdict::error(format!("the guest images the configs name: {e}"));
         }

@@ -7,25 +7,37 @@
 //! escape-sequence program, checks the screen (no `.[6n`, the edits took
 //! effect, the screen was cleared), switches to VM 1 and sees its
 //! scrollback replayed, lists the VMs, stops VM 0 and starts it again,
-//! restarts VM 1, reads the live statistics, sees VM 0's new boot replayed,
-//! and quits QEMU. A third VM, refused at boot (too much memory), must be
-//! in the list, and `cargo xtask run` must end with status 1 naming it.
+//! restarts VM 1, reads the live statistics, sees VM 0's new boot replayed.
+//! Then VM 0 plays the attacker: it sets the title and the clipboard,
+//! hides text and prints kestrel's tag, and none of it may reach the
+//! terminal (tmux lets programs set its clipboard here, so a write would
+//! show as a paste buffer; kestrel's tag blinks, the fake's must not).
+//! Then VM 0 is stopped while it has the keyboard: the keyboard stays,
+//! what is typed is answered and goes nowhere, and only Ctrl-] 1 moves it.
+//! After each notice kestrel holds the VM's output until a key, so the
+//! test presses Enter where it waits for a prompt. Last it quits QEMU. A
+//! third VM, refused at boot (too much memory), must be in the list, and
+//! `cargo xtask run` must end with status 1 naming it.
 
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::suite::{Test, Verdict};
+use crate::vmtests_linux::INIT_LINE;
 use crate::{root, Arch};
 
 const CONFIG: &str = "configs/test/arm64-console.toml";
 pub const CASE: &str =
-    "linux on kestrel console: make run's terminal (tmux): raw shell with Backspace, history, an escape program; switch and replay; list, stop, start, restart, live statistics; a refused VM fails make run";
+    "linux on kestrel console: make run's terminal (tmux): raw shell with Backspace, history, an escape program; switch and replay; list, stop, start, restart, live statistics; a VM cannot set the title or clipboard or fake kestrel's tag; the keyboard stays with a stopped VM; a refused VM fails make run";
 
 /// A Linux boot under TCG, generous for a loaded machine.
 const BOOT: Duration = Duration::from_secs(600);
 /// A console answer.
 const ANSWER: Duration = Duration::from_secs(60);
+/// kestrel's notices of a focus change.
+const FOCUS_C0: &str = "kestrel: console input now goes to VM 0 (c0)";
+const FOCUS_C1: &str = "kestrel: console input now goes to VM 1 (c1)";
 
 /// A detached tmux session running one command, on a tmux server of its
 /// own (`-L`), which it ends when dropped.
@@ -51,6 +63,11 @@ impl Tmux {
         if !ok {
             return Err("tmux new-session failed".into());
         }
+        // Programs may set tmux's clipboard (a paste buffer): a VM's
+        // OSC 52 getting through would show.
+        let _ = tmux(&name)
+            .args(["set-option", "-s", "set-clipboard", "on"])
+            .status();
         Ok(Tmux { name })
     }
 
@@ -85,6 +102,33 @@ impl Tmux {
             c.args(["-S", "-"]);
         }
         c.output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default()
+    }
+
+    /// The visible screen with its attributes as escape sequences.
+    fn screen_attributes(&self) -> String {
+        tmux(&self.name)
+            .args(["capture-pane", "-e", "-p", "-t", &self.name])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default()
+    }
+
+    /// The pane's title (set by OSC 2).
+    fn title(&self) -> String {
+        tmux(&self.name)
+            .args(["display-message", "-p", "-t", &self.name, "#{pane_title}"])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim_end().to_string())
+            .unwrap_or_default()
+    }
+
+    /// tmux's paste buffers, one line each.
+    fn buffers(&self) -> String {
+        tmux(&self.name)
+            .arg("list-buffers")
+            .output()
             .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
             .unwrap_or_default()
     }
@@ -132,6 +176,61 @@ fn has_prompt(s: &str, vm: &str) -> bool {
 /// Whether a line of `s` is exactly `line` (trailing blanks ignored).
 fn has_line(s: &str, line: &str) -> bool {
     s.lines().any(|l| l.trim_end() == line)
+}
+
+/// In a line of `capture-pane -e` output, whether the text at `at` blinks
+/// (the SGR sequences before it, in order, leave blink on).
+fn blinks_at(line: &str, at: usize) -> bool {
+    let mut blink = false;
+    let mut rest = &line[..at];
+    while let Some(i) = rest.find("\x1b[") {
+        rest = &rest[i + 2..];
+        let Some(end) = rest.find(|c: char| c.is_ascii_alphabetic()) else {
+            break;
+        };
+        if rest[end..].starts_with('m') {
+            for p in rest[..end].split(';') {
+                match p {
+                    "" | "0" | "25" => blink = false,
+                    "5" => blink = true,
+                    _ => {}
+                }
+            }
+        }
+        rest = &rest[end..];
+    }
+    blink
+}
+
+/// `line` without its escape sequences.
+fn plain(line: &str) -> String {
+    let mut out = String::new();
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\x1b' {
+            // tmux writes only CSI sequences here.
+            if chars.next() == Some('[') {
+                for c in chars.by_ref() {
+                    if c.is_ascii_alphabetic() {
+                        break;
+                    }
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// For each line of `capture-pane -e` output that reads `text` (which
+/// starts with `kestrel:`), whether its `kestrel:` tag blinks.
+fn tagged(screen: &str, text: &str) -> Vec<bool> {
+    screen
+        .lines()
+        .filter(|l| plain(l).contains(text))
+        .filter_map(|l| l.find("kestrel:").map(|at| blinks_at(l, at)))
+        .collect()
 }
 
 /// The case as a test of the smoke suite.
@@ -220,17 +319,17 @@ fn steps(t: &Tmux) -> Result<(), String> {
         return Err("the terminal shows escape sequences as text ([6n or ..[J)".into());
     }
 
-    // Switch to c1: its boot, printed while c0 had the keyboard, is replayed.
+    // Switch to c1: its boot, printed while c0 had the keyboard, is
+    // replayed, then kestrel says so; its output waits for a key.
     t.command("1");
     t.wait("c1's replayed scrollback", ANSWER, |s| {
-        let a = after(s, "kestrel: console input now goes to VM 1 (c1)");
-        a.contains("LINUX-INIT: started") && a.contains("LINUX-INIT: c1: busybox shell")
+        // Between c0's cleared screen and the notice.
+        s.rsplit_once(FOCUS_C1)
+            .is_some_and(|(before, _)| after(before, "CLEARED").contains(INIT_LINE))
     })?;
+    t.keys(&["Enter"]);
     t.wait("c1 prompt", BOOT, |s| {
-        has_prompt(
-            after(s, "kestrel: console input now goes to VM 1 (c1)"),
-            "c1",
-        )
+        s.contains("LINUX-INIT: c1: busybox shell") && has_prompt(after(s, FOCUS_C1), "c1")
     })?;
     t.type_text("echo on-c1");
     t.keys(&["Enter"]);
@@ -291,21 +390,78 @@ fn steps(t: &Tmux) -> Result<(), String> {
     t.wait("the view's end", ANSWER, |s| {
         s.contains("kestrel: live statistics closed")
     })?;
-    // c1 boots again in front of us; c0's new boot is replayed.
+    // c1 boots again in front of us (after a key); c0's new boot is
+    // replayed.
+    t.keys(&["Enter"]);
     t.wait("c1's shell after the restart", BOOT, |s| {
         has_prompt(after(s, "kestrel: ---- VM 1 (c1) boots again ----"), "c1")
     })?;
     t.command("0");
+    t.wait("the switch to c0", ANSWER, |s| s.contains(FOCUS_C0))?;
+    t.keys(&["Enter"]);
     t.wait("c0's new boot, replayed", BOOT, |s| {
         let a = after(s, "kestrel: ---- VM 0 (c0) boots again ----");
-        s.contains("kestrel: console input now goes to VM 0 (c0)")
-            && a.contains("LINUX-INIT: c0: busybox shell")
-            && has_prompt(a, "c0")
+        a.contains("LINUX-INIT: c0: busybox shell") && has_prompt(a, "c0")
     })?;
     t.keys(&["Enter"]);
     t.type_text("echo back-on-c0");
     t.keys(&["Enter"]);
     t.wait("c0's answer", ANSWER, |s| has_line(s, "back-on-c0"))?;
+
+    // c0 turns attacker: a title, the clipboard set and read, hidden
+    // text, kestrel's tag in its own rendition. Only the text arrives.
+    t.type_text(
+        "printf '\\033]2;pwned\\007\\033]52;c;cHduZWQ=\\007\\033]52;c;?\\007\\033[8mHID\\033[0mDEN \\033[0;5;7mkestrel:\\033[0m fake\\n'",
+    );
+    t.keys(&["Enter"]);
+    t.wait("the attacker's line", ANSWER, |s| {
+        has_line(s, "HIDDEN kestrel: fake")
+    })?;
+    let attrs = t.screen_attributes();
+    if tagged(&attrs, "kestrel: console input now goes to VM 0 (c0)") != [true] {
+        return Err(format!("kestrel's tag does not blink:\n{attrs}"));
+    }
+    if tagged(&attrs, "kestrel: fake").contains(&true) || attrs.contains("\x1b[8m") {
+        return Err(format!("the VM made text blink or hid it:\n{attrs}"));
+    }
+    let title = t.title();
+    if title != "kestrel: keyboard to VM 0 (c0)" {
+        return Err(format!("the title is {title:?}, not kestrel's"));
+    }
+    let buffers = t.buffers();
+    if !buffers.is_empty() {
+        return Err(format!("the VM set the clipboard: {buffers}"));
+    }
+
+    // Stop c0 while it has the keyboard: the keyboard stays with it.
+    t.command("d");
+    t.keys(&["Enter"]);
+    t.wait("c0's stop, the keyboard kept", ANSWER, |s| {
+        s.contains("kestrel: VM 0 (c0) stopped from the console. The keyboard stays with it")
+    })?;
+    t.type_text("x");
+    t.wait("the answer to a key for a stopped VM", ANSWER, |s| {
+        s.contains("kestrel: VM 0 (c0) is stopped: what you type goes nowhere")
+    })?;
+    t.command("l");
+    t.wait("c0 listed with the keyboard, stopped", ANSWER, |s| {
+        after(s, "kestrel: VMs (* has the keyboard")
+            .lines()
+            .any(|l| l.starts_with("  *0  c0 ") && l.contains("stopped"))
+    })?;
+    let title = t.title();
+    if title != "kestrel: keyboard to VM 0 (c0), stopped" {
+        return Err(format!("the title is {title:?} with c0 stopped"));
+    }
+    // Only the operator moves it.
+    t.command("1");
+    t.wait("the switch to c1", ANSWER, |s| {
+        after(s, "what you type goes nowhere").contains(FOCUS_C1)
+    })?;
+    t.keys(&["Enter"]);
+    t.type_text("echo on-c1-again");
+    t.keys(&["Enter"]);
+    t.wait("c1's answer", ANSWER, |s| has_line(s, "on-c1-again"))?;
     // Quit QEMU: `make run` fails, naming the VM refused at boot.
     t.keys(&["C-a"]);
     t.type_text("x");
@@ -318,4 +474,26 @@ fn steps(t: &Tmux) -> Result<(), String> {
         return Err("`cargo xtask run` did not exit with 1 naming the refused VM".into());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blink_is_read_from_tmux_attributes() {
+        // As `tmux capture-pane -e` writes them (tmux 3.3).
+        let screen = "\x1b[5;7mkestrel:\x1b[0m\x1b[39m\x1b[49m real\n\
+                      c0:/# printf kestrel: fake\n\
+                      HIDDEN \x1b[7mkestrel:\x1b[0m fake\n\
+                      \x1b[1m\x1b[5mkestrel:\x1b[25m kestrel:\n";
+        assert_eq!(tagged(screen, "kestrel: real"), [true]);
+        assert_eq!(tagged(screen, "kestrel:"), [true, false, false, true]);
+        assert!(!blinks_at(screen.lines().nth(3).unwrap(), 27));
+        assert_eq!(tagged(screen, "kestrel: fake"), [false, false]);
+        assert_eq!(
+            plain(screen.lines().nth(2).unwrap()),
+            "HIDDEN kestrel: fake"
+        );
+    }
 }

@@ -223,7 +223,7 @@ fn vm_case(gic: u32) -> VmCase {
 fn boot(case: FwCase) -> Result<(Boot, String), String> {
     let path = case.path;
     let fw = firmware::ensure(false)?;
-    crate::vmtests_arm64::build_guest_arm64()?;
+    crate::guests::build_guest_arm64()?;
     let built = crate::build_image_with(Arch::Aarch64, &[], Some(&root().join(CONFIG)))?;
     let dir = root().join("build/aarch64");
     let slug = case.slug();

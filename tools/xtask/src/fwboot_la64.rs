@@ -190,7 +190,7 @@ fn la_command(firmware: &FsPath) -> Command {
 /// edk2.
 fn boot_la64(path: Path) -> Result<(Boot, String), String> {
     let (firmware, version) = crate::assets::loong64::ensure_firmware(false)?;
-    crate::vmtests_la64::build_guest_la64()?;
+    crate::guests::build_guest_la64()?;
     crate::build_image_with(Arch::LoongArch64, &[], Some(&root().join(LA_CONFIG)))?;
     let dir = root().join("build/loongarch64");
     let slug = match path {

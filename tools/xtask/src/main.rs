@@ -9,17 +9,23 @@
 //! cargo xtask vmtest  [--arch A] [--case NAME] [--list]  the test guests as VMs under kestrel (docs/test-guest*.md)
 //! cargo xtask check-fp                                   prove no FP/SIMD register is used
 //! cargo xtask bench-seeds [--quick] [--only vmid,fp,ipi]  the seeds' experiments with Linux guests
+//! cargo xtask layers  [--tree kernel|xtask]              check the crate's imports against its layers.txt
 //! ```
 
 mod assets;
 mod bench_exits;
+mod bench_linux;
 mod bench_seeds;
 mod bench_vm;
+mod boot_case;
 mod config;
 mod configs_test;
 mod console_test;
+mod counters;
 mod fwboot;
 mod fwboot_la64;
+mod guests;
+mod layers;
 mod qemu;
 mod share;
 mod smoke;
@@ -462,6 +468,11 @@ const COMMANDS: &[(&str, &str, &str)] = &[
         "",
         "VM-to-VM TCP throughput through kestrel's virtio switch",
     ),
+    (
+        "layers",
+        "[--tree kernel|xtask]",
+        "check that each module imports only its own and lower layers, without cycles (kernel/layers.txt, tools/xtask/layers.txt)",
+    ),
     ("help", "", "this list (every command also takes --help)"),
 ];
 
@@ -543,13 +554,21 @@ fn run() -> Result<(), String> {
         "smoke" => smoke::run(rest),
         "vmtest" if vmtests_arm64::selected(rest) => vmtest::run(&vmtests_arm64::VM_SUITE, rest),
         "vmtest" => vmtest::run(&vmtests_la64::VM_SUITE, rest),
-        "guest-assets" | "bench-linux" => assets::command(cmd, rest),
+        "guest-assets" => assets::command(
+            rest,
+            &assets::BareTests {
+                arm64: vmtests_linux::run_bare,
+                la64: vmtests_linux::run_bare_la64,
+            },
+        ),
+        "bench-linux" => bench_linux::run(rest),
         "firmware" => assets::firmware::command(rest),
         "bench-vm" => bench_vm::run(rest),
         "bench-exits" => bench_exits::run(rest),
         "bench-seeds" => bench_seeds::run(rest),
-        "bench-net" => vmtests_linux::bench_net(rest),
+        "bench-net" => bench_linux::bench_net(rest),
         "boot-scr" => boot_scr(rest),
+        "layers" => layers::command(rest),
         "check-fp" => {
             let o = parse_opts(rest)?;
             let mut arches = vec![o.arch];

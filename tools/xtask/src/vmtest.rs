@@ -5,7 +5,6 @@
 //! their judges in `vmtests_arm64.rs` and `vmtests_la64.rs`.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 use crate::qemu::{self, Boot, Runner};
@@ -175,8 +174,8 @@ pub fn missing_ipi_bench_lines(log: &str, modes: [&str; 2]) -> Vec<String> {
 }
 
 /// The rollover cases: at least one VMID rollover must have been counted
-/// (the guests' `BENCH counters ... vmid_rollovers=N` or kestrel's per-VM
-/// stats).
+/// (kestrel's host counters, `host counters: vmid_rollovers=N ...`, logged
+/// when the last VM has ended: a VM's own counters never show one).
 pub fn check_rollover(log: &str) -> Vec<String> {
     let most = log
         .lines()
@@ -310,37 +309,6 @@ pub fn hostile_case(
         stop_after: None,
         lvz: false,
     }
-}
-
-/// Builds test guest `package` (binary `bin`) for `target` with cargo, the
-/// core library too when `build_std` (no prebuilt one for the target);
-/// returns the ELF (`target/<target>/release/<bin>`).
-pub fn build_guest(
-    package: &str,
-    bin: &str,
-    target: &str,
-    build_std: bool,
-) -> Result<PathBuf, String> {
-    let root = root();
-    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-    cmd.current_dir(&root)
-        .args(["build", "--release", "-p", package, "--target", target])
-        .env("RUSTC_BOOTSTRAP", crate::RELEASE_BOOTSTRAP);
-    if build_std {
-        cmd.args([
-            "-Zbuild-std=core",
-            "-Zbuild-std-features=compiler-builtins-mem",
-        ]);
-    }
-    let status = cmd.status().map_err(|e| format!("cannot run cargo: {e}"))?;
-    if !status.success() {
-        return Err(format!("building the test guest {package} failed"));
-    }
-    let elf = root.join("target").join(target).join("release").join(bin);
-    if !elf.exists() {
-        return Err(format!("{}: missing after the build", elf.display()));
-    }
-    Ok(elf)
 }
 
 /// The fairness cases (`arm64-share`, `la64-share`): 16 hog vCPUs and the

@@ -1,7 +1,7 @@
 //! The arm64 test guest (`tools/guests/arm64-test`): its build, its
 //! bare-QEMU smoke cases, and the kestrel VM tests.
 //!
-//! - [`build_guest_arm64`] builds the guest for `aarch64-unknown-none`
+//! - [`crate::guests::build_guest_arm64`] builds the guest for `aarch64-unknown-none`
 //!   (hard float: it checks the FP/SIMD registers) and flattens it into
 //!   `build/guests/arm64-test.bin` (an arm64 `Image`, which QEMU `-kernel`
 //!   loads and which the configs name with `kind = "test-guest"`).
@@ -16,19 +16,13 @@
 //!
 //! docs/test-guest.md describes the guest, its checks and its output.
 
-use std::path::PathBuf;
-use std::process::Command;
 use std::time::Duration;
 
-use crate::smoke::{Case, Ending};
+use crate::boot_case::{Case, Ending};
+use crate::guests::build_guest_arm64;
 use crate::suite::Suite;
 use crate::vmtest::{self, VmCase, VmSuite, ICOUNT};
-use crate::{root, Arch, Opts};
-
-/// The guest's target: hard float, so it may use the FP/SIMD registers.
-const GUEST_TARGET: &str = "aarch64-unknown-none";
-const GUEST_PACKAGE: &str = "kestrel-guest-arm64-test";
-const GUEST_BIN: &str = "arm64-test";
+use crate::{Arch, Opts};
 
 /// Checks only kestrel can pass; on bare QEMU they print `SKIP`.
 const KESTREL_ONLY: &[&str] = &[
@@ -53,24 +47,6 @@ const EVERYWHERE: &[&str] = &[
     "wfit-timeout",
     "debug-bp-wp-step",
 ];
-
-/// Builds the guest and returns `build/guests/arm64-test.bin`.
-pub fn build_guest_arm64() -> Result<PathBuf, String> {
-    let elf = vmtest::build_guest(GUEST_PACKAGE, GUEST_BIN, GUEST_TARGET, false)?;
-    let out_dir = root().join("build/guests");
-    std::fs::create_dir_all(&out_dir).map_err(|e| format!("{}: {e}", out_dir.display()))?;
-    let bin = out_dir.join("arm64-test.bin");
-    let status = Command::new(crate::llvm_tool("llvm-objcopy")?)
-        .args(["-O", "binary"])
-        .arg(&elf)
-        .arg(&bin)
-        .status()
-        .map_err(|e| format!("cannot run llvm-objcopy: {e}"))?;
-    if !status.success() {
-        return Err("llvm-objcopy of the arm64 test guest failed".into());
-    }
-    Ok(bin)
-}
 
 /// A smoke case: the guest on bare QEMU at EL1 with GIC version `gic`
 /// (3 or 2), as QEMU's `-kernel`.
@@ -124,7 +100,7 @@ fn number(name: &str) -> usize {
 /// On bare QEMU only the kestrel-specific checks may be skipped
 /// (`SKIP <n> <check> (<why>)`).
 fn check_bare(log: &str) -> Vec<String> {
-    crate::smoke::only_skipped(log, KESTREL_ONLY, |rest| {
+    crate::boot_case::only_skipped(log, KESTREL_ONLY, |rest| {
         rest.split_whitespace().nth(1).unwrap_or("")
     })
 }
@@ -274,7 +250,73 @@ pub fn vm_cases() -> Vec<VmCase> {
             "configs/test/arm64-share.toml",
             &["psci-smp-bringup", "share"],
         ),
+        VmCase {
+            name: "arm64-resetrace: resets racing CPU_ON from another vCPU, beside a victim whose timer stays on time",
+            config: "configs/test/arm64-resetrace.toml",
+            features: &[],
+            gic: 3,
+            mem_mib: 1024,
+            vms: vec!["attacker".into(), "victim".into()],
+            must_pass: &[],
+            check: Some(check_resetrace),
+            // Under -icount a loaded host only slows it.
+            timeout: Duration::from_secs(600),
+            qemu_args: ICOUNT,
+            stop_after: None,
+            lvz: false,
+        },
     ]
+}
+
+/// The victim's largest gap between two of its 10 ms ticks while the
+/// attacker's restarts race CPU_ON (under -icount: counter time is guest
+/// instructions, whatever the host's load). Its vCPU shares pCPU 0 with
+/// the attacker's (kestrel's slice: 10 ms). Measured: 12 ms; 344 ms (and
+/// 132 of 200 ticks) while a restart spun on the scheduler's lock for its
+/// vCPUs.
+const RESETRACE_MAX_GAP_MS: u64 = 40;
+/// The victim's ticks at least this share (permille) of window / period.
+const RESETRACE_MIN_TICKS_PERMILLE: u64 = 850;
+/// Restarts of the attacker the run must at least see.
+const RESETRACE_MIN_RESTARTS: u64 = 20;
+
+/// The restart race: the attacker restarted again and again (each restart
+/// leaving heap and guest memory as they were) until it passed, and the
+/// victim kept its memory, registers and timer.
+fn check_resetrace(log: &str) -> Vec<String> {
+    let mut problems = Vec::new();
+    if !log.contains("[attacker] PASS 1 resetrace") {
+        problems.push("attacker: no \"PASS 1 resetrace\"".into());
+    }
+    problems.extend(vmtest::check_restarts(
+        log,
+        "attacker",
+        RESETRACE_MIN_RESTARTS,
+    ));
+    for p in ["victim-memory", "victim-registers", "victim-heartbeat"] {
+        if !log.contains(&format!("[victim] PASS {p} ")) {
+            problems.push(format!("victim: no \"PASS {p}\""));
+        }
+    }
+    match parse_victim(log) {
+        None => problems.push("victim: no VICTIM line".into()),
+        Some(v) => {
+            let expected = v.window_ms / v.period_ms.max(1);
+            if v.ticks * 1000 < expected * RESETRACE_MIN_TICKS_PERMILLE {
+                problems.push(format!(
+                    "victim took {} timer interrupts, below {RESETRACE_MIN_TICKS_PERMILLE}/1000 of {expected}, while restarts raced CPU_ON",
+                    v.ticks
+                ));
+            }
+            if v.max_gap_ms > RESETRACE_MAX_GAP_MS {
+                problems.push(format!(
+                    "victim waited {} ms for a timer interrupt while restarts raced CPU_ON (at most {RESETRACE_MAX_GAP_MS} ms)",
+                    v.max_gap_ms
+                ));
+            }
+        }
+    }
+    problems
 }
 
 /// Boots of VM "rb" in `configs/test/arm64-reboot.toml`.
@@ -331,6 +373,7 @@ const HOSTILE_PASS: &[(&str, &str)] = &[
     ("attacker", "attack-virtio-left-broken"),
     ("attacker", "attack-hold"),
     ("attacker", "attack-virtio-budget"),
+    ("attacker", "attack-console-budget"),
     ("victim", "victim-memory"),
     ("victim", "victim-registers"),
     ("victim", "victim-heartbeat"),
@@ -665,6 +708,39 @@ mod tests {
         assert_eq!(check_hostile(&not_broken).len(), 1);
         let victim = log.clone() + "[cpu0] INFO  kestrel: VM \"victim\" virtio: net0: 0 frames\n";
         assert_eq!(check_hostile(&victim).len(), 1);
+    }
+
+    #[test]
+    fn resetrace_judges_restarts_and_the_victims_timer() {
+        let mut log = String::from(
+            "[cpu0] INFO  guest memory: 100 bytes free after creating the VMs\n\
+             [victim] VICTIM: window 2000 ms, ran 900 ms (share 45%), ticks 199 (period 10 ms, max gap 21 ms), memory ok, registers ok\n\
+             [victim] PASS victim-memory (x)\n[victim] PASS victim-registers (x)\n\
+             [victim] PASS victim-heartbeat (x)\n[attacker] PASS 1 resetrace: done\n",
+        );
+        for n in 1..=RESETRACE_MIN_RESTARTS {
+            log.push_str(&format!(
+                "[cpu1] INFO  VM \"attacker\" restarted ({n}): heap 5000 bytes used, guest memory 100 bytes free\n"
+            ));
+        }
+        assert!(
+            check_resetrace(&log).is_empty(),
+            "{:?}",
+            check_resetrace(&log)
+        );
+        let stalled = log.replace("max gap 21 ms", "max gap 412 ms");
+        assert_eq!(check_resetrace(&stalled).len(), 1);
+        let starved = log.replace("ticks 199", "ticks 120");
+        assert_eq!(check_resetrace(&starved).len(), 1);
+        let few = log.replace(
+            &format!("restarted ({})", RESETRACE_MIN_RESTARTS),
+            "restarted (x)",
+        );
+        assert!(!check_resetrace(&few).is_empty());
+        assert_eq!(
+            check_resetrace(&log.replace("PASS 1 resetrace", "FAIL 1 resetrace")).len(),
+            1
+        );
     }
 
     #[test]

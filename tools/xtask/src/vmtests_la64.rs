@@ -1,7 +1,7 @@
 //! The LoongArch test guest (`tools/guests/loongarch64-test`): its build,
 //! its bare-QEMU smoke case, and the kestrel VM tests (`cargo xtask vmtest`).
 //!
-//! - [`build_guest_la64`] builds the guest for `loongarch64-unknown-none`
+//! - [`crate::guests::build_guest_la64`] builds the guest for `loongarch64-unknown-none`
 //!   (hard float: it checks FP/LSX registers) with `-Zbuild-std`.
 //! - [`bare_case`] is in `make test` (`cargo xtask smoke`): the guest alone
 //!   on `qemu-system-loongarch64 -smp 4`, where it runs at real PLV0 and every
@@ -15,19 +15,13 @@
 //!
 //! docs/test-guest-loongarch.md describes the guest and its output.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::smoke::{Case, Ending};
+use crate::boot_case::{Case, Ending};
+use crate::guests::build_guest_la64;
 use crate::suite::Suite;
 use crate::vmtest::{self, VmCase, VmSuite};
 use crate::{Arch, Opts};
-
-/// The guest's target: hard float, so it may use FP and LSX registers.
-pub const GUEST_TARGET: &str = "loongarch64-unknown-none";
-/// The guest's crate and binary.
-const GUEST_PACKAGE: &str = "kestrel-guest-loongarch64-test";
-const GUEST_BIN: &str = "loongarch64-test";
 
 /// Checks that only kestrel can pass; on bare QEMU they print `SKIP`.
 pub const KESTREL_ONLY: &[&str] = &[
@@ -55,13 +49,6 @@ pub const EVERYWHERE: &[&str] = &[
     "user-isolation",
     "outside-ram",
 ];
-
-/// Builds the guest (with `-Zbuild-std`); returns its ELF
-/// (`target/loongarch64-unknown-none/release/loongarch64-test`), which QEMU
-/// `-kernel` and kestrel's `kind = "test-guest"` both load.
-pub fn build_guest_la64() -> Result<PathBuf, String> {
-    vmtest::build_guest(GUEST_PACKAGE, GUEST_BIN, GUEST_TARGET, true)
-}
 
 /// The bare-QEMU smoke case: the guest itself as QEMU's `-kernel`.
 pub fn bare_case() -> Case {
@@ -118,7 +105,7 @@ fn pass_line(check: &str) -> &'static str {
 /// On bare QEMU only the kestrel-specific checks may be skipped
 /// (`SKIP <check>: <why>`).
 fn check_bare(log: &str) -> Vec<String> {
-    crate::smoke::only_skipped(log, KESTREL_ONLY, |rest| {
+    crate::boot_case::only_skipped(log, KESTREL_ONLY, |rest| {
         rest.split(':').next().unwrap_or("")
     })
 }
@@ -207,8 +194,10 @@ pub fn vm_cases() -> Vec<VmCase> {
         "configs/test/la64-hostile.toml",
         3,
         check_hostile,
-        Duration::from_secs(180),
-        &[],
+        // Under -icount (counter time is instructions: the victim's gaps
+        // are judged the same on a loaded host, which only slows the run).
+        Duration::from_secs(420),
+        vmtest::ICOUNT,
     );
     // The same guests under the LVZ backend, on the LVZ emulator.
     let lvz = [
@@ -300,6 +289,9 @@ fn on_lvz(twin: &VmCase, name: &'static str, check: fn(&str) -> Vec<String>) -> 
         name,
         check: Some(check),
         lvz: true,
+        // The LVZ emulator aborts under -icount ("Bad icount read"), so
+        // its twin runs in real time.
+        qemu_args: &[],
         ..twin.clone()
     }
 }

@@ -84,6 +84,20 @@ impl Pl011 {
         }
     }
 
+    /// Writes as many of `bytes` as the transmit FIFO takes now (until
+    /// `FR.TXFF`), without waiting; returns how many.
+    pub fn try_write(&self, bytes: &[u8]) -> usize {
+        let mut n = 0;
+        for &b in bytes {
+            if self.flags().contains(Fr::TXFF) {
+                break;
+            }
+            self.regs.regs().dr().write(u32::from(b));
+            n += 1;
+        }
+        n
+    }
+
     /// A received byte, if the receive FIFO holds one.
     pub fn read_byte(&self) -> Option<u8> {
         if self.flags().contains(Fr::RXFE) {

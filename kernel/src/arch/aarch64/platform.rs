@@ -103,6 +103,13 @@ impl Platform for Arm64 {
         }
     }
 
+    fn console_try_write(&self, bytes: &[u8]) -> usize {
+        match STATE.get() {
+            Some(s) => s.uart.map_or(bytes.len(), |u| u.try_write(bytes)),
+            None => pl011::early().try_write(bytes),
+        }
+    }
+
     fn cpu_index(&self) -> usize {
         percpu::index()
     }

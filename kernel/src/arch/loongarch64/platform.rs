@@ -195,6 +195,10 @@ impl Platform for LoongArchPlatform {
         self.uart.write_bytes(bytes);
     }
 
+    fn console_try_write(&self, bytes: &[u8]) -> usize {
+        self.uart.try_write(bytes)
+    }
+
     fn cpu_index(&self) -> usize {
         current_cpu()
     }

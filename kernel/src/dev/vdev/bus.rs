@@ -43,9 +43,11 @@ pub trait DeviceEnv {
     fn set_irq(&mut self, line: u32, level: bool);
     /// One byte of the VM's console output.
     fn console_out(&mut self, byte: u8);
-    /// One byte of the VM's virtio console output (by default as the UART's).
-    fn console_out_virtio(&mut self, byte: u8) {
-        self.console_out(byte);
+    /// Bytes of the VM's virtio console output (by default as the UART's).
+    fn console_write_virtio(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.console_out(b);
+        }
     }
     /// The guest asked to power the VM off (a board power register).
     fn power_off(&mut self);
@@ -64,6 +66,35 @@ pub trait DeviceEnv {
 pub trait GuestMemory {
     fn read(&self, gpa: u64, buf: &mut [u8]) -> Result<(), MemError>;
     fn write(&self, gpa: u64, data: &[u8]) -> Result<(), MemError>;
+    /// Makes `[gpa, gpa + len)` ready for device access with at most
+    /// `zero_allowance` first-touch zeroings. RAM the guest never touched
+    /// is zeroed when a device first reaches it (`read`/`write` do it
+    /// themselves), work the size of a block (2 MiB), not of the access:
+    /// a device charges it to its budget through this call before it
+    /// touches the memory, so that a chain over many untouched blocks is
+    /// served over several exits. A range that is not (all) RAM counts as
+    /// ready: the access itself then fails as it would. By default memory
+    /// is always ready (no lazy zeroing).
+    fn prepare(&self, _gpa: u64, _len: u64, _zero_allowance: u32) -> Prepared {
+        Prepared::READY
+    }
+}
+
+/// What [`GuestMemory::prepare`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Prepared {
+    /// Blocks zeroed for it.
+    pub zeroed: u32,
+    /// Whether the whole range is ready now (false: more blocks wait for
+    /// a zeroing the allowance did not cover).
+    pub ready: bool,
+}
+
+impl Prepared {
+    pub const READY: Prepared = Prepared {
+        zeroed: 0,
+        ready: true,
+    };
 }
 
 /// A guest-physical range that is not (all) RAM of this VM.

@@ -12,7 +12,7 @@
 
 use alloc::vec::Vec;
 
-use super::queue::{Chain, Queue, QueueError};
+use super::queue::{Chain, Pop, Queue, QueueError};
 use super::{id, Budget, Progress, VirtioDevice, Work};
 use crate::dev::vdev::bus::{DeviceEnv, GuestMemory};
 
@@ -356,8 +356,10 @@ impl VirtioDevice for Block {
             if !budget.chain() {
                 return Ok(Progress::More);
             }
-            let Some(c) = q.pop(env.memory())? else {
-                return Ok(Progress::Done);
+            let c = match q.pop_within(env.memory(), budget)? {
+                Pop::Chain(c) => c,
+                Pop::Empty => return Ok(Progress::Done),
+                Pop::Later => return Ok(Progress::More),
             };
             budget.spend(c.cost());
             match self.start(c, env, budget)? {

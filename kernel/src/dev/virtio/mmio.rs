@@ -160,6 +160,26 @@ impl<D: VirtioDevice> Transport<D> {
         }
     }
 
+    /// Runs `f` on the live device under the transport's lock and, when it
+    /// says it took work for later (frames held for the receive queue),
+    /// marks queue `index` pending without doing it: [`Transport::resume`]
+    /// does it, on the time of the VM the device belongs to. Returns what
+    /// `f` said and whether work was pending already (`None`: the device
+    /// is not live, `f` did not run).
+    pub fn hold(&self, index: usize, f: impl FnOnce(&mut D) -> bool) -> Option<(bool, bool)> {
+        let mut st = self.state.lock();
+        if !st.live() || index >= st.queues.len() {
+            return None;
+        }
+        let was_pending = st.pending != 0;
+        let took = f(&mut st.dev);
+        if took {
+            st.pending |= 1 << index;
+            self.pending.store(true, Ordering::Release);
+        }
+        Some((took, was_pending))
+    }
+
     /// Serves the pending queues in turn within `budget`.
     fn run(&self, st: &mut State<D>, env: &mut dyn DeviceEnv, budget: &mut Budget) {
         let n = st.queues.len();

@@ -29,7 +29,7 @@ use core::sync::atomic::{AtomicBool, Ordering};
 use spin::{Mutex, RwLock};
 
 use super::mmio::Transport;
-use super::queue::{Queue, QueueError};
+use super::queue::{Pop, Queue, QueueError};
 use super::{id, Budget, Progress, VirtioDevice, Work};
 use crate::dev::vdev::bus::{DeviceEnv, MmioDevice};
 use crate::dev::vdev::{MmioError, Width};
@@ -200,8 +200,10 @@ impl Net {
             if !budget.chain() {
                 return Ok(Progress::More);
             }
-            let Some(c) = q.pop(mem)? else {
-                return Ok(Progress::Done);
+            let c = match q.pop_within(mem, budget)? {
+                Pop::Chain(c) => c,
+                Pop::Empty => return Ok(Progress::Done),
+                Pop::Later => return Ok(Progress::More),
             };
             budget.spend(c.cost());
             let mut hdr = [0u8; HDR_LEN];
@@ -237,8 +239,10 @@ impl Net {
             if !budget.chain() {
                 return Ok(Progress::More);
             }
-            let Some(c) = q.pop(mem)? else {
-                return Ok(Progress::Done);
+            let c = match q.pop_within(mem, budget)? {
+                Pop::Chain(c) => c,
+                Pop::Empty => return Ok(Progress::Done),
+                Pop::Later => return Ok(Progress::More),
             };
             budget.spend(c.cost());
             let len = c.len(false);

@@ -82,8 +82,7 @@ impl Chain {
     /// used ring entries, with [`crate::dev::virtio::CALL_COST`] for each
     /// guest-memory call.
     pub fn cost(&self) -> u64 {
-        let calls = u64::from(self.descs) + 5;
-        u64::from(self.descs) * DESC_SIZE + 16 + calls * crate::dev::virtio::CALL_COST
+        descs_cost(self.descs)
     }
 
     /// Total bytes of the readable (`write == false`) or writable buffers.
@@ -195,6 +194,48 @@ impl<'a> Cursor<'a> {
     }
 }
 
+/// What [`Queue::pop_within`] found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Pop {
+    /// The next chain, its memory ready.
+    Chain(Chain),
+    /// The ring has no chain (or the queue is not live).
+    Empty,
+    /// A chain is there, but a block of its memory waits for a first-touch
+    /// zeroing the budget did not cover: try again with a new budget.
+    Later,
+}
+
+/// The result of walking a chain: the chain, or where it stopped for a
+/// zeroing the allowance did not cover.
+enum Walk {
+    Chain(Chain),
+    Later { descs: u32 },
+}
+
+/// The first-touch zeroings one chain may still cause, and those it did.
+struct Zeroing {
+    allowance: u32,
+    done: u32,
+}
+
+impl Zeroing {
+    /// Prepares `[gpa, gpa + len)` within the allowance left; whether it
+    /// is all ready.
+    fn prepare(&mut self, mem: &dyn GuestMemory, gpa: u64, len: u64) -> bool {
+        let p = mem.prepare(gpa, len, self.allowance - self.done);
+        self.done += p.zeroed.min(self.allowance - self.done);
+        p.ready
+    }
+}
+
+/// What reading `descs` descriptors cost in budget bytes (as in
+/// [`Chain::cost`]).
+fn descs_cost(descs: u32) -> u64 {
+    let calls = u64::from(descs) + 5;
+    u64::from(descs) * DESC_SIZE + 16 + calls * crate::dev::virtio::CALL_COST
+}
+
 /// One split virtqueue as the driver configured it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Queue {
@@ -268,14 +309,39 @@ impl Queue {
         Ok(Self::read_u16(mem, self.avail + 2)? != self.last_avail)
     }
 
-    /// Takes the next available chain, `None` if the ring is empty.
+    /// Takes the next available chain, `None` if the ring is empty, with
+    /// as many first-touch zeroings of its memory as it needs (tests).
+    #[cfg(test)]
     pub fn pop(&mut self, mem: &dyn GuestMemory) -> Result<Option<Chain>, QueueError> {
+        let mut budget = crate::dev::virtio::Budget::new(u64::MAX, u32::MAX);
+        loop {
+            match self.pop_within(mem, &mut budget)? {
+                Pop::Chain(c) => return Ok(Some(c)),
+                Pop::Empty => return Ok(None),
+                Pop::Later => {}
+            }
+        }
+    }
+
+    /// Takes the next available chain once every byte it names (its
+    /// buffers and its indirect table) is ready guest RAM, zeroing
+    /// untouched blocks only as far as `budget` affords
+    /// ([`crate::dev::virtio::ZERO_COST`] each, charged here; the chain's
+    /// own cost is the caller's to charge). [`Pop::Later`]: a block still
+    /// waits for its zeroing; the chain stays in the ring and is taken
+    /// again on a later budget, and the descriptors read meanwhile are
+    /// charged here.
+    pub fn pop_within(
+        &mut self,
+        mem: &dyn GuestMemory,
+        budget: &mut crate::dev::virtio::Budget,
+    ) -> Result<Pop, QueueError> {
         if !self.ready {
-            return Ok(None);
+            return Ok(Pop::Empty);
         }
         let avail_idx = Self::read_u16(mem, self.avail + 2)?;
         if avail_idx == self.last_avail {
-            return Ok(None);
+            return Ok(Pop::Empty);
         }
         if avail_idx.wrapping_sub(self.last_avail) > self.size {
             return Err(QueueError::AvailOverrun {
@@ -287,9 +353,30 @@ impl Queue {
         fence(Ordering::Acquire);
         let slot = u64::from(self.last_avail % self.size);
         let head = Self::read_u16(mem, self.avail + 4 + 2 * slot)?;
-        let chain = self.walk(mem, head)?;
+        let mut zero = Zeroing {
+            allowance: budget.zero_allowance(),
+            done: 0,
+        };
+        let walked = self.walk(mem, head, &mut zero);
+        budget.spend_zeroed(zero.done);
+        let chain = match walked? {
+            Walk::Chain(c) => c,
+            Walk::Later { descs } => {
+                budget.spend(descs_cost(descs));
+                return Ok(Pop::Later);
+            }
+        };
+        let ready = chain
+            .bufs
+            .iter()
+            .all(|b| zero.prepare(mem, b.addr, u64::from(b.len)));
+        budget.spend_zeroed(core::mem::take(&mut zero.done));
+        if !ready {
+            budget.spend(chain.cost());
+            return Ok(Pop::Later);
+        }
         self.last_avail = self.last_avail.wrapping_add(1);
-        Ok(Some(chain))
+        Ok(Pop::Chain(chain))
     }
 
     fn read_desc(mem: &dyn GuestMemory, table: u64, i: u16) -> Result<(Buf, u16, u16), QueueError> {
@@ -310,7 +397,12 @@ impl Queue {
         Ok((buf, flags, next))
     }
 
-    fn walk(&self, mem: &dyn GuestMemory, head: u16) -> Result<Chain, QueueError> {
+    fn walk(
+        &self,
+        mem: &dyn GuestMemory,
+        head: u16,
+        zero: &mut Zeroing,
+    ) -> Result<Walk, QueueError> {
         if head >= self.size {
             return Err(QueueError::BadIndex(head));
         }
@@ -339,6 +431,9 @@ impl Queue {
                     return Err(QueueError::BadIndirect);
                 }
                 let table = buf.addr;
+                if !zero.prepare(mem, table, u64::from(buf.len)) {
+                    return Ok(Walk::Later { descs: seen });
+                }
                 let mut i = 0u16;
                 let mut count = 0u32;
                 loop {
@@ -375,11 +470,11 @@ impl Queue {
             }
             (buf, flags, next) = Self::read_desc(mem, self.desc, next)?;
         }
-        Ok(Chain {
+        Ok(Walk::Chain(Chain {
             head,
             bufs,
             descs: seen,
-        })
+        }))
     }
 
     /// Returns a chain to the driver with `written` bytes written into its

@@ -157,6 +157,44 @@ fn wide_vmids_fit_hardware_fields() {
     }
 }
 
+/// A CPU reporting more VMID bits than the register fields that carry a
+/// VMID hold (LoongArch: GIDBITS may say up to 63, the GID fields hold 8):
+/// the allocator is cut to the fields, so every id it hands out fits them
+/// and no two VMs running in one generation share a tag. Uncut, a 10-bit
+/// allocator hands out ids that alias once masked to 8 bits.
+#[test]
+fn vmids_never_outgrow_the_fields_that_carry_them() {
+    assert_eq!(usable_bits(10, 8), 8);
+    assert_eq!(usable_bits(6, 8), 6);
+    assert_eq!(usable_bits(63, 63), MAX_VMID_BITS);
+    let run = |bits: u32| {
+        let a = VmidAllocator::new(bits, 2);
+        let vms: Vec<VmVmid> = (0..600).map(|_| VmVmid::new()).collect();
+        let mut aliased = false;
+        let mut live = BTreeMap::new();
+        for (i, vm) in vms.iter().enumerate() {
+            let l = a.vcpu_load(i % 2, vm, &no_flush);
+            if l.flush_local {
+                live.clear(); // a new generation
+            }
+            assert!(u64::from(l.vmid) < 1 << a.bits());
+            if let Some(other) = live.insert(l.vmid & 0xff, i) {
+                aliased |= other != i;
+            }
+            a.vcpu_put(i % 2);
+        }
+        (a.bits(), aliased, a.counters().rollovers)
+    };
+    let (bits, aliased, rollovers) = run(usable_bits(10, 8));
+    assert_eq!(bits, eff(8));
+    assert!(!aliased, "two VMs of one generation share an 8-bit GID");
+    assert!(rollovers > 0);
+    if eff(10) == 10 {
+        let (_, aliased, _) = run(10);
+        assert!(aliased, "uncut 10-bit ids alias once masked to 8 bits");
+    }
+}
+
 #[test]
 #[should_panic(expected = "cannot share")]
 fn too_many_cpus_for_the_width_is_refused() {

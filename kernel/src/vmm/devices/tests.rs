@@ -64,8 +64,8 @@ impl DeviceHost for Fake {
     fn device_console(&self, _: &Vm<Self>, byte: u8) {
         self.console.lock().push(byte);
     }
-    fn device_console_virtio(&self, _: &Vm<Self>, byte: u8) {
-        self.console.lock().push(byte);
+    fn device_console_virtio(&self, _: &Vm<Self>, bytes: &[u8]) {
+        self.console.lock().extend_from_slice(bytes);
     }
     fn guest_memory(vm: &Vm<Self>) -> &dyn GuestMemory {
         &vm.arch.ram

@@ -174,6 +174,7 @@ extern "C" fn primary_main(dtb: usize) -> ! {
         crate::platform::Mode::BenchExits => crate::exitbench::exits_mode(&p, kestrel),
         crate::platform::Mode::BenchSwitch => crate::exitbench::switch_mode(kestrel),
         crate::platform::Mode::Reboot => crate::reboot::run(&p),
+        crate::platform::Mode::ResetRace => crate::resetrace::run(&p),
     }
     let mut ctx = Ctx {
         p,
@@ -410,7 +411,7 @@ extern "C" {
     fn secondary_entry();
 }
 
-fn secondary_entry_pa() -> u64 {
+pub(crate) fn secondary_entry_pa() -> u64 {
     // The identity map makes the address the code runs at its PA.
     secondary_entry as *const () as u64
 }

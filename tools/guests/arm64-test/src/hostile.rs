@@ -265,6 +265,7 @@ pub fn attack(p: &Platform) -> ! {
         format_args!("{spins} rounds with IRQs masked from {busy_from} ms to {hold_ms} ms"),
     );
     virtio::budget_phase(p);
+    virtio::console_phase(p);
     finish()
 }
 

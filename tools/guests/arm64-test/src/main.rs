@@ -36,6 +36,8 @@ mod platform;
 #[cfg(target_os = "none")]
 mod reboot;
 #[cfg(target_os = "none")]
+mod resetrace;
+#[cfg(target_os = "none")]
 mod smccc;
 #[cfg(target_os = "none")]
 mod smp;

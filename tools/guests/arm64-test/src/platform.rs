@@ -31,7 +31,8 @@ pub struct Platform {
     /// `mode=attack` / `mode=victim`: the hostile-guest suite instead of
     /// the checks (`hostile.rs`).
     pub mode: Mode,
-    /// `window_ms=N`: how long the victim measures; `hold_ms=N`: how long
+    /// `window_ms=N`: how long the victim measures (`mode=resetrace`: the
+    /// counter value, in ms, its resets go on until); `hold_ms=N`: how long
     /// after its start the attacker keeps its pCPU busy.
     pub window_ms: Option<u64>,
     pub hold_ms: Option<u64>,
@@ -59,6 +60,9 @@ pub enum Mode {
     /// `mode=reboot`: reboot until a counter on the disk says enough
     /// (`reboot.rs`).
     Reboot,
+    /// `mode=resetrace`: resets racing CPU_ON until the counter passes
+    /// `window_ms` (`resetrace.rs`).
+    ResetRace,
 }
 
 impl Platform {
@@ -202,6 +206,7 @@ impl Platform {
                     "mode=bench-exits" => p.mode = Mode::BenchExits,
                     "mode=bench-switch" => p.mode = Mode::BenchSwitch,
                     "mode=reboot" => p.mode = Mode::Reboot,
+                    "mode=resetrace" => p.mode = Mode::ResetRace,
                     _ => {}
                 }
                 if let Some(n) = num("share_ms=") {

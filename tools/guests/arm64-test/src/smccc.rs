@@ -73,6 +73,7 @@ pub fn call0(fid: u32, args: [u64; 3]) -> i64 {
 /// PSCI function ids (DEN0022) and return codes.
 pub mod psci {
     pub const VERSION: u32 = 0x8400_0000;
+    pub const CPU_OFF: u32 = 0x8400_0002;
     pub const CPU_ON: u32 = 0xC400_0003;
     pub const AFFINITY_INFO: u32 = 0xC400_0004;
     pub const MIGRATE_INFO_TYPE: u32 = 0x8400_0006;

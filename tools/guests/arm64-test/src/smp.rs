@@ -33,6 +33,9 @@ pub enum Cmd {
     /// Spin until the physical counter reaches `arg`, counting iterations
     /// of a fixed loop: result = iterations, detail = the counter at the start.
     Spin = 6,
+    /// The vCPU [`sender`] calls PSCI CPU_ON for the vCPU `arg` names
+    /// ([`cpu_on_arg`]) without pause, forever (`mode=resetrace`).
+    CpuOnLoop = 7,
     /// Part `arg` of an EL1-state check (`crate::el1state::execute`).
     El1State = 16,
 }
@@ -46,6 +49,7 @@ impl Cmd {
             4 => Cmd::SgiOthers,
             5 => Cmd::PvIpi,
             6 => Cmd::Spin,
+            7 => Cmd::CpuOnLoop,
             16 => Cmd::El1State,
             _ => Cmd::Nop,
         }
@@ -65,6 +69,16 @@ fn intid(arg: u64) -> u32 {
 fn mask(arg: u64) -> u32 {
     arg as u32
 }
+
+/// Packs [`Cmd::CpuOnLoop`]'s argument: `sender` starts the vCPU of index
+/// `target` and MPIDR `mpidr` (affinity fields: 40 bits).
+pub const fn cpu_on_arg(sender: usize, target: usize, mpidr: u64) -> u64 {
+    (sender as u64) << 48 | (target as u64 & 0xFF) << 40 | mpidr & 0xFF_FFFF_FFFF
+}
+
+/// Secondaries (bit i: vCPU i) that turn themselves off (PSCI CPU_OFF) as
+/// soon as they start (`mode=resetrace`).
+pub static OFF_AT_START: AtomicU32 = AtomicU32::new(0);
 
 /// seq << 32 | cmd.
 static CMD: AtomicU64 = AtomicU64::new(0);
@@ -112,9 +126,20 @@ pub fn run_everywhere(cmd: Cmd, arg: u64, timeout_us: u64) -> bool {
     true
 }
 
+/// Posts `cmd` for the secondaries and returns at once (the boot vCPU
+/// neither runs it nor waits for it).
+pub fn post(cmd: Cmd, arg: u64) {
+    ARG.store(arg, Ordering::SeqCst);
+    let seq = (CMD.load(Ordering::SeqCst) >> 32) + 1;
+    CMD.store(seq << 32 | cmd as u64, Ordering::SeqCst);
+}
+
 /// Rust entry of a secondary vCPU (from `secondary_entry` in start.S).
 #[no_mangle]
 extern "C" fn secondary_main(index: usize) -> ! {
+    if OFF_AT_START.load(Ordering::Acquire) & (1 << index) != 0 {
+        smccc::call0(smccc::psci::CPU_OFF, [0; 3]);
+    }
     cpu::set_index(index);
     let me = &CPUS[index];
     me.seen_mpidr.store(cpu::mpidr(), Ordering::Relaxed);
@@ -159,6 +184,13 @@ fn execute(me: usize, cmd: Cmd, arg: u64) {
         }
         Cmd::PvIpi if sender(arg) == me => (pv_ipi(mask(arg)) as u64, 0),
         Cmd::Spin => spin_until(arg),
+        Cmd::CpuOnLoop if sender(arg) == me => {
+            let entry = crate::checks::secondary_entry_pa();
+            let (target, mpidr) = ((arg >> 40) & 0xFF, arg & 0xFF_FFFF_FFFF);
+            loop {
+                smccc::call0(smccc::psci::CPU_ON, [mpidr, entry, target]);
+            }
+        }
         Cmd::El1State => crate::el1state::execute(arg),
         _ => (0, 0),
     };

@@ -287,6 +287,14 @@ impl<H: VirtioHost> Drv<H> {
         Ok(())
     }
 
+    /// Breaks a console (brought up by [`Drv::up`]) as
+    /// `attack-virtio-left-broken` leaves it: a chain that loops on itself
+    /// (kestrel's end-of-VM line says `ChainTooLong`).
+    pub fn break_console(&mut self) {
+        desc(DESC, 0, buf::<H>(), 16, F_NEXT, 0);
+        self.offer(0)
+    }
+
     /// Publishes avail index `idx` and notifies the phase's queue.
     pub fn publish(&mut self, idx: u16) {
         H::barrier();
@@ -1163,10 +1171,7 @@ fn leave_broken<H: VirtioHost>(drvs: &mut [Drv<H>; 3]) {
                 // BadIndex(200)
                 ID_BLOCK => d.offer(200),
                 // ChainTooLong
-                ID_CONSOLE => {
-                    desc(DESC, 0, buf::<H>(), 16, F_NEXT, 0);
-                    d.offer(0)
-                }
+                ID_CONSOLE => d.break_console(),
                 // AvailOverrun
                 _ => d.publish(100),
             }

@@ -180,8 +180,8 @@ fn ipi(pv: bool, set: Targets, overhead: u64) {
 
 /// Prints this VM's FP and VMID counters as kestrel keeps them:
 /// `BENCH counters fp_saves=.. fp_restores=.. fp_traps=.. vmid_fast=..
-/// vmid_slow=.. vmid_rollovers=.. tlb_flushes=..`. The rollover test reads
-/// `vmid_rollovers` from it.
+/// vmid_slow=.. vmid_rollovers=.. tlb_flushes=..` (rollovers and flushes
+/// are the host's: always 0 here, docs/hypercalls.md).
 pub fn counters(on_kestrel: bool) {
     if !on_kestrel {
         return;

@@ -104,11 +104,17 @@ fn say(msg: &str) {
     eprintln!("guest-assets: {msg}");
 }
 
-/// `cargo xtask guest-assets [--refresh]` and `cargo xtask bench-linux`.
-pub fn command(cmd: &str, args: &[String]) -> Result<(), String> {
-    if cmd == "bench-linux" {
-        return crate::vmtests_linux::bench(args);
-    }
+/// What `cargo xtask guest-assets --test` runs on the files just built:
+/// the bare-QEMU Linux cases of each architecture, handed in by the caller
+/// (they are test cases, which build on the assets, not the other way).
+pub struct BareTests {
+    pub arm64: fn(LinuxAssets) -> Result<(), String>,
+    pub la64: fn(loong64::Loong64Assets) -> Result<(), String>,
+}
+
+/// `cargo xtask guest-assets [--arch A] [--refresh] [--test]`; `--test`
+/// runs `tests`.
+pub fn command(args: &[String], tests: &BareTests) -> Result<(), String> {
     let (mut refresh, mut test, mut la) = (false, false, false);
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -153,7 +159,7 @@ pub fn command(cmd: &str, args: &[String]) -> Result<(), String> {
             println!("{}", p.display());
         }
         if test {
-            crate::vmtests_linux::run_bare_la64(a)?;
+            (tests.la64)(a)?;
         }
         return Ok(());
     }
@@ -162,7 +168,7 @@ pub fn command(cmd: &str, args: &[String]) -> Result<(), String> {
     println!("{}", a.initramfs.display());
     println!("{}", a.rootfs.display());
     if test {
-        crate::vmtests_linux::run_bare(a)?;
+        (tests.arm64)(a)?;
     }
     Ok(())
 }
@@ -310,6 +316,10 @@ pub fn ensure(refresh: bool) -> Result<LinuxAssets, String> {
         ),
     })
 }
+
+/// How long `make test` may spend fetching the assets ([`ensure_within`]
+/// and [`ensure_within_la64`] in the smoke suite's cases that need them).
+pub const FETCH_LIMIT: Duration = Duration::from_secs(120);
 
 /// Runs `cargo xtask guest-assets` as a child with a time limit (for the
 /// tests: a slow or absent network must not hang them).

@@ -93,6 +93,11 @@ impl Arm64Backend {
     ) -> Result<(), String> {
         let st = &vm.arch;
         super::passthrough::quiesce(vm);
+        // Devices first: a device still running (a network port another
+        // VM's frame reaches) would write into the freshly loaded RAM.
+        vm.bus
+            .reset_all()
+            .map_err(|d| format!("{d} is not at power-on after the reset"))?;
         // Unmaps the blocks and flushes every TLB (the VM may keep its
         // VMID: the core drops it, but it can come back before a rollover).
         let cpu = super::super::percpu::index();
@@ -101,9 +106,6 @@ impl Arm64Backend {
         let pt = &st.passthrough;
         *st.vgic.lock() =
             self.new_vgic(vcpus.len(), !st.spec.passthrough.is_empty(), &pt.routes)?;
-        vm.bus
-            .reset_all()
-            .map_err(|d| format!("{d} is not at power-on after the reset"))?;
         for sh in &st.shared {
             *sh.boot.lock() = None;
         }

@@ -11,7 +11,7 @@ use alloc::sync::Arc;
 use alloc::vec::Vec;
 use spin::Mutex;
 
-use crate::dev::vdev::bus::{Bus, GuestMemory, MemError};
+use crate::dev::vdev::bus::{Bus, GuestMemory, MemError, Prepared};
 use crate::dev::vdev::pl011::{self, Pl011};
 use crate::dev::vdev::uart::Uart;
 use crate::dev::vgic::mmio::{DistFrame, RedistFrame, SharedVgic};
@@ -152,5 +152,35 @@ impl GuestMemory for VmState {
             // at load: a guest with its caches off sees the data.
             mmu::clean_dcache_range(dst, dst + n);
         })
+    }
+
+    fn prepare(&self, gpa: u64, len: u64, zero_allowance: u32) -> Prepared {
+        let Some(end) = gpa.checked_add(len) else {
+            return Prepared::READY;
+        };
+        if len == 0 || gpa < self.ram_base || end > self.ram_base + self.ram_size {
+            return Prepared::READY;
+        }
+        let first = ((gpa - self.ram_base) / stage2::BLOCK) as usize;
+        let last = ((end - 1 - self.ram_base) / stage2::BLOCK) as usize;
+        let mut zeroed = 0;
+        for i in first..=last {
+            if self.ram.ready_block(i).is_some() {
+                continue;
+            }
+            if zeroed == zero_allowance {
+                return Prepared {
+                    zeroed,
+                    ready: false,
+                };
+            }
+            // Zeroes and maps it (or waits for the pCPU already at it).
+            self.ram.host_block(i);
+            zeroed += 1;
+        }
+        Prepared {
+            zeroed,
+            ready: true,
+        }
     }
 }

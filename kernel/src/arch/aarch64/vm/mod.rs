@@ -31,7 +31,7 @@ use crate::dev::vgic::GicVersion;
 use crate::guest::arm64::idregs::IdConfig;
 use crate::mem::vmid::VmidAllocator;
 use crate::vcpu::fpu::{self, pcpu::PcpuFp, FpPolicy};
-use crate::vcpu::stats::Counter;
+use crate::vcpu::stats::{Counter, HOST};
 use crate::vm::exitctx::ExitCtx;
 use crate::vm::{Backend, Hypervisor, RunExit, Vcpu, Vm, VmEnd};
 use crate::vmm;
@@ -212,10 +212,9 @@ impl Backend for Arm64Backend {
         let l = self.vmids.vcpu_load(cpu, &vm.vmid, &|| self.flush_tlb());
         let after = self.vmids.counters();
         vm.stats.record_vmid(&l);
-        vm.stats
-            .add(Counter::VmidRollovers, after.rollovers - before.rollovers);
-        vm.stats
-            .add(Counter::TlbFlushes, after.flushes - before.flushes);
+        // Rollovers and their flushes are the host's, not the loading VM's.
+        HOST.add(Counter::VmidRollovers, after.rollovers - before.rollovers);
+        HOST.add(Counter::TlbFlushes, after.flushes - before.flushes);
         msr!("vtcr_el2", vm.arch.stage2.vtcr());
         msr!("vttbr_el2", vm.arch.stage2.vttbr(l.vmid));
         if cfg!(feature = "vmid-flush-switch") {
@@ -228,7 +227,7 @@ impl Backend for Arm64Backend {
                 unsafe {
                     core::arch::asm!("isb", "tlbi alle1", "dsb nsh", "isb", options(nostack))
                 };
-                vm.stats.inc(Counter::TlbFlushes);
+                HOST.inc(Counter::TlbFlushes);
             }
         }
         if l.flush_local {
@@ -377,10 +376,6 @@ impl Backend for Arm64Backend {
         vcpus: &mut [spin::MutexGuard<'_, VcpuState>],
     ) -> Result<(), String> {
         self.restart(vm, vcpus)
-    }
-
-    fn serve(&self, cpu: usize) {
-        self.service_fp(cpu);
     }
 
     fn kick(&self, cpu: usize) {

@@ -45,7 +45,7 @@ use crate::mem::vmid::{VmVmid, VmidAllocator};
 use crate::vcpu::fpu::pcpu::{self as fpcpu, PcpuFp};
 use crate::vcpu::fpu::{FpPolicy, LoongArchFpState, VcpuFp};
 use crate::vcpu::sched::VcpuKey;
-use crate::vcpu::stats::{Counter, Stats};
+use crate::vcpu::stats::{Counter, Stats, HOST};
 use crate::vm::exitctx::ExitCtx;
 use crate::vm::{Backend, Hypervisor, RunExit, Vcpu, Vm};
 use crate::vmm;
@@ -442,9 +442,10 @@ impl<M: Mode> Backend for LaBackend<M> {
         let l = self.vmids.vcpu_load(cpu, M::vmid(vm, ctx), &|| {});
         let rolled = self.vmids.counters().rollovers - before;
         vm.stats.record_vmid(&l);
-        vm.stats.add(Counter::VmidRollovers, rolled);
+        // Rollovers and their flushes are the host's, not the loading VM's.
+        HOST.add(Counter::VmidRollovers, rolled);
         if l.flush_local {
-            vm.stats.inc(Counter::TlbFlushes);
+            HOST.inc(Counter::TlbFlushes);
         }
         M::load(cpu, vm, vcpu, ctx, l.vmid, l.flush_local, now);
         // FP: ask the pCPU holding this vCPU's registers to write them back
@@ -522,10 +523,6 @@ impl<M: Mode> Backend for LaBackend<M> {
         vcpus: &mut [MutexGuard<'_, M::Vcpu>],
     ) -> Result<(), String> {
         self.restart(vm, vcpus)
-    }
-
-    fn serve(&self, cpu: usize) {
-        self.service_fp(cpu);
     }
 
     fn kick(&self, cpu: usize) {

@@ -118,7 +118,7 @@ fn stage2_fill(vm: &Vm<B>, gpa: u64) -> RunExit {
             *e = (h & 0x0000_ffff_ffff_f000) | 1 | 1 << 1 | 1 << 4 | 1 << 6;
         }
     }
-    let gid = gcsr::gstat() >> gcsr::GSTAT_GID_SHIFT & 0xff;
+    let gid = gcsr::gstat() >> gcsr::GSTAT_GID_SHIFT & gcsr::GID_MASK;
     // SAFETY: writes one root TLB entry tagged with the running VM's GID
     // (GTLBC.USETGID + TGID for this one instruction) mapping only this
     // VM's frames; kestrel's own translations are DMWs. TLBRERA.IsTLBR is
@@ -126,7 +126,7 @@ fn stage2_fill(vm: &Vm<B>, gpa: u64) -> RunExit {
     unsafe {
         let gtlbc = gcsr::gtlbc();
         gcsr::write_gtlbc(
-            gtlbc & !(0xff << gcsr::GTLBC_TGID_SHIFT)
+            gtlbc & !(gcsr::GID_MASK << gcsr::GTLBC_TGID_SHIFT)
                 | gcsr::GTLBC_USETGID
                 | gid << gcsr::GTLBC_TGID_SHIFT,
         );

@@ -19,6 +19,12 @@ pub mod num {
     pub const GCNTC: u32 = 0x53;
 }
 
+/// Width of the GID fields (GSTAT.GID, GTLBC.TGID, TRGP.GID): the widest
+/// GID kestrel may use, whatever GSTAT.GIDBITS reports.
+pub const GID_FIELD_BITS: u32 = 8;
+/// A GID field's mask (before its shift).
+pub const GID_MASK: u64 = (1 << GID_FIELD_BITS) - 1;
+
 /// GSTAT fields.
 pub const GSTAT_PVM: u64 = 1 << 1;
 pub const GSTAT_GIDBITS_SHIFT: u32 = 4;

@@ -109,13 +109,15 @@ pub fn probe(board: &BoardInfo, policy: FpPolicy) -> Result<LvzBackend, &'static
     if !csr::has_lvz() {
         return Err("this CPU has no LVZ (CPUCFG2 bit 10 is 0)");
     }
-    let gid_bits = gcsr::gid_bits();
+    let reported = gcsr::gid_bits();
+    // No wider than the 8-bit GID fields, or two VMs could share a GID.
+    let gid_bits = crate::mem::vmid::usable_bits(reported, gcsr::GID_FIELD_BITS);
     if gid_bits < 2 {
         return Err("LVZ reports fewer than 2 GID bits (GSTAT.GIDBITS)");
     }
     let backend = LvzBackend::new(board, policy, gid_bits);
     log::info!(
-        "LoongArch VMs: LVZ guest mode, {}-bit GIDs (CPU: {gid_bits}), FP {} ({policy:?})",
+        "LoongArch VMs: LVZ guest mode, {}-bit GIDs (CPU: {reported}), FP {} ({policy:?})",
         backend.vmids.bits(),
         backend.fp_name(),
     );
@@ -228,7 +230,7 @@ impl Mode for Lvz {
             gcsr::write_gcntc(ctx.counter_offset);
             gcsr::xchg_gstat(
                 u64::from(ctx.gid) << gcsr::GSTAT_GID_SHIFT,
-                0xff << gcsr::GSTAT_GID_SHIFT,
+                gcsr::GID_MASK << gcsr::GSTAT_GID_SHIFT,
             );
         }
         // Its entries on this pCPU are stale if it ran on another one since

@@ -382,3 +382,30 @@ fn garbage_register_traffic_never_panics() {
         }
     }
 }
+
+#[test]
+fn held_work_is_marked_pending_and_done_by_resume_not_by_the_holder() {
+    let t = echo();
+    let mut env = Env::new();
+    assert_eq!(t.hold(0, |_| true), None, "not live: nothing runs");
+    bring_up(&t, &mut env, F_VERSION_1, &[0], 8);
+    let mut drv = Driver::new(8);
+    env.ram.put(DATA, b"xyz");
+    drv.chain(&env.ram, 0, &[(DATA, 3, false), (DATA + 0x100, 3, true)]);
+    drv.offer(&env.ram, 0);
+    let touched = env.ram.touched.get();
+    assert_eq!(t.hold(0, |_| false), Some((false, false)), "nothing taken");
+    assert!(!t.has_pending());
+    assert_eq!(t.hold(0, |_| true), Some((true, false)));
+    assert!(t.has_pending());
+    assert_eq!(t.hold(0, |_| true), Some((true, true)), "already pending");
+    assert_eq!(t.hold(7, |_| true), None, "no such queue");
+    assert_eq!(
+        env.ram.touched.get(),
+        touched,
+        "holding walks no ring: the device's owner does, later"
+    );
+    assert!(!t.resume(&mut env, &mut Budget::exit()));
+    assert_eq!(env.ram.get(DATA + 0x100, 3), b"zyx");
+    assert_eq!(drv.used(&env.ram), (1, vec![(0, 3)]));
+}

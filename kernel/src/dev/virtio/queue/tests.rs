@@ -531,3 +531,185 @@ fn zero_length_buffers_are_dropped_and_cursors_stop_at_the_end() {
     assert_eq!(r.remaining(), 0);
     assert_eq!(c.writer().write(&ram, b"x").unwrap(), 0);
 }
+
+/// [`TestRam`] whose blocks of [`LAZY_BLOCK`] bytes start untouched, as a
+/// VM's lazily zeroed RAM does: `prepare` zeroes within its allowance;
+/// `read`/`write` on an untouched block zero it themselves (counted apart,
+/// as work nobody budgeted).
+struct LazyTestRam {
+    ram: TestRam,
+    ready: RefCell<Vec<bool>>,
+    prepared: Cell<u32>,
+    unbudgeted: Cell<u32>,
+}
+
+const LAZY_BLOCK: u64 = 0x1000;
+
+impl LazyTestRam {
+    fn new(size: usize) -> LazyTestRam {
+        let blocks = size / LAZY_BLOCK as usize;
+        LazyTestRam {
+            ram: TestRam::new(RAM, size),
+            ready: RefCell::new(vec![false; blocks]),
+            prepared: Cell::new(0),
+            unbudgeted: Cell::new(0),
+        }
+    }
+
+    fn blocks(&self, gpa: u64, len: u64) -> core::ops::RangeInclusive<usize> {
+        let first = ((gpa - RAM) / LAZY_BLOCK) as usize;
+        let last = ((gpa + len.max(1) - 1 - RAM) / LAZY_BLOCK) as usize;
+        first..=last
+    }
+
+    fn touch(&self, gpa: u64, len: u64) {
+        for i in self.blocks(gpa, len) {
+            let mut ready = self.ready.borrow_mut();
+            if !ready[i] {
+                ready[i] = true;
+                self.unbudgeted.set(self.unbudgeted.get() + 1);
+            }
+        }
+    }
+
+    /// Marks `[gpa, gpa + len)` touched by the guest (its rings).
+    fn touched_by_guest(&self, gpa: u64, len: u64) {
+        for i in self.blocks(gpa, len) {
+            self.ready.borrow_mut()[i] = true;
+        }
+    }
+}
+
+impl GuestMemory for LazyTestRam {
+    fn read(&self, gpa: u64, buf: &mut [u8]) -> Result<(), MemError> {
+        self.ram.range(gpa, buf.len())?;
+        self.touch(gpa, buf.len() as u64);
+        self.ram.read(gpa, buf)
+    }
+
+    fn write(&self, gpa: u64, data: &[u8]) -> Result<(), MemError> {
+        self.ram.range(gpa, data.len())?;
+        self.touch(gpa, data.len() as u64);
+        self.ram.write(gpa, data)
+    }
+
+    fn prepare(&self, gpa: u64, len: u64, zero_allowance: u32) -> crate::dev::vdev::bus::Prepared {
+        use crate::dev::vdev::bus::Prepared;
+        if len == 0 || self.ram.range(gpa, len as usize).is_err() {
+            return Prepared::READY;
+        }
+        let mut zeroed = 0;
+        for i in self.blocks(gpa, len) {
+            if self.ready.borrow()[i] {
+                continue;
+            }
+            if zeroed == zero_allowance {
+                return Prepared {
+                    zeroed,
+                    ready: false,
+                };
+            }
+            self.ready.borrow_mut()[i] = true;
+            self.prepared.set(self.prepared.get() + 1);
+            zeroed += 1;
+        }
+        Prepared {
+            zeroed,
+            ready: true,
+        }
+    }
+}
+
+/// Takes the next chain as a device's exit would: one whole budget per
+/// call. Returns the outcome and the zeroings that call did.
+fn pop_in_one_exit(q: &mut Queue, mem: &LazyTestRam) -> (Pop, u32) {
+    let before = mem.prepared.get();
+    let mut budget = crate::dev::virtio::Budget::exit();
+    assert!(budget.chain());
+    let p = q.pop_within(mem, &mut budget).unwrap();
+    (p, mem.prepared.get() - before)
+}
+
+#[test]
+fn a_chain_over_untouched_blocks_costs_one_zeroing_per_exit() {
+    // 64 one-byte writable buffers, each in a block of its own that the
+    // guest never touched (the attack: one exit zeroing 510 blocks).
+    let mem = LazyTestRam::new(0x60000);
+    mem.touched_by_guest(RAM, 0x3000);
+    let mut drv = Driver::new(64);
+    let mut q = drv.queue();
+    let bufs: Vec<(u64, u32, bool)> = (0..64u64)
+        .map(|k| (RAM + 0x10000 + k * LAZY_BLOCK, 1, true))
+        .collect();
+    drv.chain(&mem.ram, 0, &bufs);
+    drv.offer(&mem.ram, 0);
+    let mut exits = 0;
+    let chain = loop {
+        exits += 1;
+        let (p, zeroed) = pop_in_one_exit(&mut q, &mem);
+        assert!(zeroed <= 1, "exit {exits} zeroed {zeroed} blocks");
+        match p {
+            Pop::Chain(c) => break c,
+            Pop::Later => assert_eq!(zeroed, 1, "a Later with a fresh budget makes progress"),
+            Pop::Empty => panic!("the chain vanished"),
+        }
+        assert!(exits <= 64, "no progress");
+    };
+    // The exit that zeroes the last block takes the chain too (one step
+    // more: what the budget allows after a zeroing).
+    assert_eq!(exits, 64, "one zeroing per exit");
+    assert_eq!(chain.bufs.len(), 64);
+    // The device's copies then touch only ready memory.
+    let mut w = chain.writer();
+    assert_eq!(w.write(&mem, &[7u8; 64]).unwrap(), 64);
+    assert_eq!(mem.unbudgeted.get(), 0, "no zeroing outside the budget");
+    assert_eq!(q.pop(&mem).unwrap(), None);
+}
+
+#[test]
+fn an_indirect_table_in_an_untouched_block_is_zeroed_within_the_budget() {
+    let mem = LazyTestRam::new(0x40000);
+    mem.touched_by_guest(RAM, 0x3000);
+    mem.touched_by_guest(DATA, 0x100);
+    let mut drv = Driver::new(4);
+    let mut q = drv.queue();
+    let table = RAM + 0x20000;
+    // The table is written by the "guest" through the test RAM directly
+    // (its block stays untouched for the device).
+    // Its one buffer is in another untouched block.
+    drv.desc(&mem.ram, table, 0, RAM + 0x30000, 16, F_WRITE, 0);
+    drv.desc(&mem.ram, DESC, 0, table, 16, F_INDIRECT, 0);
+    drv.offer(&mem.ram, 0);
+    let (p, zeroed) = pop_in_one_exit(&mut q, &mem);
+    assert_eq!((p, zeroed), (Pop::Later, 1), "the table's block first");
+    let (p, zeroed) = pop_in_one_exit(&mut q, &mem);
+    assert!(matches!(p, Pop::Chain(ref c) if c.bufs.len() == 1), "{p:?}");
+    assert_eq!(zeroed, 1, "then the buffer's");
+    assert_eq!(mem.unbudgeted.get(), 0);
+}
+
+#[test]
+fn a_budget_that_zeroed_once_zeroes_nothing_more_and_leaves_the_chain() {
+    let mem = LazyTestRam::new(0x40000);
+    mem.touched_by_guest(RAM, 0x3000);
+    let mut drv = Driver::new(4);
+    let mut q = drv.queue();
+    drv.chain(&mem.ram, 0, &[(RAM + 0x30000, 8, true)]);
+    drv.chain(&mem.ram, 1, &[(RAM + 0x38000, 8, true)]);
+    drv.offer(&mem.ram, 0);
+    drv.offer(&mem.ram, 1);
+    let mut budget = crate::dev::virtio::Budget::exit();
+    // The first chain's block is zeroed within the budget and taken...
+    assert!(matches!(
+        q.pop_within(&mem, &mut budget).unwrap(),
+        Pop::Chain(_)
+    ));
+    assert_eq!(mem.prepared.get(), 1);
+    // ... the second's waits for another budget.
+    assert_eq!(q.pop_within(&mem, &mut budget).unwrap(), Pop::Later);
+    assert_eq!(mem.prepared.get(), 1);
+    assert!(q.has_avail(&mem).unwrap(), "the chain stays in the ring");
+    let (p, zeroed) = pop_in_one_exit(&mut q, &mem);
+    assert!(matches!(p, Pop::Chain(_)));
+    assert_eq!(zeroed, 1);
+}

@@ -18,7 +18,7 @@ use crate::platform::Platform;
 use crate::println;
 use guest_common::hostile_virtio::{
     self as shared, ok_if, reg, Answer, Outcome, VirtioHost, ACK, DRIVER, DRIVER_OK, FEATURES_OK,
-    F_INDIRECT, F_NEXT, F_WRITE, ID_BLOCK, NEEDS_RESET, S_OK, T_IN, VERSION_1,
+    F_INDIRECT, F_NEXT, F_WRITE, ID_BLOCK, ID_CONSOLE, NEEDS_RESET, S_OK, T_IN, VERSION_1,
 };
 
 /// The shared phase's driver, on this guest.
@@ -157,6 +157,115 @@ pub fn budget_phase(p: &Platform) {
     if d.up().is_ok() {
         d.offer(200);
     }
+}
+
+/// The console flood (`attack-console-budget`), after the hold like the
+/// disk's: [`FLOOD_CHAINS`] transmit chains of 4 KiB of text lines offered
+/// with one store, every exit timed until all are used. kestrel puts the
+/// console's output in the VM's buffer and never waits for the UART in
+/// the exit, so the worst must be under 1 ms (1,000,000 instructions
+/// under -icount shift=0) like any exit. The console is left broken
+/// again, as `attack-virtio-left-broken` left it.
+pub fn console_phase(p: &Platform) {
+    let Some(&base) = p.virtio[..p.nvirtio]
+        .iter()
+        .find(|&&b| Arm64::read32(b + reg::DEVICE_ID) == ID_CONSOLE)
+    else {
+        verdict(
+            "attack-console-budget",
+            false,
+            format_args!("no virtio console"),
+        );
+        return;
+    };
+    let mut d = Drv::new(base, ID_CONSOLE);
+    console_flood(&mut d);
+    if d.up().is_ok() {
+        d.break_console();
+    }
+}
+
+/// Transmit chains of the console flood, 4 KiB each.
+const FLOOD_CHAINS: u16 = 16;
+/// The console flood's text: lines of 63 characters and a newline.
+#[repr(C, align(4096))]
+struct Text([u8; 4096]);
+static mut TEXT: Text = Text([0; 4096]);
+
+fn console_flood(d: &mut Drv) {
+    let mut o = Outcome::default();
+    let dev = d.name();
+    let mut worst = 0u64;
+    let mut exits = 0u32;
+    let r = (|| {
+        if !d.reset() {
+            return Err("Status/InterruptStatus not 0 after reset");
+        }
+        for off in (0..BTABLE).step_by(8) {
+            bput(off, 0u64);
+        }
+        let text = core::ptr::addr_of_mut!(TEXT) as *mut u8;
+        for i in 0..4096usize {
+            let b = match i % 64 {
+                63 => b'\n',
+                k if k < 6 => b"flood "[k],
+                k => b'a' + ((i / 64 + k) % 26) as u8,
+            };
+            // SAFETY: inside TEXT; only this vCPU writes it, kestrel's
+            // device reads it during the exits below.
+            unsafe { text.add(i).write_volatile(b) };
+        }
+        if !d.negotiate(VERSION_1) {
+            return Err("FEATURES_OK refused");
+        }
+        if d.queue(1, u32::from(BQ), bgpa(BDESC), bgpa(BAVAIL), bgpa(BUSED)) != 1 {
+            return Err("QueueReady 0 for a valid 256-entry queue");
+        }
+        d.wr(reg::STATUS, ACK | DRIVER | FEATURES_OK | DRIVER_OK);
+        for i in 0..FLOOD_CHAINS {
+            let at = BDESC + 16 * usize::from(i);
+            bput(at, text as u64);
+            bput(at + 8, 4096u32);
+            bput(at + 12, 0u16);
+            bput(at + 14, 0u16);
+            bput(BAVAIL + 4 + 2 * usize::from(i), i);
+        }
+        Arm64::barrier();
+        bput(BAVAIL + 2, FLOOD_CHAINS);
+        Arm64::barrier();
+        let (_, t) = timed(|| {
+            d.wr(reg::QUEUE_NOTIFY, 1);
+            0
+        });
+        worst = worst.max(t);
+        exits += 1;
+        while bget::<u16>(BUSED + 2) != FLOOD_CHAINS && exits < 100_000 {
+            let (_, t) = timed(|| d.rd(reg::INTERRUPT_STATUS));
+            worst = worst.max(t);
+            exits += 1;
+        }
+        ok_if(
+            bget::<u16>(BUSED + 2) == FLOOD_CHAINS,
+            "not every chain used",
+        )?;
+        ok_if(
+            d.rd(reg::STATUS) & NEEDS_RESET == 0,
+            "the device needs reset",
+        )
+    })();
+    o.add(dev, "console flood", r);
+    if worst >= 1_000_000 {
+        o.add(dev, "worst exit", Err("an exit took 1 ms or more"));
+    }
+    o.report::<Arm64>(
+        "attack-console-budget",
+        format_args!(
+            "CONSOLE-BUDGET worst exit {} us over {exits} exits for {} KiB of text (under -icount shift=0 about {} instructions)",
+            worst / 1000,
+            usize::from(FLOOD_CHAINS) * 4,
+            worst
+        ),
+    );
 }
 
 /// The oversized-notify area: a 256-entry queue and one indirect table

@@ -1,0 +1,440 @@
+//! The output buffers against a slow UART: one that takes a few bytes per
+//! call, as a transmit FIFO at 115,200 baud does between two looks.
+
+use super::*;
+use alloc::string::ToString;
+use alloc::vec;
+
+/// A UART whose FIFO takes `per_call` bytes each time it is written.
+struct Uart {
+    out: Vec<u8>,
+    per_call: usize,
+    calls: usize,
+}
+
+impl Uart {
+    fn new(per_call: usize) -> Uart {
+        Uart {
+            out: Vec::new(),
+            per_call,
+            calls: 0,
+        }
+    }
+
+    fn write(&mut self, b: &[u8]) -> usize {
+        self.calls += 1;
+        let n = self.per_call.min(b.len());
+        self.out.extend_from_slice(&b[..n]);
+        n
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.out).into_owned()
+    }
+}
+
+fn outbox(lines: bool, names: &[&str]) -> Outbox {
+    let mut o = Outbox::new();
+    o.set_lines(lines);
+    for (i, n) in names.iter().enumerate() {
+        o.add_vm(i, n);
+    }
+    o
+}
+
+/// Drains until nothing waits (a UART that keeps taking bytes).
+fn drain_all(o: &mut Outbox, u: &mut Uart) {
+    for _ in 0..1_000_000 {
+        if o.drain(|b| u.write(b), DRAIN_MAX) == 0 {
+            return;
+        }
+    }
+    panic!("the drain never ended");
+}
+
+#[test]
+fn a_write_only_queues_and_each_drain_takes_what_the_fifo_takes() {
+    let mut o = outbox(false, &["a"]);
+    o.push_vm(0, b"hello, world");
+    assert_eq!(o.waiting(), 12);
+    // A full FIFO: nothing moves, and the drain returns at once.
+    let mut full = Uart::new(0);
+    assert_eq!(o.drain(|b| full.write(b), DRAIN_MAX), 0);
+    assert_eq!(full.calls, 1);
+    // Three bytes of room: three bytes, one look.
+    let mut u = Uart::new(3);
+    assert_eq!(o.drain(|b| u.write(b), DRAIN_MAX), 3);
+    assert_eq!(u.calls, 1);
+    drain_all(&mut o, &mut u);
+    assert_eq!(u.out, b"hello, world");
+    assert!(o.is_empty());
+    // The cap bounds a call even when the UART takes everything.
+    o.push_vm(0, &[b'x'; 400]);
+    let mut fast = Uart::new(usize::MAX);
+    assert_eq!(o.drain(|b| fast.write(b), 100), 100);
+}
+
+#[test]
+fn a_flood_loses_only_its_own_oldest_output_and_it_is_counted() {
+    let mut o = outbox(true, &["flood", "quiet"]);
+    o.set_vm_buffer(1024);
+    let mut pushed = 0;
+    for i in 0..200 {
+        let line = alloc::format!("[flood] line {i:03} {}\r\n", "x".repeat(40));
+        pushed += line.len() as u64;
+        o.push_vm(0, line.as_bytes());
+    }
+    o.push_vm(1, b"[quiet] still here\r\n");
+    o.push_log(b"[cpu0] INFO  kestrel's line\r\n");
+    let c = o.counters(0);
+    assert_eq!(c.queued, pushed);
+    assert!(c.dropped > 0 && c.dropped < pushed, "{c:?}");
+    assert!(
+        o.waiting() <= 1024 + 20 + 40,
+        "bounded: {} bytes wait",
+        o.waiting()
+    );
+    assert_eq!(o.counters(1).dropped, 0, "the quiet VM lost nothing");
+    let mut u = Uart::new(7);
+    drain_all(&mut o, &mut u);
+    let text = u.text();
+    let lines: Vec<&str> = text.split("\r\n").collect();
+    assert_eq!(lines[0], "[cpu0] INFO  kestrel's line", "kestrel's first");
+    assert!(lines.contains(&"[quiet] still here"));
+    // The flood kept its newest lines, and kestrel says what it lost.
+    assert!(text.contains("[flood] line 199"));
+    assert!(!text.contains("[flood] line 000"));
+    let note = alloc::format!(
+        "kestrel: VM 0 (flood): {} bytes of its output dropped",
+        c.dropped
+    );
+    assert!(text.contains(&note), "{text}");
+    // Whole lines only: every line is tagged or kestrel's.
+    for l in lines.iter().filter(|l| !l.is_empty()) {
+        assert!(
+            l.starts_with("[flood] line ")
+                || l.starts_with("[quiet] ")
+                || l.starts_with("[cpu0] ")
+                || l.starts_with("kestrel: "),
+            "{l:?}"
+        );
+    }
+}
+
+#[test]
+fn another_vms_line_and_kestrels_are_not_delayed_behind_a_flood() {
+    let mut o = outbox(true, &["flood", "victim"]);
+    // The flood fills its buffer before the victim says anything.
+    for _ in 0..100 {
+        o.push_vm(
+            0,
+            alloc::format!("[flood] {}\r\n", "y".repeat(100)).as_bytes(),
+        );
+    }
+    let mut u = Uart::new(16);
+    // The drain is in the middle of a flood line when the others write.
+    o.drain(|b| u.write(b), DRAIN_MAX);
+    assert!(!u.out.is_empty());
+    o.push_vm(1, b"[victim] tick\r\n");
+    o.push_log(b"[cpu1] INFO  a line of kestrel's\r\n");
+    let before = u.out.len();
+    let mut rounds = 0;
+    while !u.text().contains("[victim] tick\r\n") {
+        o.drain(|b| u.write(b), DRAIN_MAX);
+        rounds += 1;
+        assert!(rounds < 1000);
+    }
+    let taken = u.out.len() - before;
+    // At most: the rest of the flood's piece under way, kestrel's line, and
+    // one more piece of the flood (round-robin), then the victim's line.
+    assert!(
+        taken <= 2 * CHUNK_MAX + 64,
+        "{taken} bytes went out before the victim's line"
+    );
+    let text = u.text();
+    let k = text.find("a line of kestrel's").unwrap();
+    let v = text.find("[victim] tick").unwrap();
+    assert!(k < v, "kestrel's line first");
+    assert!(
+        k - before <= CHUNK_MAX + 2,
+        "kestrel waited for {} bytes",
+        k - before
+    );
+    // The flood's lines before and after stay whole.
+    drain_all(&mut o, &mut u);
+    for l in u.text().split("\r\n").filter(|l| !l.is_empty()) {
+        assert!(
+            l == "[victim] tick"
+                || l == "[cpu1] INFO  a line of kestrel's"
+                || *l == alloc::format!("[flood] {}", "y".repeat(100)),
+            "{l:?}"
+        );
+    }
+}
+
+#[test]
+fn log_mode_lines_stay_whole_and_tagged_across_sources() {
+    let mut o = outbox(true, &["a", "b"]);
+    let mut u = Uart::new(usize::MAX);
+    // a's prompt stands, b's line ends it, a's next byte continues tagged.
+    o.push_vm(0, b"[a] $ ");
+    o.drain(|b| u.write(b), DRAIN_MAX);
+    o.push_vm(1, b"\r\n[b] log\r\n");
+    o.drain(|b| u.write(b), DRAIN_MAX);
+    o.push_vm(0, b"l");
+    o.push_vm(0, b"s\r\n");
+    drain_all(&mut o, &mut u);
+    assert_eq!(u.text(), "[a] $ \r\n[b] log\r\n[a] ls\r\n");
+    // A line of b's that finds a's line open starts a new line.
+    let mut u = Uart::new(usize::MAX);
+    o.push_vm(0, b"[a] half");
+    o.drain(|b| u.write(b), DRAIN_MAX);
+    o.push_vm(1, b"[b] whole\r\n");
+    o.push_log(b"[cpu0] INFO  log\r\n");
+    drain_all(&mut o, &mut u);
+    o.push_vm(0, b"\r\n");
+    drain_all(&mut o, &mut u);
+    assert_eq!(
+        u.text(),
+        "[a] half\r\n[cpu0] INFO  log\r\n[b] whole\r\n",
+        "a's line end is dropped at a line start"
+    );
+    // A VM's bytes at a line start without its tag get it (a drop took
+    // the piece with the tag): no untagged line.
+    let mut u = Uart::new(usize::MAX);
+    o.push_vm(0, b"kestrel: VM 1 powered off\r\n");
+    drain_all(&mut o, &mut u);
+    assert_eq!(u.text(), "[a] kestrel: VM 1 powered off\r\n");
+    // kestrel's messages start a line of their own; their line-ending
+    // lead is not an empty line.
+    let mut u = Uart::new(usize::MAX);
+    o.push_vm(1, b"[b] prompt ");
+    drain_all(&mut o, &mut u);
+    o.push_notice(b"kestrel: a notice\r\n");
+    o.push_notice(b"\r\nkestrel: another\r\n");
+    drain_all(&mut o, &mut u);
+    assert_eq!(
+        u.text(),
+        "[b] prompt \r\nkestrel: a notice\r\nkestrel: another\r\n"
+    );
+}
+
+#[test]
+fn a_drop_never_cuts_a_vm_line_into_an_untagged_one() {
+    let mut o = outbox(true, &["a"]);
+    o.set_vm_buffer(64);
+    let mut u = Uart::new(5);
+    // A streamed line: the tag went in its own piece, the rest follows.
+    o.push_vm(0, b"\r\n");
+    o.drain(|b| u.write(b), DRAIN_MAX);
+    o.push_vm(0, b"[a] k");
+    for b in b"estrel: VM 1 (victim) powered off, the keyboard goes to it" {
+        o.push_vm(0, &[*b]);
+    }
+    o.push_vm(0, b"\r\n");
+    drain_all(&mut o, &mut u);
+    assert!(o.counters(0).dropped > 0);
+    for l in u.text().split("\r\n").filter(|l| !l.is_empty()) {
+        assert!(
+            l.starts_with("[a] ") || l.starts_with("kestrel: VM 0 (a): "),
+            "{l:?} in {:?}",
+            u.text()
+        );
+    }
+}
+
+#[test]
+fn raw_mode_kestrel_speaks_after_a_bounded_part_of_the_vms_output() {
+    let mut o = outbox(false, &["a", "b"]);
+    // 10 KiB of screen output, in pieces, one of them under way.
+    for i in 0..100u8 {
+        o.push_vm(0, &[b'0' + i % 10; 100]);
+    }
+    let mut u = Uart::new(50);
+    o.drain(|b| u.write(b), DRAIN_MAX);
+    assert_eq!(u.out.len(), 50, "half of the first piece");
+    o.push_notice(b"<notice>");
+    let c = o.counters(0);
+    assert!(c.dropped > 0);
+    let mut u2 = Uart::new(usize::MAX);
+    drain_all(&mut o, &mut u2);
+    let text = u2.text();
+    let (vm_part, notice) = text.split_at(text.len() - 8);
+    assert_eq!(notice, "<notice>", "the notice is last");
+    // The piece under way (five writes of 100 bytes) went out whole, then
+    // at most NOTICE_KEEP bytes, the newest.
+    let under_way = "0".repeat(50) + &"1".repeat(100) + &"2".repeat(100) + &"3".repeat(100);
+    let under_way = under_way + &"4".repeat(100);
+    assert!(vm_part.starts_with(&under_way), "{vm_part:?}");
+    let kept = vm_part.len() - under_way.len();
+    assert!(kept > 0 && kept <= NOTICE_KEEP, "{kept}");
+    assert!(vm_part.ends_with(&"9".repeat(100)), "the newest kept");
+    assert_eq!(
+        c.dropped + (vm_part.len() + u.out.len()) as u64,
+        100 * 100,
+        "every byte written or counted"
+    );
+    // Nothing of the VM's comes after the notice: its later output does.
+    o.push_vm(1, b"after");
+    drain_all(&mut o, &mut u2);
+    assert!(u2.text().ends_with("<notice>after"));
+}
+
+#[test]
+fn a_replay_is_written_a_bounded_amount_per_call() {
+    let mut o = outbox(false, &["a"]);
+    let replay = vec![b'r'; 64 * 1024];
+    o.push_notice(&replay);
+    let mut u = Uart::new(usize::MAX);
+    let mut calls = 0;
+    loop {
+        let n = o.drain(|b| u.write(b), DRAIN_MAX);
+        assert!(n <= DRAIN_MAX);
+        if n == 0 {
+            break;
+        }
+        calls += 1;
+    }
+    assert_eq!(u.out, replay);
+    assert_eq!(calls, replay.len().div_ceil(DRAIN_MAX));
+    // A newer replay replaces one that has not started.
+    let big = vec![b'1'; NOTICE_BUFFER - 10];
+    o.push_notice(&big);
+    o.push_notice(&[b'2'; 100]);
+    assert_eq!(o.kestrel_dropped(), big.len() as u64);
+    let mut u = Uart::new(usize::MAX);
+    drain_all(&mut o, &mut u);
+    assert!(u.text().starts_with("\r\nkestrel: "), "it says so");
+    assert!(u.text().ends_with(&"2".repeat(100)));
+}
+
+#[test]
+fn kestrels_log_is_bounded_too_and_says_what_it_dropped() {
+    let mut o = outbox(false, &[]);
+    let line = [b'l'; 1000];
+    for _ in 0..100 {
+        o.push_log(&line);
+    }
+    assert!(o.waiting() <= LOG_BUFFER);
+    let dropped = o.kestrel_dropped();
+    assert_eq!(dropped, 100 * 1000 - (LOG_BUFFER / 1000 * 1000) as u64);
+    let mut u = Uart::new(usize::MAX);
+    drain_all(&mut o, &mut u);
+    assert!(u.text().starts_with(&alloc::format!(
+        "kestrel: {dropped} bytes of kestrel's own messages"
+    )));
+}
+
+#[test]
+fn flush_writes_everything_or_gives_up_on_a_stalled_uart() {
+    let o = Mutex::new(outbox(true, &["a"]));
+    let d = Mutex::new(());
+    o.lock().push_vm(0, b"[a] last words\r\n");
+    o.lock().push_log(b"kestrel: work done\r\n");
+    let mut u = Uart::new(3);
+    let mut t = 0u64;
+    assert!(flush_with(
+        &o,
+        &d,
+        |b| u.write(b),
+        || {
+            t += 1;
+            t
+        },
+        10,
+        1000
+    ));
+    assert_eq!(u.text(), "kestrel: work done\r\n[a] last words\r\n");
+    // A UART that takes nothing: given up after the stall time.
+    o.lock().push_vm(0, b"[a] more\r\n");
+    let mut t = 0u64;
+    let mut stuck = Uart::new(0);
+    assert!(!flush_with(
+        &o,
+        &d,
+        |b| stuck.write(b),
+        || {
+            t += 1;
+            t
+        },
+        10,
+        1000
+    ));
+    assert!(t > 10 && t < 20, "{t}");
+    // One that trickles: given up at the overall bound.
+    let mut t = 0u64;
+    let mut slow = Uart::new(1);
+    let mut toggle = false;
+    o.lock().push_vm(0, &[b'z'; 4000]);
+    assert!(!flush_with(
+        &o,
+        &d,
+        |b| {
+            toggle = !toggle;
+            if toggle {
+                slow.write(b)
+            } else {
+                0
+            }
+        },
+        || {
+            t += 1;
+            t
+        },
+        10,
+        100
+    ));
+    assert!(t <= 103, "{t}");
+}
+
+#[test]
+fn a_second_drainer_never_waits() {
+    let o = Mutex::new(outbox(false, &["a"]));
+    let d = Mutex::new(());
+    o.lock().push_vm(0, b"x");
+    let held = d.lock();
+    let mut u = Uart::new(usize::MAX);
+    assert_eq!(drain_with(&o, &d, |b| u.write(b), DRAIN_MAX), 0);
+    assert_eq!(u.calls, 0);
+    drop(held);
+    assert_eq!(drain_with(&o, &d, |b| u.write(b), DRAIN_MAX), 1);
+    // Writers only queue: pushing while a drain is under way elsewhere
+    // needs the buffers' lock alone.
+    let held = d.lock();
+    o.lock().push_vm(0, b"y");
+    drop(held);
+}
+
+#[test]
+fn the_piece_under_way_is_never_dropped_and_ends_whole() {
+    let mut o = outbox(false, &["a"]);
+    o.set_vm_buffer(300);
+    o.push_vm(0, b"\x1b[38;2;10;20;30m");
+    let mut u = Uart::new(4);
+    o.drain(|b| u.write(b), DRAIN_MAX);
+    assert_eq!(u.out, b"\x1b[38");
+    // A flood now: the sequence under way still ends whole.
+    for _ in 0..50 {
+        o.push_vm(0, &[b'.'; 100]);
+    }
+    let mut u2 = Uart::new(usize::MAX);
+    o.drain(|b| u2.write(b), 12);
+    assert_eq!(u2.out, b";2;10;20;30m");
+}
+
+#[test]
+fn a_crash_writes_the_piece_under_way_and_kestrels_lines() {
+    let mut o = outbox(false, &["a"]);
+    o.push_vm(0, b"vm bytes");
+    let mut u = Uart::new(2);
+    o.drain(|b| u.write(b), DRAIN_MAX);
+    o.push_log(b"ERROR the cause\r\n");
+    o.push_notice(b"a replay");
+    o.push_log(b"more\r\n");
+    let mut out = Vec::new();
+    o.crash_drain(|b| out.extend_from_slice(b));
+    assert_eq!(
+        String::from_utf8(out).unwrap(),
+        " bytesERROR the cause\r\nmore\r\n".to_string()
+    );
+}

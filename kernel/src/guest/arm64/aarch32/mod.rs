@@ -1,0 +1,22 @@
+//! AArch32 guests (EL1 and EL0 in AArch32 state under kestrel's AArch64
+//! EL2): the portable facts a backend needs, each decoded or computed
+//! without touching hardware and tested on the host.
+//!
+//! - [`trap`]: ESR_EL2 of a trap from AArch32 (coprocessor accesses, VMRS,
+//!   WFI/WFE with their condition, HVC/SMC, aborts) into a [`trap::Trap32`].
+//! - [`cond`]: condition codes, the IT state, stepping over a trapped
+//!   instruction (2 or 4 bytes, IT advanced).
+//! - [`regs`]: AArch32 modes and the AArch64 view of their registers.
+//! - [`except`]: taking an exception to an AArch32 EL1 (vector, LR, SPSR,
+//!   CPSR) and the DFSR/IFSR/DFAR/IFAR of an injected abort.
+//! - [`cp15`]: the cp15 registers a Linux guest uses, mapped to their
+//!   AArch64 counterparts or to a defined answer (UNDEF for the rest).
+//!
+//! Not yet wired into the backend: kestrel still hides AArch32 from guests
+//! (`idregs`), and the arm64 backend answers these traps with UNDEF.
+
+pub mod cond;
+pub mod cp15;
+pub mod except;
+pub mod regs;
+pub mod trap;

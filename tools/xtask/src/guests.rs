@@ -1,0 +1,81 @@
+//! The test guests' builds: the arm64 test guest (`tools/guests/arm64-test`,
+//! docs/test-guest.md) and the LoongArch one
+//! (`tools/guests/loongarch64-test`, docs/test-guest-loongarch.md), which
+//! the bare-QEMU smoke cases, the VM suites, the firmware boot cases, the
+//! configs case and the benchmarks boot.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use crate::root;
+
+/// Builds test guest `package` (binary `bin`) for `target` with cargo, the
+/// core library too when `build_std` (no prebuilt one for the target);
+/// returns the ELF (`target/<target>/release/<bin>`).
+pub fn build_guest(
+    package: &str,
+    bin: &str,
+    target: &str,
+    build_std: bool,
+) -> Result<PathBuf, String> {
+    let root = root();
+    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    cmd.current_dir(&root)
+        .args(["build", "--release", "-p", package, "--target", target])
+        .env("RUSTC_BOOTSTRAP", crate::RELEASE_BOOTSTRAP);
+    if build_std {
+        cmd.args([
+            "-Zbuild-std=core",
+            "-Zbuild-std-features=compiler-builtins-mem",
+        ]);
+    }
+    let status = cmd.status().map_err(|e| format!("cannot run cargo: {e}"))?;
+    if !status.success() {
+        return Err(format!("building the test guest {package} failed"));
+    }
+    let elf = root.join("target").join(target).join("release").join(bin);
+    if !elf.exists() {
+        return Err(format!("{}: missing after the build", elf.display()));
+    }
+    Ok(elf)
+}
+
+/// The arm64 guest's target: hard float, so it may use the FP/SIMD registers.
+const ARM64_TARGET: &str = "aarch64-unknown-none";
+const ARM64_PACKAGE: &str = "kestrel-guest-arm64-test";
+const ARM64_BIN: &str = "arm64-test";
+
+/// Builds the arm64 guest for `aarch64-unknown-none` and flattens it into
+/// `build/guests/arm64-test.bin` (an arm64 `Image`, which QEMU `-kernel`
+/// loads and which the configs name with `kind = "test-guest"`); returns
+/// that file.
+pub fn build_guest_arm64() -> Result<PathBuf, String> {
+    let elf = build_guest(ARM64_PACKAGE, ARM64_BIN, ARM64_TARGET, false)?;
+    let out_dir = root().join("build/guests");
+    std::fs::create_dir_all(&out_dir).map_err(|e| format!("{}: {e}", out_dir.display()))?;
+    let bin = out_dir.join("arm64-test.bin");
+    let status = Command::new(crate::llvm_tool("llvm-objcopy")?)
+        .args(["-O", "binary"])
+        .arg(&elf)
+        .arg(&bin)
+        .status()
+        .map_err(|e| format!("cannot run llvm-objcopy: {e}"))?;
+    if !status.success() {
+        return Err("llvm-objcopy of the arm64 test guest failed".into());
+    }
+    Ok(bin)
+}
+
+/// The LoongArch guest's target: hard float, so it may use FP and LSX
+/// registers.
+const LA64_TARGET: &str = "loongarch64-unknown-none";
+/// The LoongArch guest's crate and binary.
+const LA64_PACKAGE: &str = "kestrel-guest-loongarch64-test";
+const LA64_BIN: &str = "loongarch64-test";
+
+/// Builds the LoongArch guest (with `-Zbuild-std`); returns its ELF
+/// (`target/loongarch64-unknown-none/release/loongarch64-test`), which QEMU
+/// `-kernel` and kestrel's `kind = "test-guest"` both load.
+pub fn build_guest_la64() -> Result<PathBuf, String> {
+    build_guest(LA64_PACKAGE, LA64_BIN, LA64_TARGET, true)
+}
