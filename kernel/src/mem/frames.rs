@@ -263,6 +263,25 @@ impl FramePool {
 }
 
 impl FramePool {
+    /// Memory of `bytes` for one owner that is not a VM's RAM (a writable
+    /// virtio disk's private copy): whole frames, as pieces of one frame
+    /// each (host physical address, length), the last cut to `bytes`. The
+    /// owner holds them for good: nothing gives them back. An error says
+    /// how much was needed and what is left.
+    pub fn alloc_pieces(&mut self, bytes: u64) -> Result<Vec<(u64, usize)>, String> {
+        let ram = self.alloc_ram(bytes.next_multiple_of(FRAME))?;
+        let mut left = bytes;
+        Ok(ram
+            .frames
+            .into_iter()
+            .map(|f| {
+                let n = left.min(FRAME);
+                left -= n;
+                (f, n as usize)
+            })
+            .collect())
+    }
+
     /// [`FramePool::alloc_ram`] as one physically contiguous run of frames
     /// (for RAM at IPA == PA): taken from the top of the highest free range
     /// that holds it, so that ranges below stay whole.
@@ -395,6 +414,34 @@ mod tests {
             p.free,
             [(0x0320_0000, 0x1000_0000), (0x9000_0000, 0xb000_0000)]
         );
+    }
+
+    #[test]
+    fn pieces_are_whole_frames_the_last_cut_to_the_size() {
+        let mem = [region(0, 8 * MB)];
+        let mut p = FramePool::from_board(&mem, &[], u64::MAX);
+        // 5 MiB: three frames, 2 + 2 + 1 MiB of them used.
+        let d = p.alloc_pieces(5 * MB).unwrap();
+        assert_eq!(
+            d,
+            [
+                (0, FRAME as usize),
+                (0x20_0000, FRAME as usize),
+                (0x40_0000, MB as usize)
+            ]
+        );
+        assert_eq!(p.free_bytes(), 2 * MB);
+        // A whole frame is one piece; nothing is none.
+        assert_eq!(p.alloc_pieces(0), Ok(Vec::new()));
+        // More than is left: the reason (in whole frames), nothing taken.
+        let e = p.alloc_pieces(3 * MB).unwrap_err();
+        assert_eq!(e, "memory: 4 MiB needed, only 2 MiB of host memory left");
+        assert_eq!(p.free_bytes(), 2 * MB);
+        assert_eq!(
+            p.alloc_pieces(2 * MB),
+            Ok(vec![(0x60_0000, FRAME as usize)])
+        );
+        assert_eq!(p.free_bytes(), 0);
     }
 
     #[test]

@@ -40,13 +40,13 @@ mod chosen {
 mod chosen {
     use super::*;
     use crate::arch::loongarch64::lvz::{self, LvzBackend};
-    use crate::arch::loongarch64::vm::{self, LaBackend};
+    use crate::arch::loongarch64::vm::{self, TneBackend};
     use crate::host::board::Backend;
     use crate::host::cmdline::{BackendChoice, BootOptions};
     use crate::vmm::{self, Slot};
     use core::sync::atomic::{AtomicBool, Ordering};
 
-    static TRAP_EMULATE: Slot<LaBackend> = Slot::new();
+    static TRAP_EMULATE: Slot<TneBackend> = Slot::new();
     static LVZ: Slot<LvzBackend> = Slot::new();
     /// Which of the two runs the VMs (set before any secondary runs them).
     static USE_LVZ: AtomicBool = AtomicBool::new(false);

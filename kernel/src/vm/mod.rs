@@ -107,8 +107,24 @@ pub enum RunExit {
     VmEnd(VmEnd),
 }
 
+/// Continues device work a VM's devices left pending (a virtio
+/// notification whose work exceeded one exit's budget), within one exit's
+/// budget: the run loop calls it before a guest entry of a vCPU of `vm`
+/// while [`crate::dev::virtio::set::VmVirtio::pending`] says so.
+/// `crate::vmm::virtio` implements it once for every backend with devices
+/// (`crate::vmm::devices::DeviceHost`: `crate::vmm::virtio::resume`); a
+/// backend without such devices (a test's) takes the default: nothing.
+pub trait DeviceWork: Sized {
+    fn device_work(hv: &Hypervisor<Self>, vm: &Vm<Self>, cpu: usize)
+    where
+        Self: Backend,
+    {
+        let _ = (hv, vm, cpu);
+    }
+}
+
 /// One architecture's way of running vCPUs.
-pub trait Backend: Sync + Sized {
+pub trait Backend: DeviceWork + Sync + Sized {
     /// Per-VM architectural state (stage-2 tables, virtual interrupt controller, ...).
     type VmState: Send + Sync;
     /// Per-vCPU register file and architectural state.
@@ -163,15 +179,6 @@ pub trait Backend: Sync + Sized {
     ) -> Result<(), String> {
         let _ = (vm, vcpus);
         Err(String::from("this backend cannot restart a VM"))
-    }
-    /// Continues device work `vm`'s devices left pending (a virtio
-    /// notification whose work exceeded one exit's budget), within one
-    /// exit's budget: the run loop calls it before a guest entry of a vCPU
-    /// of `vm` while [`crate::dev::virtio::set::VmVirtio::pending`] says so
-    /// (`crate::vmm::virtio::resume` does it for every backend with
-    /// devices). The default: nothing (a backend without such devices).
-    fn device_work(hv: &Hypervisor<Self>, vm: &Vm<Self>, cpu: usize) {
-        let _ = (hv, vm, cpu);
     }
 }
 

@@ -103,6 +103,19 @@ impl Fake {
     }
 }
 
+impl DeviceWork for Fake {
+    fn device_work(_: &Hypervisor<Self>, vm: &Vm<Self>, _: usize) {
+        let mut env = DEVICE_ENV.lock().unwrap();
+        let env = env
+            .as_mut()
+            .expect("device work without the test's devices");
+        if let Some(c) = &vm.virtio.console {
+            c.resume(env, &mut crate::dev::virtio::Budget::exit());
+        }
+        DEVICE_WORK.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
 impl Backend for Fake {
     type VmState = VmArch;
     type VcpuState = Ctx;
@@ -200,17 +213,6 @@ impl Backend for Fake {
                 RunExit::Continue
             }
         }
-    }
-
-    fn device_work(_: &Hypervisor<Self>, vm: &Vm<Self>, _: usize) {
-        let mut env = DEVICE_ENV.lock().unwrap();
-        let env = env
-            .as_mut()
-            .expect("device work without the test's devices");
-        if let Some(c) = &vm.virtio.console {
-            c.resume(env, &mut crate::dev::virtio::Budget::exit());
-        }
-        DEVICE_WORK.fetch_add(1, Ordering::Relaxed);
     }
 
     fn can_restart(&self) -> bool {

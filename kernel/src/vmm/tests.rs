@@ -5,7 +5,7 @@ use super::*;
 use crate::host::board::{Arch, Backend as BoardBackend, CpuDesc, IrqChip, MemRegion};
 use crate::mem::frames::FRAME;
 use crate::vm::exitctx::ExitCtx;
-use crate::vm::{RunExit, Vcpu};
+use crate::vm::{DeviceWork, RunExit, Vcpu};
 use crate::vmm::vmconfig::DtbSource;
 use kestrel_abi::package::{Affinity, ConsoleKind, GuestKind};
 use std::sync::Mutex as StdMutex;
@@ -14,6 +14,8 @@ use std::sync::Mutex as StdMutex;
 struct Fake {
     built: StdMutex<Vec<String>>,
 }
+
+impl DeviceWork for Fake {}
 
 impl Backend for Fake {
     type VmState = Vec<u64>;

@@ -21,7 +21,7 @@ use crate::dev::virtio::net::{derived_mac, Net, NetPort, PortConfig, PortSink};
 use crate::dev::virtio::set::{fill, network, VmVirtio};
 use crate::dev::virtio::{Budget, Progress};
 use crate::vcpu::sched::VcpuKey;
-use crate::vm::{Hypervisor, Vm};
+use crate::vm::{DeviceWork, Hypervisor, Vm};
 use crate::vmm::devices::{DeviceHost, VmDeviceEnv};
 use crate::vmm::vmconfig::{VirtioSlot, VirtioSlotKind, VmSpec};
 
@@ -149,9 +149,10 @@ pub fn deliver_console_input<B: DeviceHost>(hv: &Hypervisor<B>, vm: &Vm<B>, cpu:
 }
 
 /// Continues `vm`'s pending device work on pCPU `cpu` within one exit's
-/// budget ([`crate::vm::Backend::device_work`]): called before a guest
-/// entry of one of its vCPUs. A round right after a notification that did
-/// its own budget's work is skipped, so an exit does one budget at most.
+/// budget ([`DeviceWork::device_work`] of every backend with devices):
+/// called before a guest entry of one of its vCPUs. A round right after a
+/// notification that did its own budget's work is skipped, so an exit
+/// does one budget at most.
 pub fn resume<B: DeviceHost>(hv: &Hypervisor<B>, vm: &Vm<B>, cpu: usize) {
     let v = &vm.virtio;
     let fresh = v.transports().fold(false, |f, t| t.take_fresh() | f);
@@ -168,6 +169,12 @@ pub fn resume<B: DeviceHost>(hv: &Hypervisor<B>, vm: &Vm<B>, cpu: usize) {
     }
     for n in &v.nets {
         n.resume(&mut env, &mut budget);
+    }
+}
+
+impl<B: DeviceHost> DeviceWork for B {
+    fn device_work(hv: &Hypervisor<B>, vm: &Vm<B>, cpu: usize) {
+        resume(hv, vm, cpu);
     }
 }
 

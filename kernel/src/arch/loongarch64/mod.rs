@@ -4,6 +4,7 @@
 //!
 //! [`Platform`]: crate::base::platform::Platform
 
+pub mod backend;
 pub mod bootinfo;
 pub mod csr;
 pub mod dmw;

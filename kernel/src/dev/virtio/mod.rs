@@ -10,7 +10,7 @@
 //! Work is bounded per exit ([`Budget`]): a notification does at most
 //! [`BUDGET_BYTES`] of copying and serves at most [`BUDGET_CHAINS`] chains;
 //! what is left stays pending in the transport and continues before the
-//! VM's next guest entry ([`crate::vm::Backend::device_work`]), in ring
+//! VM's next guest entry ([`crate::vm::DeviceWork::device_work`]), in ring
 //! order.
 
 pub mod block;

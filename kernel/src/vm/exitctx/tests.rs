@@ -4,7 +4,7 @@
 use super::*;
 use crate::vcpu::sched::{CpuMask, PutReason};
 use crate::vcpu::stats::Stats;
-use crate::vm::{Vcpu, VmParts};
+use crate::vm::{DeviceWork, Vcpu, VmParts};
 use alloc::string::String;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
@@ -24,6 +24,8 @@ struct MockVm {
     pending: Vec<AtomicBool>,
     entry: Vec<StdMutex<Option<(u64, u64)>>>,
 }
+
+impl DeviceWork for Mock {}
 
 impl Backend for Mock {
     type VmState = MockVm;

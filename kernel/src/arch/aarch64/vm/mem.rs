@@ -256,21 +256,16 @@ impl VmRam {
 }
 
 /// Private memory for a writable virtio disk of `bytes`: whole frames from
-/// `pool`, handed out as slices (the last one cut to the disk's end).
+/// `pool` ([`FramePool::alloc_pieces`]), handed out as slices.
 pub fn disk_memory(pool: &mut FramePool, bytes: u64) -> Result<Vec<&'static mut [u8]>, String> {
-    let ram = pool.alloc_ram(bytes.next_multiple_of(FRAME))?;
-    let mut left = bytes;
-    Ok(ram
-        .frames
-        .iter()
-        .map(|&f| {
-            let n = left.min(FRAME);
-            left -= n;
-            // SAFETY: the frame is RAM from the pool (not used by kestrel),
-            // identity mapped at EL2 as Normal memory, and belongs to this
-            // disk alone from now on: it is never handed out again (frames
-            // are not returned to the pool), so this is the only reference.
-            unsafe { core::slice::from_raw_parts_mut(f as *mut u8, n as usize) }
-        })
+    Ok(pool
+        .alloc_pieces(bytes)?
+        .into_iter()
+        // SAFETY: each frame is RAM from the pool (not used by kestrel),
+        // identity mapped at EL2 as Normal memory, and belongs to this
+        // disk alone from now on: it is never handed out again (frames are
+        // not returned to the pool), so this is the only reference; `n` is
+        // at most a frame.
+        .map(|(f, n)| unsafe { core::slice::from_raw_parts_mut(f as *mut u8, n) })
         .collect())
 }

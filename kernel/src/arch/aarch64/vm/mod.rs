@@ -378,10 +378,6 @@ impl Backend for Arm64Backend {
         self.restart(vm, vcpus)
     }
 
-    fn device_work(hv: &Hypervisor<Self>, vm: &Vm<Self>, cpu: usize) {
-        crate::vmm::virtio::resume(hv, vm, cpu);
-    }
-
     fn kick(&self, cpu: usize) {
         if let Some(&mpidr) = self.hw_ids.get(cpu) {
             self.gic.send_sgi(cpu, mpidr, KICK_SGI);

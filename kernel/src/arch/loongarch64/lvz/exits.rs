@@ -16,25 +16,24 @@
 //! | GCM | as a CSR access under GSPR |
 //! | FPD / SXD / ASXD | the lazy FP engine's trap |
 //! | anything else | the VM is stopped with a message (LVZ raises nothing else to the root) |
+//!
+//! What both LoongArch modes do alike (MMIO on the VM's bus, IOCSR
+//! effects, `idle`, hypercalls) is `super::super::backend::exits`'.
 
 use alloc::format;
 
-use crate::dev::vdev::Width;
 use crate::guest::loongarch::csr::ecode;
 use crate::guest::loongarch::insn::{self, Addr, Insn};
-use crate::guest::loongarch::iocsr as viocsr;
-use crate::vcpu::hypercall::{Abi, HypercallArgs};
 use crate::vcpu::stats::ExitReason;
-use crate::vm::exitctx::{ExitArch, ExitCtx};
+use crate::vm::exitctx::ExitCtx;
 use crate::vm::{RunExit, Vm, VmEnd};
-use crate::vmm::devices::VmDeviceEnv;
 use kestrel_abi::loongarch as la;
 
-use super::super::vm::exits::{raise_swi0, set_boot_entry, try_start};
-use super::super::vm::PCPU;
+use super::super::backend::exits::{self as shared, MemOp};
+use super::super::backend::VmState;
 use super::super::{csr, exceptions};
 use super::gcsr::{self, g, gcsr_read, gcsr_write, gcsr_xchg};
-use super::{LvzBackend, VcpuState};
+use super::{write_steal, LvzBackend, VcpuState};
 
 type B = LvzBackend;
 
@@ -44,11 +43,6 @@ type B = LvzBackend;
 /// to the large STLB, not the 64-entry MTLB.
 pub const S2_PS: u64 = 21;
 const S2_PAGE: u64 = 1 << S2_PS;
-
-/// Whether an exit's ESTAT says a hardware interrupt caused it.
-pub fn is_interrupt(estat: u64) -> bool {
-    ((estat >> 16) & 0x3f) as u8 == ecode::INT
-}
 
 fn count(env: &ExitCtx<'_, B>, r: ExitReason) {
     env.vm.stats.exit(r);
@@ -84,9 +78,7 @@ pub fn handle(env: &mut ExitCtx<'_, B>, ctx: &mut VcpuState) -> RunExit {
         }
         ecode::FPD | ecode::SXD | ecode::ASXD => {
             count(env, ExitReason::FpTrap);
-            if let Some(e) = PCPU[env.cpu].fp.lock().as_mut() {
-                e.fp_trap();
-            }
+            shared::fp_trap(env.cpu);
             RunExit::Continue
         }
         ecode::GSPR => gspr(env, ctx, badi),
@@ -182,54 +174,28 @@ fn inject(ctx: &mut VcpuState, code: u8, sub: u16, badv: Option<u64>, insn: u32)
 /// A load or store (BADI `w`) at guest physical `gpa` that is not RAM: a
 /// device on the VM's bus, else the guest's ADE.
 fn mmio(env: &ExitCtx<'_, B>, ctx: &mut VcpuState, gpa: u64, w: u32) -> RunExit {
-    let vm = env.vm;
-    let (rd, size, store, signed, addr) = match insn::decode_mem(w) {
-        Some(Insn::Load {
-            rd,
-            size,
-            signed,
-            addr,
-        }) => (rd, size, false, signed, addr),
-        Some(Insn::Store { rd, size, addr }) => (rd, size, true, false, addr),
-        _ => {
-            count(env, ExitReason::Abort);
-            return inject(ctx, ecode::ADE, ecode::ADEM, Some(gpa), w);
-        }
+    let Some(op) = insn::decode_mem(w).and_then(MemOp::of) else {
+        count(env, ExitReason::Abort);
+        return inject(ctx, ecode::ADE, ecode::ADEM, Some(gpa), w);
     };
     // The guest's BADV names the virtual address it used (LVZ gives the
     // root only the GPA, which differs from it through a DMW or the
     // guest's TLB): recomputed from the instruction's registers, which
     // the access left unchanged.
-    let va = match addr {
+    let va = match op.addr {
         Addr::Imm(rj, imm) => ctx.frame.reg(rj).wrapping_add(imm as u64),
         Addr::Index(rj, rk) => ctx.frame.reg(rj).wrapping_add(ctx.frame.reg(rk)),
     };
-    let hit = vm.bus.find_from(gpa, &mut ctx.mmio_region);
-    let (Some(hit), Some(width)) = (hit, Width::new(size.bytes() as u8)) else {
-        count(env, ExitReason::Abort);
-        return inject(ctx, ecode::ADE, ecode::ADEM, Some(va), w);
-    };
-    count(env, ExitReason::Mmio);
-    let value = ctx.frame.reg(rd) & size.mask();
-    let mut dev = VmDeviceEnv::new(env.hv, vm, env.index(), env.cpu);
-    // A width or offset the device's registers do not take reads as 0 and
-    // is not written.
-    let read = hit
-        .access(&mut dev, width, store.then_some(value))
-        .unwrap_or(Some(0));
-    ctx.frame.pc = ctx.frame.pc.wrapping_add(4);
-    if let Some(end) = dev.end() {
-        return RunExit::VmEnd(end);
+    match shared::mmio(env, ctx, gpa, op) {
+        Some(r) => {
+            count(env, ExitReason::Mmio);
+            r
+        }
+        None => {
+            count(env, ExitReason::Abort);
+            inject(ctx, ecode::ADE, ecode::ADEM, Some(va), w)
+        }
     }
-    if let (Some(v), false) = (read, store) {
-        let v = if signed {
-            size.sign_extend(v)
-        } else {
-            v & size.mask()
-        };
-        ctx.frame.set_reg(rd, v);
-    }
-    RunExit::Continue
 }
 
 /// `cpucfg` word `index` as the guest sees it: the CPU's, with LVZ, LBT
@@ -314,27 +280,12 @@ fn gspr(env: &mut ExitCtx<'_, B>, ctx: &mut VcpuState, w: u32) -> RunExit {
                 .arch
                 .iocsr()
                 .write(index, ctx.frame.reg(rj), size, ctx.frame.reg(rd));
-            match fx {
-                viocsr::Effect::Ipi(t) => {
-                    vm.stats.inc(crate::vcpu::stats::Counter::IpiEmulated);
-                    if !try_start(env, t) {
-                        env.wake(t);
-                    }
-                }
-                viocsr::Effect::Mail(t) => {
-                    try_start(env, t);
-                }
-                // The caller's own line is written into its ESTAT before
-                // its next entry.
-                // Lines of the interrupt controllers rose on these vCPUs.
-                viocsr::Effect::Irq(rose) => env.wake_set(rose),
-                viocsr::Effect::SelfLine | viocsr::Effect::None => {}
-            }
+            shared::iocsr_effect(env, fx);
         }
         Insn::Idle { .. } => {
             count(env, ExitReason::Idle);
             ctx.frame.pc = ctx.frame.pc.wrapping_add(4);
-            return idle(env, ctx);
+            return shared::idle(env, ctx);
         }
         Insn::Cacop { .. } => count(env, ExitReason::Other),
         _ => {
@@ -346,45 +297,18 @@ fn gspr(env: &mut ExitCtx<'_, B>, ctx: &mut VcpuState, w: u32) -> RunExit {
     RunExit::Continue
 }
 
-/// `idle` (the PC is past it): go on if an interrupt the guest enables is
-/// pending or becomes so while polling, else block until one is.
-fn idle(env: &ExitCtx<'_, B>, ctx: &mut VcpuState) -> RunExit {
-    let b = env.backend();
-    if b.wake_pending(env.vm, env.index()) || b.halt_poll(env, ctx) {
-        return RunExit::Continue;
-    }
-    ctx.idle = true;
-    ctx.blocked_at = Some(csr::rdtime());
-    RunExit::Block
-}
-
-/// `hvcl` (BADI `w`): Linux KVM's ABI (a0 function, a1-a5 arguments, a0
-/// result, PC + 4), from the guest kernel only. Steal time (NOTIFY) is
-/// answered here: it registers this vCPU's record.
+/// `hvcl` (BADI `w`): the shared ABI ([`shared::hvcl`]), from the guest
+/// kernel only; steal time (NOTIFY) is this mode's
+/// ([`super::Lvz`]'s `hypercall`).
 fn hvcl(env: &mut ExitCtx<'_, B>, ctx: &mut VcpuState, w: u32) -> RunExit {
     count(env, ExitReason::Hypercall);
-    let code = w & 0x7fff;
-    let r = ctx.frame.regs;
-    let ret = if gcsr_read!(g::CRMD) & 3 != 0 {
-        kestrel_abi::ret::INVALID_CODE as u64
-    } else if code == la::SERVICE_KVM && r[4] == la::FN_NOTIFY {
-        steal_time(env.vm, ctx, r[5], r[6]) as u64
-    } else {
-        let args = HypercallArgs {
-            code,
-            function: r[4],
-            args: [r[5], r[6], r[7], r[8], r[9]],
-        };
-        env.hypercall(Abi::LoongArch, &args).x0()
-    };
-    ctx.frame.regs[4] = ret;
-    ctx.frame.pc = ctx.frame.pc.wrapping_add(4);
-    RunExit::Continue
+    let user = gcsr_read!(g::CRMD) & 3 != 0;
+    shared::hvcl(env, ctx, w & 0x7fff, user)
 }
 
 /// KVM's NOTIFY for steal time: `feature` = BIT(2), `arg` = the record's
 /// guest physical address | 1 (valid), or 0 to stop.
-fn steal_time(vm: &Vm<B>, ctx: &mut VcpuState, feature: u64, arg: u64) -> i64 {
+pub(super) fn steal_time(st: &VmState, ctx: &mut VcpuState, feature: u64, arg: u64) -> i64 {
     if feature != u64::from(la::KVM_FEATURE_STEAL_TIME) {
         return kestrel_abi::ret::INVALID_PARAMETER;
     }
@@ -394,24 +318,10 @@ fn steal_time(vm: &Vm<B>, ctx: &mut VcpuState, feature: u64, arg: u64) -> i64 {
     }
     let gpa = arg & !0x3f;
     // The 64-byte record must be RAM, within one page.
-    if vm.arch.hpa(gpa).is_none() || vm.arch.hpa(gpa + 63).is_none() || (gpa & 0xfff) > 0xfc0 {
+    if st.hpa(gpa).is_none() || st.hpa(gpa + 63).is_none() || (gpa & 0xfff) > 0xfc0 {
         return kestrel_abi::ret::INVALID_PARAMETER;
     }
     ctx.steal_gpa = Some(gpa);
-    B::write_steal(vm, ctx);
+    write_steal(st, ctx);
     kestrel_abi::ret::SUCCESS
-}
-
-impl ExitArch for B {
-    fn raise_pv_ipi(&self, vm: &Vm<B>, _sender: usize, target: usize) -> bool {
-        raise_swi0(&vm.arch, target)
-    }
-
-    fn set_entry(&self, vm: &Vm<B>, index: usize, entry: Option<(u64, u64)>) -> bool {
-        set_boot_entry(&vm.arch, index, entry)
-    }
-
-    fn is_guest_ram(&self, vm: &Vm<B>, addr: u64) -> bool {
-        vm.arch.ram_offset(addr).is_some()
-    }
 }

@@ -3,10 +3,11 @@
 //! sees only what LVZ sends to the root: privileged resources it must
 //! emulate (GSPR: `cpucfg`, IOCSR, `idle`, `cacop`, CSRs the guest has no
 //! copy of), hypercalls (`hvcl`), guest-CSR traps, second-stage misses and
-//! faults, FP traps and physical interrupts. It implements
-//! [`crate::vm::Backend`] beside the trap-and-emulate backend (`super::vm`),
-//! sharing its VM state (RAM, devices, IOCSR IPI blocks), image loading,
-//! world switch and FP hardware; `crate::runtime::backend` picks one at boot.
+//! faults, FP traps and physical interrupts. [`Lvz`] is the [`Mode`] of
+//! the shared LoongArch backend (`super::backend`: the VM, its devices,
+//! image loading, the world switch, FP hardware and the run loop), as
+//! trap-and-emulate's is (`super::vm`); `crate::runtime::backend` picks one
+//! at boot.
 //!
 //! - **Memory**: guest physical addresses are translated by root TLB
 //!   entries tagged with the VM's GID (the VMID from the portable
@@ -23,39 +24,27 @@
 //!
 //! Design notes and the guest-visible machine: docs/loongarch-vm.md.
 
-pub mod build;
 pub mod exits;
 pub mod gcsr;
 pub mod switch;
 pub mod vcpu;
 
-use alloc::vec::Vec;
 use core::arch::asm;
 use core::sync::atomic::Ordering;
 
-use crate::base::haltpoll::PollEnd;
-use crate::host::board::BoardInfo;
-use crate::mem::vmid::VmidAllocator;
-use crate::vcpu::fpu::pcpu as fpcpu;
-use crate::vcpu::fpu::FpPolicy;
-use crate::vcpu::stats::{Counter, HOST};
-use crate::vm::exitctx::ExitCtx;
-use crate::vm::{Backend, Hypervisor, RunExit, Vcpu, Vm};
-use crate::vmm;
-use crate::MAX_CPUS;
-
-use super::vm::fpu::{self as lafpu, LaFpHw};
-use super::vm::{ticks, VmState, PCPU};
-use super::{csr, iocsr, platform};
 use crate::guest::loongarch::gtimer::{self, GuestTimer};
+use crate::host::board::BoardInfo;
+use crate::mem::vmid::VmVmid;
+use crate::vcpu::fpu::FpPolicy;
+use crate::vm::exitctx::ExitCtx;
+use crate::vm::{RunExit, Vcpu, Vm};
+
+use super::backend::{LaBackend, Mode, VmState, PCPU};
+use super::csr;
 use gcsr::{g, gcsr_read, gcsr_xchg};
 pub use vcpu::VcpuState;
 use vcpu::{IS_HWI, IS_IPI, IS_TI, TCFG_EN, TCFG_INIT, TCFG_PERIODIC};
 
-/// IPI vector kestrel kicks pCPUs with (vector 0 is the boot mailbox's).
-const KICK_VECTOR: u32 = 1;
-/// The longest an `idle` is polled before the vCPU blocks.
-const HALT_POLL_US: u64 = 100;
 /// A periodic guest timer is never reloaded faster than this many counter
 /// ticks when kestrel computes it for a vCPU that was not loaded.
 const MIN_PERIOD: u64 = 4;
@@ -96,22 +85,11 @@ fn flush_all_gids() {
     }
 }
 
-/// Arms this CPU's one-shot timer for kestrel's next tick or the earliest
-/// deadline of a vCPU that is not loaded.
-fn arm_timer(hv: &Hypervisor<LvzBackend>, cpu: usize) {
-    let now = csr::rdtime();
-    let at = platform::next_tick(cpu).min(hv.deadline_bound(now));
-    super::timer::oneshot_at(cpu, at, now);
-}
+/// LVZ guest mode: the guest at its own PLV0 with its own CSRs and TLB.
+pub struct Lvz;
 
 /// The LVZ backend.
-pub struct LvzBackend {
-    pub vmids: VmidAllocator,
-    policy: FpPolicy,
-    hw_ids: Vec<u64>,
-    /// FP width the CPU has: 1 FP64, 2 LSX, 3 LASX.
-    fp_level: u8,
-}
+pub type LvzBackend = LaBackend<Lvz>;
 
 /// Which backend the boot path records for this CPU and command line:
 /// LVZ where the CPU has it, unless `kestrel.backend=tne` says otherwise.
@@ -137,31 +115,69 @@ pub fn probe(board: &BoardInfo, policy: FpPolicy) -> Result<LvzBackend, &'static
     if gid_bits < 2 {
         return Err("LVZ reports fewer than 2 GID bits (GSTAT.GIDBITS)");
     }
-    let backend = LvzBackend {
-        vmids: VmidAllocator::new(gid_bits, board.cpus.len().clamp(1, MAX_CPUS)),
-        policy,
-        hw_ids: board.cpus.iter().map(|c| c.hw_id).collect(),
-        fp_level: super::vm::fp_level(),
-    };
+    let backend = LvzBackend::new(board, policy, gid_bits);
     log::info!(
         "LoongArch VMs: LVZ guest mode, {}-bit GIDs (CPU: {reported}), FP {} ({policy:?})",
         backend.vmids.bits(),
-        ["none", "FP64", "LSX", "LASX"][backend.fp_level as usize],
+        backend.fp_name(),
     );
     Ok(backend)
 }
 
-impl LvzBackend {
-    fn fp_mask(&self) -> u64 {
-        match self.fp_level {
-            3 => 7,
-            2 => 3,
-            _ => 1,
-        }
+/// Restores the guest timer of a vCPU that was not loaded: TVAL from its
+/// deadline, TI raised if the deadline passed (a periodic timer reloads;
+/// a one-shot one stops).
+fn restore_timer(ctx: &mut VcpuState, now: u64) {
+    let mut tcfg = ctx.gcsr.get(g::TCFG);
+    if tcfg & TCFG_EN == 0 {
+        return;
     }
+    let at = ctx.timer_at.unwrap_or(now);
+    let tval = if now < at {
+        at - now
+    } else {
+        let e = ctx.gcsr.get(g::ESTAT);
+        ctx.gcsr.set(g::ESTAT, e | IS_TI);
+        if tcfg & TCFG_PERIODIC != 0 {
+            let period = (tcfg & TCFG_INIT).max(MIN_PERIOD);
+            period - (now - at) % period
+        } else {
+            tcfg &= !TCFG_EN;
+            ctx.gcsr.set(g::TCFG, tcfg);
+            0
+        }
+    };
+    ctx.gcsr.set(g::TVAL, tval);
+}
 
-    fn init_cpu_state(&self, hv: &Hypervisor<Self>, cpu: usize) {
-        csr::irq_disable();
+/// Writes the steal-time record of a vCPU that registered one (KVM's
+/// `kvm_steal_time`: steal at 0, version at 8, bumped odd then even).
+fn write_steal(st: &VmState, ctx: &VcpuState) {
+    let Some(gpa) = ctx.steal_gpa else {
+        return;
+    };
+    let (Some(steal_h), Some(ver_h)) = (st.hpa(gpa), st.hpa(gpa + 8)) else {
+        return;
+    };
+    // SAFETY: both words are 8-byte aligned words of this VM's RAM
+    // (checked when the guest registered the record), reached through
+    // kestrel's cached window; the guest reads them with its seqcount.
+    unsafe {
+        let ver = super::dmw::cached(ver_h) as *mut u32;
+        let v = core::ptr::read_volatile(ver);
+        core::ptr::write_volatile(ver, v.wrapping_add(1) | 1);
+        core::ptr::write_volatile(super::dmw::cached(steal_h) as *mut u64, ctx.steal);
+        core::ptr::write_volatile(ver, (v | 1).wrapping_add(1));
+    }
+}
+
+impl Mode for Lvz {
+    type Vcpu = VcpuState;
+    /// When the guest timer fires (on the stable counter), if it counts
+    /// and its line can wake the vCPU.
+    type Poll = Option<u64>;
+
+    fn init_cpu() {
         super::vm::hwtlb::init_cpu();
         // SAFETY: the STLB page size only decides which root entries go to
         // the STLB; kestrel's own translations are DMWs, and the root TLB
@@ -178,154 +194,35 @@ impl LvzBackend {
             gcsr::xchg_gtlbc(0, gcsr::GTLBC_USETGID | gcsr::GTLBC_TOTI);
         }
         flush_all_gids();
-        PCPU[cpu]
-            .fp
-            .init(cpu, self.policy, LaFpHw::new(self.fp_level));
-        *PCPU[cpu].last.lock() = None;
-        platform::start_oneshot_tick(cpu);
-        arm_timer(hv, cpu);
     }
 
-    /// Whether an interrupt the guest enables is pending (the vCPU is
-    /// loaded: its CSRs are in the hardware).
-    fn wake_pending(&self, vm: &Vm<Self>, index: usize) -> bool {
-        let sh = &vm.arch.shared[index];
-        let estat = gcsr_read!(g::ESTAT)
-            | u64::from(sh.swi.load(Ordering::Acquire) & 3)
-            | if vm.arch.ipi[index].line() { IS_IPI } else { 0 }
-            | u64::from(vm.arch.intc.hwi(index)) << 2;
-        estat & gcsr_read!(g::ECFG) & 0x1fff != 0
+    /// Each vCPU has a GID of its own from the VMID allocator, as KVM gives
+    /// each vCPU a VPID: its guest TLB entries and the second-stage entries
+    /// it fills are tagged with it, so a switch between vCPUs on a pCPU
+    /// flushes nothing.
+    fn vmid<'a>(_vm: &'a Vm<LvzBackend>, ctx: &'a VcpuState) -> &'a VmVmid {
+        &ctx.vmid
     }
 
-    /// An `idle` with nothing pending: poll for up to the halt-poll window
-    /// while nobody else wants this pCPU. Its timer's deadline is watched
-    /// here and TI raised when it passes (the LVZ emulator stops the guest
-    /// timer outside guest mode; the hardware's raises TI itself then).
-    pub fn halt_poll(&self, env: &ExitCtx<'_, Self>, ctx: &mut VcpuState) -> bool {
-        let (vm, index) = (env.vm, env.index());
-        let lie_ti = gcsr_read!(g::ECFG) & IS_TI != 0;
-        let timer_at = match gtimer::state(gcsr_read!(g::TCFG), gcsr_read!(g::TVAL)) {
-            GuestTimer::Counting(ticks) if lie_ti => Some(csr::rdtime().saturating_add(ticks)),
-            _ => None,
-        };
-        let halt = ctx.halt;
-        let end = halt.poll(
-            csr::rdtime,
-            || timer_at.is_some_and(|at| csr::rdtime() >= at) || self.wake_pending(vm, index),
-            || csr::estat() & 0x1ffc != 0,
-            || env.should_preempt(),
-        );
-        if end == PollEnd::Work && timer_at.is_some_and(|at| csr::rdtime() >= at) {
-            gcsr_xchg!(g::ESTAT, IS_TI, IS_TI);
-        }
-        end == PollEnd::Work
-    }
-
-    /// Before an entry: PV IPIs (SWI), the IOCSR IPI line and the HWI
-    /// lines of the interrupt controllers (EIOINTC, fed by the PCH-PIC)
-    /// into the guest's ESTAT, and the FP unit as the engine decided.
-    fn prepare_entry(&self, cpu: usize, vm: &Vm<Self>, index: usize) {
-        let sh = &vm.arch.shared[index];
-        let swi = u64::from(sh.swi.swap(0, Ordering::AcqRel) & 3);
-        let ipi = if vm.arch.ipi[index].line() { IS_IPI } else { 0 };
-        let hwi = u64::from(vm.arch.intc.hwi(index)) << 2;
-        // Only the bits kestrel owns, and only when they change: the guest
-        // timer sets TI meanwhile (the masked exchange leaves it alone).
-        let (set, mask) = (swi | ipi | hwi, swi | IS_IPI | IS_HWI);
-        if gcsr_read!(g::ESTAT) & mask != set {
-            gcsr_xchg!(g::ESTAT, set, mask);
-        }
-        let owns = PCPU[cpu]
-            .fp
-            .lock()
-            .as_ref()
-            .is_some_and(|e| e.hw().enabled());
-        lafpu::set_guest_euen(if owns { self.fp_mask() } else { 0 });
-    }
-
-    /// Restores the guest timer of a vCPU that was not loaded: TVAL from its
-    /// deadline, TI raised if the deadline passed (a periodic timer reloads;
-    /// a one-shot one stops).
-    fn restore_timer(ctx: &mut VcpuState, now: u64) {
-        let mut tcfg = ctx.gcsr.get(g::TCFG);
-        if tcfg & TCFG_EN == 0 {
-            return;
-        }
-        let at = ctx.timer_at.unwrap_or(now);
-        let tval = if now < at {
-            at - now
-        } else {
-            let e = ctx.gcsr.get(g::ESTAT);
-            ctx.gcsr.set(g::ESTAT, e | IS_TI);
-            if tcfg & TCFG_PERIODIC != 0 {
-                let period = (tcfg & TCFG_INIT).max(MIN_PERIOD);
-                period - (now - at) % period
-            } else {
-                tcfg &= !TCFG_EN;
-                ctx.gcsr.set(g::TCFG, tcfg);
-                0
-            }
-        };
-        ctx.gcsr.set(g::TVAL, tval);
-    }
-
-    /// Writes the steal-time record of a vCPU that registered one (KVM's
-    /// `kvm_steal_time`: steal at 0, version at 8, bumped odd then even).
-    pub(super) fn write_steal(vm: &Vm<Self>, ctx: &VcpuState) {
-        let Some(gpa) = ctx.steal_gpa else {
-            return;
-        };
-        let st = &vm.arch;
-        let (Some(steal_h), Some(ver_h)) = (st.hpa(gpa), st.hpa(gpa + 8)) else {
-            return;
-        };
-        // SAFETY: both words are 8-byte aligned words of this VM's RAM
-        // (checked when the guest registered the record), reached through
-        // kestrel's cached window; the guest reads them with its seqcount.
-        unsafe {
-            let ver = super::dmw::cached(ver_h) as *mut u32;
-            let v = core::ptr::read_volatile(ver);
-            core::ptr::write_volatile(ver, v.wrapping_add(1) | 1);
-            core::ptr::write_volatile(super::dmw::cached(steal_h) as *mut u64, ctx.steal);
-            core::ptr::write_volatile(ver, (v | 1).wrapping_add(1));
-        }
-    }
-}
-
-impl Backend for LvzBackend {
-    type VmState = VmState;
-    type VcpuState = VcpuState;
-
-    fn load(&self, cpu: usize, vm: &Vm<Self>, vcpu: &Vcpu<Self>, ctx: &mut VcpuState) {
-        let sh = &vm.arch.shared[vcpu.index];
-        vcpu.deadlines.clear();
-        if let Some((entry, a0)) = sh.boot.lock().take() {
-            ctx.reset(vcpu.index, entry, [a0, 0, 0]);
-        }
-        let now = csr::rdtime();
-        if let Some(at) = ctx.blocked_at.take() {
-            ctx.halt.blocked_for(now.saturating_sub(at));
+    /// Steal time, the GID and the counter offset, the guest TLB entries
+    /// that may be stale here, the guest timer and CSRs.
+    fn load(
+        cpu: usize,
+        vm: &Vm<LvzBackend>,
+        vcpu: &Vcpu<LvzBackend>,
+        ctx: &mut VcpuState,
+        vmid: u16,
+        rollover: bool,
+        now: u64,
+    ) {
+        if rollover {
+            flush_all_gids();
         }
         if let Some(at) = ctx.preempted_at.take() {
             ctx.steal = ctx.steal.wrapping_add(now.saturating_sub(at));
-            Self::write_steal(vm, ctx);
+            write_steal(&vm.arch, ctx);
         }
-        // Each vCPU has a GID of its own from the VMID allocator, as KVM
-        // gives each vCPU a VPID: its guest TLB entries and the second-stage
-        // entries it fills are tagged with it, so a switch between vCPUs on
-        // a pCPU flushes nothing. TLB invalidation is CPU-local, so a
-        // rollover is seen as `flush_local` on each CPU's next load.
-        let before = self.vmids.counters().rollovers;
-        let l = self.vmids.vcpu_load(cpu, &ctx.vmid, &|| {});
-        let rolled = self.vmids.counters().rollovers - before;
-        vm.stats.record_vmid(&l);
-        // Rollovers and their flushes are the host's, not the loading VM's.
-        HOST.add(Counter::VmidRollovers, rolled);
-        if l.flush_local {
-            HOST.inc(Counter::TlbFlushes);
-            flush_all_gids();
-        }
-        ctx.gid = l.vmid;
+        ctx.gid = vmid;
         ctx.key = vcpu.key;
         // SAFETY: no guest runs here now; the GID and the counter offset
         // take effect at the entry.
@@ -353,59 +250,59 @@ impl Backend for LvzBackend {
             *last = Some(me);
             moved
         };
-        Self::restore_timer(ctx, now);
+        restore_timer(ctx, now);
         gcsr::restore(&ctx.gcsr.regs);
         if moved {
             // An LL/SC pair cut by the move must fail (LLBCTL.WCLLB).
             gcsr_xchg!(g::LLBCTL, 2, 2);
         }
-        let _ = fpcpu::load_waiting(
-            |c| PCPU.get(c).map(|p| &p.fp),
-            cpu,
-            &ctx.fp,
-            |p| self.kick(p),
-            || vm.has_ended(),
-        );
-        sh.running_on.store(cpu, Ordering::SeqCst);
     }
 
-    fn run(&self, env: &mut ExitCtx<'_, Self>, ctx: &mut VcpuState) -> RunExit {
-        let (hv, cpu, vm) = (env.hv, env.cpu, env.vm);
-        PCPU[cpu].fp.service();
-        if env.index() == 0 && vm.arch.rebuild.load(Ordering::Acquire) != 0 {
-            return self.rebuild_step(vm, ctx);
+    /// PV IPIs (SWI), the IOCSR IPI line and the HWI lines of the
+    /// interrupt controllers (EIOINTC, fed by the PCH-PIC) into the guest's
+    /// ESTAT. The guest gets the whole FP unit (its own EUEN, a guest CSR,
+    /// gates it further).
+    #[inline(always)]
+    fn prepare_entry(st: &VmState, index: usize, _ctx: &mut VcpuState) -> u64 {
+        let sh = &st.shared[index];
+        let swi = u64::from(sh.swi.swap(0, Ordering::AcqRel) & 3);
+        let ipi = if st.ipi[index].line() { IS_IPI } else { 0 };
+        let hwi = u64::from(st.intc.hwi(index)) << 2;
+        // Only the bits kestrel owns, and only when they change: the guest
+        // timer sets TI meanwhile (the masked exchange leaves it alone).
+        let (set, mask) = (swi | ipi | hwi, swi | IS_IPI | IS_HWI);
+        if gcsr_read!(g::ESTAT) & mask != set {
+            gcsr_xchg!(g::ESTAT, set, mask);
         }
-        self.prepare_entry(cpu, vm, env.index());
+        7
+    }
+
+    fn idle_over(st: &VmState, index: usize, ctx: &mut VcpuState) -> bool {
         if ctx.idle {
-            if !self.wake_pending(vm, env.index()) {
-                // Woken for nothing (a stale wake-up): wait on.
-                return RunExit::Block;
+            if !Self::wake_pending(st, index, ctx) {
+                return false;
             }
             ctx.idle = false;
         }
-        csr::irq_disable();
-        arm_timer(hv, cpu);
-        // SAFETY: interrupts are masked; `load` put this vCPU's guest CSRs
-        // and GID in place and dropped stale guest TLB entries; the
-        // second-stage entries of its GID map only its RAM; EUEN exposes the
-        // FP unit only if this vCPU owns it.
-        unsafe { switch::enter(&mut ctx.frame) };
-        let exit = exits::handle(env, ctx);
-        if ctx.frame.kind != 1 && exits::is_interrupt(ctx.frame.estat) {
-            hv.check_timers(cpu, csr::rdtime());
-            vmm::poll_console(hv, cpu);
-        }
-        exit
+        true
     }
 
-    fn put(&self, cpu: usize, vm: &Vm<Self>, vcpu: &Vcpu<Self>, ctx: &mut VcpuState) {
-        let sh = &vm.arch.shared[vcpu.index];
-        sh.running_on.store(usize::MAX, Ordering::SeqCst);
-        lafpu::set_guest_euen(0);
-        if let Some(e) = PCPU[cpu].fp.lock().as_mut() {
-            e.vcpu_put();
-        }
-        self.vmids.vcpu_put(cpu);
+    /// The hardware's: it raises TI itself while the guest runs.
+    fn guest_timer(_ctx: &VcpuState) -> Option<u64> {
+        None
+    }
+
+    unsafe fn enter(env: &mut ExitCtx<'_, LvzBackend>, ctx: &mut VcpuState) -> RunExit {
+        // SAFETY: forwarded to the caller (`load` put this vCPU's guest
+        // CSRs and GID in place and dropped stale guest TLB entries; the
+        // second-stage entries of its GID map only its RAM).
+        unsafe { switch::enter(&mut ctx.frame) };
+        exits::handle(env, ctx)
+    }
+
+    /// The guest CSRs saved, and the guest timer as a deadline on the
+    /// stable counter.
+    fn put(ctx: &mut VcpuState) -> Option<u64> {
         // The guest timer runs on until it is read: `save` reads TCFG and
         // TVAL before ESTAT, so a timer that fires in between shows as
         // fired with its TI in the ESTAT saved.
@@ -426,56 +323,64 @@ impl Backend for LvzBackend {
                 None
             }
         };
-        // A vCPU put away wakes at its timer deadline if TI can wake it.
-        let lie = ctx.gcsr.get(g::ECFG) & IS_TI != 0;
-        if let Some(at) = ctx.timer_at.filter(|_| lie) {
-            vcpu.deadlines.set(0, at);
-        }
         ctx.preempted_at = (!ctx.idle).then_some(now);
+        let lie = ctx.gcsr.get(g::ECFG) & IS_TI != 0;
+        ctx.timer_at.filter(|_| lie)
     }
 
-    fn can_restart(&self) -> bool {
-        true
+    /// In its ESTAT (the vCPU is loaded: its CSRs are in the hardware),
+    /// or a line kestrel has not written there yet.
+    fn wake_pending(st: &VmState, index: usize, _ctx: &VcpuState) -> bool {
+        let sh = &st.shared[index];
+        let estat = gcsr_read!(g::ESTAT)
+            | u64::from(sh.swi.load(Ordering::Acquire) & 3)
+            | if st.ipi[index].line() { IS_IPI } else { 0 }
+            | u64::from(st.intc.hwi(index)) << 2;
+        estat & gcsr_read!(g::ECFG) & 0x1fff != 0
     }
 
-    fn restart_vm(
-        &self,
-        vm: &Vm<Self>,
-        vcpus: &mut [spin::MutexGuard<'_, VcpuState>],
-    ) -> Result<(), alloc::string::String> {
-        self.restart(vm, vcpus)
-    }
-
-    fn device_work(hv: &Hypervisor<Self>, vm: &Vm<Self>, cpu: usize) {
-        crate::vmm::virtio::resume(hv, vm, cpu);
-    }
-
-    fn kick(&self, cpu: usize) {
-        if let Some(&hw) = self.hw_ids.get(cpu) {
-            iocsr::ipi_send(hw, KICK_VECTOR);
+    /// Its timer's deadline is watched here and TI raised when it passes
+    /// (the LVZ emulator stops the guest timer outside guest mode; the
+    /// hardware's raises TI itself then).
+    fn poll_begin(_ctx: &VcpuState) -> Option<u64> {
+        let lie_ti = gcsr_read!(g::ECFG) & IS_TI != 0;
+        match gtimer::state(gcsr_read!(g::TCFG), gcsr_read!(g::TVAL)) {
+            GuestTimer::Counting(ticks) if lie_ti => Some(csr::rdtime().saturating_add(ticks)),
+            _ => None,
         }
     }
 
-    fn idle(&self, hv: &Hypervisor<Self>, cpu: usize) {
-        PCPU[cpu].fp.service();
-        hv.check_timers(cpu, csr::rdtime());
-        arm_timer(hv, cpu);
-        csr::idle();
-        csr::irq_enable();
-        csr::irq_disable();
-        hv.check_timers(cpu, csr::rdtime());
-        vmm::poll_console(hv, cpu);
+    #[inline]
+    fn poll_pending(
+        st: &VmState,
+        index: usize,
+        ctx: &mut VcpuState,
+        timer_at: &Option<u64>,
+    ) -> bool {
+        timer_at.is_some_and(|at| csr::rdtime() >= at) || Self::wake_pending(st, index, ctx)
     }
 
-    fn slice_expired(&self, cpu: usize) -> bool {
-        PCPU[cpu].slice_tick.load(Ordering::Acquire) != ticks(cpu)
+    fn poll_woke(timer_at: &Option<u64>) {
+        if timer_at.is_some_and(|at| csr::rdtime() >= at) {
+            gcsr_xchg!(g::ESTAT, IS_TI, IS_TI);
+        }
     }
 
-    fn slice_start(&self, cpu: usize) {
-        PCPU[cpu].slice_tick.store(ticks(cpu), Ordering::Release);
+    fn start_idle(ctx: &mut VcpuState) {
+        ctx.idle = true;
     }
 
-    fn now(&self) -> u64 {
-        csr::rdtime()
+    /// Steal time (KVM's NOTIFY) is this mode's: it registers the vCPU's
+    /// record.
+    fn hypercall(
+        st: &VmState,
+        ctx: &mut VcpuState,
+        code: u32,
+        function: u64,
+        args: &[u64; 5],
+    ) -> Option<u64> {
+        use kestrel_abi::loongarch as la;
+        (code == la::SERVICE_KVM && function == la::FN_NOTIFY)
+            .then(|| exits::steal_time(st, ctx, args[0], args[1]) as u64)
     }
 }

@@ -1,7 +1,8 @@
 //! Entering a guest in LVZ guest mode and getting back.
 //!
-//! The guest's GPRs are the real GPRs, so the trap-and-emulate world
-//! switch (`vm::switch`) carries them both ways for this backend too: its
+//! The guest's GPRs are the real GPRs, so the shared world switch
+//! (`backend::switch`, trap-and-emulate's) carries them both ways for
+//! this mode too: its
 //! `kestrel_la_vm_enter` loads the frame and `ertn`s, its
 //! `kestrel_la_guest_exit` / `kestrel_la_guest_exit_tlbr` store them and
 //! return. What differs is how the CPU gets there and back:
@@ -17,9 +18,9 @@
 
 use core::arch::global_asm;
 
+use super::super::backend::switch::{self as tne, GuestFrame};
 use super::super::csr;
 use super::super::dmw;
-use super::super::vm::switch::{self as tne, GuestFrame};
 use super::gcsr;
 
 /// PRMD for the entry: PPLV 0 (root stays at PLV0), PIE.

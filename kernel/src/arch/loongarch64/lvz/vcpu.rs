@@ -5,16 +5,14 @@
 
 use alloc::sync::Arc;
 
-use crate::base::haltpoll::HaltPoll;
 use crate::mem::vmid::VmVmid;
 use crate::vcpu::fpu::{LoongArchFpState, VcpuFp};
 use crate::vcpu::sched::VcpuKey;
 use crate::vcpu::stats::Stats;
 
-use super::super::csr;
-use super::super::vm::switch::GuestFrame;
+use super::super::backend::switch::GuestFrame;
+use super::super::backend::{la_vcpu_fields, LaVcpu, VcpuRun};
 use super::gcsr::{g, GuestCsrs};
-use super::HALT_POLL_US;
 
 /// TCFG fields.
 pub use crate::guest::loongarch::gtimer::{TCFG_EN, TCFG_INIT, TCFG_PERIODIC};
@@ -78,8 +76,7 @@ pub struct VcpuState {
     pub key: VcpuKey,
     /// Waiting in `idle` for an interrupt it enables.
     pub idle: bool,
-    pub halt: HaltPoll,
-    pub blocked_at: Option<u64>,
+    pub run: VcpuRun,
     /// KVM steal time: the guest physical address of its record, and
     /// when the vCPU was last preempted (not blocked).
     pub steal_gpa: Option<u64>,
@@ -89,12 +86,11 @@ pub struct VcpuState {
     /// counts from 0 at the VM's creation (or restart), the same for all
     /// of its vCPUs wherever they run.
     pub counter_offset: u64,
-    /// The bus region of its last MMIO access ([`crate::dev::vdev::bus::Bus::find_from`]).
-    pub mmio_region: usize,
 }
 
-impl VcpuState {
-    pub fn new(index: usize, stats: &Arc<Stats>) -> VcpuState {
+impl LaVcpu for VcpuState {
+    /// Its guest counter counts from 0 at `created` (GCNTC).
+    fn new(index: usize, stats: &Arc<Stats>, created: u64) -> VcpuState {
         let mut s = VcpuState {
             frame: GuestFrame::default(),
             gcsr: GuestCsrs::zeroed(),
@@ -113,13 +109,11 @@ impl VcpuState {
                 vcpu: index as u16,
             },
             idle: false,
-            halt: HaltPoll::new(csr::counter_hz() / 1_000_000 * HALT_POLL_US),
-            blocked_at: None,
+            run: VcpuRun::default(),
             steal_gpa: None,
             preempted_at: None,
             steal: 0,
-            counter_offset: 0,
-            mmio_region: 0,
+            counter_offset: created.wrapping_neg(),
         };
         s.reset(index, 0, [0; 3]);
         s
@@ -128,7 +122,7 @@ impl VcpuState {
     /// Architectural reset for an entry at `pc` with a0-a2 = `args`: DA
     /// mode, PLV0, interrupts off, every other guest CSR 0 but the
     /// identification ones (CPUID = the vCPU index, PRCFG1-3 as the CPU's).
-    pub fn reset(&mut self, index: usize, pc: u64, args: [u64; 3]) {
+    fn reset(&mut self, index: usize, pc: u64, args: [u64; 3]) {
         self.frame = GuestFrame::default();
         self.frame.pc = pc;
         self.frame.regs[4..7].copy_from_slice(&args);
@@ -147,4 +141,6 @@ impl VcpuState {
         self.steal_gpa = None;
         self.epoch += 1;
     }
+
+    la_vcpu_fields!();
 }

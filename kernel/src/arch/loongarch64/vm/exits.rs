@@ -5,33 +5,27 @@
 //! privileged instructions (emulated by [`emulate::emulate`] on the
 //! software state; the shadow TLB, vCPU starts and wake-ups and `idle`
 //! applied here), `hvcl` hypercalls, FP traps, and everything else
-//! delivered to the guest's own handler as the architecture would.
+//! delivered to the guest's own handler as the architecture would. What
+//! both LoongArch modes do alike (MMIO on the VM's bus, IOCSR effects,
+//! `idle`, hypercalls) is `super::super::backend::exits`'.
 
 use alloc::format;
 
-use crate::dev::vdev::Width;
 use crate::guest::loongarch::csr::{ecode, num as vnum};
 use crate::guest::loongarch::emulate::{self, Effect, GuestCpu};
 use crate::guest::loongarch::exit::{self, Exit, FpUnit, Trap};
 use crate::guest::loongarch::insn::{self, Insn};
-use crate::guest::loongarch::iocsr as viocsr;
 use crate::guest::loongarch::layout::{self, WideAccess};
 use crate::guest::loongarch::tlb::{self as vtlb, Access, Fault, Inval, ELO_D, ELO_NR, ELO_NX};
-use crate::vcpu::hypercall::{Abi, HypercallArgs};
 use crate::vcpu::stats::ExitReason;
-use crate::vm::exitctx::{ExitArch, ExitCtx};
-use crate::vm::{RunExit, Vm, VmEnd};
-use crate::vmm::devices::VmDeviceEnv;
+use crate::vm::exitctx::ExitCtx;
+use crate::vm::{Backend, RunExit, Vm, VmEnd};
 
+use super::super::backend::exits::{self as shared, MemOp};
 use super::super::{dmw, exceptions};
-use super::{hwtlb, LaBackend, VcpuState};
+use super::{hwtlb, TneBackend, VcpuState};
 
-type B = LaBackend;
-
-/// Whether an exit's ESTAT says a hardware interrupt caused it (ECODE 0).
-pub fn is_interrupt(estat: u64) -> bool {
-    ((estat >> 16) & 0x3f) as u8 == ecode::INT
-}
+type B = TneBackend;
 
 /// Handles the exit `env`'s vCPU just took (its registers: `ctx`):
 /// decode, count, act.
@@ -68,14 +62,8 @@ pub fn handle(env: &mut ExitCtx<'_, B>, ctx: &mut VcpuState) -> RunExit {
         }
         Exit::PageFault { va, access } => mem_fault(env, ctx, va, access),
         Exit::AddressError { va, sub } => address_error(env, ctx, va, sub),
-        Exit::Hypercall { code } => hvcl(env, ctx, code),
-        Exit::UserHypercall => {
-            // The services are the guest kernel's: its user code gets
-            // "unknown code" and nothing happens (no IPIs from guest user space).
-            ctx.frame.regs[4] = kestrel_abi::ret::INVALID_CODE as u64;
-            ctx.frame.pc = ctx.frame.pc.wrapping_add(4);
-            RunExit::Continue
-        }
+        Exit::Hypercall { code } => shared::hvcl(env, ctx, u32::from(code), false),
+        Exit::UserHypercall => shared::hvcl(env, ctx, 0, true),
         Exit::Privileged(i) => privileged(env, ctx, i, trap.badi),
         Exit::FpDisabled(unit) => fp_disabled(env.cpu, ctx, unit, trap.badi),
         Exit::GuestException {
@@ -99,11 +87,7 @@ fn fp_disabled(cpu: usize, ctx: &mut VcpuState, unit: FpUnit, badi: u32) -> RunE
         // The guest disabled it itself (or the CPU lacks it): its exception.
         return deliver(ctx, unit.ecode(), 0, None, badi);
     }
-    if let Some(e) = super::PCPU[cpu].fp.lock().as_mut() {
-        // Counts the trap and restore in this VM, and the save of the
-        // previous owner's registers in that owner's VM.
-        e.fp_trap();
-    }
+    shared::fp_trap(cpu);
     RunExit::Continue
 }
 
@@ -217,47 +201,26 @@ fn mmio(env: &ExitCtx<'_, B>, ctx: &mut VcpuState, at: GuestAccess) -> RunExit {
     } else {
         fetch_insn(vm, ctx)
     };
-    let op = w.and_then(insn::decode);
-    let outside = |ctx: &mut VcpuState| {
-        let sub = if acc == Access::Fetch {
-            ecode::ADEF
-        } else {
-            ecode::ADEM
-        };
-        deliver(ctx, ecode::ADE, sub, Some(va), w.unwrap_or(0))
-    };
-    let (rd, size, store, signed) = match op {
-        Some(Insn::Load {
-            rd, size, signed, ..
-        }) => (rd, size, false, signed),
-        Some(Insn::Store { rd, size, .. }) => (rd, size, true, false),
-        _ => return outside(ctx),
-    };
-    let (Some(hit), Some(width)) = (vm.bus.find(gpa), Width::new(size.bytes() as u8)) else {
-        return outside(ctx);
-    };
-    let value = ctx.frame.reg(rd) & size.mask();
-    let mut dev = VmDeviceEnv::new(env.hv, vm, usize::from(ctx.key.vcpu), env.cpu);
-    // A width or offset the device's registers do not take reads as 0 and
-    // is not written (the guest gets no exception for it).
-    let read = hit
-        .access(&mut dev, width, store.then_some(value))
-        .unwrap_or(Some(0));
-    if let Some(end) = dev.end() {
-        ctx.frame.pc = ctx.frame.pc.wrapping_add(4);
-        return RunExit::VmEnd(end);
+    let done = w
+        .and_then(insn::decode)
+        .and_then(MemOp::of)
+        .and_then(|op| shared::mmio(env, ctx, gpa, op));
+    match done {
+        Some(r) => {
+            if r == RunExit::Continue {
+                vm.stats.exit(ExitReason::Mmio);
+            }
+            r
+        }
+        None => {
+            let sub = if acc == Access::Fetch {
+                ecode::ADEF
+            } else {
+                ecode::ADEM
+            };
+            deliver(ctx, ecode::ADE, sub, Some(va), w.unwrap_or(0))
+        }
     }
-    if let (Some(v), false) = (read, store) {
-        let v = if signed {
-            size.sign_extend(v)
-        } else {
-            v & size.mask()
-        };
-        ctx.frame.set_reg(rd, v);
-    }
-    vm.stats.exit(ExitReason::Mmio);
-    ctx.frame.pc = ctx.frame.pc.wrapping_add(4);
-    RunExit::Continue
 }
 
 /// ADE: a guest address outside the real 48-bit virtual space. Through a
@@ -302,18 +265,19 @@ fn address_error(env: &ExitCtx<'_, B>, ctx: &mut VcpuState, badv: u64, sub: u16)
         };
         return mmio(env, ctx, at);
     };
-    let (rd, size, store, signed) = match insn::decode(w) {
-        Some(Insn::Load {
-            rd, size, signed, ..
-        }) => (rd, size, false, signed),
-        Some(Insn::Store { rd, size, .. }) => (rd, size, true, false),
-        _ => {
-            return RunExit::VmEnd(VmEnd::Fatal(format!(
-                "instruction {w:#010x} at {:#x} accesses {badv:#x} through a DMW window; \
-                 kestrel emulates only plain loads and stores there",
-                ctx.frame.pc
-            )))
-        }
+    let Some(MemOp {
+        rd,
+        size,
+        store,
+        signed,
+        ..
+    }) = insn::decode(w).and_then(MemOp::of)
+    else {
+        return RunExit::VmEnd(VmEnd::Fatal(format!(
+            "instruction {w:#010x} at {:#x} accesses {badv:#x} through a DMW window; \
+             kestrel emulates only plain loads and stores there",
+            ctx.frame.pc
+        )));
     };
     if store && !m.dirty {
         return deliver(ctx, ecode::PME, 0, Some(badv), w);
@@ -374,124 +338,12 @@ fn privileged(env: &ExitCtx<'_, B>, ctx: &mut VcpuState, i: Insn, w: u32) -> Run
         vm.arch.read_u64(pa)
     });
     match fx {
-        Effect::None | Effect::Iocsr(viocsr::Effect::SelfLine | viocsr::Effect::None) => {}
+        Effect::None => {}
         Effect::Retranslate => ctx.invalidate_shadows(cpu),
         Effect::Inval(inv) => apply_inval(ctx, cpu, inv),
-        Effect::Iocsr(fx @ (viocsr::Effect::Ipi(t) | viocsr::Effect::Mail(t))) => {
-            if matches!(fx, viocsr::Effect::Ipi(_)) {
-                vm.stats.inc(crate::vcpu::stats::Counter::IpiEmulated);
-            }
-            if !try_start(env, t) && matches!(fx, viocsr::Effect::Ipi(_)) {
-                env.wake(t);
-            }
-        }
-        Effect::Iocsr(viocsr::Effect::Irq(rose)) => env.wake_set(rose),
-        Effect::Idle => return idle(env, ctx),
+        Effect::Iocsr(fx) => shared::iocsr_effect(env, fx),
+        Effect::Idle => return shared::idle(env, ctx),
         Effect::Deliver(code) => return deliver(ctx, code, 0, None, w),
     }
-    RunExit::Continue
-}
-
-/// `idle` (the PC is past it): go on if an interrupt the guest enables is
-/// pending or becomes so while polling, else block until one is.
-fn idle(env: &ExitCtx<'_, B>, ctx: &mut VcpuState) -> RunExit {
-    let sh = &env.vm.arch.shared[env.index()];
-    let swi = u64::from(sh.swi.load(core::sync::atomic::Ordering::Acquire) & 3);
-    let pending = ctx.csr.wake_pending().is_some() || swi & ctx.csr.get(vnum::ECFG) != 0;
-    if pending || env.backend().halt_poll(env, ctx) {
-        return RunExit::Continue;
-    }
-    // Until an interrupt is pending (`LaBackend::run` checks before every
-    // entry, so a wake-up for nothing waits on).
-    ctx.csr.start_idle();
-    ctx.blocked_at = Some(super::super::csr::rdtime());
-    RunExit::Block
-}
-
-/// The firmware's part of the mailbox start: a parked secondary with an
-/// IPI pending and a non-zero mailbox 0 starts there (DA mode, PLV0,
-/// a0 = 0). Returns whether it started. (Both LoongArch backends.)
-pub(in crate::arch::loongarch64) fn try_start<A>(env: &ExitCtx<'_, A>, t: usize) -> bool
-where
-    A: ExitArch<VmState = super::VmState>,
-{
-    use core::sync::atomic::Ordering;
-    let vm = env.vm;
-    let (Some(sh), Some(ipi)) = (vm.arch.shared.get(t), vm.arch.ipi.get(t)) else {
-        return false;
-    };
-    if !sh.parked.load(Ordering::Acquire) {
-        return false;
-    }
-    let entry = ipi.mbuf[0].load(Ordering::Acquire);
-    if entry & 0xffff_ffff == 0 || ipi.status.load(Ordering::Acquire) == 0 {
-        return false;
-    }
-    if sh
-        .parked
-        .compare_exchange(true, false, Ordering::AcqRel, Ordering::Acquire)
-        .is_err()
-    {
-        return false;
-    }
-    // The boot code clears the IPI it woke on before jumping.
-    ipi.status.store(0, Ordering::Release);
-    // A parked vCPU is off: this cannot fail; it started either way.
-    let _ = env.start_vcpu(t, entry, 0);
-    true
-}
-
-impl ExitArch for B {
-    fn raise_pv_ipi(&self, vm: &Vm<B>, _sender: usize, target: usize) -> bool {
-        raise_swi0(&vm.arch, target)
-    }
-
-    fn set_entry(&self, vm: &Vm<B>, index: usize, entry: Option<(u64, u64)>) -> bool {
-        set_boot_entry(&vm.arch, index, entry)
-    }
-
-    fn is_guest_ram(&self, vm: &Vm<B>, addr: u64) -> bool {
-        vm.arch.ram_offset(addr).is_some()
-    }
-}
-
-/// A PV IPI to vCPU `target` (both LoongArch backends): SWI0 in its shared
-/// state, which its next entry merges into its ESTAT. Returns whether it
-/// was already pending (or there is no such vCPU).
-pub(in crate::arch::loongarch64) fn raise_swi0(st: &super::VmState, target: usize) -> bool {
-    let Some(sh) = st.shared.get(target) else {
-        return true;
-    };
-    sh.swi.fetch_or(1, core::sync::atomic::Ordering::AcqRel) & 1 != 0
-}
-
-/// Records vCPU `index`'s start (both LoongArch backends): applied at its
-/// next load as the reset state (DA mode, PLV0), PC = entry, a0 = context.
-pub(in crate::arch::loongarch64) fn set_boot_entry(
-    st: &super::VmState,
-    index: usize,
-    entry: Option<(u64, u64)>,
-) -> bool {
-    let Some(sh) = st.shared.get(index) else {
-        return false;
-    };
-    *sh.boot.lock() = entry;
-    true
-}
-
-/// `hvcl code`: Linux KVM's LoongArch ABI (a0 function, a1-a5 arguments,
-/// a0 result, PC + 4).
-/// From the guest kernel only ([`Exit::UserHypercall`] answers its user code).
-fn hvcl(env: &mut ExitCtx<'_, B>, ctx: &mut VcpuState, code: u16) -> RunExit {
-    let r = &ctx.frame.regs;
-    let args = HypercallArgs {
-        code: u32::from(code),
-        function: r[4],
-        args: [r[5], r[6], r[7], r[8], r[9]],
-    };
-    let ret = env.hypercall(Abi::LoongArch, &args);
-    ctx.frame.regs[4] = ret.x0();
-    ctx.frame.pc = ctx.frame.pc.wrapping_add(4);
-    // A sender that targeted itself takes its SWI0 at the next entry.
     RunExit::Continue
 }

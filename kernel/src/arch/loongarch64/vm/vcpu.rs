@@ -3,16 +3,15 @@
 
 use alloc::sync::Arc;
 
-use crate::base::haltpoll::HaltPoll;
 use crate::guest::loongarch::csr::CsrFile;
 use crate::guest::loongarch::tlb::SoftTlb;
 use crate::vcpu::fpu::{LoongArchFpState, VcpuFp};
 use crate::vcpu::sched::VcpuKey;
 use crate::vcpu::stats::Stats;
 
-use super::super::csr;
-use super::switch::GuestFrame;
-use super::{hwtlb, CONTEXTS, CTX_DA, CTX_KERNEL, CTX_USER, HALT_POLL_US, PCPU};
+use super::super::backend::switch::GuestFrame;
+use super::super::backend::{la_vcpu_fields, LaVcpu, VcpuRun, PCPU};
+use super::{hwtlb, CONTEXTS, CTX_DA, CTX_KERNEL, CTX_USER};
 
 /// Per-vCPU register file and privileged state.
 pub struct VcpuState {
@@ -28,14 +27,11 @@ pub struct VcpuState {
     pub user_plv: u64,
     /// This vCPU (set at each load).
     pub key: VcpuKey,
-    /// Adaptive halt polling of its `idle`s, and when its last unpolled
-    /// wait began (its length, known at the next load, adapts the window).
-    pub halt: HaltPoll,
-    pub blocked_at: Option<u64>,
+    pub run: VcpuRun,
 }
 
-impl VcpuState {
-    pub fn new(index: usize, stats: &Arc<Stats>) -> VcpuState {
+impl LaVcpu for VcpuState {
+    fn new(index: usize, stats: &Arc<Stats>, _created: u64) -> VcpuState {
         VcpuState {
             frame: GuestFrame::default(),
             csr: CsrFile::new(index as u64),
@@ -47,8 +43,7 @@ impl VcpuState {
             epoch: 0,
             vmid: 0,
             user_plv: 3,
-            halt: HaltPoll::new(csr::counter_hz() / 1_000_000 * HALT_POLL_US),
-            blocked_at: None,
+            run: VcpuRun::default(),
             key: VcpuKey {
                 vm: 0,
                 vcpu: index as u16,
@@ -57,7 +52,7 @@ impl VcpuState {
     }
 
     /// Architectural reset for an entry at `pc`: DA mode, PLV0, IE off.
-    pub fn reset(&mut self, index: usize, pc: u64, args: [u64; 3]) {
+    fn reset(&mut self, index: usize, pc: u64, args: [u64; 3]) {
         self.frame = GuestFrame::default();
         self.frame.pc = pc;
         self.frame.regs[4..7].copy_from_slice(&args);
@@ -66,6 +61,10 @@ impl VcpuState {
         self.epoch += 1;
     }
 
+    la_vcpu_fields!();
+}
+
+impl VcpuState {
     /// The real ASID for the guest's current mode.
     pub fn asid(&self, ctx: u16) -> u16 {
         self.vmid * CONTEXTS + ctx

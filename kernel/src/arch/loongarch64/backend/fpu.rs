@@ -2,8 +2,9 @@
 //! register moves in `arch::loongarch64::fp`, traps through EUEN. While a
 //! vCPU that does not own the unit runs, EUEN.FPE/SXE/ASXE are 0 and its
 //! first FP/LSX/LASX instruction raises FPD/SXD/ASXD (a VM exit); while it
-//! owns it, EUEN is the guest's virtual EUEN (so FP it disabled itself still
-//! raises its own exception, delivered to it).
+//! owns it, EUEN is what the mode gives the guest ([`super::Mode::prepare_entry`]:
+//! under trap-and-emulate the guest's virtual EUEN, so FP it disabled
+//! itself still raises its own exception, delivered to it).
 
 use core::arch::asm;
 

@@ -2,7 +2,8 @@
 //! (`crate::mem::frames`) over the board's RAM above kestrel's image (the
 //! image holds .bss, stacks and heap; below it lie the loader's command
 //! line, EFI tables and FDT) and outside what UEFI firmware keeps. kestrel reaches a VM's RAM through its cached
-//! DMW window, the guest through shadow TLB entries.
+//! DMW window, the guest through shadow TLB entries (trap-and-emulate) or
+//! second-stage entries (LVZ).
 
 use alloc::string::String;
 use alloc::vec::Vec;
@@ -47,22 +48,17 @@ pub fn copy_in(ram: &GuestRam, off: u64, data: &[u8]) -> Result<(), String> {
 }
 
 /// Private memory for a writable virtio disk of `bytes`: whole frames from
-/// `pool`, handed out as slices through the cached window (the last one cut
-/// to the disk's end).
+/// `pool` ([`FramePool::alloc_pieces`]), handed out as slices through the
+/// cached window.
 pub fn disk_memory(pool: &mut FramePool, bytes: u64) -> Result<Vec<&'static mut [u8]>, String> {
-    let ram = pool.alloc_ram(bytes.next_multiple_of(FRAME))?;
-    let mut left = bytes;
-    Ok(ram
-        .frames
-        .iter()
-        .map(|&f| {
-            let n = left.min(FRAME);
-            left -= n;
-            // SAFETY: the frame is RAM from the pool (not used by kestrel
-            // nor any VM), reached through the cached window, and belongs
-            // to this disk alone from now on: frames are never returned to
-            // the pool, so this is the only reference to it.
-            unsafe { core::slice::from_raw_parts_mut(dmw::cached(f) as *mut u8, n as usize) }
-        })
+    Ok(pool
+        .alloc_pieces(bytes)?
+        .into_iter()
+        // SAFETY: each frame is RAM from the pool (not used by kestrel
+        // nor any VM), reached through the cached window, and belongs to
+        // this disk alone from now on: frames are never returned to the
+        // pool, so this is the only reference to it; `n` is at most a
+        // frame.
+        .map(|(f, n)| unsafe { core::slice::from_raw_parts_mut(dmw::cached(f) as *mut u8, n) })
         .collect())
 }

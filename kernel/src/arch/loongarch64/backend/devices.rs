@@ -24,7 +24,7 @@ use crate::vmm::devices::DeviceHost;
 use crate::vmm::vmconfig::VmSpec;
 
 use super::super::{dmw, platform};
-use super::{LaBackend, VmState, GUEST_POWEROFF, GUEST_UART};
+use super::{LaBackend, Mode, VmState, GUEST_POWEROFF, GUEST_UART};
 
 /// The 16550's registers on the bus: 8 bytes (`reg-shift` 0). The device
 /// tree's 0x100-byte window beyond them is nothing (an address error).
@@ -80,10 +80,12 @@ pub fn build(
     })
 }
 
-impl DeviceHost for LaBackend {
+impl<M: Mode> DeviceHost for LaBackend<M> {
     type ConsoleUart = Ns16550;
 
-    /// Device lines are PCH-PIC inputs (the numbers the device tree gives).
+    /// Device lines are PCH-PIC inputs (the numbers the device tree
+    /// gives), on to the EIOINTC and the vCPUs' HWI lines (merged into
+    /// their ESTAT before each entry).
     fn device_irq(&self, vm: &Vm<Self>, line: u32, level: bool) -> VcpuSet {
         vm.arch.intc.set_level(line, level)
     }

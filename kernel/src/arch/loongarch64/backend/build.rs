@@ -1,6 +1,7 @@
-//! Building a LoongArch VM: RAM from the frame pool, its kernel (an ELF's
-//! segments or a raw image), initrd, DTB and command line copied in, its
-//! vCPUs; and the rest of [`Machine`].
+//! Building and restarting a LoongArch VM (both modes): RAM from the frame
+//! pool, its kernel (an ELF's segments or a raw image), initrd, DTB and
+//! command line copied in, its devices, interrupt controllers and IPI
+//! blocks, its vCPUs; and the rest of [`Machine`].
 
 use alloc::format;
 use alloc::string::String;
@@ -23,13 +24,16 @@ use crate::vmm::vmconfig::VmSpec;
 use crate::vmm::{Built, Machine};
 
 use super::super::{csr, platform};
-use super::{mem, LaBackend, VcpuShared, VcpuState, VmState};
+use super::{mem, LaBackend, LaVcpu, Mode, VcpuShared, VmState};
 
-impl Machine for LaBackend {
+impl<M: Mode> Machine for LaBackend<M> {
     fn guest_memory(&self, board: &BoardInfo) -> FramePool {
         mem::pool(&board.memory, platform::reserved().as_slice())
     }
 
+    /// The VM of `spec`: its RAM from `pool`, zeroed, with the images
+    /// loaded; its devices, interrupt controllers and IPI blocks; its
+    /// vCPUs, vCPU 0 at the entry.
     fn build_vm(
         &self,
         _board: &BoardInfo,
@@ -37,13 +41,39 @@ impl Machine for LaBackend {
         pool: &mut FramePool,
         stats: &Arc<Stats>,
     ) -> Result<Built<Self>, String> {
-        let (st, devices, boot) = new_vm_state(spec, pool)?;
-        let vcpus = spec.vcpus as usize;
-        let mut states: Vec<VcpuState> = (0..vcpus).map(|i| VcpuState::new(i, stats)).collect();
-        states[0].reset(0, boot.entry, boot.args);
+        if spec.console != ConsoleKind::Ns16550 {
+            return Err(String::from(
+                "console: only the NS16550 is emulated on LoongArch (console = \"ns16550\")",
+            ));
+        }
+        let n = spec.vcpus as usize;
+        let ram = pool.alloc_ram(spec.ram_size)?;
+        mem::clear(&ram);
+        let devices = super::devices::build(n, spec, &mut |bytes| mem::disk_memory(pool, bytes))?;
+        let st = VmState {
+            ram_size: spec.ram_size,
+            ram,
+            spec: *spec,
+            uart: devices.uart,
+            ipi: (0..n).map(|_| VIpi::new()).collect(),
+            intc: devices.intc,
+            shared: (0..n)
+                .map(|i| VcpuShared {
+                    swi: AtomicU32::new(0),
+                    running_on: AtomicUsize::new(usize::MAX),
+                    parked: AtomicBool::new(i != 0),
+                    boot: Mutex::new(None),
+                })
+                .collect(),
+            rebuild: AtomicUsize::new(0),
+        };
+        let boot = load_images(&st, spec)?;
+        let created = csr::rdtime();
+        let mut vcpus: Vec<M::Vcpu> = (0..n).map(|i| M::Vcpu::new(i, stats, created)).collect();
+        vcpus[0].reset(0, boot.entry, boot.args);
         Ok(Built {
             arch: st,
-            vcpus: states,
+            vcpus,
             entry: boot.entry,
             dtb: layout::gpa_of(spec.dtb_gpa),
             bus: devices.bus,
@@ -60,102 +90,77 @@ impl Machine for LaBackend {
     }
 }
 
-/// What a new VM has beside its [`VmState`]: its MMIO bus and its virtio
-/// devices (on the bus too).
-pub(in crate::arch::loongarch64) struct VmDevices {
-    pub bus: crate::dev::vdev::bus::Bus,
-    pub virtio: crate::dev::virtio::set::VmVirtio,
-}
+impl<M: Mode> LaBackend<M> {
+    /// [`crate::vm::Backend::restart_vm`]: the VM keeps its frames (and
+    /// so, under LVZ, its second-stage entries); its devices and IPI blocks
+    /// are at power-on, its secondaries parked, its vCPUs as at creation,
+    /// each with a new epoch (its old translations are dropped at its next
+    /// load anywhere, and the core gives the VM a new VMID); and the
+    /// rebuild is marked: vCPU 0, the only one started, zeroes the RAM and
+    /// loads the images in its own time, a step per run before it enters
+    /// ([`LaBackend::rebuild_step`]). (The restarting pCPU did it all at
+    /// once, not serving the FP write-backs other pCPUs waited for: a reset
+    /// storm from a second vCPU cost a victim VM 235 ms of its timer, issue
+    /// 22 item 8; and a VM sharing only this pCPU waited for all of it.)
+    pub(super) fn restart(
+        &self,
+        vm: &Vm<Self>,
+        vcpus: &mut [MutexGuard<'_, M::Vcpu>],
+    ) -> Result<(), String> {
+        let st = &vm.arch;
+        vm.bus
+            .reset_all()
+            .map_err(|d| format!("{d} is not at power-on after the reset"))?;
+        for ipi in &st.ipi {
+            ipi.reset();
+        }
+        for (i, sh) in st.shared.iter().enumerate() {
+            sh.swi.store(0, Ordering::Release);
+            sh.parked.store(i != 0, Ordering::Release);
+            *sh.boot.lock() = None;
+        }
+        st.rebuild.store(1, Ordering::Release);
+        let created = csr::rdtime();
+        for (i, ctx) in vcpus.iter_mut().enumerate() {
+            let epoch = *ctx.epoch();
+            // A new FP state too: the old one may still be live in some
+            // pCPU's unit, which writes it back there, not here.
+            **ctx = M::Vcpu::new(i, &vm.stats, created);
+            *ctx.epoch() = epoch + 1;
+        }
+        Ok(())
+    }
 
-/// A new VM's state for `spec` (shared by both LoongArch backends): its
-/// RAM from `pool`, zeroed, with the images loaded; its devices, interrupt
-/// controllers and IPI blocks; and where its boot vCPU starts.
-pub(in crate::arch::loongarch64) fn new_vm_state(
-    spec: &VmSpec<'static>,
-    pool: &mut FramePool,
-) -> Result<(VmState, VmDevices, BootRegs), String> {
-    if spec.console != ConsoleKind::Ns16550 {
-        return Err(String::from(
-            "console: only the NS16550 is emulated on LoongArch (console = \"ns16550\")",
-        ));
+    /// One step of a restart's rebuild (`rebuild` != 0), on vCPU 0
+    /// (registers `ctx`) before it enters the guest: zeroes the next 2 MiB
+    /// frame of the VM's RAM; after the last, loads its images and points
+    /// vCPU 0 at their entry. Each step is one [`crate::vm::Backend::run`]
+    /// of vCPU 0: the run loop preempts it at the end of its slice like any
+    /// vCPU, so the rebuild costs the restarting VM its own time and nobody
+    /// else's.
+    pub(super) fn rebuild_step(&self, vm: &Vm<Self>, ctx: &mut M::Vcpu) -> RunExit {
+        let st = &vm.arch;
+        let next = st.rebuild.load(Ordering::Acquire);
+        if let Some(&f) = st.ram.frames.get(next.wrapping_sub(1)) {
+            mem::clear_frame(f);
+            st.rebuild.store(next + 1, Ordering::Release);
+            return RunExit::Continue;
+        }
+        match load_images(st, &st.spec) {
+            Ok(boot) => {
+                st.rebuild.store(0, Ordering::Release);
+                ctx.reset(0, boot.entry, boot.args);
+                RunExit::Continue
+            }
+            Err(e) => RunExit::VmEnd(VmEnd::Fatal(format!("restart failed: {e}"))),
+        }
     }
-    let vcpus = spec.vcpus as usize;
-    let ram = pool.alloc_ram(spec.ram_size)?;
-    mem::clear(&ram);
-    let devices = super::devices::build(vcpus, spec, &mut |bytes| mem::disk_memory(pool, bytes))?;
-    let st = VmState {
-        ram_size: spec.ram_size,
-        ram,
-        spec: *spec,
-        uart: devices.uart,
-        ipi: (0..vcpus).map(|_| VIpi::new()).collect(),
-        intc: devices.intc,
-        shared: (0..vcpus)
-            .map(|i| VcpuShared {
-                swi: AtomicU32::new(0),
-                running_on: AtomicUsize::new(usize::MAX),
-                parked: AtomicBool::new(i != 0),
-                boot: Mutex::new(None),
-            })
-            .collect(),
-        rebuild: AtomicUsize::new(0),
-    };
-    let boot = load_images(&st, spec)?;
-    let rest = VmDevices {
-        bus: devices.bus,
-        virtio: devices.virtio,
-    };
-    Ok((st, rest, boot))
-}
-
-/// A restart's VM part (shared by both LoongArch backends): devices and
-/// IPI blocks at power-on, secondaries parked, and the rebuild marked:
-/// vCPU 0, the only one started, zeroes the RAM and loads the images in its
-/// own time, a step per run before it enters ([`rebuild_step`]). (The
-/// restarting pCPU did it all at once, not serving the FP write-backs
-/// other pCPUs waited for: a reset storm from a second vCPU cost a victim
-/// VM 235 ms of its timer, issue 22 item 8; and a VM sharing only this
-/// pCPU waited for all of it.)
-pub(in crate::arch::loongarch64) fn restart_vm_state(
-    st: &VmState,
-    bus: &crate::dev::vdev::bus::Bus,
-) -> Result<(), String> {
-    bus.reset_all()
-        .map_err(|d| format!("{d} is not at power-on after the reset"))?;
-    for ipi in &st.ipi {
-        ipi.reset();
-    }
-    for (i, sh) in st.shared.iter().enumerate() {
-        sh.swi.store(0, Ordering::Release);
-        sh.parked.store(i != 0, Ordering::Release);
-        *sh.boot.lock() = None;
-    }
-    st.rebuild.store(1, Ordering::Release);
-    Ok(())
-}
-
-/// One step of a restart's rebuild (`st.rebuild` != 0), run by vCPU 0
-/// before it enters the guest: zeroes the next 2 MiB frame of the VM's RAM;
-/// after the last, loads its images and returns where vCPU 0 starts. Each
-/// step is one run of vCPU 0: the run loop preempts it at the end of its
-/// slice like any vCPU, so the rebuild costs the restarting VM its own time
-/// and nobody else's.
-pub(in crate::arch::loongarch64) fn rebuild_step(st: &VmState) -> Result<Option<BootRegs>, String> {
-    let next = st.rebuild.load(Ordering::Acquire);
-    if let Some(&f) = st.ram.frames.get(next.wrapping_sub(1)) {
-        mem::clear_frame(f);
-        st.rebuild.store(next + 1, Ordering::Release);
-        return Ok(None);
-    }
-    let boot = load_images(st, &st.spec)?;
-    st.rebuild.store(0, Ordering::Release);
-    Ok(Some(boot))
 }
 
 /// Where the boot vCPU starts: its PC and a0-a2.
-pub(in crate::arch::loongarch64) struct BootRegs {
-    pub entry: u64,
-    pub args: [u64; 3],
+struct BootRegs {
+    entry: u64,
+    args: [u64; 3],
 }
 
 /// Copies `spec`'s kernel, initrd, DTB and command line into `st`'s RAM
@@ -223,47 +228,6 @@ fn load_images(st: &VmState, spec: &VmSpec<'static>) -> Result<BootRegs, String>
         entry,
         args: [a0, layout::gpa_of(cmdline_off), a2],
     })
-}
-
-impl LaBackend {
-    /// [`crate::vm::Backend::restart_vm`]: the VM keeps its frames; its
-    /// devices, IPI blocks and vCPUs are as at creation, and its RAM is to
-    /// be zeroed and its images copied in again by vCPU 0 before it runs
-    /// ([`LaBackend::rebuild_step`]). Shadow TLB entries of its old life
-    /// are dropped at each vCPU's next load (a new epoch, and the core
-    /// gives the VM a new VMID).
-    pub(super) fn restart(
-        &self,
-        vm: &Vm<Self>,
-        vcpus: &mut [MutexGuard<'_, VcpuState>],
-    ) -> Result<(), String> {
-        restart_vm_state(&vm.arch, &vm.bus)?;
-        for (i, ctx) in vcpus.iter_mut().enumerate() {
-            let epoch = ctx.epoch;
-            // A new FP state too: the old one may still be live in some
-            // pCPU's unit, which writes it back there, not here.
-            **ctx = VcpuState::new(i, &vm.stats);
-            ctx.epoch = epoch + 1;
-        }
-        Ok(())
-    }
-
-    /// One step of a restart's rebuild, on vCPU 0 (registers `ctx`) before
-    /// it enters the guest: zeroes the next 2 MiB frame of the VM's RAM,
-    /// then, after the last, loads its images and points vCPU 0 at their
-    /// entry. Each step is one [`crate::vm::Backend::run`] of vCPU 0: the
-    /// run loop preempts it at the end of its slice like any vCPU, so the
-    /// rebuild costs the restarting VM its own time and nobody else's.
-    pub(super) fn rebuild_step(&self, vm: &Vm<Self>, ctx: &mut VcpuState) -> RunExit {
-        match rebuild_step(&vm.arch) {
-            Ok(None) => RunExit::Continue,
-            Ok(Some(boot)) => {
-                ctx.reset(0, boot.entry, boot.args);
-                RunExit::Continue
-            }
-            Err(e) => RunExit::VmEnd(VmEnd::Fatal(format!("restart failed: {e}"))),
-        }
-    }
 }
 
 /// Loads an ELF's PT_LOAD segments at their physical address (masked to

@@ -1,4 +1,5 @@
-//! Entering a guest and getting back: the world switch.
+//! Entering a guest and getting back: the world switch (both modes; LVZ
+//! enters guest mode through [`enter_raw`], `super::super::lvz::switch`).
 //!
 //! [`enter`] saves kestrel's callee-saved registers on its stack, records
 //! the stack pointer and the frame in CSR SAVE2 (0x32), loads the guest's
