@@ -793,4 +793,4 @@ pub fn crash_flush(write: impl FnMut(&[u8])) {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -5,15 +5,16 @@ use super::*;
 use alloc::string::ToString;
 use alloc::vec;
 
-/// A UART whose FIFO takes `per_call` bytes each time it is written.
-struct Uart {
-    out: Vec<u8>,
+/// A UART whose FIFO takes `per_call` bytes each time it is written (also
+/// the fake of the terminal's tests, `vmm::terminal`).
+pub(crate) struct Uart {
+    pub out: Vec<u8>,
     per_call: usize,
-    calls: usize,
+    pub calls: usize,
 }
 
 impl Uart {
-    fn new(per_call: usize) -> Uart {
+    pub fn new(per_call: usize) -> Uart {
         Uart {
             out: Vec::new(),
             per_call,
@@ -21,14 +22,14 @@ impl Uart {
         }
     }
 
-    fn write(&mut self, b: &[u8]) -> usize {
+    pub fn write(&mut self, b: &[u8]) -> usize {
         self.calls += 1;
         let n = self.per_call.min(b.len());
         self.out.extend_from_slice(&b[..n]);
         n
     }
 
-    fn text(&self) -> String {
+    pub fn text(&self) -> String {
         String::from_utf8_lossy(&self.out).into_owned()
     }
 }

@@ -2,38 +2,10 @@
 //! takes a few bytes per look (115,200 baud seen from a busy pCPU).
 
 use super::*;
+use crate::base::conout::tests::Uart;
 use crate::base::conout::{self, Outbox, Source};
 use crate::vmm::console::{InputAction, Out, ESCAPE};
 use alloc::string::String;
-use alloc::vec::Vec;
-
-/// A UART taking `per_call` bytes each time it is written.
-struct Uart {
-    out: Vec<u8>,
-    per_call: usize,
-    calls: usize,
-}
-
-impl Uart {
-    fn new(per_call: usize) -> Uart {
-        Uart {
-            out: Vec::new(),
-            per_call,
-            calls: 0,
-        }
-    }
-
-    fn write(&mut self, b: &[u8]) -> usize {
-        self.calls += 1;
-        let n = self.per_call.min(b.len());
-        self.out.extend_from_slice(&b[..n]);
-        n
-    }
-
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.out).into_owned()
-    }
-}
 
 struct Console {
     mux: Mutex<ConsoleMux>,
