@@ -94,6 +94,10 @@ pub struct VmState {
     pub shared: Vec<VcpuShared>,
     /// Host SPIs forwarded to this VM (device passthrough).
     pub passthrough: passthrough::VmPassthrough,
+    /// A restart's image reload still under way (`reload_step`), and
+    /// whether there is one (read at each run of vCPU 0).
+    pub reload: spin::Mutex<Option<crate::mem::imageload::ImageLoad>>,
+    pub reloading: AtomicBool,
 }
 
 /// Per-pCPU state of the backend.
@@ -146,6 +150,25 @@ pub struct Arm64Backend {
     /// The CPUs implement FEAT_RAS (ID_AA64PFR0_EL1.RAS != 0): VDISR_EL2
     /// holds the guest's DISR_EL1 and must be switched.
     ras: bool,
+}
+
+/// A physical interrupt pending at a guest exit (or while a vCPU is loaded
+/// and not entered: `reload_step`): acknowledged, what it means to the
+/// backend done ([`host_irq`], passthrough), ended; at kestrel's tick the
+/// deadlines and the console are looked at.
+fn take_irq(hv: &Hypervisor<Arm64Backend>, cpu: usize) {
+    if let Some(irq) = exceptions::ack() {
+        let intid = irq.intid;
+        // A forwarded device SPI is only priority-dropped: the guest's
+        // deactivation ends it (list register HW bit).
+        let forwarded = host_irq(intid) || passthrough::on_irq(intid);
+        irq.end(forwarded);
+        passthrough::drain(hv, cpu);
+        if intid == timer::PPI {
+            hv.check_timers(cpu, timer::counter());
+            vmm::poll_console(hv, cpu);
+        }
+    }
 }
 
 /// What a physical interrupt taken at a guest exit means to the backend
@@ -275,6 +298,16 @@ impl Backend for Arm64Backend {
 
     fn run(&self, env: &mut ExitCtx<'_, Self>, ctx: &mut VcpuState) -> RunExit {
         let (hv, cpu, vm, vcpu) = (env.hv, env.cpu, env.vm, env.vcpu);
+        if vcpu.index == 0 && vm.arch.reloading.load(Ordering::Acquire) {
+            let exit = self.reload_step(vm);
+            // No entry takes the tick (or a kick) for it: a pending
+            // interrupt is taken here, as at an exit (IRQs stay masked at
+            // EL2; ISR_EL1.I is the physical IRQ line here).
+            if mrs!("isr_el1") & (1 << 7) != 0 {
+                take_irq(hv, cpu);
+            }
+            return exit;
+        }
         self.prepare_entry(cpu, vm, vcpu, ctx);
         let kind = switch::enter(&mut ctx.regs);
         let syn = exits::Syndrome {
@@ -289,18 +322,7 @@ impl Backend for Arm64Backend {
             8 | 12 => exits::sync(env, ctx, syn),
             9 | 10 | 13 | 14 => {
                 vm.stats.exit(crate::vcpu::stats::ExitReason::Irq);
-                if let Some(irq) = exceptions::ack() {
-                    let intid = irq.intid;
-                    // A forwarded device SPI is only priority-dropped: the
-                    // guest's deactivation ends it (list register HW bit).
-                    let forwarded = host_irq(intid) || passthrough::on_irq(intid);
-                    irq.end(forwarded);
-                    passthrough::drain(hv, cpu);
-                    if intid == timer::PPI {
-                        hv.check_timers(cpu, timer::counter());
-                        vmm::poll_console(hv, cpu);
-                    }
-                }
+                take_irq(hv, cpu);
                 RunExit::Continue
             }
             _ => RunExit::VmEnd(VmEnd::Fatal(format!(

@@ -235,8 +235,11 @@ pub struct VmState {
     /// A restart's rebuild still to do (0: none): its RAM is zeroed and its
     /// images loaded by vCPU 0, frame `rebuild - 1` next, a frame per
     /// [`LaBackend`] run, before it enters the guest
-    /// ([`LaBackend::rebuild_step`]).
+    /// ([`LaBackend::rebuild_step`]), then its images copied in steps.
     pub rebuild: AtomicUsize,
+    /// The images' copy under way in a rebuild, and where vCPU 0 starts.
+    pub(in crate::arch::loongarch64) reload:
+        Mutex<Option<(crate::mem::imageload::ImageLoad, build::BootRegs)>>,
 }
 
 impl VmState {
