@@ -211,11 +211,15 @@ pub fn vm_cases() -> Vec<VmCase> {
             "la64-lvz-rollover: LVZ backend, 18 VMs on 4-bit GIDs (vmid4), every VM passing",
             check_lvz_rollover,
         ),
-        on_lvz(
-            &hostile,
-            "la64-lvz-hostile: LVZ backend, an attacker VM and a victim VM sharing pCPU 0",
-            check_hostile_lvz,
-        ),
+        VmCase {
+            config: "configs/test/la64-lvz-hostile.toml",
+            ..on_lvz(
+                &hostile,
+                "la64-lvz-hostile: LVZ backend, an attacker VM and a victim VM sharing pCPU 0, \
+                 also the nx and tlb-garbage phases",
+                check_hostile_lvz,
+            )
+        },
     ];
     let mut cases = vec![
         one_vm,
@@ -326,6 +330,12 @@ fn check_hostile_lvz(log: &str) -> Vec<String> {
         problems.push("the attacker did not see LVZ guest mode (cpucfg 0x4000_0000)".into());
     }
     problems.extend(check_hostile(log));
+    // The two phases that reproduce the LVZ emulator's fixed bugs.
+    for p in ["attack-nx", "attack-tlb-garbage"] {
+        if !log.contains(&format!("[attacker] PASS {p}")) {
+            problems.push(format!("attacker: no \"PASS {p}\""));
+        }
+    }
     problems
 }
 
