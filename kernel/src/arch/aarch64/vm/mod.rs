@@ -31,7 +31,7 @@ use crate::dev::vgic::GicVersion;
 use crate::guest::arm64::idregs::IdConfig;
 use crate::mem::vmid::VmidAllocator;
 use crate::vcpu::fpu::{self, pcpu::PcpuFp, FpPolicy};
-use crate::vcpu::stats::{Counter, HOST};
+use crate::vcpu::stats::{self, Counter, HOST};
 use crate::vm::exitctx::ExitCtx;
 use crate::vm::{Backend, Hypervisor, RunExit, Vcpu, Vm, VmEnd};
 use crate::vmm;
@@ -299,6 +299,7 @@ impl Backend for Arm64Backend {
     fn run(&self, env: &mut ExitCtx<'_, Self>, ctx: &mut VcpuState) -> RunExit {
         let (hv, cpu, vm, vcpu) = (env.hv, env.cpu, env.vm, env.vcpu);
         if vcpu.index == 0 && vm.arch.reloading.load(Ordering::Acquire) {
+            let t = timer::counter();
             let exit = self.reload_step(vm);
             // No entry takes the tick (or a kick) for it: a pending
             // interrupt is taken here, as at an exit (IRQs stay masked at
@@ -306,10 +307,12 @@ impl Backend for Arm64Backend {
             if mrs!("isr_el1") & (1 << 7) != 0 {
                 take_irq(hv, cpu);
             }
+            vm.stats.note_step(timer::counter().saturating_sub(t));
             return exit;
         }
         self.prepare_entry(cpu, vm, vcpu, ctx);
         let kind = switch::enter(&mut ctx.regs);
+        let exited = timer::counter();
         let syn = exits::Syndrome {
             esr: mrs!("esr_el2"),
             far: mrs!("far_el2"),
@@ -332,6 +335,12 @@ impl Backend for Arm64Backend {
         };
         self.service_fp(cpu);
         ctx.blocking = matches!(exit, RunExit::Block);
+        let what = match kind {
+            8 | 12 => ((syn.esr >> 26) & 0x3f) as u8,
+            _ => stats::what::IRQ,
+        };
+        vm.stats
+            .note_exit(timer::counter().saturating_sub(exited), what);
         exit
     }
 
