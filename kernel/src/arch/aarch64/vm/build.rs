@@ -33,12 +33,12 @@ use crate::vmm::passthrough as pt;
 /// `spec`'s kernel and initrd and the guest DTB `dtb`, as pieces to copy
 /// into the VM's RAM (their blocks zeroed and mapped first, cleaned to the
 /// point of coherency by [`VmRam::copy_in`]).
-fn images(spec: &VmSpec<'static>, dtb: &alloc::borrow::Cow<'static, [u8]>) -> ImageLoad {
+fn images(spec: &VmSpec<'static>, dtb: &[u8]) -> ImageLoad {
     let mut pieces = Vec::from([Piece::new(spec.kernel_gpa, spec.kernel, "kernel")]);
     if let Some(initrd) = spec.initrd {
         pieces.push(Piece::new(spec.initrd_gpa, initrd, "initrd"));
     }
-    pieces.push(Piece::new(spec.dtb_gpa, dtb.clone(), "dtb"));
+    pieces.push(Piece::new(spec.dtb_gpa, dtb.to_vec(), "dtb"));
     ImageLoad::new(pieces)
 }
 
