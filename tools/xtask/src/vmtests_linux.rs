@@ -837,6 +837,9 @@ fn judge_lvz_la64_hostile(b: &Boot) -> Vec<String> {
             problems.push(format!("{n} \"PASS {p}\" from the attacker, want 1"));
         }
     }
+    if let Some(p) = crate::vmtests_la64::check_legacy_io(b.lines.iter().map(|l| l.text.as_str())) {
+        problems.push(p);
+    }
     if line_of("[attacker] ATTACK intc: ")
         .is_none_or(|l| !l.text.contains("own interrupt back: yes"))
     {
