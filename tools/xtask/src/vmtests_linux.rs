@@ -883,9 +883,10 @@ fn lvz_boot_la64_on(
 }
 
 /// Every VM of `vms` passed its test (its PASS line), kestrel ended
-/// cleanly on its LVZ backend, and each VM's counters show its IPIs went
+/// cleanly on its LVZ backend, each VM's counters show its IPIs went
 /// by PV hypercall: PV IPIs sent, no IOCSR IPIs beyond its secondaries'
-/// start.
+/// start, and the kernel uses KVM's steal time with the preempt feature
+/// ([`PV_STEAL_PREEMPT`]).
 pub fn judge_lvz_la64(boot: &Boot, vms: &[(&'static str, &'static str)]) -> Vec<String> {
     judge_lvz_la64_iocsr(boot, vms, &[])
 }
@@ -932,11 +933,19 @@ fn judge_lvz_la64_iocsr(
     if !boot.has("backend:  LVZ") || !boot.has("LoongArch VMs: LVZ guest mode") {
         problems.push("kestrel did not run the VMs on its LVZ backend".into());
     }
-    if !boot.has("Using paravirt steal-time") {
-        problems.push("the kernel did not find KVM's steal time (cpucfg 0x40000004)".into());
+    // Linux 7.2's arch/loongarch/kernel/paravirt.c names the preempt
+    // feature (cpucfg 0x40000004 bit 3) in its steal-time line: "with
+    // preempt enabled", or "disabled" without it.
+    if !boot.has(PV_STEAL_PREEMPT) {
+        problems.push(format!(
+            "the kernel did not find KVM's steal time with the preempt feature (cpucfg 0x40000004 bits 2 and 3): no {PV_STEAL_PREEMPT:?}"
+        ));
     }
     problems
 }
+
+/// What Linux prints when it uses KVM's steal time and preempt feature.
+pub const PV_STEAL_PREEMPT: &str = "Using paravirt steal-time with preempt enabled";
 
 /// `vm`'s end-of-VM IPI counters: (PV IPIs sent, IOCSR IPI_SENDs emulated).
 fn ipi_counters(boot: &Boot, vm: &str) -> Option<(u64, u64)> {
