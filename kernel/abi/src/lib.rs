@@ -34,8 +34,8 @@
 //! Discovery: on LVZ hardware, `cpucfg` [`loongarch::CPUCFG_KVM_SIG`] returns
 //! [`loongarch::KVM_SIGNATURE`] ("KVM\0") and [`loongarch::CPUCFG_KVM_FEATURE`]
 //! returns [`loongarch::KVM_FEATURE_IPI`] (unless the VM has `pv_ipi = false`),
-//! [`loongarch::KVM_FEATURE_STEAL_TIME`] and [`loongarch::KVM_FEATURE_PREEMPT`]
-//! (kestrel's LVZ backend). On stock QEMU `cpucfg` never traps,
+//! [`loongarch::KVM_FEATURE_STEAL_TIME`], [`loongarch::KVM_FEATURE_PREEMPT`]
+//! and [`loongarch::KVM_FEATURE_VIRT_EXTIOI`] (kestrel's LVZ backend). On stock QEMU `cpucfg` never traps,
 //! so kestrel's own guests probe with `hvcl 0x100` and a0 =
 //! [`loongarch::FN_KESTREL_PROBE`]: kestrel answers [`KESTREL_MAGIC`], KVM
 //! answers -1. (`hvcl` is undecoded there and raises INE, which kestrel
@@ -135,6 +135,10 @@ pub mod loongarch {
     /// is [`KVM_VCPU_PREEMPTED`] while the vCPU is descheduled although
     /// runnable, 0 while it runs (Linux's `vcpu_is_preempted()`).
     pub const KVM_FEATURE_PREEMPT: u32 = 1 << 3;
+    /// Feature bit: the EIOINTC's virtual extension (its registers at IOCSR
+    /// `0x4000_0000`/`0x4000_0004`): route bytes may be CPU numbers, so a
+    /// device interrupt reaches any of 256 vCPUs.
+    pub const KVM_FEATURE_VIRT_EXTIOI: u32 = 1 << 24;
     /// The `preempted` byte's value for a preempted vCPU.
     pub const KVM_VCPU_PREEMPTED: u8 = 1;
 

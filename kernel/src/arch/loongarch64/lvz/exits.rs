@@ -200,11 +200,12 @@ fn mmio(env: &ExitCtx<'_, B>, ctx: &mut VcpuState, gpa: u64, w: u32) -> RunExit 
 /// `cpucfg` word `index` as the guest sees it: the CPU's, with LVZ, LBT
 /// and the PMU hidden (kestrel switches neither LBT nor PMU state), KVM's
 /// signature and feature bits in its range (the PV IPI bit only when
-/// `pv_ipi`, the VM's config), 0 elsewhere.
+/// `pv_ipi`, the VM's config; steal time, preempt and the EIOINTC's
+/// virtual extension always), 0 elsewhere.
 pub fn cpucfg(index: u32, pv_ipi: bool) -> u32 {
     if let Some(v) = crate::vcpu::hypercall::cpucfg(index, pv_ipi) {
         return if index == la::CPUCFG_KVM_FEATURE {
-            v | la::KVM_FEATURE_STEAL_TIME | la::KVM_FEATURE_PREEMPT
+            v | la::KVM_FEATURE_STEAL_TIME | la::KVM_FEATURE_PREEMPT | la::KVM_FEATURE_VIRT_EXTIOI
         } else {
             v
         };
