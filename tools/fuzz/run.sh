@@ -7,7 +7,7 @@ here=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$here"
 secs=${1:-60}
 shift || true
-all=(vgic loongarch loongarch_intc hypercall_psci uart esr_idregs aarch32 package vmconfig dtb_reader fdt_writer vmid sched virtio acpi acpi_loongarch boot_memory)
+all=(vgic loongarch loongarch_intc loongarch_steal hypercall_psci uart esr_idregs aarch32 package vmconfig dtb_reader fdt_writer vmid sched virtio acpi acpi_loongarch boot_memory)
 targets=("${@:-${all[@]}}")
 fuzz=(env RUSTC_BOOTSTRAP=1 cargo fuzz)
 opts=(--fuzz-dir tools/fuzz -s none)

@@ -26,14 +26,16 @@
 //! | a0 (function) | arguments | result |
 //! |---------------|-----------|--------|
 //! | [`loongarch::FN_IPI`] = 1 | a1 = bitmap bits 0-63, a2 = bits 64-127, a3 = `min` (CPU id of bit 0) | 0 / -2 |
-//! | [`loongarch::FN_NOTIFY`] = 2 | steal time (a1 = feature, a2 = GPA \| 1) | -1 (not supported) |
+//! | [`loongarch::FN_NOTIFY`] = 2 | steal time (a1 = [`loongarch::KVM_FEATURE_STEAL_TIME`], a2 = GPA of the 64-byte record \| 1, or 0 to stop) | 0 / -2 (LVZ backend); -1 (trap-and-emulate) |
 //! | [`loongarch::FN_KESTREL_PROBE`] | none | [`KESTREL_MAGIC`] |
 //! | [`loongarch::FN_KESTREL_FEATURES`] | none | [`features`] bitmap |
 //! | [`loongarch::FN_KESTREL_STATS`] | a1 = counter index ([`stat`]) | counter value / -2 |
 //!
 //! Discovery: on LVZ hardware, `cpucfg` [`loongarch::CPUCFG_KVM_SIG`] returns
 //! [`loongarch::KVM_SIGNATURE`] ("KVM\0") and [`loongarch::CPUCFG_KVM_FEATURE`]
-//! returns [`loongarch::KVM_FEATURE_IPI`]. On stock QEMU `cpucfg` never traps,
+//! returns [`loongarch::KVM_FEATURE_IPI`] (unless the VM has `pv_ipi = false`),
+//! [`loongarch::KVM_FEATURE_STEAL_TIME`], [`loongarch::KVM_FEATURE_PREEMPT`]
+//! and [`loongarch::KVM_FEATURE_VIRT_EXTIOI`] (kestrel's LVZ backend). On stock QEMU `cpucfg` never traps,
 //! so kestrel's own guests probe with `hvcl 0x100` and a0 =
 //! [`loongarch::FN_KESTREL_PROBE`]: kestrel answers [`KESTREL_MAGIC`], KVM
 //! answers -1. (`hvcl` is undecoded there and raises INE, which kestrel
@@ -105,7 +107,10 @@ pub mod loongarch {
 
     /// Function 1: send an IPI to a 128-wide window of vCPUs.
     pub const FN_IPI: u64 = 1;
-    /// Function 2: steal-time notification. kestrel does not implement it (-1).
+    /// Function 2: steal-time notification (KVM's NOTIFY): a1 =
+    /// [`KVM_FEATURE_STEAL_TIME`], a2 = the record's guest physical address
+    /// | 1, or 0 to stop. The LVZ backend implements it; trap-and-emulate
+    /// returns -1.
     pub const FN_NOTIFY: u64 = 2;
     /// kestrel probe: returns [`crate::KESTREL_MAGIC`] ("kst" in the top bytes).
     pub const FN_KESTREL_PROBE: u64 = 0x6B73_7400;
@@ -124,8 +129,18 @@ pub mod loongarch {
     pub const KVM_SIGNATURE: u32 = 0x004D_564B;
     /// Feature bit: PV IPI (function 1).
     pub const KVM_FEATURE_IPI: u32 = 1 << 1;
-    /// Feature bit: steal time (function 2); not offered by kestrel.
+    /// Feature bit: steal time (function 2; KVM's `struct kvm_steal_time`).
     pub const KVM_FEATURE_STEAL_TIME: u32 = 1 << 2;
+    /// Feature bit: the steal-time record's `preempted` byte (offset 16)
+    /// is [`KVM_VCPU_PREEMPTED`] while the vCPU is descheduled although
+    /// runnable, 0 while it runs (Linux's `vcpu_is_preempted()`).
+    pub const KVM_FEATURE_PREEMPT: u32 = 1 << 3;
+    /// Feature bit: the EIOINTC's virtual extension (its registers at IOCSR
+    /// `0x4000_0000`/`0x4000_0004`): route bytes may be CPU numbers, so a
+    /// device interrupt reaches any of 256 vCPUs.
+    pub const KVM_FEATURE_VIRT_EXTIOI: u32 = 1 << 24;
+    /// The `preempted` byte's value for a preempted vCPU.
+    pub const KVM_VCPU_PREEMPTED: u8 = 1;
 
     /// Encode `hvcl code`.
     pub const fn hvcl(code: u32) -> u32 {

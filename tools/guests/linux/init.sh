@@ -23,6 +23,10 @@
 #   kestrel.pt=/dev/vdX      after the test, the passthrough test: mount that
 #                            ext4 disk, print its hello.txt, write pt.txt and
 #                            1 MiB pt.bin, print what was written, unmount
+#   kestrel.irqcpu=N,M:/dev/vdX  after the test, the interrupt routing
+#                            test: for CPU N, then M, every virtio interrupt's
+#                            affinity set to it, that disk read with O_DIRECT:
+#                            that CPU must take the read's virtio interrupts
 if [ -n "$KESTREL_ROOT" ]; then
     echo "LINUX-INIT: started on root $KESTREL_ROOT"
 else
@@ -44,7 +48,7 @@ mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev 2>&-
 read up rest < /proc/uptime
-shell=0 cpus= name=linux root= console= ip= net= reboots= pt= bench= test=1
+shell=0 cpus= name=linux root= console= ip= net= reboots= pt= bench= test=1 irqcpu=
 for arg in $(cat /proc/cmdline); do
     case "$arg" in
         kestrel.shell=1) shell=1 ;;
@@ -58,6 +62,7 @@ for arg in $(cat /proc/cmdline); do
         kestrel.pt=*) pt=${arg#*=} ;;
         kestrel.bench=*) bench=${arg#*=} ;;
         kestrel.test=0) test=0 ;;
+        kestrel.irqcpu=*) irqcpu=${arg#*=} ;;
     esac
 done
 
@@ -211,6 +216,38 @@ pt_test() {
     fi
 }
 
+# irq_test CPUS:DEV: for each CPU of the comma-separated CPUS, every
+# virtio interrupt moved to it, then DEV read with O_DIRECT: that CPU must
+# take the virtio interrupts of the read, at least 9 in 10 of them
+# (/proc/interrupts: "IRQ: count-per-CPU... chip hwirq name", CPU N's
+# count is field N + 2).
+irq_test() {
+    dev=${1#*:}
+    irqs=$(awk '/virtio/ { sub(":", "", $1); print $1 }' /proc/interrupts)
+    if [ -z "$irqs" ] || ! wait_for "$dev"; then
+        echo "LINUX-IRQ: FAIL no virtio interrupt or no $dev"
+        return
+    fi
+    all() { awk '/virtio/ { for (i = 2; i <= NF && $i ~ /^[0-9]+$/; i++) s += $i } END { print s + 0 }' /proc/interrupts; }
+    for cpu in $(echo "${1%%:*}" | tr , ' '); do
+        for i in $irqs; do
+            echo "$cpu" > "/proc/irq/$i/smp_affinity_list" 2>/tmp/irq.err ||
+                echo "LINUX-IRQ: irq $i to cpu $cpu: $(cat /tmp/irq.err)"
+        done
+        on_cpu() { awk -v f=$((cpu + 2)) '/virtio/ { s += $f } END { print s + 0 }' /proc/interrupts; }
+        before=$(on_cpu) total=$(all)
+        dd if="$dev" of=/dev/null bs=16k iflag=direct 2>/tmp/irq.err ||
+            echo "LINUX-IRQ: dd $dev: $(cat /tmp/irq.err)"
+        got=$(($(on_cpu) - before)) total=$(($(all) - total))
+        grep virtio /proc/interrupts | sed 's/^ */LINUX-IRQ: /'
+        if [ "$got" -gt 0 ] && [ $((got * 10)) -ge $((total * 9)) ]; then
+            echo "LINUX-IRQ: PASS cpu $cpu took $got of $total virtio interrupts reading $dev"
+        else
+            echo "LINUX-IRQ: FAIL cpu $cpu took $got of $total virtio interrupts reading $dev"
+        fi
+    done
+}
+
 if [ "$shell" = 1 ]; then
     msg="LINUX-INIT: $name: busybox shell ('kestrel-linux-test N' runs the test, 'poweroff -f' powers off)"
     export PS1="$name:\w# "
@@ -229,6 +266,7 @@ else
     [ "$test" = 1 ] && /bin/kestrel-linux-test "$cpus"
     [ -n "$net" ] && /bin/kestrel-net-test $(echo "$net" | tr : ' ')
     [ -n "$pt" ] && pt_test "$pt"
+    [ -n "$irqcpu" ] && irq_test "$irqcpu"
     # The seeds' workloads (docs/performance.md): one command per `+`.
     for cmd in $(echo "$bench" | tr + ' '); do
         echo "LINUX-BENCH: kestrel-seedbench $(echo "$cmd" | tr , ' ')"

@@ -30,6 +30,7 @@ pub const KESTREL_ONLY: &[&str] = &[
     "ipi-pv-3",
     "ipi-pv-all",
     "ipi-pv-invalid",
+    "pv-preempt",
     "virtio-console",
     "bench",
 ];
@@ -152,6 +153,30 @@ pub const ALL_CHECKS_4_VIRTIO: &[&str] = &[
     "outside-ram",
 ];
 
+/// [`ALL_CHECKS_4_VIRTIO`] and KVM's steal time with the preempt feature,
+/// which only the LVZ backend offers (trap-and-emulate skips it).
+pub const ALL_CHECKS_4_VIRTIO_LVZ: &[&str] = &[
+    "exceptions",
+    "paging",
+    "timer",
+    "smp",
+    "kestrel-probe",
+    "swi0-self",
+    "ipi-iocsr-1",
+    "ipi-iocsr-3",
+    "ipi-iocsr-all",
+    "ipi-pv-1",
+    "ipi-pv-3",
+    "ipi-pv-all",
+    "ipi-pv-invalid",
+    "pv-preempt",
+    "device-irq",
+    "virtio-console",
+    "fp-lsx",
+    "user-isolation",
+    "outside-ram",
+];
+
 /// The kestrel cases: the trap-and-emulate backend on stock QEMU, then
 /// some of the same cases under the LVZ backend on the LVZ emulator.
 pub fn vm_cases() -> Vec<VmCase> {
@@ -201,11 +226,28 @@ pub fn vm_cases() -> Vec<VmCase> {
     );
     // The same guests under the LVZ backend, on the LVZ emulator.
     let lvz = [
-        on_lvz(
-            &one_vm,
-            "la64-lvz-1vm: LVZ backend, one VM, 4 vCPUs on -smp 4, every check",
-            check_lvz_1vm,
-        ),
+        VmCase {
+            must_pass: ALL_CHECKS_4_VIRTIO_LVZ,
+            ..on_lvz(
+                &one_vm,
+                "la64-lvz-1vm: LVZ backend, one VM, 4 vCPUs on -smp 4, every check",
+                check_lvz_1vm,
+            )
+        },
+        VmCase {
+            name: "la64-lvz-preempt: LVZ backend, 2 vCPUs sharing pCPU 0: each reads the other's steal-time record preempted",
+            config: "configs/test/la64-preempt.toml",
+            features: &[],
+            gic: 3,
+            mem_mib: 1024,
+            vms: vec!["preempt".into()],
+            must_pass: &["smp", "pv-preempt"],
+            check: Some(check_lvz_preempt),
+            timeout: Duration::from_secs(300),
+            qemu_args: &[],
+            stop_after: None,
+            lvz: true,
+        },
         on_lvz(
             &rollover,
             "la64-lvz-rollover: LVZ backend, 18 VMs on 4-bit GIDs (vmid4), every VM passing",
@@ -314,6 +356,15 @@ fn check_lvz_backend(log: &str) -> Vec<String> {
 fn check_lvz_1vm(log: &str) -> Vec<String> {
     let mut problems = check_lvz_backend(log);
     problems.extend(check_bench_lines(log));
+    problems
+}
+
+/// The strict form of the check ran: the other vCPU shared the pCPU.
+fn check_lvz_preempt(log: &str) -> Vec<String> {
+    let mut problems = check_lvz_backend(log);
+    if !log.contains("spinning on this pCPU, read preempted in all") {
+        problems.push("pv-preempt did not run its shared-pCPU form (pv_preempt=shared)".into());
+    }
     problems
 }
 

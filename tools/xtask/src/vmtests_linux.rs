@@ -550,6 +550,19 @@ pub const LA64_LVZ_2VM_CASE: &str =
     "linux-la64 on kestrel LVZ: 2 VMs (4 + 2 vCPUs) sharing 4 pCPUs, root on virtio-blk, test on hvc0, IPIs by PV hypercall (linux0) and by IOCSR with pv_ipi = false (linux1), ping + 4 MiB over TCP";
 const LA64_LVZ_2VM_CONFIG: &str = "configs/la64-linux-2vm.toml";
 
+/// One Debian loong64 VM with 8 vCPUs on 4 pCPUs under the LVZ backend,
+/// its virtio interrupts moved to vCPU 5 (KVM_FEATURE_VIRT_EXTIOI).
+pub const LA64_LVZ_8VCPU_CASE: &str =
+    "linux-la64 on kestrel LVZ: 1 VM x 8 vCPUs on 4 pCPUs, KVM_FEATURE_VIRT_EXTIOI, virtio-blk interrupts moved to vCPU 5 then vCPU 2 and taken there";
+const LA64_LVZ_8VCPU_CONFIG: &str = "configs/la64-linux-8vcpu.toml";
+/// The vCPUs its config (`kestrel.irqcpu=5,2:/dev/vda`) moves them to, in
+/// turn: one of the second four, then one of the first four (routed by
+/// EIOINTC node and core instead, Linux's writes for the second node
+/// would send the latter's interrupts to vCPU 6).
+const LA64_IRQ_CPUS: [u32; 2] = [5, 2];
+/// The line a passing test prints with `kestrel.test_cpus=8`.
+const PASS_8: &str = "LINUX-TEST: PASS cpus=8 fp=ok";
+
 /// One Debian loong64 VM (2 vCPUs) that reboots itself once through the
 /// GED's reset register (`syscon-reboot`), its boot count on its disk.
 pub const LA64_LVZ_REBOOT_CASE: &str =
@@ -630,6 +643,43 @@ fn judge_futex_la64(boot: &Boot, vm: &str, threads: u64, rounds: u64) -> Vec<Str
         problems.push(format!("{vm}: futex result implausible: {}", line.text));
     }
     problems
+}
+
+/// Boots [`LA64_LVZ_8VCPU_CASE`]: the usual judgement for 8 vCPUs, and
+/// each vCPU of [`LA64_IRQ_CPUS`] took the virtio disk's interrupts once
+/// Linux moved them there (/proc/interrupts, `kestrel.irqcpu`).
+fn lvz_test_la64_8vcpu() -> Verdict {
+    lvz_boot_la64(LA64_LVZ_8VCPU_CONFIG, 2048, |b| {
+        let mut problems = judge_lvz_la64(b, &[("linux0", PASS_8)]);
+        for cpu in LA64_IRQ_CPUS {
+            problems.extend(judge_irq_cpu(b, "linux0", cpu));
+        }
+        problems
+    })
+}
+
+/// `vm`'s interrupt routing test passed for CPU `cpu`: it took (at least
+/// 9 in 10 of) the virtio interrupts of a disk read after every virtio
+/// interrupt was moved to it.
+fn judge_irq_cpu(boot: &Boot, vm: &str, cpu: u32) -> Vec<String> {
+    let pass = format!("[{vm}] LINUX-IRQ: PASS cpu {cpu} took ");
+    if boot.has(&pass) {
+        return Vec::new();
+    }
+    let why: Vec<&str> = boot
+        .lines
+        .iter()
+        .filter(|l| l.text.contains(&format!("[{vm}] LINUX-IRQ: ")))
+        .map(|l| l.text.as_str())
+        .collect();
+    vec![format!(
+        "{vm}: no {pass:?} (its LINUX-IRQ lines: {})",
+        if why.is_empty() {
+            "none".to_string()
+        } else {
+            why.join(" | ")
+        }
+    )]
 }
 
 /// Boots [`LA64_LVZ_2VM_CASE`].
@@ -933,9 +983,10 @@ fn lvz_boot_la64_on(
 }
 
 /// Every VM of `vms` passed its test (its PASS line), kestrel ended
-/// cleanly on its LVZ backend, and each VM's counters show its IPIs went
+/// cleanly on its LVZ backend, each VM's counters show its IPIs went
 /// by PV hypercall: PV IPIs sent, no IOCSR IPIs beyond its secondaries'
-/// start.
+/// start, and the kernel uses KVM's steal time with the preempt feature
+/// ([`PV_STEAL_PREEMPT`]).
 pub fn judge_lvz_la64(boot: &Boot, vms: &[(&'static str, &'static str)]) -> Vec<String> {
     judge_lvz_la64_iocsr(boot, vms, &[])
 }
@@ -982,11 +1033,19 @@ fn judge_lvz_la64_iocsr(
     if !boot.has("backend:  LVZ") || !boot.has("LoongArch VMs: LVZ guest mode") {
         problems.push("kestrel did not run the VMs on its LVZ backend".into());
     }
-    if !boot.has("Using paravirt steal-time") {
-        problems.push("the kernel did not find KVM's steal time (cpucfg 0x40000004)".into());
+    // Linux 7.2's arch/loongarch/kernel/paravirt.c names the preempt
+    // feature (cpucfg 0x40000004 bit 3) in its steal-time line: "with
+    // preempt enabled", or "disabled" without it.
+    if !boot.has(PV_STEAL_PREEMPT) {
+        problems.push(format!(
+            "the kernel did not find KVM's steal time with the preempt feature (cpucfg 0x40000004 bits 2 and 3): no {PV_STEAL_PREEMPT:?}"
+        ));
     }
     problems
 }
+
+/// What Linux prints when it uses KVM's steal time and preempt feature.
+pub const PV_STEAL_PREEMPT: &str = "Using paravirt steal-time with preempt enabled";
 
 /// `vm`'s end-of-VM IPI counters: (PV IPIs sent, IOCSR IPI_SENDs emulated).
 fn ipi_counters(boot: &Boot, vm: &str) -> Option<(u64, u64)> {
@@ -1049,6 +1108,7 @@ pub fn smoke_tests_la64(sel: &Selection) -> Vec<Test<'static>> {
         LA64_BARE_CASE,
         LA64_LVZ_CASE,
         LA64_LVZ_2VM_CASE,
+        LA64_LVZ_8VCPU_CASE,
         LA64_LVZ_REBOOT_CASE,
         LA64_LVZ_PLAIN_CASE,
         LA64_LVZ_HOSTILE_CASE,
@@ -1068,6 +1128,7 @@ pub fn smoke_tests_la64(sel: &Selection) -> Vec<Test<'static>> {
             Test::new(LA64_BARE_CASE, move || bare_test_la64(&a)),
             Test::new(LA64_LVZ_CASE, lvz_test_la64),
             Test::new(LA64_LVZ_2VM_CASE, lvz_test_la64_2vm),
+            Test::new(LA64_LVZ_8VCPU_CASE, lvz_test_la64_8vcpu),
             Test::new(LA64_LVZ_REBOOT_CASE, lvz_test_la64_reboot),
             Test::new(LA64_LVZ_PLAIN_CASE, lvz_test_la64_plain),
             Test::new(LA64_LVZ_HOSTILE_CASE, lvz_test_la64_hostile),

@@ -2,7 +2,8 @@
 //! software, portable and host-tested: the decoder of trapping instructions
 //! ([`insn`]), the virtual CSR file with exception delivery ([`csr`]), the
 //! guest's software TLB and page-walk instructions ([`tlb`]) and the IOCSR
-//! space with the IPI block ([`iocsr`]). The arch code in
+//! space with the IPI block ([`iocsr`]), and KVM's steal-time record the
+//! LVZ backend keeps for a Linux guest ([`steal`]). The arch code in
 //! `arch/loongarch64/vm` applies them to real registers and memory.
 
 pub mod csr;
@@ -14,4 +15,5 @@ pub mod insn;
 pub mod intc;
 pub mod iocsr;
 pub mod layout;
+pub mod steal;
 pub mod tlb;

@@ -8,6 +8,7 @@
 //! | `bench=off` | skip the benchmark |
 //! | `share_ms=N` | after SMP bring-up, only the fairness window: every CPU spins N ms (1..=60000) and the guest prints its iteration counts |
 //! | `share_delay_ms=N` | sleep N ms (0..=60000) before that window |
+//! | `pv_preempt=shared` | after SMP bring-up, only the `pv-preempt` check, strict: the VM's vCPUs share one pCPU, so the others' records must read preempted (`pvpreempt.rs`) |
 //! | `mode=attack` / `mode=victim` | run the hostile-guest attacker or victim instead of the checks (`hostile.rs`) |
 //! | `mode=reboot` | check that RAM is fresh and reset through the GED, at every boot (`reboot.rs`) |
 //! | `mode=bench-exits` / `mode=bench-switch` | after `exceptions` and `paging`, the exit-cost benchmark instead of the other checks (`exitbench.rs`) |
@@ -54,6 +55,8 @@ pub fn apply(a1: u64) -> bool {
             if let Ok(n) = n.parse::<u64>() {
                 FP_ITERATIONS.store(n.clamp(1, 1_000_000), Ordering::Relaxed);
             }
+        } else if word == "pv_preempt=shared" {
+            crate::pvpreempt::SHARED.store(true, Ordering::Relaxed);
         } else if word == "bench=off" {
             bench = false;
         } else if let Some(n) = word.strip_prefix("share_ms=") {

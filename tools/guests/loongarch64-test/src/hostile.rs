@@ -1190,6 +1190,51 @@ fn attack_iocsr(kestrel: bool) -> Tally {
     t
 }
 
+/// KVM's steal-time record at the edges of RAM and beyond (LVZ backend):
+/// the last 64 bytes of RAM are a record (0), RAM's end, the 16550's
+/// registers and the top of the address space are not (-2, the record
+/// kept). Then this vCPU spins a while (the pCPU is shared with the
+/// victim, so it may be put while runnable and its `preempted` byte set):
+/// the byte must read 0 whenever it runs.
+fn steal_time_edges(t: &mut Tally) {
+    let top = RAM_TOP.load(Ordering::Relaxed);
+    if top < 4096 {
+        return;
+    }
+    let rec = top - 64;
+    let invalid = ret::INVALID_PARAMETER as u64;
+    load(core::iter::once(hvcl(0x100)));
+    for (arg, want) in [
+        (rec | 1, 0),
+        (top | 1, invalid),
+        (0x1fe0_01c0 | 1, invalid),
+        (u64::MAX, invalid),
+    ] {
+        let mut r = [FN_NOTIFY, u64::from(KVM_FEATURE_STEAL_TIME), arg, 0, 0, 0];
+        if t.quiet("steal-time record", arg, run(0, &mut r)) && r[0] != want {
+            t.bad(format_args!(
+                "steal-time record {arg:#x}: a0 {:#x}, not {want:#x}",
+                r[0]
+            ));
+        }
+    }
+    // SAFETY: the last bytes of this VM's RAM (beyond the image and the
+    // DTB), which the hypervisor writes as the record; read as bytes.
+    let byte = || unsafe { ((rec + 16) as *const u8).read_volatile() };
+    let (end, mut reads, mut set) = (cpu::now() + us(20_000), 0u64, 0u64);
+    while cpu::now() < end {
+        reads += 1;
+        if byte() != 0 {
+            set += 1;
+        }
+    }
+    if set != 0 {
+        t.bad(format_args!(
+            "the steal-time record at the end of RAM read preempted in {set} of {reads} reads while this vCPU ran"
+        ));
+    }
+}
+
 /// Every `hvcl` code; garbage functions and arguments to the KVM service;
 /// PV IPIs naming vCPUs that do not exist.
 fn attack_hvcl(kestrel: bool) -> Tally {
@@ -1289,6 +1334,7 @@ fn attack_hvcl(kestrel: bool) -> Tally {
         }
     }
     if lvz() {
+        steal_time_edges(&mut t);
         // Steal time off again (garbage may have registered a record).
         let mut r = [FN_NOTIFY, u64::from(KVM_FEATURE_STEAL_TIME), 0, 0, 0, 0];
         load(core::iter::once(hvcl(0x100)));

@@ -4,7 +4,8 @@
 //! (as QEMU `-kernel` starts it) and checks, one `PASS`/`FAIL`/`SKIP` line
 //! each, what a hypervisor running it deprivileged must get right: its own
 //! paging and TLB refill, timer interrupts, SMP bring-up through the IOCSR
-//! mailbox, kestrel discovery, PV and IOCSR IPIs, a device interrupt
+//! mailbox, kestrel discovery, PV and IOCSR IPIs, KVM's steal-time record
+//! and its preempted byte (under LVZ), a device interrupt
 //! through the PCH-PIC and EIOINTC, FP/LSX state across vCPU
 //! switches, PLV3 isolation and memory outside the VM. It ends with
 //! `RESULT: N passed, M failed` and powers the machine off.
@@ -36,6 +37,8 @@ mod fdt;
 mod hostile;
 #[cfg(target_os = "none")]
 mod mmu;
+#[cfg(target_os = "none")]
+mod pvpreempt;
 #[cfg(target_os = "none")]
 mod reboot;
 #[cfg(target_os = "none")]
@@ -131,6 +134,10 @@ mod guest {
             report("share", smp::share(share_ms, delay));
             finish()
         }
+        if crate::pvpreempt::SHARED.load(Ordering::Relaxed) {
+            report("pv-preempt", crate::pvpreempt::check());
+            finish()
+        }
         let on_kestrel = checks::probe_kestrel();
         report("swi0-self", checks::swi0_self());
         for t in checks::TARGET_SETS {
@@ -142,6 +149,7 @@ mod guest {
             report(name, o);
         }
         report("ipi-pv-invalid", checks::ipi_pv_invalid(on_kestrel));
+        report("pv-preempt", crate::pvpreempt::check());
         report("device-irq", crate::devirq::check());
         report("virtio-console", crate::virtio::check());
         report("fp-lsx", checks::fp_all_cpus());

@@ -34,6 +34,9 @@ pub enum Cmd {
     SpinCount = 4,
     /// Write the GED reset register for ever (`mode=resetstorm`).
     ResetLoop = 5,
+    /// Register a steal-time record and spin until `STOP`, reading its
+    /// `preempted` byte (`pvpreempt`).
+    PvPreempt = 6,
 }
 
 #[allow(clippy::declare_interior_mutable_const)] // array initialiser only
@@ -118,6 +121,7 @@ pub fn secondary_loop(me: usize) -> ! {
                 }
                 x if x == Cmd::SpinCount as u64 => spin_count(me),
                 x if x == Cmd::ResetLoop as u64 => crate::reboot::reset_for_ever(),
+                x if x == Cmd::PvPreempt as u64 => crate::pvpreempt::secondary(me),
                 x if x == Cmd::SpinIrqsOn as u64 || x == Cmd::SpinIrqsOff as u64 => {
                     let on = x == Cmd::SpinIrqsOn as u64;
                     cpu::set_irqs(on);

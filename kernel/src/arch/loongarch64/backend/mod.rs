@@ -116,9 +116,10 @@ pub trait Mode: Sized + 'static {
     /// only if it owns it.
     unsafe fn enter(env: &mut ExitCtx<'_, LaBackend<Self>>, ctx: &mut Self::Vcpu)
         -> (RunExit, u64);
-    /// The rest of a put: the mode's state of the vCPU saved; returns the
-    /// deadline it wakes at (its timer, if its line can wake it).
-    fn put(ctx: &mut Self::Vcpu) -> Option<u64>;
+    /// The rest of a put of a vCPU of the VM `st`: the mode's state of the
+    /// vCPU saved; returns the deadline it wakes at (its timer, if its line
+    /// can wake it).
+    fn put(st: &VmState, ctx: &mut Self::Vcpu) -> Option<u64>;
     /// Whether an interrupt the guest enables is pending (at an `idle`).
     fn wake_pending(st: &VmState, index: usize, ctx: &Self::Vcpu) -> bool;
     /// The start of a halt poll.
@@ -523,7 +524,7 @@ impl<M: Mode> Backend for LaBackend<M> {
         self.vmids.vcpu_put(cpu);
         // A vCPU put away wakes at its timer deadline, if the timer line is
         // one that can wake it (ECFG.LIE.TI).
-        if let Some(at) = M::put(ctx) {
+        if let Some(at) = M::put(&vm.arch, ctx) {
             vcpu.deadlines.set(0, at);
         }
     }

@@ -30,10 +30,9 @@ use crate::vm::{RunExit, Vm, VmEnd};
 use kestrel_abi::loongarch as la;
 
 use super::super::backend::exits::{self as shared, MemOp};
-use super::super::backend::VmState;
 use super::super::{csr, exceptions};
 use super::gcsr::{self, g, gcsr_read, gcsr_write, gcsr_xchg};
-use super::{write_steal, LvzBackend, VcpuState};
+use super::{LvzBackend, VcpuState};
 
 type B = LvzBackend;
 
@@ -201,11 +200,12 @@ fn mmio(env: &ExitCtx<'_, B>, ctx: &mut VcpuState, gpa: u64, w: u32) -> RunExit 
 /// `cpucfg` word `index` as the guest sees it: the CPU's, with LVZ, LBT
 /// and the PMU hidden (kestrel switches neither LBT nor PMU state), KVM's
 /// signature and feature bits in its range (the PV IPI bit only when
-/// `pv_ipi`, the VM's config), 0 elsewhere.
+/// `pv_ipi`, the VM's config; steal time, preempt and the EIOINTC's
+/// virtual extension always), 0 elsewhere.
 pub fn cpucfg(index: u32, pv_ipi: bool) -> u32 {
     if let Some(v) = crate::vcpu::hypercall::cpucfg(index, pv_ipi) {
         return if index == la::CPUCFG_KVM_FEATURE {
-            v | la::KVM_FEATURE_STEAL_TIME
+            v | la::KVM_FEATURE_STEAL_TIME | la::KVM_FEATURE_PREEMPT | la::KVM_FEATURE_VIRT_EXTIOI
         } else {
             v
         };
@@ -304,24 +304,4 @@ fn hvcl(env: &mut ExitCtx<'_, B>, ctx: &mut VcpuState, w: u32) -> RunExit {
     count(env, ExitReason::Hypercall);
     let user = gcsr_read!(g::CRMD) & 3 != 0;
     shared::hvcl(env, ctx, w & 0x7fff, user)
-}
-
-/// KVM's NOTIFY for steal time: `feature` = BIT(2), `arg` = the record's
-/// guest physical address | 1 (valid), or 0 to stop.
-pub(super) fn steal_time(st: &VmState, ctx: &mut VcpuState, feature: u64, arg: u64) -> i64 {
-    if feature != u64::from(la::KVM_FEATURE_STEAL_TIME) {
-        return kestrel_abi::ret::INVALID_PARAMETER;
-    }
-    if arg & 1 == 0 {
-        ctx.steal_gpa = None;
-        return kestrel_abi::ret::SUCCESS;
-    }
-    let gpa = arg & !0x3f;
-    // The 64-byte record must be RAM, within one page.
-    if st.hpa(gpa).is_none() || st.hpa(gpa + 63).is_none() || (gpa & 0xfff) > 0xfc0 {
-        return kestrel_abi::ret::INVALID_PARAMETER;
-    }
-    ctx.steal_gpa = Some(gpa);
-    write_steal(st, ctx);
-    kestrel_abi::ret::SUCCESS
 }

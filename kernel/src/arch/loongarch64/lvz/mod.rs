@@ -33,6 +33,7 @@ use core::arch::asm;
 use core::sync::atomic::Ordering;
 
 use crate::guest::loongarch::gtimer::{self, GuestTimer};
+use crate::guest::loongarch::steal;
 use crate::host::board::BoardInfo;
 use crate::mem::vmid::VmVmid;
 use crate::vcpu::fpu::FpPolicy;
@@ -150,27 +151,6 @@ fn restore_timer(ctx: &mut VcpuState, now: u64) {
     ctx.gcsr.set(g::TVAL, tval);
 }
 
-/// Writes the steal-time record of a vCPU that registered one (KVM's
-/// `kvm_steal_time`: steal at 0, version at 8, bumped odd then even).
-fn write_steal(st: &VmState, ctx: &VcpuState) {
-    let Some(gpa) = ctx.steal_gpa else {
-        return;
-    };
-    let (Some(steal_h), Some(ver_h)) = (st.hpa(gpa), st.hpa(gpa + 8)) else {
-        return;
-    };
-    // SAFETY: both words are 8-byte aligned words of this VM's RAM
-    // (checked when the guest registered the record), reached through
-    // kestrel's cached window; the guest reads them with its seqcount.
-    unsafe {
-        let ver = super::dmw::cached(ver_h) as *mut u32;
-        let v = core::ptr::read_volatile(ver);
-        core::ptr::write_volatile(ver, v.wrapping_add(1) | 1);
-        core::ptr::write_volatile(super::dmw::cached(steal_h) as *mut u64, ctx.steal);
-        core::ptr::write_volatile(ver, (v | 1).wrapping_add(1));
-    }
-}
-
 impl Mode for Lvz {
     type Vcpu = VcpuState;
     /// When the guest timer fires (on the stable counter), if it counts
@@ -204,8 +184,10 @@ impl Mode for Lvz {
         &ctx.vmid
     }
 
-    /// Steal time, the GID and the counter offset, the guest TLB entries
-    /// that may be stale here, the guest timer and CSRs.
+    /// Steal time (the time since a put while runnable, in nanoseconds,
+    /// and the record's `preempted` byte cleared), the GID and the counter
+    /// offset, the guest TLB entries that may be stale here, the guest
+    /// timer and CSRs.
     fn load(
         cpu: usize,
         vm: &Vm<LvzBackend>,
@@ -218,10 +200,11 @@ impl Mode for Lvz {
         if rollover {
             flush_all_gids();
         }
-        if let Some(at) = ctx.preempted_at.take() {
-            ctx.steal = ctx.steal.wrapping_add(now.saturating_sub(at));
-            write_steal(&vm.arch, ctx);
-        }
+        let stolen = ctx
+            .preempted_at
+            .take()
+            .map(|at| steal::ticks_to_ns(now.saturating_sub(at), csr::counter_hz()));
+        ctx.steal.load(&vm.arch, stolen);
         ctx.gid = vmid;
         ctx.key = vcpu.key;
         // SAFETY: no guest runs here now; the GID and the counter offset
@@ -301,9 +284,11 @@ impl Mode for Lvz {
         (exits::handle(env, ctx), exited)
     }
 
-    /// The guest CSRs saved, and the guest timer as a deadline on the
-    /// stable counter.
-    fn put(ctx: &mut VcpuState) -> Option<u64> {
+    /// The guest CSRs saved, the guest timer as a deadline on the stable
+    /// counter, and a vCPU put while runnable (not in `idle`) marked
+    /// preempted: from now for its steal time, in its record's `preempted`
+    /// byte for the guest (KVM_FEATURE_PREEMPT).
+    fn put(st: &VmState, ctx: &mut VcpuState) -> Option<u64> {
         // The guest timer runs on until it is read: `save` reads TCFG and
         // TVAL before ESTAT, so a timer that fires in between shows as
         // fired with its TI in the ESTAT saved.
@@ -325,6 +310,7 @@ impl Mode for Lvz {
             }
         };
         ctx.preempted_at = (!ctx.idle).then_some(now);
+        ctx.steal.put(st, !ctx.idle);
         let lie = ctx.gcsr.get(g::ECFG) & IS_TI != 0;
         ctx.timer_at.filter(|_| lie)
     }
@@ -372,7 +358,7 @@ impl Mode for Lvz {
     }
 
     /// Steal time (KVM's NOTIFY) is this mode's: it registers the vCPU's
-    /// record.
+    /// record (`guest::loongarch::steal`).
     fn hypercall(
         st: &VmState,
         ctx: &mut VcpuState,
@@ -382,6 +368,6 @@ impl Mode for Lvz {
     ) -> Option<u64> {
         use kestrel_abi::loongarch as la;
         (code == la::SERVICE_KVM && function == la::FN_NOTIFY)
-            .then(|| exits::steal_time(st, ctx, args[0], args[1]) as u64)
+            .then(|| ctx.steal.notify(st, args[0], args[1]) as u64)
     }
 }

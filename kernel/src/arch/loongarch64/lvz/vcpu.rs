@@ -5,6 +5,7 @@
 
 use alloc::sync::Arc;
 
+use crate::guest::loongarch::steal::StealTime;
 use crate::mem::vmid::VmVmid;
 use crate::vcpu::fpu::{LoongArchFpState, VcpuFp};
 use crate::vcpu::sched::VcpuKey;
@@ -77,11 +78,11 @@ pub struct VcpuState {
     /// Waiting in `idle` for an interrupt it enables.
     pub idle: bool,
     pub run: VcpuRun,
-    /// KVM steal time: the guest physical address of its record, and
-    /// when the vCPU was last preempted (not blocked).
-    pub steal_gpa: Option<u64>,
+    /// KVM steal time: its record (`guest::loongarch::steal`), and when
+    /// the vCPU was last preempted (put while runnable, not in `idle`), on
+    /// the stable counter.
+    pub steal: StealTime,
     pub preempted_at: Option<u64>,
-    pub steal: u64,
     /// GCNTC: what the guest's stable counter adds to the CPU's, so that it
     /// counts from 0 at the VM's creation (or restart), the same for all
     /// of its vCPUs wherever they run.
@@ -110,9 +111,8 @@ impl LaVcpu for VcpuState {
             },
             idle: false,
             run: VcpuRun::default(),
-            steal_gpa: None,
+            steal: StealTime::new(),
             preempted_at: None,
-            steal: 0,
             counter_offset: created.wrapping_neg(),
         };
         s.reset(index, 0, [0; 3]);
@@ -138,7 +138,7 @@ impl LaVcpu for VcpuState {
         self.soft = SoftCsrs::default();
         self.timer_at = None;
         self.idle = false;
-        self.steal_gpa = None;
+        self.steal.reset();
         self.epoch += 1;
     }
 

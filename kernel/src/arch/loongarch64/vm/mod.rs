@@ -133,7 +133,7 @@ impl Mode for Tne {
         (exits::handle(env, ctx), exited)
     }
 
-    fn put(ctx: &mut VcpuState) -> Option<u64> {
+    fn put(_st: &VmState, ctx: &mut VcpuState) -> Option<u64> {
         let lie = ctx.csr.get(vcsr::num::ECFG) & (1 << vcsr::IRQ_TI) != 0;
         ctx.csr.timer_wake_deadline().filter(|_| lie)
     }
