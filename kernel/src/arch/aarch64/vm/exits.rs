@@ -10,6 +10,7 @@
 use alloc::format;
 
 use crate::dev::vdev::{MmioError, Width};
+use crate::guest::arm64::aarch32;
 use crate::guest::arm64::debug::Answer as DebugAnswer;
 use crate::guest::arm64::esr::{self, sysreg, Abort, Exit, SysReg, SysRegAccess};
 use crate::guest::arm64::idregs;
@@ -37,9 +38,42 @@ pub const PV_IPI_SGI: u8 = kestrel_abi::arm64::PV_IPI_SGI as u8;
 /// PSTATE.SS is cleared: a guest single-stepping the trapped instruction
 /// has now executed it, so its software-step exception is taken before the
 /// next one (the step state machine's active-pending state).
+///
+/// From AArch32 (PSTATE.nRW, an EL0 of a guest kernel) the PC wraps at
+/// 4 GiB and a T32 instruction in an IT block advances the IT state, as
+/// if it had completed ([`aarch32::cond::skip_instruction`]): the next
+/// instruction of the block must see its own condition, not this one's.
 fn skip(ctx: &mut VcpuState) {
-    ctx.regs.pc = ctx.regs.pc.wrapping_add(ctx.ilen);
+    if ctx.regs.pstate & PSTATE_NRW != 0 {
+        let (pc, spsr) =
+            aarch32::cond::skip_instruction(ctx.regs.pstate, ctx.regs.pc, ctx.ilen == 4);
+        ctx.regs.pc = pc;
+        ctx.regs.pstate = spsr;
+    } else {
+        ctx.regs.pc = ctx.regs.pc.wrapping_add(ctx.ilen);
+    }
     ctx.regs.pstate &= !PSTATE_SS;
+}
+
+/// SPSR_EL2.M[4] (nRW): the exception came from AArch32 state.
+const PSTATE_NRW: u64 = 1 << 4;
+
+/// A trap from AArch32 of a conditional instruction that fails its
+/// condition (CV/COND, or the IT state): whether a conditional
+/// instruction that fails traps is IMPLEMENTATION DEFINED, and such an
+/// instruction does nothing but advance. Not for the FP trap (the
+/// instruction runs again once the unit is the vCPU's) nor aborts.
+fn failed_condition(ctx: &VcpuState, esr: u64) -> bool {
+    if ctx.regs.pstate & PSTATE_NRW == 0 {
+        return false;
+    }
+    let t = aarch32::trap::decode(esr, 0, 0);
+    !matches!(
+        t.exit,
+        aarch32::trap::Exit32::FpAccess
+            | aarch32::trap::Exit32::DataAbort(_)
+            | aarch32::trap::Exit32::InstAbort(_)
+    ) && !t.cond.passed(ctx.regs.pstate)
 }
 
 /// PSTATE.SS (software step), bit 21 of SPSR.
@@ -127,6 +161,11 @@ pub fn sync(env: &mut ExitCtx<'_, B>, ctx: &mut VcpuState, syn: Syndrome) -> Run
     let (be, vm, vcpu) = (env.backend(), env.vm, env.vcpu);
     let esr = syn.esr;
     ctx.ilen = if esr & ESR_IL != 0 { 4 } else { 2 };
+    if failed_condition(ctx, esr) {
+        vm.stats.exit(ExitReason::Other);
+        skip(ctx);
+        return RunExit::Continue;
+    }
     let mut exit = esr::decode(esr, syn.far, syn.hpfar);
     if exit == Exit::Wfi && be.wfxt {
         // QEMU reports a trapped WFIT with the WFI syndrome (TI = 0, no
