@@ -355,6 +355,7 @@ fn add_with(
         started: 1,
         on_reboot,
         pv_ipi: true,
+        pv_time: None,
     })
     .unwrap()
 }
@@ -783,6 +784,7 @@ fn pending_device_work_continues_before_entries_and_a_waiting_vcpu_keeps_running
         started: 1,
         on_reboot: OnReboot::Restart,
         pv_ipi: true,
+        pv_time: None,
     })
     .unwrap();
     let log = Log::default();
