@@ -37,6 +37,13 @@
 //! A vCPU that yields (`put(Yield)`, e.g. arm64 WFE while others wait) is
 //! passed over once by the next pick on that pCPU if anyone else may run.
 //!
+//! Each vCPU's waits in run queues are its stolen time
+//! ([`crate::vcpu::steal::RunDelay`]): from a put that leaves it runnable
+//! (preempted, yielding, blocked with a wake pending) or a wake (both
+//! given the counter value) to the pick that follows, which reports the
+//! total ([`Scheduler::pick_run`]). Creation, power-on and restarts queue
+//! a vCPU without a time: that wait is not stolen from a running guest.
+//!
 //! One lock guards the whole structure: with at most [`crate::MAX_CPUS`]
 //! pCPUs and a few dozen vCPUs the critical sections are short scans, and
 //! one lock makes the state machine easy to reason about.
