@@ -379,6 +379,7 @@ const HOSTILE_PASS: &[(&str, &str)] = &[
     ("victim", "victim-memory"),
     ("victim", "victim-registers"),
     ("victim", "victim-heartbeat"),
+    ("victim", "victim-steal"),
 ];
 
 /// The victim's numbers from its `VICTIM:` line.

@@ -853,6 +853,10 @@ pub fn victim(p: &Platform) -> ! {
     let me = &CPUS[cpu::index()];
     let period = cpu::us_to_ticks(period_us);
     let small = cpu::us_to_ticks(2_000);
+    // Its stolen-time record (kestrel's PV time): what it waits for the
+    // pCPU it shares with the attacker shows there.
+    let record = call(u64::from(smccc::pv_time::ST), [0; 3])[0];
+    let stolen0 = smccc::pv_time::stolen(record);
     let start = cpu::now();
     let end = start + cpu::us_to_ticks(window_ms * 1000);
     let (mut ran, mut last, mut last_tick) = (0u64, start, start);
@@ -900,6 +904,8 @@ pub fn victim(p: &Platform) -> ! {
         }
     }
     cpu::timer_stop();
+    // Written at its last load, behind it now.
+    let stolen1 = smccc::pv_time::stolen(record);
     max_gap = max_gap.max(last - last_tick);
     // The whole pattern once more.
     for a in (lo..hi).step_by(8) {
@@ -949,6 +955,32 @@ pub fn victim(p: &Platform) -> ! {
                 ),
             );
         }
+    }
+    // Stolen time: the window it did not run was mostly spent waiting for
+    // the attacker to give the pCPU back, so at least half of it shows as
+    // stolen, and never more than the window.
+    let off_ms = window.saturating_sub(ran_ms);
+    match (stolen0, stolen1) {
+        (Some(a), Some(b)) if b >= a => {
+            let stolen_ms = (b - a) / 1_000_000;
+            verdict(
+                "victim-steal",
+                stolen_ms >= off_ms / 2 && stolen_ms <= window + 100,
+                format_args!(
+                    "{stolen_ms} ms stolen of the {off_ms} ms of its {window} ms window it did not run"
+                ),
+            );
+        }
+        (Some(a), Some(b)) => verdict(
+            "victim-steal",
+            false,
+            format_args!("stolen time went back: {a} -> {b} ns"),
+        ),
+        _ => verdict(
+            "victim-steal",
+            false,
+            format_args!("PV_TIME_ST gave no record: {record:#x}"),
+        ),
     }
     // The judge (xtask) compares share and ticks with the fair share; here
     // only what no fair scheduler can produce fails.
