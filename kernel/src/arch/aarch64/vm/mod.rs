@@ -151,10 +151,6 @@ pub struct Arm64Backend {
     ras: bool,
 }
 
-/// What a physical interrupt taken at a guest exit means to the backend
-/// (before it ends): the tick ends the time slice, the emulated physical
-/// timer's backing is masked, the loaded vCPU's virtual timer is forwarded.
-/// Returns whether it was forwarded (then it is only priority-dropped).
 /// Writes `vcpu`'s whole stolen-time record (DEN0057A: revision 0,
 /// attributes 0, the stolen nanoseconds), at its `PV_TIME_ST` call.
 fn write_steal_record(vm: &Vm<Arm64Backend>, vcpu: &Vcpu<Arm64Backend>) {
@@ -190,6 +186,10 @@ fn update_steal(vm: &Vm<Arm64Backend>, vcpu: &Vcpu<Arm64Backend>) {
     }
 }
 
+/// What a physical interrupt taken at a guest exit means to the backend
+/// (before it ends): the tick ends the time slice, the emulated physical
+/// timer's backing is masked, the loaded vCPU's virtual timer is forwarded.
+/// Returns whether it was forwarded (then it is only priority-dropped).
 fn host_irq(intid: u32) -> bool {
     let cpu = percpu::index();
     let Some(p) = PCPU.get(cpu) else {
