@@ -282,7 +282,7 @@ fn stolen_time(c: &mut Ctx) -> Verdict {
         fail!("the DTB has no /reserved-memory/pv-time@.. node with no-map");
     };
     let t0 = cpu::phys_now();
-    if !run_everywhere(Cmd::PvTime, 0, 1_000_000) {
+    if !run_everywhere(Cmd::PvTime, 0, 30_000_000) {
         fail!("not every vCPU answered PV_TIME_ST");
     }
     let mut seen = [0u64; cpu::MAX_CPUS];
@@ -316,7 +316,7 @@ fn stolen_time(c: &mut Ctx) -> Verdict {
     }
     // Each vCPU's record is written at its loads: a vCPU reads its own
     // (its latest load is behind it).
-    if !run_everywhere(Cmd::PvTime, 0, 1_000_000) {
+    if !run_everywhere(Cmd::PvTime, 0, 30_000_000) {
         fail!("not every vCPU read its record again");
     }
     // Every wait counted between a vCPU's two reads lies between them,
