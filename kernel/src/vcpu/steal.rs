@@ -165,8 +165,7 @@ pub fn ticks_to_ns(ticks: u64, hz: u64) -> u64 {
 
 /// SMCCC function ids of DEN0057A (standard hypervisor service, SMC64).
 pub mod fid {
-    pub const PV_TIME_FEATURES: u32 = 0xC500_0020;
-    pub const PV_TIME_ST: u32 = 0xC500_0021;
+    pub use kestrel_abi::arm64::{PV_TIME_FEATURES, PV_TIME_ST};
 }
 
 /// SMCCC return codes the PV time calls use.

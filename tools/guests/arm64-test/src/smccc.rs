@@ -111,8 +111,7 @@ pub fn system_off() -> ! {
 
 /// Paravirtual stolen time (Arm DEN0057A, standard hypervisor service).
 pub mod pv_time {
-    pub const FEATURES: u32 = 0xC500_0020;
-    pub const ST: u32 = 0xC500_0021;
+    pub use kestrel_abi::arm64::{PV_TIME_FEATURES as FEATURES, PV_TIME_ST as ST};
     /// SMCCC_ARCH_FEATURES.
     pub const ARCH_FEATURES: u32 = 0x8000_0001;
 
