@@ -270,6 +270,9 @@ fn stolen_time(c: &mut Ctx) -> Verdict {
     if !c.kestrel {
         return Verdict::Skip(NOT_KESTREL);
     }
+    if c.p.steal == Steal::Off {
+        return stolen_time_off(c);
+    }
     let arch = call0(ARCH_FEATURES, [FEATURES as u64, 0, 0]);
     let f_st = call0(FEATURES, [ST as u64, 0, 0]);
     let f_f = call0(FEATURES, [FEATURES as u64, 0, 0]);
@@ -356,6 +359,25 @@ fn stolen_time(c: &mut Ctx) -> Verdict {
         c.all.count_ones(),
         c.p.steal
     ))
+}
+
+/// `steal=off` (the VM's config says `pv_time = false`): every PV time
+/// call answers NOT_SUPPORTED and the DTB reserves nothing for it.
+fn stolen_time_off(c: &mut Ctx) -> Verdict {
+    use smccc::pv_time::{ARCH_FEATURES, FEATURES, ST};
+    let answers = [
+        call0(ARCH_FEATURES, [FEATURES as u64, 0, 0]),
+        call0(FEATURES, [ST as u64, 0, 0]),
+        call0(FEATURES, [FEATURES as u64, 0, 0]),
+        call0(ST, [0; 3]),
+    ];
+    if answers != [-1; 4] {
+        fail!("pv_time = false, yet ARCH_FEATURES, FEATURES(ST), FEATURES(FEATURES), ST answered {answers:?}");
+    }
+    if let Some((b, s)) = c.p.pv_time {
+        fail!("pv_time = false, yet the DTB reserves {b:#x}+{s:#x}");
+    }
+    Verdict::Pass(msg!("not offered: every call -1, nothing reserved"))
 }
 
 /// The SMCCC vendor UID query answers kestrel's UUID.

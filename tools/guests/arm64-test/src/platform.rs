@@ -47,7 +47,8 @@ pub struct Platform {
     pub pv_time: Option<(u64, u64)>,
     /// `steal=alone|shared`: what the stolen-time check expects of the
     /// spin window (no other vCPU waits for its pCPUs / its vCPUs share
-    /// pCPUs); default: anything, monotonic and bounded.
+    /// pCPUs); default: anything, monotonic and bounded. `steal=off`: not
+    /// offered at all.
     pub steal: Steal,
 }
 
@@ -57,6 +58,8 @@ pub enum Steal {
     Any,
     Alone,
     Shared,
+    /// `steal=off`: the VM is configured without it (`pv_time = false`).
+    Off,
 }
 
 /// virtio-mmio transports the guest keeps track of.
@@ -233,6 +236,7 @@ impl Platform {
                     "mode=resetrace" => p.mode = Mode::ResetRace,
                     "steal=alone" => p.steal = Steal::Alone,
                     "steal=shared" => p.steal = Steal::Shared,
+                    "steal=off" => p.steal = Steal::Off,
                     _ => {}
                 }
                 if let Some(n) = num("share_ms=") {
