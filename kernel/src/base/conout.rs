@@ -61,6 +61,21 @@ pub const LOG_BUFFER: usize = 64 * 1024;
 /// replay of the largest size (1 MiB) and its notice; an older replay
 /// still waiting when a new one comes is dropped.
 pub const NOTICE_BUFFER: usize = (1 << 20) + 64 * 1024;
+/// Pieces of output each VM may have waiting (its consecutive writes
+/// share a piece up to [`CHUNK_MAX`] bytes, so only a pathological mix
+/// of pieces reaches this before [`VM_BUFFER`]); beyond it the VM's oldest
+/// piece is dropped.
+pub const VM_CHUNKS: usize = 2 * VM_BUFFER / CHUNK_MAX;
+/// Pieces of kestrel's own output that may wait (a log line is one);
+/// beyond it the oldest piece of the same kind is dropped.
+pub const KESTREL_CHUNKS: usize = 1024;
+/// Bytes of kestrel's queue held from its first use: the log lines and a
+/// few notices. Only a scrollback replay (asked for by the operator) makes
+/// the queue allocate more, up to [`NOTICE_BUFFER`].
+const KESTREL_RESERVE: usize = LOG_BUFFER + 2 * NOTICE_KEEP;
+/// Bytes held for what goes before a piece (a line end, a tag, a note on
+/// drops).
+const PREFIX_RESERVE: usize = 256;
 /// Bytes a drain copies out of the buffers at a time (the buffers' lock
 /// is taken once to copy them, once to account for what the UART took).
 const PIECE: usize = 256;
@@ -154,6 +169,19 @@ impl Queue {
         self.chunks.is_empty()
     }
 
+    /// Holds room for `bytes` bytes in `chunks` pieces from now on, so the
+    /// queue does not allocate while it stays within its bounds (its
+    /// memory is the same whatever the traffic was: a restart's heap
+    /// figure does not move with the console's backlog).
+    fn hold(&mut self, bytes: usize, chunks: usize) {
+        if self.bytes.capacity() < bytes {
+            self.bytes.reserve_exact(bytes - self.bytes.len());
+        }
+        if self.chunks.capacity() < chunks {
+            self.chunks.reserve_exact(chunks - self.chunks.len());
+        }
+    }
+
     /// Bytes of `kind` (any kind: `None`) waiting.
     fn waiting(&self, kind: Option<Kind>) -> usize {
         match kind {
@@ -229,6 +257,15 @@ impl Queue {
         }
     }
 
+    /// kestrel's queue: makes room for one more piece within
+    /// [`KESTREL_CHUNKS`], dropping its oldest log line, or failing one its
+    /// oldest piece of any kind (never the one being written).
+    fn room_for_a_chunk(&mut self, busy: bool) {
+        while self.chunks.len() >= KESTREL_CHUNKS
+            && (self.drop_oldest(Some(Kind::Log), busy) || self.drop_oldest(None, busy))
+        {}
+    }
+
     /// Whether the first chunk's bytes still waiting start with `prefix`.
     fn head_starts_with(&self, prefix: &[u8]) -> bool {
         let left = self.chunks.front().map_or(0, |c| c.len - self.head_done);
@@ -299,8 +336,16 @@ impl Outbox {
     }
 
     /// VM `vm` (its console number) is called `name`.
+    /// Its buffer's memory is taken now, and kestrel's queue's if it was
+    /// not yet: output within the bounds never allocates.
     pub fn add_vm(&mut self, vm: usize, name: &str) {
+        let cap = self.vm_buffer;
+        if self.prefix.capacity() < PREFIX_RESERVE {
+            self.prefix.reserve_exact(PREFIX_RESERVE);
+        }
+        self.kestrel.hold(KESTREL_RESERVE, KESTREL_CHUNKS);
         let q = self.queue_mut(vm);
+        q.hold(cap, VM_CHUNKS);
         q.name = String::from(name);
         q.tag.clear();
         let _ = write!(Bytes(&mut q.tag), "[{name}] ");
@@ -352,7 +397,10 @@ impl Outbox {
         let busy = self.current == Some(Source::Vm(vm));
         let cap = self.vm_buffer;
         let q = self.queue_mut(vm);
-        while q.bytes.len() + bytes.len() > cap && q.drop_oldest(None, busy) {}
+        q.hold(cap, VM_CHUNKS);
+        while (q.bytes.len() + bytes.len() > cap || q.chunks.len() >= VM_CHUNKS)
+            && q.drop_oldest(None, busy)
+        {}
         q.push(bytes, Kind::Vm, true, busy);
     }
 
@@ -360,9 +408,11 @@ impl Outbox {
     pub fn push_log(&mut self, bytes: &[u8]) {
         let busy = self.current == Some(Source::Kestrel);
         let q = &mut self.kestrel;
+        q.hold(KESTREL_RESERVE, KESTREL_CHUNKS);
         while q.waiting(Some(Kind::Log)) + bytes.len() > LOG_BUFFER
             && q.drop_oldest(Some(Kind::Log), busy)
         {}
+        q.room_for_a_chunk(busy);
         q.push(bytes, Kind::Log, false, busy);
     }
 
@@ -378,9 +428,11 @@ impl Outbox {
         }
         let busy = self.current == Some(Source::Kestrel);
         let q = &mut self.kestrel;
+        q.hold(KESTREL_RESERVE, KESTREL_CHUNKS);
         while q.waiting(Some(Kind::Notice)) + bytes.len() > NOTICE_BUFFER
             && q.drop_oldest(Some(Kind::Notice), busy)
         {}
+        q.room_for_a_chunk(busy);
         q.push(bytes, Kind::Notice, false, busy);
     }
 
@@ -415,7 +467,9 @@ impl Outbox {
                 };
                 let moved: Vec<u8> = q.bytes.range(skip..skip + c.len).copied().collect();
                 q.remove_oldest(None, busy);
-                self.kestrel.push(&moved, Kind::Vm, false, false);
+                let busy_k = current == Some(Source::Kestrel);
+                self.kestrel.room_for_a_chunk(busy_k);
+                self.kestrel.push(&moved, Kind::Vm, false, busy_k);
             }
         }
     }

@@ -179,6 +179,32 @@ impl ExitReason {
 #[derive(Debug)]
 pub struct Stats {
     counters: [AtomicU64; COUNT],
+    /// The longest stretch of kestrel's work in one exit for this VM:
+    /// counter ticks << 8 | what the exit was ([`Stats::note_exit`]).
+    worst_exit: AtomicU64,
+    /// The longest step of its restarts, in counter ticks.
+    worst_step: AtomicU64,
+}
+
+/// What an exit was, for [`Stats::note_exit`]: the arch's own exit code
+/// (arm64: ESR_EL2.EC; LoongArch: ESTAT.Ecode), or one of these.
+pub mod what {
+    /// A TLB refill (LoongArch).
+    pub const TLB_REFILL: u8 = 0xfc;
+    /// A physical interrupt.
+    pub const IRQ: u8 = 0xfd;
+    /// The VM's device work before an entry (`vm::DeviceWork`).
+    pub const DEVICES: u8 = 0xfe;
+}
+
+/// The longest pieces of kestrel's work for one VM ([`Stats::worst`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Worst {
+    /// Counter ticks of the longest exit, and what it was.
+    pub exit_ticks: u64,
+    pub exit_what: u8,
+    /// Counter ticks of the longest restart step.
+    pub step_ticks: u64,
 }
 
 impl Default for Stats {
@@ -192,6 +218,31 @@ impl Stats {
     pub const fn new() -> Self {
         Self {
             counters: [const { AtomicU64::new(0) }; COUNT],
+            worst_exit: AtomicU64::new(0),
+            worst_step: AtomicU64::new(0),
+        }
+    }
+
+    /// kestrel spent `ticks` of the counter on one exit of this VM, from
+    /// the guest's exit to its next entry's start (or to the decision not
+    /// to enter), `what` being the kind of exit.
+    pub fn note_exit(&self, ticks: u64, what: u8) {
+        let v = (ticks.min(u64::MAX >> 8) << 8) | u64::from(what);
+        self.worst_exit.fetch_max(v, Ordering::Relaxed);
+    }
+
+    /// One step of a restart of this VM took `ticks`.
+    pub fn note_step(&self, ticks: u64) {
+        self.worst_step.fetch_max(ticks, Ordering::Relaxed);
+    }
+
+    /// The longest exit and restart step so far.
+    pub fn worst(&self) -> Worst {
+        let e = self.worst_exit.load(Ordering::Relaxed);
+        Worst {
+            exit_ticks: e >> 8,
+            exit_what: e as u8,
+            step_ticks: self.worst_step.load(Ordering::Relaxed),
         }
     }
 
@@ -328,6 +379,28 @@ impl fmt::Display for Stats {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_worst_exit_and_step_are_kept_with_what_the_exit_was() {
+        let s = Stats::new();
+        assert_eq!(s.worst(), Worst::default());
+        s.note_exit(500, 0x24);
+        s.note_exit(90_000, what::DEVICES);
+        s.note_exit(1_000, 0x16);
+        s.note_step(7);
+        s.note_step(3);
+        assert_eq!(
+            s.worst(),
+            Worst {
+                exit_ticks: 90_000,
+                exit_what: what::DEVICES,
+                step_ticks: 7
+            }
+        );
+        // Beyond 56 bits of ticks it saturates, never wraps.
+        s.note_exit(u64::MAX, 1);
+        assert_eq!(s.worst().exit_ticks, u64::MAX >> 8);
+    }
     use alloc::string::ToString;
 
     #[test]

@@ -598,12 +598,16 @@ impl<B: Backend> Hypervisor<B> {
     /// Completes the rebuild `vm` waits for, on `cpu`, which the scheduler
     /// named for it (its put let go of the VM's last vCPU, or it posted the
     /// rebuild when no pCPU held one) and which holds no vCPU of the VM.
+    /// Its time counts as a step of the VM's restart
+    /// ([`Stats::note_step`]).
     fn complete_rebuild(&self, vm: &Vm<B>, cpu: usize, observer: &dyn Observer) {
+        let t = self.backend.now();
         match vm.rebuild.pending() {
             Some(Rebuild::Restart) => self.finish_restart(vm, cpu, observer),
             Some(Rebuild::Start) => self.finish_start(vm, cpu, observer),
-            None => {}
+            None => return,
         }
+        vm.stats.note_step(self.backend.now().saturating_sub(t));
     }
 
     /// Finishes the restart [`Hypervisor::begin_restart`] began, on `cpu`
@@ -841,7 +845,10 @@ impl<B: Backend> Hypervisor<B> {
                 // Device work a notification left: one budget before each
                 // entry, in this VM's own time.
                 if vm.virtio.pending() {
+                    let t = self.backend.now();
                     B::device_work(self, &vm, cpu);
+                    let spent = self.backend.now().saturating_sub(t);
+                    vm.stats.note_exit(spent, crate::vcpu::stats::what::DEVICES);
                 }
                 match self
                     .backend
@@ -870,7 +877,9 @@ impl<B: Backend> Hypervisor<B> {
                     RunExit::Yield => break PutReason::Yield,
                     RunExit::CpuOff => break PutReason::Offline,
                     RunExit::VmEnd(VmEnd::Reset) => {
+                        let t = self.backend.now();
                         rebuild_now = self.begin_restart(&vm, cpu, observer);
+                        vm.stats.note_step(self.backend.now().saturating_sub(t));
                         break PutReason::Preempted;
                     }
                     RunExit::VmEnd(end) => {

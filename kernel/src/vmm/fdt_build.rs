@@ -533,8 +533,10 @@ const LA_PHANDLE_GED: u32 = 4;
 /// them (`cpuic` <- `eiointc` <- `platic`, the PCH-PIC), the console 16550
 /// on PCH-PIC line 2, the virtio-mmio transports (PCH-PIC lines from 16),
 /// the power-off and reset registers (also as QEMU virt's GED syscon with
-/// `syscon-poweroff`/`syscon-reboot`, which Linux drives), `/chosen` with
-/// the command line.
+/// `syscon-poweroff`/`syscon-reboot`, which Linux drives), the legacy I/O
+/// port window as an `isa` bridge (which Linux maps at boot, so that its
+/// legacy drivers' port probes land there), `/chosen` with the command
+/// line.
 pub fn guest_dtb_loongarch(spec: &LoongArchDtbSpec) -> Vec<u8> {
     use crate::guest::loongarch::layout;
     let mut w = FdtWriter::new();
@@ -628,6 +630,26 @@ pub fn guest_dtb_loongarch(spec: &LoongArchDtbSpec) -> Vec<u8> {
         .prop_str("compatible", "kestrel,reset-byte")
         .prop_reg("reg", &[(layout::POWEROFF + layout::RESET_OFFSET, 1)])
         .prop_u32("value", layout::RESET_VALUE as u32)
+        .end_node();
+    // The legacy I/O ports, as Loongson boards' trees describe them: an
+    // ISA bridge (Linux knows the bus by the node name `isa`: addresses
+    // of 2 cells, the first one's bit 0 = I/O space, sizes of 1 cell)
+    // whose I/O space from port 0 is the window. Linux's LoongArch setup
+    // maps it for `inb`/`outb`; kestrel answers no port in it.
+    w.begin_node(&format!("isa@{:x}", layout::ISA_IO))
+        .prop_str("compatible", "isa")
+        .prop_u32("#address-cells", 2)
+        .prop_u32("#size-cells", 1)
+        .prop_cells(
+            "ranges",
+            &[
+                1,
+                0,
+                (layout::ISA_IO >> 32) as u32,
+                layout::ISA_IO as u32,
+                layout::ISA_IO_SIZE as u32,
+            ],
+        )
         .end_node();
     // The same two registers as Linux drives them on QEMU virt: a syscon
     // with byte accesses and its power-off and reboot children.

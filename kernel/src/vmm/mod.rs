@@ -30,7 +30,7 @@ use crate::host::board::BoardInfo;
 use crate::mem::frames::FramePool;
 use crate::vcpu::fpu::FpPolicy;
 use crate::vcpu::sched::CpuMask;
-use crate::vcpu::stats::Stats;
+use crate::vcpu::stats::{what, Stats, Worst};
 use crate::vm::{Backend, Hypervisor, Observer, Vm, VmEnd, VmParts};
 use crate::vmm::console::{ConsoleMux, RxPort};
 use crate::vmm::devices::{DeviceHost, VmDeviceEnv};
@@ -76,6 +76,28 @@ pub trait Machine: Backend {
     /// A VM has ended (its VMID may be reused: drop what the hardware
     /// caches for it).
     fn vm_ended(&self) {}
+}
+
+/// `worst exit N ns (what), worst restart step M ns` for a VM's
+/// [`Worst`], in nanoseconds of the counter (guest instructions under
+/// `-icount shift=0`); `what` is the arch's exit code (arm64 `EC 0x..`,
+/// LoongArch `Ecode 0x..`), `irq`, `devices` or `tlb-refill`
+/// (`vcpu::stats::what`).
+pub fn worst_line(w: &Worst) -> String {
+    let hz = u128::from(crate::base::clock::counter_hz().max(1));
+    let ns = |t: u64| (u128::from(t) * 1_000_000_000 / hz) as u64;
+    let what = match w.exit_what {
+        what::IRQ => String::from("irq"),
+        what::DEVICES => String::from("devices"),
+        what::TLB_REFILL => String::from("tlb-refill"),
+        c if cfg!(target_arch = "loongarch64") => format!("Ecode {c:#x}"),
+        c => format!("EC {c:#x}"),
+    };
+    format!(
+        "worst exit {} ns ({what}), worst restart step {} ns",
+        ns(w.exit_ticks),
+        ns(w.step_ticks)
+    )
 }
 
 /// The FP switching policy the image's package asks for (lazy by default).
@@ -264,6 +286,7 @@ impl<B: Machine> Observer for LogObserver<'_, B> {
             drop(mux);
             crate::vmm::terminal::drain();
             log::info!("VM \"{vm}\" {why}; stats: {}", v.stats);
+            log::info!("VM \"{vm}\" {}", worst_line(&v.stats.worst()));
             if let Some(s) = v.virtio.summary() {
                 log::info!("VM \"{vm}\" virtio: {s}");
             }

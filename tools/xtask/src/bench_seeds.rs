@@ -971,7 +971,7 @@ fn ipi(p: &Params, a: &assets::LinuxAssets, r: &mut Report) -> Result<(), String
 /// console and the kernel stops before init).
 fn cmdline_la64(name: &str, bench: &str, earlycon: bool) -> String {
     format!(
-        "console=ttyS0,115200{} rdinit=/init initcall_blacklist=i8042_init quiet kestrel.test=0 \
+        "console=ttyS0,115200{} rdinit=/init quiet kestrel.test=0 \
          kestrel.name={name} kestrel.bench={bench}",
         if earlycon { " earlycon" } else { "" }
     )

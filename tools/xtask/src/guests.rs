@@ -63,7 +63,31 @@ pub fn build_guest_arm64() -> Result<PathBuf, String> {
     if !status.success() {
         return Err("llvm-objcopy of the arm64 test guest failed".into());
     }
+    write_ballast(&out_dir.join(BALLAST))?;
     Ok(bin)
+}
+
+/// An initrd of [`BALLAST_BYTES`] that no guest reads, for cases where a
+/// VM's images must be big (`configs/test/arm64-resetrace.toml`: every
+/// restart copies it in again).
+pub const BALLAST: &str = "ballast-64m.bin";
+pub const BALLAST_BYTES: usize = 64 << 20;
+
+/// Writes the ballast (pseudo-random bytes, the same each time) unless it
+/// is there with its size.
+fn write_ballast(path: &std::path::Path) -> Result<(), String> {
+    if std::fs::metadata(path).is_ok_and(|m| m.len() == BALLAST_BYTES as u64) {
+        return Ok(());
+    }
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut data = Vec::with_capacity(BALLAST_BYTES);
+    while data.len() < BALLAST_BYTES {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        data.extend_from_slice(&x.to_le_bytes());
+    }
+    std::fs::write(path, &data).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// The LoongArch guest's target: hard float, so it may use FP and LSX

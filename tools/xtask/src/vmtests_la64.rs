@@ -211,11 +211,15 @@ pub fn vm_cases() -> Vec<VmCase> {
             "la64-lvz-rollover: LVZ backend, 18 VMs on 4-bit GIDs (vmid4), every VM passing",
             check_lvz_rollover,
         ),
-        on_lvz(
-            &hostile,
-            "la64-lvz-hostile: LVZ backend, an attacker VM and a victim VM sharing pCPU 0",
-            check_hostile_lvz,
-        ),
+        VmCase {
+            config: "configs/test/la64-lvz-hostile.toml",
+            ..on_lvz(
+                &hostile,
+                "la64-lvz-hostile: LVZ backend, an attacker VM and a victim VM sharing pCPU 0, \
+                 also the nx and tlb-garbage phases",
+                check_hostile_lvz,
+            )
+        },
     ];
     let mut cases = vec![
         one_vm,
@@ -326,6 +330,12 @@ fn check_hostile_lvz(log: &str) -> Vec<String> {
         problems.push("the attacker did not see LVZ guest mode (cpucfg 0x4000_0000)".into());
     }
     problems.extend(check_hostile(log));
+    // The two phases that reproduce the LVZ emulator's fixed bugs.
+    for p in ["attack-nx", "attack-tlb-garbage"] {
+        if !log.contains(&format!("[attacker] PASS {p}")) {
+            problems.push(format!("attacker: no \"PASS {p}\""));
+        }
+    }
     problems
 }
 
@@ -343,6 +353,31 @@ const ATTACK_PHASES: &[&str] = &[
     "attack-timer0",
     "attack-intc",
 ];
+
+/// The attacker's probes of the legacy I/O window (its `memory` phase, on
+/// kestrel) at least this many: 2156 in its build, every one answered.
+const LEGACY_IO_MIN_PROBES: u64 = 2000;
+
+/// The attacker probed kestrel's legacy I/O window and every answer was
+/// the window's (`ATTACK memory: legacy I/O window 0x18000000+0x4000: N
+/// probes (...), B bad` with N at least [`LEGACY_IO_MIN_PROBES`], B 0).
+pub(crate) fn check_legacy_io<'a>(mut lines: impl Iterator<Item = &'a str>) -> Option<String> {
+    const HEAD: &str = "ATTACK memory: legacy I/O window 0x18000000+0x4000: ";
+    let Some(rest) = lines.find_map(|l| l.split_once(HEAD).map(|(_, r)| r)) else {
+        return Some("the attacker did not probe the legacy I/O window (its memory phase)".into());
+    };
+    let probes = rest.split(' ').next().and_then(|n| n.parse::<u64>().ok());
+    let bad = rest
+        .rsplit_once(", ")
+        .and_then(|(_, b)| b.strip_suffix(" bad"))
+        .and_then(|n| n.trim().parse::<u64>().ok());
+    match (probes, bad) {
+        (Some(p), Some(0)) if p >= LEGACY_IO_MIN_PROBES => None,
+        _ => Some(format!(
+            "the attacker's legacy I/O window probes: {HEAD}{rest} (want at least {LEGACY_IO_MIN_PROBES}, 0 bad)"
+        )),
+    }
+}
 
 /// The victim's part of the time either VM ran in its window must be at
 /// least this (permille): half its fair share (1/2: two vCPUs, one pCPU).
@@ -387,6 +422,7 @@ fn check_hostile(log: &str) -> Vec<String> {
     if !log.contains("ATTACK spin: ") {
         problems.push("the attacker did not reach its final phase".into());
     }
+    problems.extend(check_legacy_io(log.lines()));
     match (victim_seconds(log), probe_span(log)) {
         (Some((a, b)), Some((x, y))) if a * 1000 <= x && y <= b * 1000 => {}
         (Some((a, b)), Some((x, y))) => problems.push(format!(
@@ -801,6 +837,7 @@ mod tests {
         log.push_str(
             "[attacker] ATTACK memory: direct-address loads and stores at counter 3000-4200 ms\n",
         );
+        log.push_str("[attacker] ATTACK memory: legacy I/O window 0x18000000+0x4000: 2156 probes (every load and store width, i8042 commands, both edges), 0 bad\n");
         log.push_str("[attacker] ATTACK ran (ms in each second of the counter from 0): 0 900 500 500 500 500 500 500 500 900\n");
         log.push_str("[attacker] RESULT: 9 passed, 0 failed\n");
         for p in [
@@ -846,6 +883,9 @@ mod tests {
             ("PASS attack-hvcl", "FAIL attack-hvcl"),
             ("ATTACK spin", "ATTACK spun"),
             ("[victim] RESULT: 4 passed, 0 failed\n", ""),
+            ("legacy I/O window", "legacy window"),
+            ("2156 probes", "156 probes"),
+            ("edges), 0 bad", "edges), 3 bad"),
         ] {
             let bad = log.replace(from, to);
             assert!(

@@ -611,6 +611,14 @@ pub const LA64_LVZ_REBOOT_CASE: &str =
     "linux-la64 on kestrel LVZ reboot: 1 VM x 2 vCPUs, root on virtio-blk, reboot -f through the GED once, the second boot finds its count on the disk";
 const LA64_LVZ_REBOOT_CONFIG: &str = "configs/la64-linux-reboot.toml";
 
+/// One Debian loong64 VM (2 vCPUs) booted with `console=ttyS0` and
+/// nothing else on its command line.
+pub const LA64_LVZ_PLAIN_CASE: &str =
+    "linux-la64 on kestrel LVZ plain: 1 VM x 2 vCPUs, the command line console=ttyS0 and nothing else, the legacy I/O window probed by i8042";
+const LA64_LVZ_PLAIN_CONFIG: &str = "configs/la64-linux-plain.toml";
+/// The whole command line of [`LA64_LVZ_PLAIN_CONFIG`]'s VM.
+const LA64_PLAIN_CMDLINE: &str = "console=ttyS0";
+
 /// The test guest's attacker beside a Debian loong64 victim VM, sharing
 /// two pCPUs: every attack phase, the interrupt controllers' and virtio's
 /// included.
@@ -701,6 +709,45 @@ fn lvz_test_la64_2vm() -> Verdict {
         }
         problems
     })
+}
+
+/// Boots [`LA64_LVZ_PLAIN_CASE`]: the VM passes its test with the
+/// defaults of `/init` (2 CPUs online, FP on each), as any LVZ Linux VM
+/// (PV IPIs, steal time, kestrel's clean power-off); its kernel saw the
+/// plain command line and nothing more, mapped the legacy I/O window from
+/// the device tree's `isa` node, and its i8042 probe found no controller
+/// there (the driver ran: nothing left it out).
+fn lvz_test_la64_plain() -> Verdict {
+    lvz_boot_la64(LA64_LVZ_PLAIN_CONFIG, 1024, judge_lvz_la64_plain)
+}
+
+fn judge_lvz_la64_plain(b: &Boot) -> Vec<String> {
+    let mut problems = judge_lvz_la64(b, &[("plain0", PASS_2)]);
+    let cmdline = b.lines.iter().find_map(|l| {
+        let (_, rest) = l.text.split_once("Kernel command line: ")?;
+        l.text.contains("[plain0]").then(|| rest.trim().to_string())
+    });
+    match cmdline {
+        None => problems.push("plain0: no \"Kernel command line:\" in its log".into()),
+        Some(c) if c != LA64_PLAIN_CMDLINE => problems.push(format!(
+            "plain0: the kernel's command line is {c:?}, want {LA64_PLAIN_CMDLINE:?} alone"
+        )),
+        Some(_) => {}
+    }
+    for want in [
+        "ISA Bridge: /isa@18000000",
+        "IO 0x0000000018000000..0x0000000018003fff  ->  0x0000000000000000",
+        "i8042: No controller found",
+    ] {
+        if !b
+            .lines
+            .iter()
+            .any(|l| l.text.contains("[plain0]") && l.text.contains(want))
+        {
+            problems.push(format!("plain0: its log lacks {want:?}"));
+        }
+    }
+    problems
 }
 
 /// Boots [`LA64_LVZ_REBOOT_CASE`]: the VM's two boots in order (the first
@@ -846,6 +893,9 @@ fn judge_lvz_la64_hostile(b: &Boot) -> Vec<String> {
         if n != 1 {
             problems.push(format!("{n} \"PASS {p}\" from the attacker, want 1"));
         }
+    }
+    if let Some(p) = crate::vmtests_la64::check_legacy_io(b.lines.iter().map(|l| l.text.as_str())) {
+        problems.push(p);
     }
     if line_of("[attacker] ATTACK intc: ")
         .is_none_or(|l| !l.text.contains("own interrupt back: yes"))
@@ -1058,6 +1108,7 @@ pub fn smoke_tests_la64(sel: &Selection) -> Vec<Test<'static>> {
         LA64_LVZ_CASE,
         LA64_LVZ_2VM_CASE,
         LA64_LVZ_REBOOT_CASE,
+        LA64_LVZ_PLAIN_CASE,
         LA64_LVZ_HOSTILE_CASE,
     ];
     if !names.iter().any(|n| sel.matches(n)) {
@@ -1076,6 +1127,7 @@ pub fn smoke_tests_la64(sel: &Selection) -> Vec<Test<'static>> {
             Test::new(LA64_LVZ_CASE, lvz_test_la64),
             Test::new(LA64_LVZ_2VM_CASE, lvz_test_la64_2vm),
             Test::new(LA64_LVZ_REBOOT_CASE, lvz_test_la64_reboot),
+            Test::new(LA64_LVZ_PLAIN_CASE, lvz_test_la64_plain),
             Test::new(LA64_LVZ_HOSTILE_CASE, lvz_test_la64_hostile),
         ],
         Err(why) => {

@@ -439,3 +439,45 @@ fn a_crash_writes_the_piece_under_way_and_kestrels_lines() {
         " bytesERROR the cause\r\nmore\r\n".to_string()
     );
 }
+
+/// The memory the buffers hold is taken when a VM is added and does not
+/// move with the traffic, floods and drops included: a restart's heap
+/// figure (the reboot cases judge leaks by it) does not depend on how far
+/// behind the UART was.
+#[test]
+fn the_buffers_memory_is_fixed_whatever_the_traffic() {
+    let capacities = |o: &Outbox| {
+        let q = |q: &Queue| (q.bytes.capacity(), q.chunks.capacity());
+        (
+            q(&o.kestrel),
+            o.vms.iter().map(q).collect::<Vec<_>>(),
+            o.prefix.capacity(),
+        )
+    };
+    for lines in [false, true] {
+        let mut o = outbox(lines, &["a", "b"]);
+        let before = capacities(&o);
+        assert!(before
+            .1
+            .iter()
+            .all(|&(b, c)| b >= VM_BUFFER && c >= VM_CHUNKS));
+        assert!(before.0 .0 >= KESTREL_RESERVE && before.0 .1 >= KESTREL_CHUNKS);
+        let mut u = Uart::new(3);
+        for round in 0..3000 {
+            // Pieces of every size, some that cannot share a chunk, a
+            // flood past the buffer, kestrel's lines past its bound.
+            let piece = vec![b'x'; 1 + round % 700];
+            o.push_vm(round % 2, &piece);
+            o.push_vm(0, b"\r\n");
+            o.push_log(format!("[cpu0] INFO  line {round}\r\n").as_bytes());
+            if round % 97 == 0 {
+                o.push_notice(b"kestrel: a notice\r\n");
+            }
+            o.drain(|b| u.write(b), 16);
+        }
+        drain_all(&mut o, &mut u);
+        assert_eq!(capacities(&o), before, "log mode {lines}");
+        assert!(o.counters(0).dropped > 0, "the flood overran the buffer");
+        assert!(u.text().contains("kestrel's own messages dropped"));
+    }
+}

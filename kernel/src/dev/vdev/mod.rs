@@ -1,10 +1,12 @@
 //! Emulated devices a VM sees, as plain register models, and the per-VM
 //! MMIO [`bus`] that routes a trapped access (address, width, value) to them.
-//! [`uart`] and [`poweroff`] put the models on the bus; the vGIC's frames are
+//! [`uart`] and [`poweroff`] put the models on the bus, [`isaio`] is a
+//! legacy I/O port window where no port answers; the vGIC's frames are
 //! in `crate::dev::vgic::mmio`; [`env`] is the environment devices act through,
 //! written once over the hypervisor, VM and vCPU.
 
 pub mod bus;
+pub mod isaio;
 pub mod ns16550;
 pub mod pl011;
 pub mod poweroff;

@@ -1,7 +1,8 @@
 //! A LoongArch VM's guest physical map, as QEMU `virt` lays it out: the
 //! first [`LOW_RAM`] bytes of the VM's RAM at guest physical 0, the rest at
 //! [`HIGH_RAM_BASE`], devices in between (the console 16550 at
-//! [`UART`], the power-off register at [`POWEROFF`]).
+//! [`UART`], the power-off register at [`POWEROFF`], the legacy I/O port
+//! window at [`ISA_IO`]).
 
 use alloc::vec::Vec;
 
@@ -19,6 +20,12 @@ pub const UART_IRQ: u32 = 2;
 /// virtio-mmio transports: (base of the first, bytes each, PCH-PIC line
 /// of the first), in QEMU virt's platform-bus window.
 pub const VIRTIO: (u64, u64, u32) = (0x1600_0000, 0x200, 16);
+/// The legacy (ISA) I/O port window, where Loongson boards and QEMU virt
+/// decode it: port N is the byte at `ISA_IO + N`, [`ISA_IO_SIZE`] bytes
+/// of ports (one 16 KiB page, Linux's LoongArch page size). No port
+/// answers in it (`dev::vdev::isaio`: reads all-ones, writes ignored).
+pub const ISA_IO: u64 = 0x1800_0000;
+pub const ISA_IO_SIZE: u64 = 0x4000;
 /// The power-off register: a byte write of [`POWEROFF_VALUE`] ends the VM.
 pub const POWEROFF: u64 = 0x100e_001c;
 pub const POWEROFF_VALUE: u64 = 0x34;
@@ -112,6 +119,27 @@ mod tests {
         assert_eq!(ram_ranges(size), [(0, LOW_RAM), (HIGH_RAM_BASE, 256 << 20)]);
         for off in [0, 1, LOW_RAM - 1, LOW_RAM, size - 1] {
             assert_eq!(ram_offset(gpa_of(off), size), Some(off));
+        }
+    }
+
+    #[test]
+    fn the_io_window_is_in_the_device_hole_and_alone() {
+        let size = 4 << 30;
+        let end = ISA_IO + ISA_IO_SIZE;
+        for gpa in [ISA_IO, ISA_IO + 0x64, end - 1] {
+            assert_eq!(ram_offset(gpa, size), None);
+        }
+        assert!(ISA_IO >= LOW_RAM && end <= HIGH_RAM_BASE);
+        // Clear of the other devices, the 48 virtio transports the
+        // PCH-PIC's lines from 16 allow included.
+        let virtio_end = VIRTIO.0 + 48 * VIRTIO.1;
+        for (base, len) in [
+            (PCH_PIC, PCH_PIC_SIZE),
+            (VIRTIO.0, virtio_end - VIRTIO.0),
+            (UART, 8),
+            (POWEROFF, RESET_OFFSET + 1),
+        ] {
+            assert!(base + len <= ISA_IO || end <= base, "{base:#x}");
         }
     }
 

@@ -465,6 +465,16 @@ fn loongarch_guest_tree_round_trips_through_fdt_crate() {
     assert_eq!(u32p(&vio, "interrupt-parent"), u32p(&pch, "phandle"));
     assert_eq!(cells(&vio, "interrupts"), [16, 4]);
 
+    // The legacy I/O ports: an ISA bridge (named `isa`, as Linux's
+    // address translation knows the bus) whose I/O space (first cell bit
+    // 0) from port 0 is 16 KiB at 0x1800_0000.
+    let isa = fdt.find_node("/isa@18000000").unwrap();
+    assert_eq!(isa.property("compatible").unwrap().as_str(), Some("isa"));
+    assert_eq!(u32p(&isa, "#address-cells"), 2);
+    assert_eq!(u32p(&isa, "#size-cells"), 1);
+    assert_eq!(cells(&isa, "ranges"), [1, 0, 0, 0x1800_0000, 0x4000]);
+    assert!(isa.property("reg").is_none());
+
     let off = fdt.find_node("/poweroff").unwrap();
     assert_eq!(regs(&off), [(0x100e_001c, 1)]);
     assert_eq!(off.property("value").unwrap().as_usize(), Some(0x34));

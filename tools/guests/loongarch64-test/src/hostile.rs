@@ -9,7 +9,8 @@
 //! every `hvcl` code and garbage functions, privileged and undefined
 //! instructions, `ertn` with garbage PRMD/ERA, loads from every 2 MiB of
 //! the first 16 GiB of guest physical space (direct, through a DMW window and
-//! through TLB entries it writes), and interrupt/exception storms. Each probe
+//! through TLB entries it writes), loads and stores of every width across
+//! kestrel's legacy I/O window, and interrupt/exception storms. Each probe
 //! must get an architectural answer: a value, or the exception the manual
 //! names with the right ECODE; anything else is counted as bad. One
 //! `ATTACK <phase>: ...` line and one `PASS`/`FAIL attack-<phase>` line per
@@ -1796,6 +1797,113 @@ fn attack_user(kestrel: bool) -> Tally {
 /// under 1 s more and starts its window on the next whole second).
 const MEMORY_NOT_BEFORE_S: u64 = 3;
 
+/// The legacy I/O port window kestrel gives every LoongArch VM (the device
+/// tree's `isa@18000000`: port N at `ISA_IO + N`), where no port answers.
+const ISA_IO: u64 = 0x1800_0000;
+const ISA_IO_SIZE: u64 = 0x4000;
+
+/// Loads and stores of every width at ports across the legacy I/O window:
+/// each load reads all-ones of its width (sign-extended by the signed
+/// loads), no store changes what a load reads (the i8042's commands
+/// included), nothing raises an exception; a load or store just below or
+/// just past the window raises ADE with BADV = its address (nothing is
+/// there). Expects direct-address mode; reloads the stubs.
+fn attack_legacy_io(t: &mut Tally) {
+    // (opcode, bytes, sign-extending) of ld.b ld.h ld.w ld.d ld.bu ld.hu
+    // ld.wu; then st.b st.h st.w st.d; rd = a0, rj = a1, offset 0.
+    const LOADS: [(u32, u64, bool); 7] = [
+        (0x2800_0000, 1, true),
+        (0x2840_0000, 2, true),
+        (0x2880_0000, 4, true),
+        (0x28c0_0000, 8, true),
+        (0x2a00_0000, 1, false),
+        (0x2a40_0000, 2, false),
+        (0x2a80_0000, 4, false),
+    ];
+    const STORES: [(u32, u64); 4] = [
+        (0x2900_0000, 1),
+        (0x2940_0000, 2),
+        (0x2980_0000, 4),
+        (0x29c0_0000, 8),
+    ];
+    load(
+        LOADS
+            .iter()
+            .map(|l| l.0)
+            .chain(STORES.iter().map(|s| s.0))
+            .map(|op| op | A1 << 5 | A0),
+    );
+    let ones = |bytes: u64, signed: bool| {
+        if signed || bytes == 8 {
+            u64::MAX
+        } else {
+            (1 << (8 * bytes)) - 1
+        }
+    };
+    // Every load width at port `port` (rounded down to its alignment).
+    let loads_at = |t: &mut Tally, port: u64| {
+        for (i, &(_, bytes, signed)) in LOADS.iter().enumerate() {
+            let a = ISA_IO + (port & !(bytes - 1));
+            let mut r = [0x5a5a_0000_0000_1234, a, 0, 0, 0, 0];
+            if t.quiet("legacy I/O load", a, run(i, &mut r)) && r[0] != ones(bytes, signed) {
+                t.bad(format_args!(
+                    "legacy I/O {bytes}-byte load at {a:#x} read {:#x}",
+                    r[0]
+                ));
+            }
+        }
+    };
+    let store_at = |t: &mut Tally, k: usize, port: u64, v: u64| {
+        let a = ISA_IO + (port & !(STORES[k].1 - 1));
+        t.quiet(
+            "legacy I/O store",
+            a,
+            run(LOADS.len() + k, &mut [v, a, 0, 0, 0, 0]),
+        );
+    };
+    // The i8042 as its driver probes it: flush (status, data), then the
+    // controller self-test and read-CTR commands, then the data port.
+    for port in [0x64, 0x60] {
+        loads_at(t, port);
+    }
+    for cmd in [0xaa, 0x20, 0xa9, 0xd4] {
+        store_at(t, 0, 0x64, cmd);
+        loads_at(t, 0x64);
+        loads_at(t, 0x60);
+    }
+    // The first and last ports, then garbage at random ports.
+    for port in [0, 1, ISA_IO_SIZE - 8, ISA_IO_SIZE - 1] {
+        loads_at(t, port);
+    }
+    let mut rng = Rng(0x0180_0000_6064_1f1f);
+    for _ in 0..256 {
+        let x = rng.next();
+        let port = x % ISA_IO_SIZE;
+        store_at(t, (x >> 20) as usize % STORES.len(), port, rng.next());
+        loads_at(t, port);
+    }
+    // Both edges: nothing below or past the window.
+    for (i, a) in [
+        (3, ISA_IO - 8),
+        (0, ISA_IO - 1),
+        (0, ISA_IO + ISA_IO_SIZE),
+        (3, ISA_IO + ISA_IO_SIZE),
+        (LOADS.len(), ISA_IO + ISA_IO_SIZE),
+        (LOADS.len() + 3, ISA_IO - 8),
+    ] {
+        let r = run(i, &mut [0, a, 0, 0, 0, 0]);
+        if let Err(c) = r {
+            if c.badv != a {
+                t.bad(format_args!(
+                    "legacy I/O edge {a:#x}: BADV {:#x}, not the address",
+                    c.badv
+                ));
+            }
+        }
+        t.raises("legacy I/O edge", a, 8, r);
+    }
+}
+
 fn attack_memory(kestrel: bool) -> Tally {
     let mut t = Tally::new();
     const CHUNK: usize = 2 << 20;
@@ -1925,6 +2033,16 @@ fn attack_memory(kestrel: bool) -> Tally {
         ms(da_start),
         ms(cpu::now())
     );
+    // kestrel's legacy I/O window, in direct-address mode too.
+    if kestrel {
+        let (probes, bad) = (t.probes, t.bad);
+        attack_legacy_io(&mut t);
+        println!(
+            "ATTACK memory: legacy I/O window {ISA_IO:#x}+{ISA_IO_SIZE:#x}: {} probes (every load and store width, i8042 commands, both edges), {} bad",
+            t.probes - probes,
+            t.bad - bad
+        );
+    }
     // 2. Paged mode: DMW0 = VSEG 0 identity (PLV0, cached) keeps this code
     // running; DMW1 = 0x9000... (PLV0, cached) as Linux has it.
     wr(0x180, 1 | 1 << 4);

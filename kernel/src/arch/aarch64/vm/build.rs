@@ -6,6 +6,7 @@ use alloc::format;
 use alloc::string::String;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
+use core::sync::atomic::{AtomicBool, Ordering};
 use spin::{Mutex, MutexGuard};
 
 use kestrel_abi::package::ConsoleKind;
@@ -13,9 +14,10 @@ use kestrel_abi::package::ConsoleKind;
 use crate::dev::vgic::{GicVersion, Vgic, VgicConfig};
 use crate::guest::arm64::idregs::IdConfig;
 use crate::host::board::{BoardInfo, IrqChip};
-use crate::mem::frames::FramePool;
+use crate::mem::frames::{FramePool, FRAME};
+use crate::mem::imageload::{ImageLoad, Piece, LOAD_STEP};
 use crate::vcpu::stats::Stats;
-use crate::vm::{Hypervisor, Vm};
+use crate::vm::{Hypervisor, RunExit, Vm, VmEnd};
 use crate::vmm::passthrough::SpiRoute;
 use crate::vmm::vmconfig::{VmSpec, GUEST_GICC};
 use crate::vmm::{Built, Machine};
@@ -28,20 +30,23 @@ use super::vcpu::{VcpuShared, VcpuState};
 use super::{Arm64Backend, VmState, NR_SPIS, VTIMER_PPI};
 use crate::vmm::passthrough as pt;
 
-/// Copies `spec`'s kernel and initrd and the guest DTB `dtb` into `ram`
-/// (their blocks zeroed and mapped first), cleaned to the point of
-/// coherency, and drops stale instructions.
-fn load_images(ram: &VmRam, spec: &VmSpec<'static>, dtb: &[u8]) -> Result<(), String> {
-    let copy = |gpa, data: &[u8]| ram.copy_in(gpa, data);
-    copy(spec.kernel_gpa, spec.kernel).map_err(|e| format!("kernel: {e}"))?;
+/// `spec`'s kernel and initrd and the guest DTB `dtb`, as pieces to copy
+/// into the VM's RAM (their blocks zeroed and mapped first, cleaned to the
+/// point of coherency by [`VmRam::copy_in`]).
+fn images(spec: &VmSpec<'static>, dtb: &[u8]) -> ImageLoad {
+    let mut pieces = Vec::from([Piece::new(spec.kernel_gpa, spec.kernel, "kernel")]);
     if let Some(initrd) = spec.initrd {
-        copy(spec.initrd_gpa, initrd).map_err(|e| format!("initrd: {e}"))?;
+        pieces.push(Piece::new(spec.initrd_gpa, initrd, "initrd"));
     }
-    copy(spec.dtb_gpa, dtb).map_err(|e| format!("dtb: {e}"))?;
+    pieces.push(Piece::new(spec.dtb_gpa, dtb.to_vec(), "dtb"));
+    ImageLoad::new(pieces)
+}
+
+/// The images are in: stale instructions go.
+fn images_in() {
     // SAFETY: invalidates the instruction cache so the copied kernel is
     // fetched from memory.
     unsafe { core::arch::asm!("dsb ish", "ic ialluis", "dsb ish", "isb", options(nostack)) };
-    Ok(())
 }
 
 impl Arm64Backend {
@@ -83,7 +88,8 @@ impl Arm64Backend {
     /// stage 2 (and its passthrough regions); its RAM blocks are unmapped
     /// and untouched again (zeroed at their next first touch; identity RAM
     /// is zeroed whole), no translation of its old life survives in any TLB,
-    /// its kernel, initrd and DTB are copied in again, its vGIC, devices and
+    /// its kernel, initrd and DTB are to be copied in again by its vCPU 0
+    /// before it enters ([`Arm64Backend::reload_step`]), its vGIC, devices and
     /// vCPUs are as at creation (a disk keeps its data), and its forwarded
     /// SPIs are disabled and deactivated until its first vCPU runs again.
     pub(super) fn restart(
@@ -102,7 +108,10 @@ impl Arm64Backend {
         // VMID: the core drops it, but it can come back before a rollover).
         let cpu = super::super::percpu::index();
         st.ram.reset(|| self.service_fp(cpu));
-        load_images(&st.ram, &st.spec, &st.dtb)?;
+        // The images go in while vCPU 0 runs, a step at a time
+        // (`reload_step`): the restarting pCPU copies nothing.
+        *st.reload.lock() = Some(images(&st.spec, &st.dtb));
+        st.reloading.store(true, Ordering::Release);
         let pt = &st.passthrough;
         *st.vgic.lock() =
             self.new_vgic(vcpus.len(), !st.spec.passthrough.is_empty(), &pt.routes)?;
@@ -122,6 +131,36 @@ impl Arm64Backend {
             stage2::flush_all_vmids();
         }
         Ok(())
+    }
+}
+
+impl Arm64Backend {
+    /// One step of a restart's image reload, on vCPU 0 before it enters
+    /// the guest: at most [`LOAD_STEP`] bytes copied and one block zeroed
+    /// ([`ImageLoad::step`]). Each step is one [`crate::vm::Backend::run`]
+    /// of vCPU 0, which the run loop preempts at the end of its slice like
+    /// any vCPU: a 64 MiB initrd costs the restarting VM its own time and
+    /// nobody else's. The other vCPUs are parked until vCPU 0 starts them.
+    pub(super) fn reload_step(&self, vm: &Vm<Self>) -> RunExit {
+        let st = &vm.arch;
+        let mut reload = st.reload.lock();
+        let done = match reload.as_mut() {
+            Some(load) => load.step(LOAD_STEP, FRAME, |gpa, d| st.ram.copy_in(gpa, d)),
+            None => Ok(true),
+        };
+        match done {
+            Ok(false) => RunExit::Continue,
+            Ok(true) => {
+                *reload = None;
+                images_in();
+                st.reloading.store(false, Ordering::Release);
+                RunExit::Continue
+            }
+            Err(e) => {
+                *reload = None;
+                RunExit::VmEnd(VmEnd::Fatal(format!("restart failed: {e}")))
+            }
+        }
     }
 }
 
@@ -239,7 +278,8 @@ impl Machine for Arm64Backend {
             ipa_bits: s2.ipa_bits(),
         };
         let dtb = spec.guest_dtb_with(v3, pt_nodes);
-        load_images(&ram, spec, &dtb)?;
+        images(spec, &dtb).run_all(FRAME, |gpa, d| ram.copy_in(gpa, d))?;
+        images_in();
         let devices =
             super::devices::build(vgic, spec, &mut |bytes| mem::disk_memory(pool, bytes))?;
         // Last: nothing can refuse the VM after its devices are claimed.
@@ -261,6 +301,8 @@ impl Machine for Arm64Backend {
                 })
                 .collect(),
             passthrough: VmPassthrough::new(forwarded),
+            reload: Mutex::new(None),
+            reloading: AtomicBool::new(false),
         };
         let mut states: Vec<VcpuState> = (0..vcpus)
             .map(|i| VcpuState::new(i, stats, self.dbg_points))

@@ -33,7 +33,7 @@ use crate::dev::vgic::GicVersion;
 use crate::guest::arm64::idregs::IdConfig;
 use crate::mem::vmid::VmidAllocator;
 use crate::vcpu::fpu::{self, pcpu::PcpuFp, FpPolicy};
-use crate::vcpu::stats::{Counter, HOST};
+use crate::vcpu::stats::{self, Counter, HOST};
 use crate::vcpu::steal::{self, PvTimeRegion};
 use crate::vm::exitctx::ExitCtx;
 use crate::vm::{Backend, Hypervisor, RunExit, Vcpu, Vm, VmEnd};
@@ -97,6 +97,10 @@ pub struct VmState {
     pub shared: Vec<VcpuShared>,
     /// Host SPIs forwarded to this VM (device passthrough).
     pub passthrough: passthrough::VmPassthrough,
+    /// A restart's image reload still under way (`reload_step`), and
+    /// whether there is one (read at each run of vCPU 0).
+    pub reload: spin::Mutex<Option<crate::mem::imageload::ImageLoad>>,
+    pub reloading: AtomicBool,
 }
 
 /// Per-pCPU state of the backend.
@@ -183,6 +187,25 @@ fn update_steal(vm: &Vm<Arm64Backend>, vcpu: &Vcpu<Arm64Backend>) {
         .is_err()
     {
         vcpu.steal.write_failed();
+    }
+}
+
+/// A physical interrupt pending at a guest exit (or while a vCPU is loaded
+/// and not entered: `reload_step`): acknowledged, what it means to the
+/// backend done ([`host_irq`], passthrough), ended; at kestrel's tick the
+/// deadlines and the console are looked at.
+fn take_irq(hv: &Hypervisor<Arm64Backend>, cpu: usize) {
+    if let Some(irq) = exceptions::ack() {
+        let intid = irq.intid;
+        // A forwarded device SPI is only priority-dropped: the guest's
+        // deactivation ends it (list register HW bit).
+        let forwarded = host_irq(intid) || passthrough::on_irq(intid);
+        irq.end(forwarded);
+        passthrough::drain(hv, cpu);
+        if intid == timer::PPI {
+            hv.check_timers(cpu, timer::counter());
+            vmm::poll_console(hv, cpu);
+        }
     }
 }
 
@@ -314,8 +337,21 @@ impl Backend for Arm64Backend {
 
     fn run(&self, env: &mut ExitCtx<'_, Self>, ctx: &mut VcpuState) -> RunExit {
         let (hv, cpu, vm, vcpu) = (env.hv, env.cpu, env.vm, env.vcpu);
+        if vcpu.index == 0 && vm.arch.reloading.load(Ordering::Acquire) {
+            let t = timer::counter();
+            let exit = self.reload_step(vm);
+            // No entry takes the tick (or a kick) for it: a pending
+            // interrupt is taken here, as at an exit (IRQs stay masked at
+            // EL2; ISR_EL1.I is the physical IRQ line here).
+            if mrs!("isr_el1") & (1 << 7) != 0 {
+                take_irq(hv, cpu);
+            }
+            vm.stats.note_step(timer::counter().saturating_sub(t));
+            return exit;
+        }
         self.prepare_entry(cpu, vm, vcpu, ctx);
         let kind = switch::enter(&mut ctx.regs);
+        let exited = timer::counter();
         let syn = exits::Syndrome {
             esr: mrs!("esr_el2"),
             far: mrs!("far_el2"),
@@ -328,18 +364,7 @@ impl Backend for Arm64Backend {
             8 | 12 => exits::sync(env, ctx, syn),
             9 | 10 | 13 | 14 => {
                 vm.stats.exit(crate::vcpu::stats::ExitReason::Irq);
-                if let Some(irq) = exceptions::ack() {
-                    let intid = irq.intid;
-                    // A forwarded device SPI is only priority-dropped: the
-                    // guest's deactivation ends it (list register HW bit).
-                    let forwarded = host_irq(intid) || passthrough::on_irq(intid);
-                    irq.end(forwarded);
-                    passthrough::drain(hv, cpu);
-                    if intid == timer::PPI {
-                        hv.check_timers(cpu, timer::counter());
-                        vmm::poll_console(hv, cpu);
-                    }
-                }
+                take_irq(hv, cpu);
                 RunExit::Continue
             }
             _ => RunExit::VmEnd(VmEnd::Fatal(format!(
@@ -349,6 +374,12 @@ impl Backend for Arm64Backend {
         };
         self.service_fp(cpu);
         ctx.blocking = matches!(exit, RunExit::Block);
+        let what = match kind {
+            8 | 12 => ((syn.esr >> 26) & 0x3f) as u8,
+            _ => stats::what::IRQ,
+        };
+        vm.stats
+            .note_exit(timer::counter().saturating_sub(exited), what);
         exit
     }
 

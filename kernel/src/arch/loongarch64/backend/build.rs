@@ -16,7 +16,8 @@ use crate::guest::loongarch::efi;
 use crate::guest::loongarch::iocsr::VIpi;
 use crate::guest::loongarch::layout;
 use crate::host::board::BoardInfo;
-use crate::mem::frames::FramePool;
+use crate::mem::frames::{FramePool, FRAME};
+use crate::mem::imageload::{ImageLoad, Piece, LOAD_STEP};
 use crate::vcpu::stats::Stats;
 use crate::vm::{Hypervisor, RunExit, Vm, VmEnd};
 use crate::vmm::fdt_build::{guest_dtb_loongarch, LoongArchDtbSpec};
@@ -66,8 +67,10 @@ impl<M: Mode> Machine for LaBackend<M> {
                 })
                 .collect(),
             rebuild: AtomicUsize::new(0),
+            reload: Mutex::new(None),
         };
-        let boot = load_images(&st, spec)?;
+        let (mut load, boot) = images(&st, spec)?;
+        load.run_all(FRAME, |off, d| st.copy_in(off, d))?;
         let created = csr::rdtime();
         let mut vcpus: Vec<M::Vcpu> = (0..n).map(|i| M::Vcpu::new(i, stats, created)).collect();
         vcpus[0].reset(0, boot.entry, boot.args);
@@ -97,7 +100,7 @@ impl<M: Mode> LaBackend<M> {
     /// each with a new epoch (its old translations are dropped at its next
     /// load anywhere, and the core gives the VM a new VMID); and the
     /// rebuild is marked: vCPU 0, the only one started, zeroes the RAM and
-    /// loads the images in its own time, a step per run before it enters
+    /// copies the images in its own time, a step per run before it enters
     /// ([`LaBackend::rebuild_step`]). (The restarting pCPU did it all at
     /// once, not serving the FP write-backs other pCPUs waited for: a reset
     /// storm from a second vCPU cost a victim VM 235 ms of its timer, issue
@@ -119,6 +122,7 @@ impl<M: Mode> LaBackend<M> {
             sh.parked.store(i != 0, Ordering::Release);
             *sh.boot.lock() = None;
         }
+        *st.reload.lock() = None;
         st.rebuild.store(1, Ordering::Release);
         let created = csr::rdtime();
         for (i, ctx) in vcpus.iter_mut().enumerate() {
@@ -133,12 +137,22 @@ impl<M: Mode> LaBackend<M> {
 
     /// One step of a restart's rebuild (`rebuild` != 0), on vCPU 0
     /// (registers `ctx`) before it enters the guest: zeroes the next 2 MiB
-    /// frame of the VM's RAM; after the last, loads its images and points
-    /// vCPU 0 at their entry. Each step is one [`crate::vm::Backend::run`]
-    /// of vCPU 0: the run loop preempts it at the end of its slice like any
-    /// vCPU, so the rebuild costs the restarting VM its own time and nobody
-    /// else's.
+    /// frame of the VM's RAM; after the last, copies the next piece of its
+    /// images ([`ImageLoad::step`], at most [`LOAD_STEP`] bytes); after the
+    /// last piece, points vCPU 0 at their entry. Each step is one
+    /// [`crate::vm::Backend::run`] of vCPU 0, which takes the interrupts
+    /// pending meanwhile (kestrel's tick among them): the run loop
+    /// preempts it at the end of its slice like any vCPU, so the rebuild
+    /// costs the restarting VM its own time and nobody else's.
     pub(super) fn rebuild_step(&self, vm: &Vm<Self>, ctx: &mut M::Vcpu) -> RunExit {
+        let exit = self.rebuild_one(vm, ctx);
+        // No entry and exit takes them for it (CRMD.IE is 0 here).
+        csr::irq_enable();
+        csr::irq_disable();
+        exit
+    }
+
+    fn rebuild_one(&self, vm: &Vm<Self>, ctx: &mut M::Vcpu) -> RunExit {
         let st = &vm.arch;
         let next = st.rebuild.load(Ordering::Acquire);
         if let Some(&f) = st.ram.frames.get(next.wrapping_sub(1)) {
@@ -146,38 +160,55 @@ impl<M: Mode> LaBackend<M> {
             st.rebuild.store(next + 1, Ordering::Release);
             return RunExit::Continue;
         }
-        match load_images(st, &st.spec) {
-            Ok(boot) => {
-                st.rebuild.store(0, Ordering::Release);
+        let mut reload = st.reload.lock();
+        if reload.is_none() {
+            match images(st, &st.spec) {
+                Ok(r) => *reload = Some(r),
+                Err(e) => return RunExit::VmEnd(VmEnd::Fatal(format!("restart failed: {e}"))),
+            }
+        }
+        let Some((load, boot)) = reload.as_mut() else {
+            return RunExit::Continue;
+        };
+        match load.step(LOAD_STEP, FRAME, |off, d| st.copy_in(off, d)) {
+            Ok(false) => RunExit::Continue,
+            Ok(true) => {
                 ctx.reset(0, boot.entry, boot.args);
+                *reload = None;
+                st.rebuild.store(0, Ordering::Release);
                 RunExit::Continue
             }
-            Err(e) => RunExit::VmEnd(VmEnd::Fatal(format!("restart failed: {e}"))),
+            Err(e) => {
+                *reload = None;
+                RunExit::VmEnd(VmEnd::Fatal(format!("restart failed: {e}")))
+            }
         }
     }
 }
 
 /// Where the boot vCPU starts: its PC and a0-a2.
-struct BootRegs {
+pub(in crate::arch::loongarch64) struct BootRegs {
     entry: u64,
     args: [u64; 3],
 }
 
-/// Copies `spec`'s kernel, initrd, DTB and command line into `st`'s RAM
-/// (zeroed): at creation and at each restart.
-fn load_images(st: &VmState, spec: &VmSpec<'static>) -> Result<BootRegs, String> {
+/// `spec`'s kernel, initrd, DTB and command line as pieces to copy into
+/// `st`'s RAM (zeroed; the pieces' addresses are RAM offsets), and where
+/// vCPU 0 starts: at creation and at each restart.
+fn images(st: &VmState, spec: &VmSpec<'static>) -> Result<(ImageLoad, BootRegs), String> {
+    let mut pieces = Vec::new();
     let entry = match spec.kind {
-        GuestKind::TestElf | GuestKind::LinuxLoongArchElf => load_elf(st, spec.kernel)?,
+        GuestKind::TestElf | GuestKind::LinuxLoongArchElf => {
+            load_elf(st, spec.kernel, &mut pieces)?
+        }
         GuestKind::TestRaw => {
-            st.copy_in(spec.kernel_gpa, spec.kernel)
-                .map_err(|e| format!("kernel: {e}"))?;
+            pieces.push(Piece::new(spec.kernel_gpa, spec.kernel, "kernel"));
             spec.entry_gpa
         }
         GuestKind::LinuxLoongArchImage => {
             // The image at its text_offset (a RAM offset), entered at
             // kernel_entry in DA mode (kestrel_abi::image::LoongArchImage).
-            st.copy_in(spec.kernel_gpa, spec.kernel)
-                .map_err(|e| format!("kernel: {e}"))?;
+            pieces.push(Piece::new(spec.kernel_gpa, spec.kernel, "kernel"));
             layout::gpa_of(spec.entry_gpa)
         }
         GuestKind::LinuxArm64Image => {
@@ -185,8 +216,7 @@ fn load_images(st: &VmState, spec: &VmSpec<'static>) -> Result<BootRegs, String>
         }
     };
     if let Some(initrd) = spec.initrd {
-        st.copy_in(spec.initrd_gpa, initrd)
-            .map_err(|e| format!("initrd: {e}"))?;
+        pieces.push(Piece::new(spec.initrd_gpa, initrd, "initrd"));
     }
     let blob = match spec.dtb {
         crate::vmm::vmconfig::DtbSource::Provided(d) => d.to_vec(),
@@ -202,37 +232,37 @@ fn load_images(st: &VmState, spec: &VmSpec<'static>) -> Result<BootRegs, String>
                 .collect::<Vec<_>>(),
         }),
     };
-    st.copy_in(spec.dtb_gpa, &blob)
-        .map_err(|e| format!("dtb: {e}"))?;
     // The command line, NUL-terminated, right after the DTB (the spec's
     // "guest physical" addresses are RAM offsets: its RAM base is 0).
     let cmdline_off = (spec.dtb_gpa + blob.len() as u64 + 8) & !7;
     let mut cl = Vec::from(spec.cmdline.as_bytes());
     cl.push(0);
-    st.copy_in(cmdline_off, &cl)
-        .map_err(|e| format!("cmdline: {e}"))?;
+    let cl_len = cl.len() as u64;
+    pieces.push(Piece::new(spec.dtb_gpa, blob, "dtb"));
+    pieces.push(Piece::new(cmdline_off, cl, "cmdline"));
     // A Linux image gets the EFI protocol: a0 = 1 (EFI boot), a2 = an EFI
     // system table whose one configuration table names the DTB
     // (guest::loongarch::efi), placed after the command line.
     let (a0, a2) = if spec.kind == GuestKind::LinuxLoongArchImage {
-        let systab_off = (cmdline_off + cl.len() as u64 + 63) & !63;
+        let systab_off = (cmdline_off + cl_len + 63) & !63;
         let systab_gpa = layout::gpa_of(systab_off);
         let table = efi::system_table(systab_gpa, layout::gpa_of(spec.dtb_gpa));
-        st.copy_in(systab_off, &table)
-            .map_err(|e| format!("EFI system table: {e}"))?;
+        pieces.push(Piece::new(systab_off, table, "EFI system table"));
         (1, systab_gpa)
     } else {
         (0, layout::gpa_of(spec.dtb_gpa))
     };
-    Ok(BootRegs {
+    let boot = BootRegs {
         entry,
         args: [a0, layout::gpa_of(cmdline_off), a2],
-    })
+    };
+    Ok((ImageLoad::new(pieces), boot))
 }
 
-/// Loads an ELF's PT_LOAD segments at their physical address (masked to
-/// 48 bits, as QEMU does); returns the entry (the raw `e_entry`).
-fn load_elf(st: &VmState, elf: &[u8]) -> Result<u64, String> {
+/// An ELF's PT_LOAD segments as pieces at their physical address (masked
+/// to 48 bits, as QEMU does; the pieces' addresses are RAM offsets);
+/// returns the entry (the raw `e_entry`).
+fn load_elf(st: &VmState, elf: &'static [u8], pieces: &mut Vec<Piece>) -> Result<u64, String> {
     let u16_at = |o: usize| elf.get(o..o + 2).map(|b| u16::from_le_bytes([b[0], b[1]]));
     let u32_at = |o: usize| {
         elf.get(o..o + 4)
@@ -282,7 +312,7 @@ fn load_elf(st: &VmState, elf: &[u8]) -> Result<u64, String> {
                 "kernel: segment {i} at {paddr:#x} (+{memsz:#x}) spans the device window"
             ));
         }
-        st.copy_in(off, data).map_err(|e| format!("kernel: {e}"))?;
+        pieces.push(Piece::new(off, data, "kernel"));
         loaded += 1;
     }
     if loaded == 0 {

@@ -1,6 +1,6 @@
 //! The LoongArch VM's devices: its MMIO bus (the NS16550 console, the
-//! PCH-PIC and the power-off and reset registers, where QEMU virt has
-//! them), and what the core's device environment needs from this backend:
+//! PCH-PIC, the power-off and reset registers and the legacy I/O port
+//! window, where QEMU virt has them), and what the core's device environment needs from this backend:
 //! device lines go to the VM's interrupt controllers
 //! (`crate::guest::loongarch::intc`), console input comes from the
 //! physical UART to the 16550, console bytes go to the console
@@ -12,6 +12,7 @@ use alloc::sync::Arc;
 use alloc::vec::Vec;
 
 use crate::dev::vdev::bus::{Bus, GuestMemory, MemError};
+use crate::dev::vdev::isaio::IsaIo;
 use crate::dev::vdev::ns16550::Ns16550;
 use crate::dev::vdev::poweroff::PowerRegs;
 use crate::dev::vdev::uart::Uart;
@@ -66,6 +67,16 @@ pub fn build(
     };
     bus.add(GUEST_POWEROFF, power.size(), Arc::new(power))
         .map_err(err)?;
+    // The legacy I/O ports the device tree's `isa` node gives the guest:
+    // no port answers (all-ones), as on a board without those chips.
+    bus.add(
+        layout::ISA_IO,
+        layout::ISA_IO_SIZE,
+        Arc::new(IsaIo {
+            size: layout::ISA_IO_SIZE,
+        }),
+    )
+    .map_err(err)?;
     let virtio = crate::vmm::virtio::build_at(
         spec,
         &spec.virtio_slots_at(layout::VIRTIO),

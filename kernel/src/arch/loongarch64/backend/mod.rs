@@ -45,7 +45,7 @@ use crate::mem::vmid::{VmVmid, VmidAllocator};
 use crate::vcpu::fpu::pcpu::{self as fpcpu, PcpuFp};
 use crate::vcpu::fpu::{FpPolicy, LoongArchFpState, VcpuFp};
 use crate::vcpu::sched::VcpuKey;
-use crate::vcpu::stats::{Counter, Stats, HOST};
+use crate::vcpu::stats::{self, Counter, Stats, HOST};
 use crate::vm::exitctx::ExitCtx;
 use crate::vm::{Backend, Hypervisor, RunExit, Vcpu, Vm};
 use crate::vmm;
@@ -107,13 +107,15 @@ pub trait Mode: Sized + 'static {
     /// (the pCPU's one-shot timer is armed for it too), if any.
     fn guest_timer(ctx: &Self::Vcpu) -> Option<u64>;
     /// Runs the guest until its next exit (then in its frame), and
-    /// decodes and handles that.
+    /// decodes and handles that; also returns the stable counter at the
+    /// exit (where kestrel's work for it began).
     ///
     /// # Safety
     /// Interrupts masked; the vCPU loaded ([`Mode::load`]) and prepared
     /// ([`Mode::prepare_entry`]) on this pCPU; EUEN exposes the FP unit
     /// only if it owns it.
-    unsafe fn enter(env: &mut ExitCtx<'_, LaBackend<Self>>, ctx: &mut Self::Vcpu) -> RunExit;
+    unsafe fn enter(env: &mut ExitCtx<'_, LaBackend<Self>>, ctx: &mut Self::Vcpu)
+        -> (RunExit, u64);
     /// The rest of a put: the mode's state of the vCPU saved; returns the
     /// deadline it wakes at (its timer, if its line can wake it).
     fn put(ctx: &mut Self::Vcpu) -> Option<u64>;
@@ -235,8 +237,11 @@ pub struct VmState {
     /// A restart's rebuild still to do (0: none): its RAM is zeroed and its
     /// images loaded by vCPU 0, frame `rebuild - 1` next, a frame per
     /// [`LaBackend`] run, before it enters the guest
-    /// ([`LaBackend::rebuild_step`]).
+    /// ([`LaBackend::rebuild_step`]), then its images copied in steps.
     pub rebuild: AtomicUsize,
+    /// The images' copy under way in a rebuild, and where vCPU 0 starts.
+    pub(in crate::arch::loongarch64) reload:
+        Mutex<Option<(crate::mem::imageload::ImageLoad, build::BootRegs)>>,
 }
 
 impl VmState {
@@ -465,7 +470,10 @@ impl<M: Mode> Backend for LaBackend<M> {
         let (hv, cpu, vm, index) = (env.hv, env.cpu, env.vm, env.index());
         self.service_fp(cpu);
         if index == 0 && vm.arch.rebuild.load(Ordering::Acquire) != 0 {
-            return self.rebuild_step(vm, ctx);
+            let t = csr::rdtime();
+            let exit = self.rebuild_step(vm, ctx);
+            vm.stats.note_step(csr::rdtime().saturating_sub(t));
+            return exit;
         }
         let euen = M::prepare_entry(&vm.arch, index, ctx);
         let owns = PCPU[cpu]
@@ -485,16 +493,23 @@ impl<M: Mode> Backend for LaBackend<M> {
         // this vCPU's translation state in place (the TLB holds nothing of
         // another vCPU it may use); EUEN exposes the FP unit only if this
         // vCPU owns it.
-        let exit = unsafe { M::enter(env, ctx) };
+        let (exit, exited) = unsafe { M::enter(env, ctx) };
         // Deadlines pass only with time, and the one-shot timer armed above
         // fires at the earliest of them (and at the tick): timers and the
         // console are looked at after an interrupt exit, not after every
         // trapped instruction.
         let f = ctx.frame();
-        if f.kind != 1 && exits::is_interrupt(f.estat) {
+        let what = if f.kind == 1 {
+            stats::what::TLB_REFILL
+        } else if exits::is_interrupt(f.estat) {
             hv.check_timers(cpu, csr::rdtime());
             vmm::poll_console(hv, cpu);
-        }
+            stats::what::IRQ
+        } else {
+            ((f.estat >> 16) & 0x3f) as u8
+        };
+        vm.stats
+            .note_exit(csr::rdtime().saturating_sub(exited), what);
         exit
     }
 

@@ -292,12 +292,13 @@ impl Mode for Lvz {
         None
     }
 
-    unsafe fn enter(env: &mut ExitCtx<'_, LvzBackend>, ctx: &mut VcpuState) -> RunExit {
+    unsafe fn enter(env: &mut ExitCtx<'_, LvzBackend>, ctx: &mut VcpuState) -> (RunExit, u64) {
         // SAFETY: forwarded to the caller (`load` put this vCPU's guest
         // CSRs and GID in place and dropped stale guest TLB entries; the
         // second-stage entries of its GID map only its RAM).
         unsafe { switch::enter(&mut ctx.frame) };
-        exits::handle(env, ctx)
+        let exited = csr::rdtime();
+        (exits::handle(env, ctx), exited)
     }
 
     /// The guest CSRs saved, and the guest timer as a deadline on the

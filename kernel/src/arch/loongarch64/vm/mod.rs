@@ -125,11 +125,12 @@ impl Mode for Tne {
         ctx.csr.timer_wake_deadline()
     }
 
-    unsafe fn enter(env: &mut ExitCtx<'_, TneBackend>, ctx: &mut VcpuState) -> RunExit {
+    unsafe fn enter(env: &mut ExitCtx<'_, TneBackend>, ctx: &mut VcpuState) -> (RunExit, u64) {
         // SAFETY: forwarded to the caller (the TLB holds only this vCPU's
         // shadows under its ASIDs: `load` flushed others' of this VM).
         unsafe { switch::enter(&mut ctx.frame) };
-        exits::handle(env, ctx)
+        let exited = csr::rdtime();
+        (exits::handle(env, ctx), exited)
     }
 
     fn put(ctx: &mut VcpuState) -> Option<u64> {
