@@ -127,6 +127,7 @@ fn model(blocked: bool) -> usize {
                     vcpus: 2,
                     sender: 0,
                     cpu: 0,
+                    now: 0,
                     arch: Arch(&w),
                 };
                 let out = ipi::send(

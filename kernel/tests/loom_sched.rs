@@ -107,7 +107,7 @@ fn model(pinned: bool, running_first: bool, bound: usize) -> usize {
             let w = w.clone();
             thread::spawn(move || {
                 w.pending.swap(true, Ordering::AcqRel);
-                if let Kick::Cpu(c) = w.sched.wake(VCPU, WAKER).unwrap() {
+                if let Kick::Cpu(c) = w.sched.wake(VCPU, WAKER, 0).unwrap() {
                     assert!(c < 2 && (c == 0 || !pinned), "kicked pCPU {c}");
                     w.kick[c].swap(true, Ordering::AcqRel);
                 }

@@ -175,6 +175,11 @@ pub mod arm64 {
     pub const PV_IPI_SGI: u32 = 15;
     /// Number of functions in the kestrel range (FEATURES, IPI_SEND, STATS).
     pub const FUNCTION_COUNT: u64 = 3;
+    /// Paravirtual stolen time (Arm DEN0057A, SMCCC standard hypervisor
+    /// service, SMC64 only): PV_TIME_FEATURES, w1 = the id to query.
+    pub const PV_TIME_FEATURES: u32 = 0xC500_0020;
+    /// PV_TIME_ST: the IPA of the calling vCPU's stolen-time record.
+    pub const PV_TIME_ST: u32 = 0xC500_0021;
     /// Revision returned by [`REVISION`]: major.
     pub const REVISION_MAJOR: u64 = 1;
     /// Revision returned by [`REVISION`]: minor.

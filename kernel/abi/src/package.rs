@@ -47,7 +47,7 @@
 //! | 48 | u16 | vCPU count, 1..=[`MAX_VCPUS`] |
 //! | 50 | u8 | guest kind ([`GuestKind`]) |
 //! | 51 | u8 | console device ([`ConsoleKind`]) |
-//! | 52 | u32 | flags: bit 0 = [`FLAG_PINNED`] (vCPU i owns the i-th CPU of the mask), bit 1 = [`FLAG_VIRTIO_CONSOLE`], bit 2 = [`FLAG_REBOOT_STOP`], bit 3 = [`FLAG_IDENTITY`] (RAM at IPA == PA), bit 4 = [`FLAG_PV_IPI_HIDDEN`] (the PV IPI feature hidden from the guest) |
+//! | 52 | u32 | flags: bit 0 = [`FLAG_PINNED`] (vCPU i owns the i-th CPU of the mask), bit 1 = [`FLAG_VIRTIO_CONSOLE`], bit 2 = [`FLAG_REBOOT_STOP`], bit 3 = [`FLAG_IDENTITY`] (RAM at IPA == PA), bit 4 = [`FLAG_PV_IPI_HIDDEN`] (the PV IPI feature hidden from the guest), bit 5 = [`FLAG_PV_TIME_HIDDEN`] (arm64 stolen time not offered) |
 //! | 56 | 2 x u64 | kernel blob (offset, length); length > 0 |
 //! | 72 | 2 x u64 | initrd blob (offset, length); (0, 0) = none |
 //! | 88 | 2 x u64 | DTB blob (offset, length); (0, 0) = kestrel generates one |
@@ -136,9 +136,16 @@ pub const FLAG_IDENTITY: u32 = 1 << 3;
 /// `pv_ipi = false`): not advertised, and its hypercall refused, so the
 /// guest sends IPIs the architectural way.
 pub const FLAG_PV_IPI_HIDDEN: u32 = 1 << 4;
+/// The VM is not offered arm64 paravirtual stolen time (config
+/// `pv_time = false`): SMCCC says the PV time calls do not exist.
+pub const FLAG_PV_TIME_HIDDEN: u32 = 1 << 5;
 /// Every record flag this version defines.
-pub const FLAGS_KNOWN: u32 =
-    FLAG_PINNED | FLAG_VIRTIO_CONSOLE | FLAG_REBOOT_STOP | FLAG_IDENTITY | FLAG_PV_IPI_HIDDEN;
+pub const FLAGS_KNOWN: u32 = FLAG_PINNED
+    | FLAG_VIRTIO_CONSOLE
+    | FLAG_REBOOT_STOP
+    | FLAG_IDENTITY
+    | FLAG_PV_IPI_HIDDEN
+    | FLAG_PV_TIME_HIDDEN;
 /// Size of one device table entry.
 pub const DEVICE_SIZE: usize = 64;
 /// Most devices (disks, network ports and passthrough regions together)
@@ -762,6 +769,8 @@ pub struct VmRecord<'a> {
     pub identity: bool,
     /// The PV IPI feature hidden from the guest ([`FLAG_PV_IPI_HIDDEN`]).
     pub pv_ipi_hidden: bool,
+    /// arm64 stolen time not offered ([`FLAG_PV_TIME_HIDDEN`]).
+    pub pv_time_hidden: bool,
 }
 
 /// A host MMIO region and its SPIs, given to one VM.
@@ -1298,6 +1307,7 @@ impl<'a> Package<'a> {
             passthrough,
             identity: flags & FLAG_IDENTITY != 0,
             pv_ipi_hidden: flags & FLAG_PV_IPI_HIDDEN != 0,
+            pv_time_hidden: flags & FLAG_PV_TIME_HIDDEN != 0,
         })
     }
 
@@ -1579,6 +1589,8 @@ mod writer {
         pub identity: bool,
         /// The PV IPI feature hidden from the guest (config `pv_ipi = false`).
         pub pv_ipi_hidden: bool,
+        /// arm64 stolen time not offered (config `pv_time = false`).
+        pub pv_time_hidden: bool,
     }
 
     /// Builds a package. It does not validate VM contents beyond what it
@@ -1644,6 +1656,9 @@ mod writer {
                 }
                 if vm.pv_ipi_hidden {
                     flags |= FLAG_PV_IPI_HIDDEN;
+                }
+                if vm.pv_time_hidden {
+                    flags |= FLAG_PV_TIME_HIDDEN;
                 }
                 put(&mut rec, R_FLAGS, &flags.to_le_bytes());
                 let mut crc = 0;

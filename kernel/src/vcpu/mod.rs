@@ -9,3 +9,4 @@ pub mod ipi;
 pub mod psci;
 pub mod sched;
 pub mod stats;
+pub mod steal;

@@ -9,6 +9,8 @@
 //!
 //! Function ids and return codes: Arm DEN0022 (PSCI) and DEN0028 (SMCCC).
 
+use super::steal;
+
 /// PSCI return codes (DEN0022 table 5.2).
 pub mod ret {
     pub const SUCCESS: i64 = 0;
@@ -68,6 +70,9 @@ pub trait PsciVm {
     /// Starts vCPU `index` at `entry` with x0 = `context`, EL1h, MMU off.
     /// Returns false if it is already on.
     fn start_vcpu(&mut self, index: usize, entry: u64, context: u64) -> bool;
+    /// Whether the VM is offered paravirtual stolen time
+    /// ([`crate::vcpu::steal`]): `SMCCC_ARCH_FEATURES` says so.
+    fn pv_time_offered(&self) -> bool;
 }
 
 /// What must happen after the call, besides writing x0.
@@ -149,10 +154,11 @@ pub fn handle(vm: &mut impl PsciVm, args: [u64; 4]) -> Outcome {
         },
         (fid::PSCI_FEATURES, false) => Outcome::ret(features(args[1] as u32)),
         (fid::SMCCC_VERSION, false) => Outcome::ret(SMCCC_VERSION_1_1),
-        // No SMCCC_ARCH_WORKAROUND_* is offered: NOT_SUPPORTED tells Linux so.
+        // No SMCCC_ARCH_WORKAROUND_* is offered: NOT_SUPPORTED tells Linux
+        // so. PV_TIME_FEATURES exists when the VM is offered stolen time.
         (fid::SMCCC_ARCH_FEATURES, false) => Outcome::ret(match args[1] as u32 {
             fid::SMCCC_VERSION | fid::SMCCC_ARCH_FEATURES => ret::SUCCESS,
-            _ => ret::NOT_SUPPORTED,
+            q => steal::arch_features(q, vm.pv_time_offered()).unwrap_or(ret::NOT_SUPPORTED),
         }),
         _ => Outcome::ret(ret::NOT_SUPPORTED),
     }
@@ -241,6 +247,7 @@ mod tests {
     struct FakeVm {
         on: Vec<bool>,
         started: Vec<(usize, u64, u64)>,
+        pv_time: bool,
     }
 
     impl PsciVm for FakeVm {
@@ -261,6 +268,9 @@ mod tests {
             self.started.push((i, entry, ctx));
             true
         }
+        fn pv_time_offered(&self) -> bool {
+            self.pv_time
+        }
     }
 
     fn vm(n: usize) -> FakeVm {
@@ -269,6 +279,7 @@ mod tests {
         FakeVm {
             on,
             started: vec![],
+            pv_time: false,
         }
     }
 
@@ -373,6 +384,27 @@ mod tests {
             let out = handle(&mut v, [id, 1, 2, 3]);
             assert_eq!(out, Outcome::ret(ret::NOT_SUPPORTED), "id {id:#x}");
         }
+    }
+
+    #[test]
+    fn arch_features_says_pv_time_exists_only_when_offered() {
+        let mut v = vm(1);
+        let q = |v: &mut FakeVm, id: u64| handle(v, [0x8000_0001, id, 0, 0]).x0;
+        assert_eq!(q(&mut v, 0xC500_0020), ret::NOT_SUPPORTED);
+        v.pv_time = true;
+        assert_eq!(q(&mut v, 0xC500_0020), ret::SUCCESS);
+        // The upper half of x1 is not the SMC32 call's: ignored.
+        assert_eq!(q(&mut v, 0xFFFF_FFFF_C500_0020), ret::SUCCESS);
+        // Only the features call is probed this way; the SMC32 spelling
+        // does not exist.
+        for id in [0xC500_0021u64, 0x8500_0020, 0xC500_0022, 0xC500_0000] {
+            assert_eq!(q(&mut v, id), ret::NOT_SUPPORTED, "{id:#x}");
+        }
+        // The SMC64 spelling of ARCH_FEATURES is not a call.
+        assert_eq!(
+            handle(&mut v, [0xC000_0001, 0xC500_0020, 0, 0]).x0,
+            ret::NOT_SUPPORTED
+        );
     }
 
     #[test]

@@ -37,6 +37,13 @@
 //! A vCPU that yields (`put(Yield)`, e.g. arm64 WFE while others wait) is
 //! passed over once by the next pick on that pCPU if anyone else may run.
 //!
+//! Each vCPU's waits in run queues are its stolen time
+//! ([`crate::vcpu::steal::RunDelay`]): from a put that leaves it runnable
+//! (preempted, yielding, blocked with a wake pending) or a wake (both
+//! given the counter value) to the pick that follows, which reports the
+//! total ([`Scheduler::pick_run`]). Creation, power-on and restarts queue
+//! a vCPU without a time: that wait is not stolen from a running guest.
+//!
 //! One lock guards the whole structure: with at most [`crate::MAX_CPUS`]
 //! pCPUs and a few dozen vCPUs the critical sections are short scans, and
 //! one lock makes the state machine easy to reason about.
@@ -61,6 +68,7 @@
 //! ([`Scheduler::await_release`]) and the put of the last one says so
 //! ([`Put::released`]): nobody polls this lock for it (`vm::rebuild`).
 
+use super::steal::RunDelay;
 use crate::base::sync::Mutex;
 use alloc::collections::VecDeque;
 use alloc::vec::Vec;
@@ -142,6 +150,8 @@ struct Entry {
     /// Someone waits for its VM to be off every pCPU
     /// ([`Scheduler::await_release`]); set on every vCPU of the VM.
     awaited: bool,
+    /// Its waits in run queues: stolen time ([`crate::vcpu::steal`]).
+    delay: RunDelay,
 }
 
 struct Inner {
@@ -182,6 +192,16 @@ pub struct Put {
     /// for ([`Scheduler::await_release`]): the caller carries on that wait's
     /// work (said once per wait).
     pub released: bool,
+}
+
+/// What [`Scheduler::pick_run`] picked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Picked {
+    pub key: VcpuKey,
+    /// Counter ticks the vCPU has waited in run queues so far: from each
+    /// put that left it runnable (preempted, yielding) or wake, to the
+    /// pick that followed ([`crate::vcpu::steal::RunDelay`]).
+    pub run_delay: u64,
 }
 
 /// What [`Scheduler::wake`] asks the caller to do.
@@ -256,6 +276,7 @@ impl Scheduler {
             charged_to: 0,
             on_cpu: None,
             awaited: false,
+            delay: RunDelay::new(),
         });
         // Each queue this vCPU may wait on can hold every vCPU from now on:
         // a queue allocated at its first use (32 bytes at 4 entries) would
@@ -270,7 +291,7 @@ impl Scheduler {
             }
         }
         if start {
-            s.make_runnable(idx);
+            s.make_runnable(idx, None);
         }
         Ok(())
     }
@@ -299,6 +320,12 @@ impl Scheduler {
     /// run here. `None` marks `cpu` idle, so a later wake of work it could
     /// run kicks it.
     pub fn pick(&self, cpu: usize, now: u64) -> Option<VcpuKey> {
+        self.pick_run(cpu, now).map(|p| p.key)
+    }
+
+    /// [`Scheduler::pick`], also saying how long the vCPU has waited in
+    /// run queues so far ([`Picked::run_delay`]: its stolen time).
+    pub fn pick_run(&self, cpu: usize, now: u64) -> Option<Picked> {
         let mut s = self.inner.lock();
         if cpu >= MAX_CPUS {
             return None;
@@ -323,12 +350,13 @@ impl Scheduler {
         e.home = cpu;
         e.wake_pending = false;
         e.charged_to = now;
+        let run_delay = e.delay.picked(now);
         let key = e.key;
         if s.last_run[cpu] != Some(i) {
             s.switches += 1;
         }
         s.last_run[cpu] = Some(i);
-        Some(key)
+        Some(Picked { key, run_delay })
     }
 
     /// The time slice of the vCPU running on `cpu` ended at counter value
@@ -406,14 +434,14 @@ impl Scheduler {
         let wake = core::mem::take(&mut s.entries[i].wake_pending);
         match why {
             PutReason::Preempted => {
-                s.make_runnable(i);
+                s.make_runnable(i, Some(now));
             }
             PutReason::Yield => {
-                s.make_runnable(i);
+                s.make_runnable(i, Some(now));
                 s.yielder[cpu] = Some(i);
             }
             PutReason::Blocked if wake => {
-                s.make_runnable(i);
+                s.make_runnable(i, Some(now));
             }
             PutReason::Blocked => s.entries[i].state = RunState::Blocked,
             PutReason::Offline => s.entries[i].state = RunState::Offline,
@@ -425,9 +453,11 @@ impl Scheduler {
     }
     /// An interrupt became pending for `key`: make it runnable if it waits,
     /// and say which pCPU to kick so the interrupt is taken promptly.
-    /// `from` is the calling pCPU (never kicked: it will notice by itself).
-    pub fn wake(&self, key: VcpuKey, from: usize) -> Result<Kick, SchedError> {
-        self.wake_inner(key, from, true)
+    /// `from` is the calling pCPU (never kicked: it will notice by itself);
+    /// `now` the counter value, from which a woken vCPU waits (its stolen
+    /// time until a pCPU picks it).
+    pub fn wake(&self, key: VcpuKey, from: usize, now: u64) -> Result<Kick, SchedError> {
+        self.wake_inner(key, from, now, true)
     }
 
     /// As [`wake`](Self::wake), but a running vCPU's pCPU is never
@@ -435,21 +465,22 @@ impl Scheduler {
     /// runnable) and the caller kicks that pCPU itself if it must (the PV
     /// IPI router does, through `IpiTarget::running_on` and `kick`). A
     /// blocked vCPU's idle pCPU is still returned: that kick is the wake.
-    pub fn wake_quiet(&self, key: VcpuKey, from: usize) -> Result<Kick, SchedError> {
-        self.wake_inner(key, from, false)
+    pub fn wake_quiet(&self, key: VcpuKey, from: usize, now: u64) -> Result<Kick, SchedError> {
+        self.wake_inner(key, from, now, false)
     }
 
     fn wake_inner(
         &self,
         key: VcpuKey,
         from: usize,
+        now: u64,
         kick_running: bool,
     ) -> Result<Kick, SchedError> {
         let mut s = self.inner.lock();
         let i = s.find(key).ok_or(SchedError::NoSuchVcpu)?;
         let kick = match s.entries[i].state {
             RunState::Blocked => {
-                let cpu = s.make_runnable(i);
+                let cpu = s.make_runnable(i, Some(now));
                 if s.idle.contains(cpu) && cpu != from {
                     Kick::Cpu(cpu)
                 } else {
@@ -476,7 +507,7 @@ impl Scheduler {
         let i = s.find(key).ok_or(SchedError::NoSuchVcpu)?;
         match s.entries[i].state {
             RunState::Offline => {
-                let cpu = s.make_runnable(i);
+                let cpu = s.make_runnable(i, None);
                 Ok(if s.idle.contains(cpu) && cpu != from {
                     Kick::Cpu(cpu)
                 } else {
@@ -586,7 +617,7 @@ impl Scheduler {
             e.state = RunState::Offline;
             e.wake_pending = false;
             if usize::from(e.key.vcpu) < started {
-                let cpu = s.queue(i, 0);
+                let cpu = s.queue(i, 0, None);
                 if s.idle.contains(cpu) && cpu != from {
                     kick = Kick::Cpu(cpu);
                 }
@@ -652,13 +683,13 @@ impl Inner {
     /// Queues entry `i` on its home pCPU if allowed, else the least loaded
     /// one in its mask, no more than the allowed lag behind that pCPU's
     /// floor. Returns that pCPU.
-    fn make_runnable(&mut self, i: usize) -> usize {
-        self.queue(i, MAX_LAG_SLICES)
+    fn make_runnable(&mut self, i: usize, now: Option<u64>) -> usize {
+        self.queue(i, MAX_LAG_SLICES, now)
     }
 
     /// [`Inner::make_runnable`], no more than `lag_slices` slices behind
     /// the floor.
-    fn queue(&mut self, i: usize, lag_slices: u64) -> usize {
+    fn queue(&mut self, i: usize, lag_slices: u64, now: Option<u64>) -> usize {
         let e = &self.entries[i];
         let cpu = if e.affinity.contains(e.home)
             && !self.idle.is_empty()
@@ -681,6 +712,7 @@ impl Inner {
         e.state = RunState::Runnable;
         e.home = cpu;
         e.wake_pending = false;
+        e.delay.queued(now);
         self.queues[cpu].push_back(i);
         cpu
     }
@@ -941,7 +973,7 @@ mod tests {
             }
             assert_eq!(s.vruntime(b), Some(now), "charged in full");
             s.put(0, b, PutReason::Preempted, now).unwrap();
-            s.wake(a, 0).unwrap();
+            s.wake(a, 0, 0).unwrap();
             now - s.vruntime(a).unwrap()
         };
         assert_eq!(run(100), 200, "two slices of 100 ticks");
@@ -980,7 +1012,7 @@ mod tests {
             s2.slice_end(0, t * 100);
         }
         s2.put(0, b, PutReason::Preempted, now).unwrap();
-        s2.wake(a, 0).unwrap();
+        s2.wake(a, 0, 0).unwrap();
         assert_eq!(s2.vruntime(a), Some(now - 200));
     }
 
@@ -1035,7 +1067,7 @@ mod tests {
         );
         assert_eq!(s.pick(0, 0), None);
         // The pCPU is idle; a wake from another CPU (1) must kick it.
-        assert_eq!(s.wake(k, 1).unwrap(), Kick::Cpu(0));
+        assert_eq!(s.wake(k, 1, 0).unwrap(), Kick::Cpu(0));
         assert_eq!(s.pick(0, 0), Some(k));
     }
 
@@ -1045,7 +1077,7 @@ mod tests {
         s.add(key(0, 0), CpuMask::single(0), true).unwrap();
         let k = s.pick(0, 0).unwrap();
         // Running on cpu0: no kick, but the wake is remembered.
-        assert_eq!(s.wake_quiet(k, 1).unwrap(), Kick::None);
+        assert_eq!(s.wake_quiet(k, 1, 0).unwrap(), Kick::None);
         assert_eq!(
             s.put(0, k, PutReason::Blocked, 0).unwrap(),
             RunState::Runnable
@@ -1057,7 +1089,7 @@ mod tests {
         );
         // Blocked with cpu0 idle: the kick is the wake.
         assert_eq!(s.pick(0, 0), None);
-        assert_eq!(s.wake_quiet(k, 1).unwrap(), Kick::Cpu(0));
+        assert_eq!(s.wake_quiet(k, 1, 0).unwrap(), Kick::Cpu(0));
         assert_eq!(s.pick(0, 0), Some(k));
     }
 
@@ -1067,7 +1099,7 @@ mod tests {
         s.add(key(0, 0), CpuMask::single(0), true).unwrap();
         let k = s.pick(0, 0).unwrap();
         // cpu1 sends an interrupt while cpu0 runs the vCPU: kick cpu0.
-        assert_eq!(s.wake(k, 1).unwrap(), Kick::Cpu(0));
+        assert_eq!(s.wake(k, 1, 0).unwrap(), Kick::Cpu(0));
         // The vCPU executes WFI having not yet seen it: it must stay runnable.
         assert_eq!(
             s.put(0, k, PutReason::Blocked, 0).unwrap(),
@@ -1345,7 +1377,7 @@ mod tests {
         let boot = spin_shares(&s, 4, 0, 100_000, &awake);
         assert!(boot.values().all(|&v| v > 900), "{boot:?}");
         for v in 1..16 {
-            s.wake(key(0, v), 0).unwrap();
+            s.wake(key(0, v), 0, 0).unwrap();
         }
         // Measure from the first slices after the wake: one long window
         // would hide a vCPU that starved at first and caught up later.
@@ -1400,7 +1432,7 @@ mod tests {
             now += 100;
             assert!(!s.slice_end(0, now), "a is alone");
         }
-        s.wake(b, 0).unwrap();
+        s.wake(b, 0, 0).unwrap();
         let mut slices = std::collections::HashMap::new();
         let mut cur = a;
         for _ in 0..20 {
@@ -1470,7 +1502,7 @@ mod tests {
                     running[cpu] = None;
                     // Something wakes a random vCPU now and then.
                     let (wk, _) = keys[(next() % keys.len() as u64) as usize];
-                    s.wake(wk, cpu).unwrap();
+                    s.wake(wk, cpu, 0).unwrap();
                 }
             }
         }

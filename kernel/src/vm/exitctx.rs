@@ -177,6 +177,10 @@ impl<B: ExitArch> PsciVm for ExitCtx<'_, B> {
     fn start_vcpu(&mut self, index: usize, entry: u64, context: u64) -> bool {
         ExitCtx::start_vcpu(self, index, entry, context)
     }
+
+    fn pv_time_offered(&self) -> bool {
+        self.vm.pv_time.is_some()
+    }
 }
 
 impl<'a, B: ExitArch> ExitCtx<'a, B> {
@@ -189,6 +193,7 @@ impl<'a, B: ExitArch> ExitCtx<'a, B> {
             vcpus: self.vm.vcpus.len(),
             sender: self.index(),
             cpu: self.cpu,
+            now: self.hv.backend.now(),
             arch: CtxPvIpi {
                 hv: self.hv,
                 vm: self.vm,
@@ -257,6 +262,9 @@ pub struct PvIpiRoute<'a, A: PvIpiArch> {
     pub sender: usize,
     /// The pCPU running it.
     pub cpu: usize,
+    /// The counter value of the send: a target it wakes waits from then
+    /// (stolen time, [`crate::vcpu::steal`]).
+    pub now: u64,
     pub arch: A,
 }
 
@@ -279,7 +287,7 @@ impl<A: PvIpiArch> IpiTarget for PvIpiRoute<'_, A> {
             return true;
         }
         if vcpu != self.sender {
-            if let Ok(Kick::Cpu(c)) = self.sched.wake_quiet(self.key(vcpu), self.cpu) {
+            if let Ok(Kick::Cpu(c)) = self.sched.wake_quiet(self.key(vcpu), self.cpu, self.now) {
                 self.arch.kick(c);
             }
         }

@@ -28,6 +28,7 @@ use crate::dev::vdev::bus::Bus;
 use crate::mem::vmid::VmVmid;
 use crate::vcpu::sched::{CpuMask, Kick, PutReason, RunState, SchedError, Scheduler, VcpuKey};
 use crate::vcpu::stats::{ExitReason, Stats};
+use crate::vcpu::steal::{PvTimeRegion, VcpuSteal};
 use crate::vm::exitctx::ExitCtx;
 use crate::vm::rebuild::{PendingRebuild, PostError, Rebuild};
 
@@ -190,6 +191,8 @@ pub struct Vcpu<B: Backend> {
     pub stats: Stats,
     /// When to look at it while it is not loaded.
     pub deadlines: Deadlines,
+    /// Its stolen time, as its guest's record shows it.
+    pub steal: VcpuSteal,
 }
 
 /// One VM.
@@ -211,6 +214,9 @@ pub struct Vm<B: Backend> {
     pub on_reboot: OnReboot,
     /// The PV IPI feature is offered to the guest (config `pv_ipi`).
     pub pv_ipi: bool,
+    /// arm64 stolen time is offered (config `pv_time`): where the vCPUs'
+    /// records are.
+    pub pv_time: Option<PvTimeRegion>,
     /// vCPUs that start at once, at creation and at each restart.
     started: usize,
     ended: AtomicBool,
@@ -313,6 +319,8 @@ pub struct VmParts<B: Backend> {
     pub on_reboot: OnReboot,
     /// The PV IPI feature is offered to the guest (config `pv_ipi`).
     pub pv_ipi: bool,
+    /// arm64 stolen time is offered, its records there (config `pv_time`).
+    pub pv_time: Option<PvTimeRegion>,
 }
 
 /// Events the run loop reports, for the log and for tests.
@@ -383,6 +391,7 @@ impl<B: Backend> Hypervisor<B> {
                 ctx: Mutex::new(ctx),
                 stats: Stats::new(),
                 deadlines: Deadlines::new(Arc::clone(&self.deadline_bound)),
+                steal: VcpuSteal::new(),
             })
             .collect();
         for v in &vcpus {
@@ -404,6 +413,7 @@ impl<B: Backend> Hypervisor<B> {
             vcpus,
             on_reboot: parts.on_reboot,
             pv_ipi: parts.pv_ipi,
+            pv_time: parts.pv_time,
             started: parts.started,
             ended: AtomicBool::new(false),
             reported: AtomicBool::new(false),
@@ -487,7 +497,7 @@ impl<B: Backend> Hypervisor<B> {
 
     /// An interrupt is pending for `key`: wake it and kick whoever must notice.
     pub fn wake(&self, key: VcpuKey, from: usize) {
-        if let Ok(Kick::Cpu(c)) = self.sched.wake(key, from) {
+        if let Ok(Kick::Cpu(c)) = self.sched.wake(key, from, self.backend.now()) {
             self.backend.kick(c);
         }
     }
@@ -610,6 +620,7 @@ impl<B: Backend> Hypervisor<B> {
         drop(ctxs);
         for v in &vm.vcpus {
             v.deadlines.clear();
+            v.steal.reset();
         }
         vm.vmid.invalidate();
         if let Err(e) = rebuilt {
@@ -768,6 +779,7 @@ impl<B: Backend> Hypervisor<B> {
         drop(ctxs);
         for v in &vm.vcpus {
             v.deadlines.clear();
+            v.steal.reset();
         }
         vm.vmid.invalidate();
         if let Err(e) = rebuilt {
@@ -812,13 +824,16 @@ impl<B: Backend> Hypervisor<B> {
                 }
                 return;
             }
-            let Some(key) = self.sched.pick(cpu, self.backend.now()) else {
+            let Some(picked) = self.sched.pick_run(cpu, self.backend.now()) else {
                 self.backend.idle(self, cpu);
                 continue;
             };
+            let key = picked.key;
             let Some(vm) = self.vm(key.vm) else { continue };
             let vcpu = &vm.vcpus[key.vcpu as usize];
             let mut ctx = vcpu.ctx.lock();
+            // Its stolen time up to now, for the backend's load to report.
+            vcpu.steal.set_delay(picked.run_delay);
             self.loads.fetch_add(1, Ordering::Relaxed);
             self.backend.load(cpu, &vm, vcpu, &mut ctx);
             self.backend.slice_start(cpu);

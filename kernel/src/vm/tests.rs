@@ -355,6 +355,7 @@ fn add_with(
         started: 1,
         on_reboot,
         pv_ipi: true,
+        pv_time: None,
     })
     .unwrap()
 }
@@ -783,6 +784,7 @@ fn pending_device_work_continues_before_entries_and_a_waiting_vcpu_keeps_running
         started: 1,
         on_reboot: OnReboot::Restart,
         pv_ipi: true,
+        pv_time: None,
     })
     .unwrap();
     let log = Log::default();
@@ -1034,4 +1036,33 @@ fn restarts_in_a_row_each_complete_once() {
     want.extend((1..=2).map(|n| ("spin".into(), n)));
     assert_eq!(*log.restarted.lock().unwrap(), want);
     assert_eq!(spin.end_reason(), Some(VmEnd::PowerOff));
+}
+
+/// Stolen time: the run loop hands each vCPU its waits in run queues
+/// before each load. Two VMs pinned to pCPU 0 wait for each other; a third
+/// alone on pCPU 1 never waits.
+#[test]
+fn the_run_loop_hands_each_vcpu_its_waits_for_a_pcpu() {
+    let hv = hv(2);
+    let log = Log::default();
+    let job = || vec![vec![Op::Work(300), Op::PowerOff]];
+    let a = add(&hv, "a", job(), CpuMask::single(0), false);
+    let b = add(&hv, "b", job(), CpuMask::single(0), false);
+    let c = add(&hv, "c", job(), CpuMask::single(1), false);
+    for vm in [&a, &b, &c] {
+        // As its guest's PV_TIME_ST would, before it runs.
+        vm.vcpus[0].steal.register();
+    }
+    run_all(&hv, 2, &log);
+    for vm in [&a, &b] {
+        let stolen = vm.vcpus[0].steal.stolen().unwrap();
+        assert!(stolen > 0, "{}: shared pCPU 0, nothing stolen", vm.name);
+        assert!(
+            stolen <= hv.backend.now(),
+            "{}: {stolen} stolen in {} ticks",
+            vm.name,
+            hv.backend.now()
+        );
+    }
+    assert_eq!(c.vcpus[0].steal.stolen(), Some(0), "alone on pCPU 1");
 }

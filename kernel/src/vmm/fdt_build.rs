@@ -296,6 +296,10 @@ pub struct GuestDtbSpec<'a> {
     pub virtio: Vec<(u64, u64, u32)>,
     /// Host devices passed through (`crate::vmm::passthrough`).
     pub passthrough: Vec<GuestPtNode>,
+    /// RAM the guest must leave alone (base, size): `/reserved-memory`
+    /// nodes with `no-map` (the stolen-time records,
+    /// [`crate::vcpu::steal::PvTimeRegion`]).
+    pub reserved: Vec<(u64, u64)>,
 }
 
 /// A passed-through host device as the guest sees it: the host node's
@@ -364,6 +368,20 @@ pub fn guest_dtb_arm64(spec: &GuestDtbSpec) -> Vec<u8> {
         .prop_str("device_type", "memory")
         .prop_reg("reg", &[(spec.ram_base, spec.ram_size)])
         .end_node();
+
+    if !spec.reserved.is_empty() {
+        w.begin_node("reserved-memory")
+            .prop_u32("#address-cells", 2)
+            .prop_u32("#size-cells", 2)
+            .prop_empty("ranges");
+        for &(base, size) in &spec.reserved {
+            w.begin_node(&format!("pv-time@{base:x}"))
+                .prop_reg("reg", &[(base, size)])
+                .prop_empty("no-map")
+                .end_node();
+        }
+        w.end_node();
+    }
 
     w.begin_node("cpus")
         .prop_u32("#address-cells", 1)

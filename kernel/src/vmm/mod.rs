@@ -168,6 +168,7 @@ pub fn create_vms<B: Machine>(
                     started: 1,
                     on_reboot: spec.on_reboot,
                     pv_ipi: spec.pv_ipi,
+                    pv_time: spec.pv_time_region(),
                     bus: b.bus,
                     virtio: b.virtio,
                 })

@@ -112,6 +112,7 @@ fn spec(name: &'static str, vcpus: u16, mask: u64, pinned: bool) -> VmSpec<'stat
         passthrough: kestrel_abi::package::Passthroughs::NONE,
         identity: false,
         pv_ipi: true,
+        pv_time: false,
     }
 }
 

@@ -24,6 +24,7 @@ use kestrel_abi::package::{
 };
 
 use crate::host::board::Arch;
+use crate::vcpu::steal::PvTimeRegion;
 use crate::vmm::fdt_build::{guest_dtb_arm64, GuestDtbSpec, GuestGic, GuestPtNode, GuestUart};
 
 /// Guest physical base of RAM on arm64.
@@ -171,6 +172,10 @@ pub struct VmSpec<'a> {
     /// true): advertised (LoongArch `cpucfg`, the features hypercall) and
     /// its hypercall served; false hides it and refuses the call.
     pub pv_ipi: bool,
+    /// arm64 paravirtual stolen time is offered (config `pv_time`, default
+    /// true): only to an arm64 VM whose DTB kestrel generates, which
+    /// reserves the records' region ([`VmSpec::pv_time_region`]).
+    pub pv_time: bool,
 }
 
 pub use crate::vm::OnReboot;
@@ -223,7 +228,17 @@ impl<'a> VmSpec<'a> {
             passthrough: rec.passthrough,
             identity: rec.identity,
             pv_ipi: !rec.pv_ipi_hidden,
+            pv_time: arch == Arch::Aarch64 && !rec.pv_time_hidden && rec.dtb.is_none(),
         }
+    }
+
+    /// Where the vCPUs' stolen-time records are (arm64, `pv_time`): the
+    /// last 64 KiB of RAM, which the generated DTB reserves.
+    pub fn pv_time_region(&self) -> Option<PvTimeRegion> {
+        if !self.pv_time {
+            return None;
+        }
+        PvTimeRegion::at_top_of(self.ram_base, self.ram_size, usize::from(self.vcpus))
     }
 
     /// Guest physical (start, end) of the initrd.
@@ -263,6 +278,11 @@ impl<'a> VmSpec<'a> {
                 .map(|v| (v.base, v.size, v.spi))
                 .collect(),
             passthrough: Vec::new(),
+            reserved: self
+                .pv_time_region()
+                .map(|r| r.range())
+                .into_iter()
+                .collect(),
         }
     }
 

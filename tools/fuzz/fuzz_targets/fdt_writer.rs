@@ -59,6 +59,7 @@ fn run(s: &Spec) {
             .map(|&(b, l, spi)| (b, l, u32::from(spi % 988)))
             .collect(),
         passthrough: Vec::new(),
+        reserved: Vec::new(),
     };
     let blob = guest_dtb_arm64(&spec);
     let f = fdt::Fdt::new(&blob).expect("the fdt crate reads the generated tree");

@@ -3,13 +3,15 @@
 //! (or, when refused, none: validated whole first) and kicks only running
 //! targets other than the sender; PSCI CPU_ON starts a vCPU only when it is
 //! off, names a vCPU and enters guest RAM, AFFINITY_INFO reports the model's
-//! state, and MPIDRs map back to the vCPU they name.
+//! state, and MPIDRs map back to the vCPU they name. The PV time calls
+//! (arm64 stolen time) answer -1 or 0, or the caller's own record.
 #![no_main]
 
 use arbitrary::{Arbitrary, Unstructured};
 use kernel::vcpu::hypercall::{dispatch, Abi, HypercallArgs, HypercallEnv};
 use kernel::vcpu::ipi::{self, IpiError, IpiOutcome, IpiTarget, IpiWindow};
 use kernel::vcpu::psci::{self, fid, PsciVm};
+use kernel::vcpu::steal::{self, PvTimeEffect, PvTimeRegion};
 use kestrel_abi::ret;
 use libfuzzer_sys::fuzz_target;
 use std::cell::{Cell, RefCell};
@@ -24,6 +26,8 @@ struct Vm {
     stats: Vec<u64>,
     /// The VM's `pv_ipi`: when false no send may reach the router.
     pv_ipi: bool,
+    /// Its stolen-time records, when offered.
+    pv_time: Option<PvTimeRegion>,
 }
 
 impl IpiTarget for Vm {
@@ -92,6 +96,9 @@ impl PsciVm for Vm {
         assert!(self.is_guest_ram(entry) && entry & 3 == 0);
         !std::mem::replace(&mut self.on[index], true)
     }
+    fn pv_time_offered(&self) -> bool {
+        self.pv_time.is_some()
+    }
 }
 
 #[derive(Arbitrary, Debug)]
@@ -106,28 +113,55 @@ struct Call {
 
 fuzz_target!(|data: &[u8]| {
     let mut u = Unstructured::new(data);
-    let (Ok(n), Ok(sender), Ok(pv_ipi), Ok(calls)) = (
+    let (Ok(n), Ok(sender), Ok(pv_ipi), Ok(pv_time), Ok(calls)) = (
         u.int_in_range(1usize..=40),
         u.arbitrary::<u8>(),
+        u.arbitrary::<bool>(),
         u.arbitrary::<bool>(),
         u.arbitrary::<Vec<Call>>(),
     ) else {
         return;
     };
+    let ram = (0x4000_0000u64, 64u64 << 20);
+    let pv_time = pv_time
+        .then(|| PvTimeRegion::at_top_of(ram.0, ram.1, n))
+        .flatten();
     let mut vm = Vm {
         sender: sender as usize % n,
         pending: (0..n).map(|_| Cell::new(false)).collect(),
         running: (0..n).map(|v| (v % 3 == 0).then_some(v % 4)).collect(),
         kicked: RefCell::new(Vec::new()),
         on: (0..n).map(|v| v == 0).collect(),
-        ram: (0x4000_0000, 64 << 20),
+        ram,
         stats: vec![1, 2, u64::MAX],
         pv_ipi,
+        pv_time,
     };
     for v in 0..n {
         assert_eq!(psci::vcpu_index_of_mpidr(psci::vcpu_mpidr(v), n), Some(v));
     }
     for c in calls {
+        if c.pick % 8 == 7 {
+            // A PV time call from some vCPU index (the caller's or none).
+            let f = match c.code % 3 {
+                0 => u64::from(steal::fid::PV_TIME_FEATURES),
+                1 => u64::from(steal::fid::PV_TIME_ST),
+                _ => c.function,
+            };
+            let index = c.args[1] as usize % (n + 2);
+            let (x0, effect) = steal::call(f, c.args[0], vm.pv_time.as_ref(), index);
+            match (vm.pv_time, effect) {
+                (Some(r), PvTimeEffect::Register) => {
+                    assert_eq!(f, u64::from(steal::fid::PV_TIME_ST));
+                    assert!(index < n);
+                    assert_eq!(x0 as u64, r.base + 64 * index as u64);
+                    assert!(x0 as u64 + 64 <= ram.0 + ram.1 && x0 as u64 >= ram.0);
+                }
+                (None, PvTimeEffect::Register) => panic!("a record without the feature"),
+                (_, PvTimeEffect::None) => assert!(x0 == 0 || x0 == -1, "PV time code {x0}"),
+            }
+            continue;
+        }
         if c.psci {
             // Steer some calls at the interesting ids and arguments.
             let f = match c.pick % 4 {

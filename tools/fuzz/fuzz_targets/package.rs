@@ -113,6 +113,7 @@ fn round_trip(u: &mut Unstructured) -> arbitrary::Result<()> {
             passthrough: &[],
             identity: false,
             pv_ipi_hidden: v.flags & 4 != 0,
+            pv_time_hidden: v.flags & 8 != 0,
         })
         .collect();
     let mut w = Writer::new(settings);
@@ -207,6 +208,7 @@ fuzz_target!(|data: &[u8]| {
                     passthrough: &[],
                     identity: false,
                     pv_ipi_hidden: false,
+                    pv_time_hidden: false,
                 });
             }
             let mut bytes = w.finish();

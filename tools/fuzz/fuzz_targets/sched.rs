@@ -3,7 +3,9 @@
 //! two pCPUs at once, never outside its affinity or on an offline pCPU,
 //! never after its VM was stopped; `put` works exactly for the vCPU the
 //! pCPU runs; the state it reports matches; and when every pCPU is idle a
-//! runnable vCPU is picked by some pCPU of its affinity.
+//! runnable vCPU is picked by some pCPU of its affinity. A vCPU's run
+//! delay (its stolen time) never goes back and never exceeds the time
+//! that passed.
 #![no_main]
 
 use arbitrary::{Arbitrary, Unstructured};
@@ -73,15 +75,23 @@ fuzz_target!(|data: &[u8]| {
             assert!(online.contains(c), "kick of offline pCPU {c}");
         }
     };
+    let delays: core::cell::RefCell<HashMap<VcpuKey, u64>> = Default::default();
     let pick = |s: &Scheduler,
                 cpu: usize,
                 running: &mut [Option<VcpuKey>; CPUS],
                 affinity: &HashMap<VcpuKey, CpuMask>,
                 stopped: &HashSet<u16>| {
         assert!(running[cpu].is_none());
-        let Some(k) = s.pick(cpu, clock.get()) else {
+        let Some(p) = s.pick_run(cpu, clock.get()) else {
             return false;
         };
+        let k = p.key;
+        let last = delays.borrow_mut().insert(k, p.run_delay).unwrap_or(0);
+        assert!(p.run_delay >= last, "{k:?}: run delay went back");
+        assert!(
+            p.run_delay <= clock.get(),
+            "{k:?}: waited longer than time passed"
+        );
         assert!(online.contains(cpu), "pick on offline pCPU {cpu}");
         assert!(!running.contains(&Some(k)), "{k:?} picked on two pCPUs");
         assert!(
@@ -154,7 +164,7 @@ fuzz_target!(|data: &[u8]| {
                 }
             }
             Op::Wake { vm, vcpu, from } => {
-                if let Ok(k) = s.wake(key(vm, vcpu), from as usize % CPUS) {
+                if let Ok(k) = s.wake(key(vm, vcpu), from as usize % CPUS, clock.get()) {
                     check_kick(k);
                 }
             }

@@ -122,6 +122,7 @@ fuzz_target!(|data: &[u8]| {
             passthrough: &[],
             identity: false,
             pv_ipi_hidden: false,
+            pv_time_hidden: false,
         });
     }
     check(&w.finish(), host);

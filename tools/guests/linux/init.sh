@@ -48,6 +48,11 @@ mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev 2>&-
 read up rest < /proc/uptime
+# Stolen time (/proc/stat's steal column, USER_HZ ticks, all CPUs): the
+# kernel accounts it when the hypervisor offers it (arm64: "arm-pv: using
+# stolen time PV" at boot). Printed at the end beside this first value.
+steal() { awk '/^cpu / { print $9 }' /proc/stat; }
+steal0=$(steal)
 shell=0 cpus= name=linux root= console= ip= net= reboots= pt= bench= test=1 irqcpu=
 for arg in $(cat /proc/cmdline); do
     case "$arg" in
@@ -274,6 +279,7 @@ else
             echo "LINUX-BENCH: FAIL kestrel-seedbench $cmd exited with $?"
     done
 fi
+echo "LINUX-STEAL: /proc/stat steal $steal0 -> $(steal) (USER_HZ ticks, all CPUs)"
 poweroff -f
 sleep 5
 echo "LINUX-INIT: poweroff -f returned"

@@ -104,6 +104,8 @@ struct RawVm {
     identity: bool,
     #[serde(default = "yes")]
     pv_ipi: bool,
+    #[serde(default = "yes")]
+    pv_time: bool,
     #[serde(default)]
     passthrough: Vec<RawPassthrough>,
 }
@@ -235,6 +237,9 @@ pub struct VmConfig {
     /// `pv_ipi = false`: the PV IPI feature hidden from the guest (default:
     /// offered).
     pub pv_ipi: bool,
+    /// `pv_time = false`: arm64 paravirtual stolen time not offered
+    /// (default: offered).
+    pub pv_time: bool,
 }
 
 /// A checked config.
@@ -973,6 +978,7 @@ fn check(text: &str, file: &Path, arch: Arch) -> Result<Config, ConfigError> {
             passthrough,
             identity: v.identity,
             pv_ipi: v.pv_ipi,
+            pv_time: v.pv_time,
         });
     }
     Ok(Config {
@@ -1053,6 +1059,7 @@ pub fn pack(cfg: &Config) -> Vec<u8> {
             passthrough: &v.passthrough,
             identity: v.identity,
             pv_ipi_hidden: !v.pv_ipi,
+            pv_time_hidden: !v.pv_time,
         });
     }
     w.finish()

@@ -30,6 +30,7 @@ const KESTREL_ONLY: &[&str] = &[
     "hypercall-errors",
     "pv-ipi",
     "bench-ipi-exits",
+    "stolen-time",
 ];
 
 /// Checks that pass anywhere with 4 CPUs.
@@ -123,6 +124,7 @@ pub(crate) const ALL: &[&str] = &[
     "phys-timer",
     "wfit-timeout",
     "debug-bp-wp-step",
+    "stolen-time",
 ];
 
 /// The kestrel cases (they need the arm64 VM backend).
@@ -410,6 +412,7 @@ const HOSTILE_PASS: &[(&str, &str)] = &[
     ("victim", "victim-memory"),
     ("victim", "victim-registers"),
     ("victim", "victim-heartbeat"),
+    ("victim", "victim-steal"),
 ];
 
 /// The victim's numbers from its `VICTIM:` line.

@@ -224,6 +224,9 @@ pub struct KestrelCase {
     /// (`kestrel.bench=`, short): each prints its result and kestrel's
     /// counters for FP, IPI and VMID moved ([`judge_seeds`]).
     seeds: bool,
+    /// Each VM's kernel uses kestrel's stolen time (arm64 PV time) and its
+    /// `/proc/stat` steal grew while the VMs shared pCPUs ([`judge_steal`]).
+    steal: bool,
 }
 
 pub const KESTREL_CASES: [KestrelCase; 5] = [
@@ -236,9 +239,10 @@ pub const KESTREL_CASES: [KestrelCase; 5] = [
         virtio: false,
         reboots: 0,
         seeds: false,
+        steal: false,
     },
     KestrelCase {
-        name: "linux on kestrel: 2 VMs x 4 vCPUs sharing 4 pCPUs, the seeds' workloads (short), GICv3",
+        name: "linux on kestrel: 2 VMs x 4 vCPUs sharing 4 pCPUs, the seeds' workloads (short), stolen time, GICv3",
         config: "configs/linux-2vm.toml",
         gic: 3,
         vms: &["linux0", "linux1"],
@@ -246,6 +250,7 @@ pub const KESTREL_CASES: [KestrelCase; 5] = [
         virtio: false,
         reboots: 0,
         seeds: true,
+        steal: true,
     },
     KestrelCase {
         name: "linux on kestrel: 1 VM x 4 vCPUs, GICv2",
@@ -256,6 +261,7 @@ pub const KESTREL_CASES: [KestrelCase; 5] = [
         virtio: false,
         reboots: 0,
         seeds: false,
+        steal: false,
     },
     KestrelCase {
         name: "linux on kestrel virtio: 2 VMs, root on virtio-blk, test on hvc0, ping + 4 MiB over TCP",
@@ -266,6 +272,7 @@ pub const KESTREL_CASES: [KestrelCase; 5] = [
         virtio: true,
         reboots: 0,
         seeds: false,
+        steal: false,
     },
     KestrelCase {
         name: "linux on kestrel reboot: root on virtio-blk, reboot -f once, the second boot finds its count on the disk, GICv2",
@@ -276,6 +283,7 @@ pub const KESTREL_CASES: [KestrelCase; 5] = [
         virtio: false,
         reboots: 1,
         seeds: false,
+        steal: false,
     },
 ];
 
@@ -298,6 +306,9 @@ pub fn judge_kestrel(boot: &Boot, case: &KestrelCase) -> Vec<String> {
     }
     if case.seeds {
         problems.extend(judge_seeds(boot, case.vms));
+    }
+    if case.steal {
+        problems.extend(judge_steal(boot, case.vms));
     }
     let has = |s: &str| boot.has(s);
     for vm in case.vms {
@@ -332,6 +343,50 @@ pub fn judge_kestrel(boot: &Boot, case: &KestrelCase) -> Vec<String> {
         problems.push(format!("QEMU exited with {s}"));
     }
     problems
+}
+
+/// Stolen time in each VM: its kernel found kestrel's PV time (Linux's
+/// `arm-pv: using stolen time PV`) and the steal column of its
+/// `/proc/stat`, which `/init` prints at its start and end
+/// (`LINUX-STEAL: /proc/stat steal A -> B`), grew: its vCPUs waited for
+/// pCPUs the other VM's vCPUs held.
+fn judge_steal(boot: &Boot, vms: &[&str]) -> Vec<String> {
+    let mut problems = Vec::new();
+    for vm in vms {
+        // Kernel lines carry its timestamp between the tag and the text.
+        let (tagged, using) = (format!("[{vm}] "), "arm-pv: using stolen time PV");
+        if !boot
+            .lines
+            .iter()
+            .any(|l| l.text.contains(&tagged) && l.text.contains(using))
+        {
+            problems.push(format!(
+                "{vm}: its kernel did not take stolen time ({using:?})"
+            ));
+        }
+        let tag = format!("[{vm}] LINUX-STEAL: /proc/stat steal ");
+        let Some(line) = boot.lines.iter().find(|l| l.text.contains(&tag)) else {
+            problems.push(format!("serial log lacks {tag:?}"));
+            continue;
+        };
+        match steal_figures(&line.text[line.text.find(&tag).unwrap_or(0) + tag.len()..]) {
+            Some((a, b)) if b > a => {}
+            Some((a, b)) => problems.push(format!(
+                "{vm}: /proc/stat steal did not grow ({a} -> {b}) while sharing pCPUs"
+            )),
+            None => problems.push(format!("{vm}: unreadable steal line: {}", line.text)),
+        }
+    }
+    problems
+}
+
+/// `A -> B ...` of a `LINUX-STEAL` line: the two figures.
+fn steal_figures(rest: &str) -> Option<(u64, u64)> {
+    let mut w = rest.split_whitespace();
+    let a = w.next()?.parse().ok()?;
+    (w.next()? == "->").then_some(())?;
+    let b = w.next()?.parse().ok()?;
+    Some((a, b))
 }
 
 /// The seeds' workloads (`kestrel-seedbench`, docs/performance.md) in each
@@ -763,6 +818,7 @@ fn judge_lvz_la64_reboot(b: &Boot) -> Vec<String> {
         virtio: false,
         reboots: 1,
         seeds: false,
+        steal: false,
     };
     let mut problems = judge_kestrel(b, &case);
     // Exactly one restart: the VM did not reboot again after its count.
@@ -819,6 +875,7 @@ fn judge_lvz_la64_hostile(b: &Boot) -> Vec<String> {
         virtio: false,
         reboots: 0,
         seeds: false,
+        steal: false,
     };
     let mut problems = judge_kestrel(b, &case);
     let line_of = |s: &str| b.lines.iter().find(|l| l.text.contains(s));
@@ -1012,6 +1069,7 @@ fn judge_lvz_la64_iocsr(
             virtio: false,
             reboots: 0,
             seeds: false,
+            steal: false,
         };
         for p in judge_kestrel(boot, &case) {
             if !problems.contains(&p) {
@@ -1260,6 +1318,7 @@ const PT_CASES: [KestrelCase; 2] = [
         virtio: false,
         reboots: 1,
         seeds: false,
+        steal: false,
     },
     KestrelCase {
         name: "linux on kestrel passthrough: QEMU's virtio-blk (slot 31, SPI 47) in an identity-RAM VM beside another, its file read back from the disk, after a VM reboot, GICv2",
@@ -1270,6 +1329,7 @@ const PT_CASES: [KestrelCase; 2] = [
         virtio: false,
         reboots: 1,
         seeds: false,
+        steal: false,
     },
 ];
 
@@ -1757,5 +1817,32 @@ mod tests {
             let p = judged(&log);
             assert!(p.iter().any(|p| p.contains(needle)), "{needle}: {p:?}");
         }
+    }
+
+    #[test]
+    fn the_steal_judge_wants_pv_time_and_a_growing_steal_column() {
+        let good = [
+            "[linux0] [    0.002759] arm-pv: using stolen time PV",
+            "[linux0] LINUX-STEAL: /proc/stat steal 0 -> 173 (USER_HZ ticks, all CPUs)",
+        ];
+        assert_eq!(judge_steal(&boot(&good), &["linux0"]), Vec::<String>::new());
+        let flat = [
+            "[linux0] arm-pv: using stolen time PV",
+            "[linux0] LINUX-STEAL: /proc/stat steal 5 -> 5 (USER_HZ)",
+        ];
+        let p = judge_steal(&boot(&flat), &["linux0"]);
+        assert!(p.iter().any(|p| p.contains("did not grow")), "{p:?}");
+        let no_pv = ["[linux0] LINUX-STEAL: /proc/stat steal 0 -> 9 (x)"];
+        let p = judge_steal(&boot(&no_pv), &["linux0"]);
+        assert!(p.iter().any(|p| p.contains("did not take")), "{p:?}");
+        let garbled = [
+            "[linux0] arm-pv: using stolen time PV",
+            "[linux0] LINUX-STEAL: /proc/stat steal x -> 9",
+        ];
+        let p = judge_steal(&boot(&garbled), &["linux0"]);
+        assert!(p.iter().any(|p| p.contains("unreadable")), "{p:?}");
+        let p = judge_steal(&boot(&good), &["linux1"]);
+        assert_eq!(p.len(), 2, "{p:?}");
+        assert!(KESTREL_CASES[1].steal && KESTREL_CASES.iter().filter(|c| c.steal).count() == 1);
     }
 }

@@ -39,6 +39,7 @@ fn vm<'a>(name: &'a str, k: &'a [u8]) -> VmInput<'a> {
         passthrough: &[],
         identity: false,
         pv_ipi_hidden: false,
+        pv_time_hidden: false,
     }
 }
 
@@ -797,6 +798,30 @@ fn the_pv_ipi_flag_round_trips() {
     );
     assert_eq!(flags, FLAG_PV_IPI_HIDDEN);
     assert_eq!(FLAGS_KNOWN & FLAG_PV_IPI_HIDDEN, FLAG_PV_IPI_HIDDEN);
+}
+
+#[test]
+fn the_pv_time_flag_round_trips() {
+    let k = kernel(4096, 6);
+    let mut w = Writer::new(HypervisorSettings::default());
+    w.vms.push(VmInput {
+        pv_time_hidden: true,
+        ..vm("hidden", &k)
+    });
+    w.vms.push(vm("offered", &k));
+    let b = w.finish();
+    let pkg = Package::parse(&b).unwrap();
+    assert!(pkg.vm(0).unwrap().pv_time_hidden);
+    assert!(!pkg.vm(0).unwrap().pv_ipi_hidden);
+    assert!(!pkg.vm(1).unwrap().pv_time_hidden);
+    let rec = HEADER_SIZE;
+    let flags = u32::from_le_bytes(
+        b[rec + offsets::FLAGS..rec + offsets::FLAGS + 4]
+            .try_into()
+            .unwrap(),
+    );
+    assert_eq!(flags, FLAG_PV_TIME_HIDDEN);
+    assert_eq!(FLAGS_KNOWN & FLAG_PV_TIME_HIDDEN, FLAG_PV_TIME_HIDDEN);
 }
 
 #[test]

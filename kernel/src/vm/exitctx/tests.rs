@@ -83,6 +83,7 @@ fn setup(cpus: usize, vcpus: usize, started: usize) -> (Hypervisor<Mock>, Arc<Vm
             started,
             on_reboot: crate::vmm::vmconfig::OnReboot::Restart,
             pv_ipi: true,
+            pv_time: None,
             bus: crate::dev::vdev::bus::Bus::new(),
             virtio: Default::default(),
         })

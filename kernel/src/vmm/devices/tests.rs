@@ -100,6 +100,7 @@ fn running_vm() -> (Hypervisor<Fake>, Arc<Vm<Fake>>) {
             started: 2,
             on_reboot: crate::vmm::vmconfig::OnReboot::Restart,
             pv_ipi: true,
+            pv_time: None,
         })
         .unwrap();
     for cpu in 0..2 {
@@ -158,6 +159,7 @@ fn a_backend_with_devices_continues_their_work_a_budget_at_a_time() {
             started: 1,
             on_reboot: crate::vmm::vmconfig::OnReboot::Restart,
             pv_ipi: true,
+            pv_time: None,
         })
         .unwrap();
     let used = |vm: &Vm<Fake>| {

@@ -23,6 +23,7 @@ fn spec_v3() -> GuestDtbSpec<'static> {
         initrd: Some((0x5000_0000, 0x5012_3456)),
         virtio: Vec::new(),
         passthrough: Vec::new(),
+        reserved: Vec::new(),
     }
 }
 
@@ -536,4 +537,30 @@ fn virtio_transports_are_described() {
         assert_eq!(irq, [0, spi, 4]);
         assert!(n.property("dma-coherent").is_some());
     }
+}
+
+#[test]
+fn reserved_ram_is_described_no_map() {
+    let top = 0x4000_0000 + 512 * MB;
+    let spec = GuestDtbSpec {
+        reserved: vec![(top - 0x1_0000, 0x1_0000)],
+        ..spec_v3()
+    };
+    let blob = guest_dtb_arm64(&spec);
+    let fdt = fdt::Fdt::new(&blob).expect("valid FDT");
+    let rm = fdt.find_node("/reserved-memory").unwrap();
+    assert!(rm.property("ranges").is_some());
+    let n = fdt
+        .find_node(&format!("/reserved-memory/pv-time@{:x}", top - 0x1_0000))
+        .unwrap();
+    let r = n.reg().unwrap().next().unwrap();
+    assert_eq!(
+        (r.starting_address as u64, r.size),
+        (top - 0x1_0000, Some(0x1_0000))
+    );
+    assert!(n.property("no-map").is_some());
+    // Without reservations, no node.
+    let blob = guest_dtb_arm64(&spec_v3());
+    let fdt = fdt::Fdt::new(&blob).unwrap();
+    assert!(fdt.find_node("/reserved-memory").is_none());
 }

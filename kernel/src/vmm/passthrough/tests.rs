@@ -51,6 +51,7 @@ fn qemu_virtio_slot_31_is_found_and_its_spi_moved() {
         initrd: None,
         virtio: Vec::new(),
         passthrough: nodes,
+        reserved: Vec::new(),
     };
     let blob = crate::vmm::fdt_build::guest_dtb_arm64(&spec);
     let t = Tree::new(&blob).unwrap();

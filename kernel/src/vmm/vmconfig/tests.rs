@@ -29,6 +29,7 @@ fn input<'a>(name: &'a str, kernel: &'a [u8]) -> VmInput<'a> {
         passthrough: &[],
         identity: false,
         pv_ipi_hidden: false,
+        pv_time_hidden: false,
     }
 }
 
@@ -467,4 +468,39 @@ fn the_package_names_the_tick_when_it_sets_one() {
     assert_eq!(super::tick_hz(&with(0)), None, "0: kestrel's default");
     assert_eq!(super::tick_hz(&[]), None, "no package");
     assert_eq!(super::tick_hz(b"garbage"), None);
+}
+
+/// arm64 stolen time: offered by default with its records in the last
+/// 64 KiB of RAM, reserved in the generated DTB; not with `pv_time =
+/// false`, nor with a DTB from the config (nothing would reserve it).
+#[test]
+fn pv_time_records_are_reserved_at_the_top_of_ram() {
+    let k = vec![0xAAu8; 3 * MB as usize];
+    let dtb = vec![0u8; 64];
+    let mut w = Writer::new(HypervisorSettings::default());
+    w.vms.push(input("offered", &k));
+    w.vms.push(VmInput {
+        pv_time_hidden: true,
+        ..input("hidden", &k)
+    });
+    w.vms.push(VmInput {
+        dtb: Some(&dtb),
+        ..input("own-dtb", &k)
+    });
+    let pkg = w.finish();
+    let plan = plan(&pkg, host(4, 1 << 30)).unwrap();
+    let s = plan[0].unwrap();
+    let r = s.pv_time_region().unwrap();
+    assert_eq!(r.base, s.ram_base + s.ram_size - 0x1_0000);
+    assert_eq!(r.vcpus, 2);
+    assert!(r.base >= s.dtb_gpa + (1 << 20), "above the DTB");
+    assert_eq!(s.dtb_spec_arm64(true).reserved, [(r.base, 0x1_0000)]);
+    // Moved with the RAM of an identity VM.
+    let moved = s.rebased(0x8000_0000).pv_time_region().unwrap();
+    assert_eq!(moved.base, 0x8000_0000 + s.ram_size - 0x1_0000);
+    for other in [plan[1].unwrap(), plan[2].unwrap()] {
+        assert!(!other.pv_time);
+        assert_eq!(other.pv_time_region(), None);
+        assert!(other.dtb_spec_arm64(true).reserved.is_empty());
+    }
 }

@@ -4,7 +4,7 @@
 use crate::console::Msg;
 use crate::cpu::{self, CPUS};
 use crate::exceptions::probe_read;
-use crate::platform::Platform;
+use crate::platform::{Platform, Steal};
 use crate::smccc::{self, call, call0, psci};
 use crate::smp::{self, run_everywhere, send_arg, Cmd, PV_IPI_SGI};
 use crate::{gic, msg, println};
@@ -37,7 +37,7 @@ static PASSED: AtomicU32 = AtomicU32::new(0);
 static FAILED: AtomicU32 = AtomicU32::new(0);
 static SKIPPED: AtomicU32 = AtomicU32::new(0);
 static CURRENT: AtomicUsize = AtomicUsize::new(0);
-const NAMES: [&str; 18] = [
+const NAMES: [&str; 19] = [
     "boot",
     "hypercall-discovery",
     "hypercall-errors",
@@ -55,6 +55,7 @@ const NAMES: [&str; 18] = [
     "phys-timer",
     "wfit-timeout",
     "debug-bp-wp-step",
+    "stolen-time",
     "share",
 ];
 
@@ -185,14 +186,14 @@ extern "C" fn primary_main(dtb: usize) -> ! {
 
     if ctx.p.share_ms.is_some() {
         // The fairness test: bring the vCPUs up, then only the spin window.
-        for (n, check) in [(4, psci_smp as fn(&mut Ctx) -> Verdict), (17, share)] {
+        for (n, check) in [(4, psci_smp as fn(&mut Ctx) -> Verdict), (18, share)] {
             CURRENT.store(n, Ordering::Relaxed);
             let v = check(&mut ctx);
             report(n, v);
         }
         summary_and_off(false)
     }
-    let checks: [fn(&mut Ctx) -> Verdict; 16] = [
+    let checks: [fn(&mut Ctx) -> Verdict; 17] = [
         hypercall_discovery,
         hypercall_errors,
         psci_version,
@@ -209,6 +210,7 @@ extern "C" fn primary_main(dtb: usize) -> ! {
         |c| crate::el1state::check_ptimer(c.all),
         |c| crate::el1state::check_wfit(c.all),
         |_| crate::el1state::check_debug(),
+        stolen_time,
     ];
     for (i, check) in checks.iter().enumerate() {
         let n = i + 1;
@@ -249,6 +251,133 @@ fn share(c: &mut Ctx) -> Verdict {
         "{} vCPU(s) spun {ms} ms after {delay} ms",
         c.all.count_ones()
     ))
+}
+
+/// How long every vCPU spins in the stolen-time check.
+const STEAL_WINDOW_MS: u64 = 400;
+
+/// Paravirtual stolen time (DEN0057A): discovery through SMCCC, one
+/// record per vCPU inside the DTB's reserved `pv-time` region (revision
+/// and attributes 0), and its stolen time over a window in which every
+/// vCPU spins: never going backwards, never more than the time between the
+/// two reads (the window and the commands around it), at most a fifth of
+/// the window when the VM's vCPUs
+/// have their pCPUs to themselves (`steal=alone`; measured 0-21 ms of
+/// 400), at least a quarter when they share them (`steal=shared`: two
+/// VMs' four vCPUs on one pCPU, measured 256-299 ms).
+fn stolen_time(c: &mut Ctx) -> Verdict {
+    use smccc::pv_time::{self, ARCH_FEATURES, FEATURES, ST};
+    if !c.kestrel {
+        return Verdict::Skip(NOT_KESTREL);
+    }
+    if c.p.steal == Steal::Off {
+        return stolen_time_off(c);
+    }
+    let arch = call0(ARCH_FEATURES, [FEATURES as u64, 0, 0]);
+    let f_st = call0(FEATURES, [ST as u64, 0, 0]);
+    let f_f = call0(FEATURES, [FEATURES as u64, 0, 0]);
+    let f_bad = call0(FEATURES, [0xC500_0022, 0, 0]);
+    let st32 = call0(ST & !0x4000_0000, [0; 3]);
+    if (arch, f_st, f_f, f_bad, st32) != (0, 0, 0, -1, -1) {
+        fail!("discovery: ARCH_FEATURES {arch}, FEATURES(ST) {f_st}, FEATURES(FEATURES) {f_f}, FEATURES(0xC5000022) {f_bad}, SMC32 ST {st32}; want 0 0 0 -1 -1");
+    }
+    let Some((rbase, rsize)) = c.p.pv_time else {
+        fail!("the DTB has no /reserved-memory/pv-time@.. node with no-map");
+    };
+    let t0 = cpu::phys_now();
+    if !run_everywhere(Cmd::PvTime, 0, 30_000_000) {
+        fail!("not every vCPU answered PV_TIME_ST");
+    }
+    let mut seen = [0u64; cpu::MAX_CPUS];
+    let mut before = [0u64; cpu::MAX_CPUS];
+    for i in cpus(c.all) {
+        let ipa = CPUS[i].result.load(Ordering::Acquire);
+        if !pv_time::is_record(ipa) || ipa < rbase || ipa + 64 > rbase + rsize {
+            fail!("vCPU {i}: PV_TIME_ST {ipa:#x}, not a record in {rbase:#x}+{rsize:#x}");
+        }
+        if seen[..i].contains(&ipa) {
+            fail!("vCPU {i}: record {ipa:#x} shared with another vCPU");
+        }
+        if pv_time::header(ipa) != Some((0, 0)) {
+            fail!("vCPU {i}: revision/attributes {:?}", pv_time::header(ipa));
+        }
+        seen[i] = ipa;
+        before[i] = pv_time::stolen(ipa).unwrap_or(0);
+    }
+    // A second call answers the same record.
+    let again = call(u64::from(ST), [u64::MAX, 1, 2])[0];
+    if again != seen[c.boot] {
+        fail!(
+            "PV_TIME_ST again (garbage in x1-x3): {again:#x}, first {:#x}",
+            seen[c.boot]
+        );
+    }
+    let hz = cpu::freq();
+    let end = cpu::phys_now() + hz * STEAL_WINDOW_MS / 1000;
+    if !run_everywhere(Cmd::Spin, end, (STEAL_WINDOW_MS + 60_000) * 1000) {
+        fail!("not every vCPU finished its {STEAL_WINDOW_MS} ms spin");
+    }
+    // Each vCPU's record is written at its loads: a vCPU reads its own
+    // (its latest load is behind it).
+    if !run_everywhere(Cmd::PvTime, 0, 30_000_000) {
+        fail!("not every vCPU read its record again");
+    }
+    // Every wait counted between a vCPU's two reads lies between them,
+    // so inside [t0, t1].
+    let elapsed_ns = ((cpu::phys_now() - t0) as u128 * 1_000_000_000 / hz.max(1) as u128) as u64;
+    let window_ns = STEAL_WINDOW_MS * 1_000_000;
+    let (mut least, mut most) = (u64::MAX, 0);
+    for i in cpus(c.all) {
+        let after = CPUS[i].detail.load(Ordering::Acquire);
+        if after < before[i] {
+            fail!(
+                "vCPU {i}: stolen time went back, {} -> {after} ns",
+                before[i]
+            );
+        }
+        let grew = after - before[i];
+        // Never more than the time between the two reads (1 ms for
+        // rounding).
+        if grew > elapsed_ns + 1_000_000 {
+            fail!("vCPU {i}: {grew} ns stolen in {elapsed_ns} ns");
+        }
+        least = least.min(grew);
+        most = most.max(grew);
+    }
+    let (least_ms, most_ms) = (least / 1_000_000, most / 1_000_000);
+    match c.p.steal {
+        Steal::Alone if most > window_ns / 5 => {
+            fail!("alone on its pCPUs, yet up to {most_ms} ms stolen in {STEAL_WINDOW_MS} ms")
+        }
+        Steal::Shared if least < window_ns / 4 => {
+            fail!("sharing pCPUs, yet only {least_ms} ms stolen in {STEAL_WINDOW_MS} ms")
+        }
+        _ => {}
+    }
+    Verdict::Pass(msg!(
+        "records in {rbase:#x}+{rsize:#x}; {STEAL_WINDOW_MS} ms spin on {} vCPU(s) ({:?}): {least_ms}-{most_ms} ms stolen each",
+        c.all.count_ones(),
+        c.p.steal
+    ))
+}
+
+/// `steal=off` (the VM's config says `pv_time = false`): every PV time
+/// call answers NOT_SUPPORTED and the DTB reserves nothing for it.
+fn stolen_time_off(c: &mut Ctx) -> Verdict {
+    use smccc::pv_time::{ARCH_FEATURES, FEATURES, ST};
+    let answers = [
+        call0(ARCH_FEATURES, [FEATURES as u64, 0, 0]),
+        call0(FEATURES, [ST as u64, 0, 0]),
+        call0(FEATURES, [FEATURES as u64, 0, 0]),
+        call0(ST, [0; 3]),
+    ];
+    if answers != [-1; 4] {
+        fail!("pv_time = false, yet ARCH_FEATURES, FEATURES(ST), FEATURES(FEATURES), ST answered {answers:?}");
+    }
+    if let Some((b, s)) = c.p.pv_time {
+        fail!("pv_time = false, yet the DTB reserves {b:#x}+{s:#x}");
+    }
+    Verdict::Pass(msg!("not offered: every call -1, nothing reserved"))
 }
 
 /// The SMCCC vendor UID query answers kestrel's UUID.

@@ -555,6 +555,7 @@ fn hypercalls() {
     // an out-of-range counter index.
     let ipi = call(arm64::IPI_SEND as u64, [u64::MAX, u64::MAX, u64::MAX - 5])[0] as i64;
     let stat = call(arm64::STATS as u64, [u64::MAX, 0, 0])[0] as i64;
+    let pv = pv_time_calls(&mut rng);
     let mut t = Tally::default();
     for imm in [1u32, 2, 0x100, 0x7FFF, 0xFFFF] {
         // HVC #imm / SMC #imm: an answer (SMCCC: x0 = NOT_SUPPORTED) or UNDEFINED.
@@ -563,21 +564,77 @@ fn hypercalls() {
             t.add(insn, esr, &[EC_UNKNOWN]);
         }
     }
-    let ok = bad.is_none() && ipi < 0 && stat < 0 && t.bad.is_none();
+    let ok = bad.is_none() && ipi < 0 && stat < 0 && t.bad.is_none() && pv.is_ok();
     verdict(
         "attack-hypercalls",
         ok,
         format_args!(
-            "{calls} random HVC/SMC calls, {unknown} to unimplemented owners all NOT_SUPPORTED{}; IPI to a far window {ipi}, STATS[2^64-1] {stat}; HVC/SMC #imm: {} answered, {} undefined{}",
+            "{calls} random HVC/SMC calls, {unknown} to unimplemented owners all NOT_SUPPORTED{}; IPI to a far window {ipi}, STATS[2^64-1] {stat}; PV time: {}; HVC/SMC #imm: {} answered, {} undefined{}",
             match bad {
                 Some((f, r)) => note_bad_hypercall(f, r),
                 None => "",
+            },
+            match pv {
+                Ok(s) | Err(s) => s,
             },
             t.done,
             t.undef,
             if t.bad.is_some() { " (other exception!)" } else { "" }
         ),
     );
+}
+
+/// The PV time calls (arm64 stolen time) with garbage: features of every
+/// id near them and random ones (0 or -1 only), PV_TIME_ST with garbage in
+/// x1-x3 (always the same record), their SMC32 spellings and other ids of
+/// the range (-1), x0's upper half set (-1); then the record overwritten
+/// with garbage (the guest's own memory: allowed) and kestrel still
+/// answering and writing it. Ok or Err with a short description.
+fn pv_time_calls(rng: &mut Rng) -> Result<&'static str, &'static str> {
+    use crate::smccc::pv_time::{self, FEATURES, ST};
+    let st = call(u64::from(ST), [0; 3])[0];
+    if !pv_time::is_record(st) {
+        return Err("PV_TIME_ST gave no record (FAIL)");
+    }
+    for i in 0..600u64 {
+        let q = match i % 3 {
+            0 => 0xC500_0000 | (rng.next() & 0xFF),
+            1 => rng.next(),
+            _ => (rng.next() & 0xFFFF_FFFF_0000_0000) | u64::from(ST),
+        };
+        let f = call(u64::from(FEATURES), [q, rng.next(), rng.next()])[0] as i64;
+        if f != 0 && f != -1 {
+            return Err("PV_TIME_FEATURES answered outside {0, -1} (FAIL)");
+        }
+        let again = call(u64::from(ST), [rng.next(), rng.next(), rng.next()])[0];
+        if again != st {
+            return Err("PV_TIME_ST moved its record (FAIL)");
+        }
+        let other = 0xC500_0000 | (rng.next() & 0xFFFF);
+        if !matches!(other & 0xFFFF, 0x20 | 0x21) && call(other, [rng.next(); 3])[0] as i64 != -1 {
+            return Err("another standard-hypervisor id answered (FAIL)");
+        }
+    }
+    for fid in [
+        0x8500_0020u64,
+        0x8500_0021,
+        0xFFFF_FFFF_C500_0021,
+        0x1_C500_0020,
+    ] {
+        if call(fid, [u64::from(ST), 0, 0])[0] as i64 != -1 {
+            return Err("an SMC32 or widened PV time id answered (FAIL)");
+        }
+    }
+    // Garbage over the whole record; kestrel goes on writing its word.
+    for w in 0..8 {
+        // SAFETY: the record is this guest's own RAM (kestrel answered
+        // PV_TIME_ST with it), 64-byte aligned, in its normal-memory GiB.
+        unsafe { core::ptr::write_volatile((st + 8 * w) as *mut u64, rng.next()) };
+    }
+    if call(u64::from(ST), [0; 3])[0] != st {
+        return Err("PV_TIME_ST after its record was overwritten (FAIL)");
+    }
+    Ok("features, ST with garbage, other ids and a scribbled record all answered")
 }
 
 /// A short marker for the first wrong hypercall answer (the guest has no
@@ -796,6 +853,10 @@ pub fn victim(p: &Platform) -> ! {
     let me = &CPUS[cpu::index()];
     let period = cpu::us_to_ticks(period_us);
     let small = cpu::us_to_ticks(2_000);
+    // Its stolen-time record (kestrel's PV time): what it waits for the
+    // pCPU it shares with the attacker shows there.
+    let record = call(u64::from(smccc::pv_time::ST), [0; 3])[0];
+    let stolen0 = smccc::pv_time::stolen(record);
     let start = cpu::now();
     let end = start + cpu::us_to_ticks(window_ms * 1000);
     let (mut ran, mut last, mut last_tick) = (0u64, start, start);
@@ -843,6 +904,8 @@ pub fn victim(p: &Platform) -> ! {
         }
     }
     cpu::timer_stop();
+    // Written at its last load, behind it now.
+    let stolen1 = smccc::pv_time::stolen(record);
     max_gap = max_gap.max(last - last_tick);
     // The whole pattern once more.
     for a in (lo..hi).step_by(8) {
@@ -892,6 +955,32 @@ pub fn victim(p: &Platform) -> ! {
                 ),
             );
         }
+    }
+    // Stolen time: the window it did not run was mostly spent waiting for
+    // the attacker to give the pCPU back, so at least half of it shows as
+    // stolen, and never more than the window.
+    let off_ms = window.saturating_sub(ran_ms);
+    match (stolen0, stolen1) {
+        (Some(a), Some(b)) if b >= a => {
+            let stolen_ms = (b - a) / 1_000_000;
+            verdict(
+                "victim-steal",
+                stolen_ms >= off_ms / 2 && stolen_ms <= window + 100,
+                format_args!(
+                    "{stolen_ms} ms stolen of the {off_ms} ms of its {window} ms window it did not run"
+                ),
+            );
+        }
+        (Some(a), Some(b)) => verdict(
+            "victim-steal",
+            false,
+            format_args!("stolen time went back: {a} -> {b} ns"),
+        ),
+        _ => verdict(
+            "victim-steal",
+            false,
+            format_args!("PV_TIME_ST gave no record: {record:#x}"),
+        ),
     }
     // The judge (xtask) compares share and ticks with the fair share; here
     // only what no fair scheduler can produce fails.

@@ -42,6 +42,24 @@ pub struct Platform {
     /// nodes), in address order; the first `nvirtio` are valid.
     pub virtio: [usize; MAX_VIRTIO],
     pub nvirtio: usize,
+    /// The `/reserved-memory/pv-time@..` node (`no-map`): where kestrel
+    /// keeps the stolen-time records (base, size).
+    pub pv_time: Option<(u64, u64)>,
+    /// `steal=alone|shared`: what the stolen-time check expects of the
+    /// spin window (no other vCPU waits for its pCPUs / its vCPUs share
+    /// pCPUs); default: anything, monotonic and bounded. `steal=off`: not
+    /// offered at all.
+    pub steal: Steal,
+}
+
+/// What the stolen-time check expects (`steal=` on the command line).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Steal {
+    Any,
+    Alone,
+    Shared,
+    /// `steal=off`: the VM is configured without it (`pv_time = false`).
+    Off,
 }
 
 /// virtio-mmio transports the guest keeps track of.
@@ -91,6 +109,8 @@ impl Platform {
             hold_ms: None,
             virtio: [0; MAX_VIRTIO],
             nvirtio: 0,
+            pv_time: None,
+            steal: Steal::Any,
         }
     }
 
@@ -111,6 +131,13 @@ impl Platform {
             let r = regs.next()?;
             Some((r.starting_address as usize, r.size.unwrap_or(0)))
         };
+        if let Some(rm) = fdt.find_node("/reserved-memory") {
+            for child in rm.children() {
+                if child.name.starts_with("pv-time@") && child.property("no-map").is_some() {
+                    p.pv_time = first_reg(child).map(|(b, s)| (b as u64, s as u64));
+                }
+            }
+        }
         if let Some(uart) = fdt.find_compatible(&["arm,pl011"]).and_then(first_reg) {
             p.uart = uart.0;
         }
@@ -207,6 +234,9 @@ impl Platform {
                     "mode=bench-switch" => p.mode = Mode::BenchSwitch,
                     "mode=reboot" => p.mode = Mode::Reboot,
                     "mode=resetrace" => p.mode = Mode::ResetRace,
+                    "steal=alone" => p.steal = Steal::Alone,
+                    "steal=shared" => p.steal = Steal::Shared,
+                    "steal=off" => p.steal = Steal::Off,
                     _ => {}
                 }
                 if let Some(n) = num("share_ms=") {

@@ -108,3 +108,37 @@ pub fn system_off() -> ! {
         crate::cpu::wfi();
     }
 }
+
+/// Paravirtual stolen time (Arm DEN0057A, standard hypervisor service).
+pub mod pv_time {
+    pub use kestrel_abi::arm64::{PV_TIME_FEATURES as FEATURES, PV_TIME_ST as ST};
+    /// SMCCC_ARCH_FEATURES.
+    pub const ARCH_FEATURES: u32 = 0x8000_0001;
+
+    /// Whether `ipa` (x0 of PV_TIME_ST) is an address, not an error: 64-byte
+    /// aligned and non-zero.
+    pub fn is_record(ipa: u64) -> bool {
+        (ipa as i64) > 0 && ipa.is_multiple_of(64)
+    }
+
+    /// The stolen time (ns) in the record at `ipa` (`None` unless
+    /// [`is_record`]).
+    pub fn stolen(ipa: u64) -> Option<u64> {
+        // SAFETY: kestrel answered PV_TIME_ST with `ipa`: a record in the
+        // guest's RAM (inside the GiB the identity map makes normal
+        // memory), 8-byte aligned; kestrel writes the word with one store.
+        is_record(ipa).then(|| unsafe { core::ptr::read_volatile((ipa + 8) as *const u64) })
+    }
+
+    /// The record's revision and attributes words (both 0 in DEN0057A
+    /// 1.0); `None` unless [`is_record`].
+    pub fn header(ipa: u64) -> Option<(u32, u32)> {
+        // SAFETY: as in `stolen`.
+        is_record(ipa).then(|| unsafe {
+            (
+                core::ptr::read_volatile(ipa as *const u32),
+                core::ptr::read_volatile((ipa + 4) as *const u32),
+            )
+        })
+    }
+}

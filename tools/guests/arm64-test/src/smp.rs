@@ -36,6 +36,9 @@ pub enum Cmd {
     /// The vCPU [`sender`] calls PSCI CPU_ON for the vCPU `arg` names
     /// ([`cpu_on_arg`]) without pause, forever (`mode=resetrace`).
     CpuOnLoop = 7,
+    /// PV_TIME_ST: result = x0 (this vCPU's stolen-time record, or an
+    /// error), detail = its stolen time now (0 if x0 is not an address).
+    PvTime = 8,
     /// Part `arg` of an EL1-state check (`crate::el1state::execute`).
     El1State = 16,
 }
@@ -50,6 +53,7 @@ impl Cmd {
             5 => Cmd::PvIpi,
             6 => Cmd::Spin,
             7 => Cmd::CpuOnLoop,
+            8 => Cmd::PvTime,
             16 => Cmd::El1State,
             _ => Cmd::Nop,
         }
@@ -192,6 +196,10 @@ fn execute(me: usize, cmd: Cmd, arg: u64) {
             }
         }
         Cmd::El1State => crate::el1state::execute(arg),
+        Cmd::PvTime => {
+            let ipa = smccc::call(u64::from(smccc::pv_time::ST), [0; 3])[0];
+            (ipa, smccc::pv_time::stolen(ipa).unwrap_or(0))
+        }
         _ => (0, 0),
     };
     state.result.store(result, Ordering::Release);

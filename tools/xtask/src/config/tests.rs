@@ -412,6 +412,29 @@ fn pv_ipi_is_offered_unless_switched_off() {
 }
 
 #[test]
+fn pv_time_is_offered_unless_switched_off() {
+    let cfg = check(GOOD).unwrap();
+    assert!(cfg.vms.iter().all(|v| v.pv_time), "default: offered");
+    let bytes = pack(&cfg);
+    let p = Package::parse(&bytes).unwrap();
+    assert!(!p.vm(0).unwrap().pv_time_hidden);
+    let text = bad(
+        "cmdline = \"console=ttyAMA0 earlycon\"",
+        "cmdline = \"console=ttyAMA0 earlycon\"\npv_time = false",
+    );
+    let cfg = check(&text).unwrap();
+    assert!(!cfg.vms[0].pv_time);
+    assert!(cfg.vms[1].pv_time);
+    let bytes = pack(&cfg);
+    let p = Package::parse(&bytes).unwrap();
+    assert!(p.vm(0).unwrap().pv_time_hidden);
+    assert!(!p.vm(0).unwrap().pv_ipi_hidden);
+    assert!(!p.vm(1).unwrap().pv_time_hidden);
+    let text = bad("cmdline = \"console=ttyAMA0 earlycon\"", "pv_time = 0");
+    assert!(check(&text).is_err());
+}
+
+#[test]
 fn on_reboot_is_restart_or_stop() {
     let cfg = check(GOOD).unwrap();
     assert!(cfg.vms.iter().all(|v| !v.reboot_stop), "default: restart");

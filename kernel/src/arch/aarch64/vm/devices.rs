@@ -95,6 +95,32 @@ impl DeviceHost for Arm64Backend {
 }
 
 impl VmState {
+    /// Stores `value` as one aligned little-endian 64-bit word at guest
+    /// physical `gpa`, through the same checks as every copy
+    /// ([`VmState::each_piece`]): a single store, so a guest vCPU reading
+    /// the word meanwhile sees the old or the new value, never a mix (the
+    /// stolen time of a record, `crate::vcpu::steal`). An unaligned `gpa`
+    /// or one outside RAM is an error and nothing is written.
+    pub fn store_u64(&self, gpa: u64, value: u64) -> Result<(), MemError> {
+        if !gpa.is_multiple_of(8) {
+            return Err(MemError { gpa, len: 8 });
+        }
+        self.each_piece(gpa, 8, |dst, _, n| {
+            // An aligned word never crosses a frame: one piece of 8.
+            if n != 8 {
+                return;
+            }
+            // SAFETY: `dst..dst + 8` lies inside one 2 MiB frame owned by
+            // this VM and zeroed for it (`each_piece`), identity mapped at
+            // EL2 as Normal memory; it is 8-byte aligned (frames are 2 MiB
+            // aligned, RAM starts 2 MiB aligned and `gpa` is aligned).
+            unsafe { core::ptr::write_volatile(dst as *mut u64, value.to_le()) };
+            // Cleaned to the point of coherency, as every write to guest
+            // RAM is: a guest with its caches off sees it.
+            mmu::clean_dcache_range(dst, dst + 8);
+        })
+    }
+
     /// Calls `f(host address, offset in the range, length)` for each piece
     /// of `[gpa, gpa + len)` within one RAM frame, after checking that the
     /// whole range is this VM's RAM (so nothing is copied for a range that

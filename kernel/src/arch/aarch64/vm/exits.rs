@@ -18,6 +18,7 @@ use crate::guest::arm64::ptimer::PhysTimer;
 use crate::vcpu::hypercall::{Abi, HypercallArgs};
 use crate::vcpu::psci;
 use crate::vcpu::stats::ExitReason;
+use crate::vcpu::steal::{self, PvTimeEffect};
 use crate::vm::exitctx::{ExitArch, ExitCtx};
 use crate::vmm::devices::VmDeviceEnv;
 
@@ -337,6 +338,16 @@ impl ExitArch for B {
 /// vendor hypercalls (unknown ids answer -1).
 fn call(env: &mut ExitCtx<'_, B>, ctx: &mut VcpuState) -> RunExit {
     let x = ctx.regs.x;
+    if steal::is_standard_hyp(x[0]) {
+        let (vm, vcpu) = (env.vm, env.vcpu);
+        let (x0, effect) = steal::call(x[0], x[1], vm.pv_time.as_ref(), vcpu.index);
+        if effect == PvTimeEffect::Register {
+            vcpu.steal.register();
+            super::write_steal_record(vm, vcpu);
+        }
+        ctx.regs.x[0] = x0 as u64;
+        return RunExit::Continue;
+    }
     if psci::is_psci_or_arch(x[0]) {
         let (be, vm, vcpu) = (env.backend(), env.vm, env.vcpu);
         let (x0, next) = env.psci([x[0], x[1], x[2], x[3]], || be.has_work(vm, vcpu, ctx));

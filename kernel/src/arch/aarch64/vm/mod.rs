@@ -24,6 +24,8 @@ use alloc::string::String;
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
+use crate::base::clock;
+use crate::dev::vdev::bus::GuestMemory;
 use crate::dev::vdev::pl011::Pl011 as VPl011;
 use crate::dev::vdev::uart::Uart;
 use crate::dev::vgic::mmio::SharedVgic;
@@ -32,6 +34,7 @@ use crate::guest::arm64::idregs::IdConfig;
 use crate::mem::vmid::VmidAllocator;
 use crate::vcpu::fpu::{self, pcpu::PcpuFp, FpPolicy};
 use crate::vcpu::stats::{self, Counter, HOST};
+use crate::vcpu::steal::{self, PvTimeRegion};
 use crate::vm::exitctx::ExitCtx;
 use crate::vm::{Backend, Hypervisor, RunExit, Vcpu, Vm, VmEnd};
 use crate::vmm;
@@ -152,6 +155,41 @@ pub struct Arm64Backend {
     ras: bool,
 }
 
+/// Writes `vcpu`'s whole stolen-time record (DEN0057A: revision 0,
+/// attributes 0, the stolen nanoseconds), at its `PV_TIME_ST` call.
+fn write_steal_record(vm: &Vm<Arm64Backend>, vcpu: &Vcpu<Arm64Backend>) {
+    let (Some(region), Some(ticks)) = (vm.pv_time, vcpu.steal.stolen()) else {
+        return;
+    };
+    let Some(gpa) = region.record(vcpu.index) else {
+        return;
+    };
+    let ns = steal::ticks_to_ns(ticks, clock::counter_hz());
+    let _ = vcpu.steal.take_update();
+    if vm.arch.write(gpa, &steal::record_bytes(ns)).is_err() {
+        vcpu.steal.write_failed();
+    }
+}
+
+/// At a load: the stolen time of `vcpu` into its record, if its guest asked
+/// for one and it changed since the last write (one 64-bit store).
+fn update_steal(vm: &Vm<Arm64Backend>, vcpu: &Vcpu<Arm64Backend>) {
+    let (Some(region), Some(ticks)) = (vm.pv_time, vcpu.steal.take_update()) else {
+        return;
+    };
+    let Some(gpa) = region.record(vcpu.index) else {
+        return;
+    };
+    let ns = steal::ticks_to_ns(ticks, clock::counter_hz());
+    if vm
+        .arch
+        .store_u64(gpa + PvTimeRegion::STOLEN_AT, ns)
+        .is_err()
+    {
+        vcpu.steal.write_failed();
+    }
+}
+
 /// A physical interrupt pending at a guest exit (or while a vCPU is loaded
 /// and not entered: `reload_step`): acknowledged, what it means to the
 /// backend done ([`host_irq`], passthrough), ended; at kestrel's tick the
@@ -227,6 +265,7 @@ impl Backend for Arm64Backend {
             ctx.reset(entry, x0);
         }
         ctx.started = true;
+        update_steal(vm, vcpu);
         if let Some(at) = ctx.blocked_at.take() {
             ctx.halt.blocked_for(timer::counter().saturating_sub(at));
         }
