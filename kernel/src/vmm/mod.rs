@@ -51,6 +51,9 @@ pub struct Built<B: Backend> {
     pub bus: crate::dev::vdev::bus::Bus,
     /// Its virtio devices (on `bus` too).
     pub virtio: crate::dev::virtio::set::VmVirtio,
+    /// Where its vCPUs' stolen-time records are (arm64 PV time), at the
+    /// addresses the VM was built at (identity RAM moves them).
+    pub pv_time: Option<crate::vcpu::steal::PvTimeRegion>,
 }
 
 /// What creating and running VMs needs from a backend beyond [`Backend`].
@@ -168,7 +171,7 @@ pub fn create_vms<B: Machine>(
                     started: 1,
                     on_reboot: spec.on_reboot,
                     pv_ipi: spec.pv_ipi,
-                    pv_time: spec.pv_time_region(),
+                    pv_time: b.pv_time,
                     bus: b.bus,
                     virtio: b.virtio,
                 })

@@ -59,6 +59,7 @@ impl Machine for Fake {
             dtb: spec.dtb_gpa,
             bus: crate::dev::vdev::bus::Bus::new(),
             virtio: Default::default(),
+            pv_time: None,
         })
     }
     fn init_cpu(&self, _: &Hypervisor<Self>, _: usize) {}

@@ -315,6 +315,7 @@ impl Machine for Arm64Backend {
             bus: devices.bus,
             virtio: devices.virtio,
             dtb: spec.dtb_gpa,
+            pv_time: spec.pv_time_region(),
         })
     }
 

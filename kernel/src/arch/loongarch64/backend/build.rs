@@ -81,6 +81,7 @@ impl<M: Mode> Machine for LaBackend<M> {
             dtb: layout::gpa_of(spec.dtb_gpa),
             bus: devices.bus,
             virtio: devices.virtio,
+            pv_time: None,
         })
     }
 
