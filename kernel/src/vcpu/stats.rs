@@ -228,7 +228,12 @@ impl Stats {
     /// to enter), `what` being the kind of exit.
     pub fn note_exit(&self, ticks: u64, what: u8) {
         let v = (ticks.min(u64::MAX >> 8) << 8) | u64::from(what);
-        self.worst_exit.fetch_max(v, Ordering::Relaxed);
+        // Called after every exit: a plain load decides, and only a new
+        // worst pays for the atomic read-modify-write (which settles a race
+        // between two pCPUs).
+        if v > self.worst_exit.load(Ordering::Relaxed) {
+            self.worst_exit.fetch_max(v, Ordering::Relaxed);
+        }
     }
 
     /// One step of a restart of this VM took `ticks`.

@@ -97,11 +97,14 @@ impl Arm64Backend {
     /// WFI must find those in the model): then they stay live, handed out
     /// as filled (the model reads and writes them through its in-flight
     /// state), and the next entry keeps them if nothing else changed.
-    pub fn sync_after_exit(&self, vm: &Vm<Self>, vcpu: &Vcpu<Self>, ctx: &mut VcpuState) {
+    ///
+    /// `now` is the counter read at the exit (the emulated physical
+    /// timer's level is taken at that instant).
+    pub fn sync_after_exit(&self, vm: &Vm<Self>, vcpu: &Vcpu<Self>, ctx: &mut VcpuState, now: u64) {
         let mut lrs: heapless::Vec<LrEntry, MAX_LRS> = heapless::Vec::new();
         self.hw.read_lrs(ctx.lrs_used, &mut lrs);
         let level = vtimer_level();
-        let plevel = ctx.ptimer.level(timer::counter());
+        let plevel = ctx.ptimer.level(now);
         let unchanged = ctx.lrs_live
             && lrs.len() == ctx.filled.len()
             && lrs

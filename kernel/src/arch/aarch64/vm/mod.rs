@@ -357,7 +357,7 @@ impl Backend for Arm64Backend {
             far: mrs!("far_el2"),
             hpfar: mrs!("hpfar_el2"),
         };
-        self.sync_after_exit(vm, vcpu, ctx);
+        self.sync_after_exit(vm, vcpu, ctx, exited);
         let exit = match kind {
             // Lower EL in AArch64 (8-11) or AArch32 (12-15, an EL0 the
             // guest kernel entered although AArch32 is hidden).
