@@ -28,6 +28,7 @@ use crate::smccc::{self, call};
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use kestrel_abi::arm64;
 
+mod cold;
 pub(crate) mod virtio;
 
 /// The victim's memory pattern: this in the upper half, the address in
@@ -247,6 +248,7 @@ pub fn attack(p: &Platform) -> ! {
     mmio(p);
     isolation(p);
     virtio::phase(p);
+    let mut rx = cold::arm_receivers(p);
     // Keep the pCPU: interrupts masked, the vGIC still frozen, a trapped
     // access now and then, the patterns rewritten.
     let end = start + cpu::us_to_ticks(hold_ms * 1000);
@@ -257,6 +259,7 @@ pub fn attack(p: &Platform) -> ! {
         for _ in 0..1000 {
             core::hint::spin_loop();
         }
+        rx.refill();
         spins += 1;
     }
     verdict(
@@ -266,6 +269,8 @@ pub fn attack(p: &Platform) -> ! {
     );
     virtio::budget_phase(p);
     virtio::console_phase(p);
+    cold::cold_tx(p);
+    rx.report(3000);
     finish()
 }
 
@@ -758,9 +763,13 @@ fn isolation(p: &Platform) {
         t.add(3, esr, &[EC_DABT_SAME]);
     };
     // Every 2 MiB of the first 4 GiB, every 64 MiB up to 512 GiB (the
-    // guest's 39-bit map), offset by a page so device frame starts differ.
+    // guest's 39-bit map), offset by a page so device frame starts differ;
+    // not the untouched blocks `attack-cold-tx` and port D need untouched.
+    let cold = cold::cold(p);
     for a in (0..4u64 << 30).step_by(2 << 20) {
-        probe(&mut t, a + 0x1000);
+        if !cold.contains(&(a + 0x1000)) {
+            probe(&mut t, a + 0x1000);
+        }
     }
     for a in (4u64 << 30..512u64 << 30).step_by(64 << 20) {
         probe(&mut t, a + 0x1000);
@@ -989,5 +998,7 @@ pub fn victim(p: &Platform) -> ! {
         ticks > 0 && ran > 0,
         format_args!("{loops} loops, {ticks} timer interrupts"),
     );
+    // Frames to the attacker's hostile receive rings, each notify timed.
+    cold::victim_sends(p);
     finish()
 }
