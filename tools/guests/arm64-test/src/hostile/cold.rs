@@ -387,79 +387,120 @@ impl Receivers {
 // ---------------------------------------------------------------------------
 // The victim.
 
-/// After its window: [`ROUNDS`] rounds of [`PER_ROUND`] frames to port C,
-/// then to port D, each round one notify, timed as the victim's own time.
-/// No-op (and no line) for a victim without a network port.
-pub fn victim_sends(p: &Platform) {
-    let Some(base) = nth(p, ID_NET, 0) else {
-        return;
-    };
+/// What one of the victim's send phases measured.
+pub struct Sent {
+    name: &'static str,
+    mac: [u8; 6],
+    /// Each notify's own time (ns), or why the phase did not run.
+    times: Result<[u64; ROUNDS], &'static str>,
+    /// Stolen time (ns) over the phase.
+    stolen: u64,
+    lost: bool,
+    broken: bool,
+}
+
+/// Right after its window, before it prints anything (so that no console
+/// output of its own waits to be drained meanwhile): [`ROUNDS`] rounds of
+/// [`PER_ROUND`] frames to port C, then to port D, each round one notify,
+/// timed as the victim's own time. `None` for a victim without a network
+/// port; [`report`] prints the lines.
+pub fn victim_sends(p: &Platform) -> Option<[Sent; 2]> {
+    let base = nth(p, ID_NET, 0)?;
     let rec = record();
     let mut d = Drv::new(base, ID_NET);
     let mine: [u8; 6] = core::array::from_fn(|i| Arm64::read8(base + reg::CONFIG + i));
     let up_ok = up(&mut d, R_VICTIM, 1);
     let mut avail = 0u16;
-    for (name, mac) in [
-        ("victim-send-hostile-receiver", MAC_C),
-        ("victim-send-cold-receiver", MAC_D),
-    ] {
-        if let Err(why) = up_ok {
-            verdict(name, false, format_args!("{why}"));
-            continue;
-        }
-        // The frames: a zero header, then destination, source, type.
-        for f in 0..usize::from(PER_ROUND) {
-            let o = BUFS + f * 128;
-            for i in 0..12 + FRAME_LEN {
-                put(R_VICTIM, o + i, 0u8);
+    Some(
+        [
+            ("victim-send-hostile-receiver", MAC_C),
+            ("victim-send-cold-receiver", MAC_D),
+        ]
+        .map(|(name, mac)| {
+            let mut sent = Sent {
+                name,
+                mac,
+                times: Err(""),
+                stolen: 0,
+                lost: false,
+                broken: false,
+            };
+            if let Err(why) = up_ok {
+                sent.times = Err(why);
+                return sent;
             }
-            for i in 0..6 {
-                put(R_VICTIM, o + 12 + i, mac[i]);
-                put(R_VICTIM, o + 18 + i, mine[i]);
+            // The frames: a zero header, then destination, source, type.
+            for f in 0..usize::from(PER_ROUND) {
+                let o = BUFS + f * 128;
+                for i in 0..12 + FRAME_LEN {
+                    put(R_VICTIM, o + i, 0u8);
+                }
+                for i in 0..6 {
+                    put(R_VICTIM, o + 12 + i, mac[i]);
+                    put(R_VICTIM, o + 18 + i, mine[i]);
+                }
+                put(R_VICTIM, o + 24, 0x88u8);
+                put(R_VICTIM, o + 25, 0xb5u8);
+                put(R_VICTIM, o + 26, f as u8);
             }
-            put(R_VICTIM, o + 24, 0x88u8);
-            put(R_VICTIM, o + 25, 0xb5u8);
-            put(R_VICTIM, o + 26, f as u8);
-        }
-        let mut times = [0u64; ROUNDS];
-        let mut lost = false;
-        for t in times.iter_mut() {
-            for f in 0..PER_ROUND {
-                let slot = avail.wrapping_add(f) % Q;
-                let o = BUFS + usize::from(f) * 128;
-                desc(
-                    R_VICTIM,
-                    DESC,
-                    slot,
-                    at(R_VICTIM, o),
-                    (12 + FRAME_LEN) as u32,
-                    0,
-                    0,
-                );
-                put(R_VICTIM, AVAIL + 4 + 2 * usize::from(slot), slot);
+            let mut times = [0u64; ROUNDS];
+            let s_before = stolen(rec);
+            for t in times.iter_mut() {
+                for f in 0..PER_ROUND {
+                    let slot = avail.wrapping_add(f) % Q;
+                    let o = BUFS + usize::from(f) * 128;
+                    desc(
+                        R_VICTIM,
+                        DESC,
+                        slot,
+                        at(R_VICTIM, o),
+                        (12 + FRAME_LEN) as u32,
+                        0,
+                        0,
+                    );
+                    put(R_VICTIM, AVAIL + 4 + 2 * usize::from(slot), slot);
+                }
+                avail = avail.wrapping_add(PER_ROUND);
+                Arm64::barrier();
+                put(R_VICTIM, AVAIL + 2, avail);
+                Arm64::barrier();
+                *t = own_time(rec, || d.wr(reg::QUEUE_NOTIFY, 1));
+                let mut polls = 0;
+                while get::<u16>(R_VICTIM, USED + 2) != avail && polls < 1000 {
+                    d.rd(reg::INTERRUPT_STATUS);
+                    polls += 1;
+                }
+                sent.lost |= get::<u16>(R_VICTIM, USED + 2) != avail;
             }
-            avail = avail.wrapping_add(PER_ROUND);
-            Arm64::barrier();
-            put(R_VICTIM, AVAIL + 2, avail);
-            Arm64::barrier();
-            *t = own_time(rec, || d.wr(reg::QUEUE_NOTIFY, 1));
-            let mut polls = 0;
-            while get::<u16>(R_VICTIM, USED + 2) != avail && polls < 1000 {
-                d.rd(reg::INTERRUPT_STATUS);
-                polls += 1;
+            sent.stolen = stolen(rec).saturating_sub(s_before);
+            sent.broken = d.rd(reg::STATUS) & NEEDS_RESET != 0;
+            sent.times = Ok(times);
+            sent
+        }),
+    )
+}
+
+/// The `victim-send-*` lines: every notify under 1 ms of the victim's own
+/// time, every frame used, the port live.
+pub fn report(sends: Option<[Sent; 2]>) {
+    for s in sends.into_iter().flatten() {
+        let times = match s.times {
+            Ok(t) => t,
+            Err(why) => {
+                verdict(s.name, false, format_args!("{why}"));
+                continue;
             }
-            lost |= get::<u16>(R_VICTIM, USED + 2) != avail;
-        }
+        };
         let worst = times.iter().copied().max().unwrap_or(0);
         let mut sorted = times;
         sorted.sort_unstable();
         let median = sorted[ROUNDS / 2];
-        let broken = d.rd(reg::STATUS) & NEEDS_RESET != 0;
+        let mac = s.mac;
         verdict(
-            name,
-            worst < LIMIT_NS && !lost && !broken,
+            s.name,
+            worst < LIMIT_NS && !s.lost && !s.broken,
             format_args!(
-                "SEND {ROUNDS} notifies of {PER_ROUND} frames to {:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}: worst {} us, median {} us of its own time (under -icount shift=0 about {worst} instructions){}{}",
+                "SEND {ROUNDS} notifies of {PER_ROUND} frames to {:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}: worst {} us, median {} us of its own time (under -icount shift=0 about {worst} instructions; {} us stolen over the rounds){}{}",
                 mac[0],
                 mac[1],
                 mac[2],
@@ -468,8 +509,9 @@ pub fn victim_sends(p: &Platform) {
                 mac[5],
                 worst / 1000,
                 median / 1000,
-                if lost { ", SOME FRAMES NEVER USED" } else { "" },
-                if broken { ", THE DEVICE NEEDS RESET" } else { "" },
+                s.stolen / 1000,
+                if s.lost { ", SOME FRAMES NEVER USED" } else { "" },
+                if s.broken { ", THE DEVICE NEEDS RESET" } else { "" },
             ),
         );
     }
