@@ -137,7 +137,8 @@ fn up(d: &mut Drv, r: usize, q: u32) -> Result<(), &'static str> {
     Ok(())
 }
 
-/// This vCPU's stolen-time record (PV_TIME_ST) and its stolen time now.
+/// The stolen time (ns) in this vCPU's PV time record at `record` (0 if
+/// kestrel gave none).
 fn stolen(record: u64) -> u64 {
     smccc::pv_time::stolen(record).unwrap_or(0)
 }
@@ -158,6 +159,7 @@ fn own_time(record: u64, f: impl FnOnce()) -> u64 {
     ns(t1.wrapping_sub(t0)).saturating_sub(s1.saturating_sub(s0))
 }
 
+/// This vCPU's PV time record (PV_TIME_ST: the same record at every call).
 fn record() -> u64 {
     call(u64::from(smccc::pv_time::ST), [0; 3])[0]
 }
