@@ -409,10 +409,15 @@ const HOSTILE_PASS: &[(&str, &str)] = &[
     ("attacker", "attack-hold"),
     ("attacker", "attack-virtio-budget"),
     ("attacker", "attack-console-budget"),
+    ("attacker", "attack-rx-armed"),
+    ("attacker", "attack-cold-tx"),
+    ("attacker", "attack-rx-taken"),
     ("victim", "victim-memory"),
     ("victim", "victim-registers"),
     ("victim", "victim-heartbeat"),
     ("victim", "victim-steal"),
+    ("victim", "victim-send-hostile-receiver"),
+    ("victim", "victim-send-cold-receiver"),
 ];
 
 /// The victim's numbers from its `VICTIM:` line.
@@ -492,8 +497,15 @@ fn check_hostile_virtio(log: &str) -> Vec<String> {
             }
         }
     }
-    if log.contains("VM \"victim\" virtio: ") {
-        problems.push("kestrel printed a virtio line for the victim, which has no devices".into());
+    match log
+        .lines()
+        .find_map(|l| l.split_once("VM \"victim\" virtio: ").map(|(_, r)| r))
+    {
+        None => problems.push("kestrel printed no virtio line for the victim".into()),
+        Some(line) if line.contains("needs reset") => {
+            problems.push(format!("the victim's device needs reset: {line}"))
+        }
+        Some(_) => {}
     }
     problems
 }
@@ -731,6 +743,7 @@ mod tests {
              virtio-console needs reset (ChainTooLong); virtio-blk needs reset (BadIndex(200)); \
              virtio-net needs reset (AvailOverrun { avail: 100, last: 0 })\n",
         );
+        log.push_str("[cpu0] INFO  kestrel: VM \"victim\" virtio: net0: 1024 frames out, 0 in\n");
         assert!(check_hostile(&log).is_empty(), "{:?}", check_hostile(&log));
         let starved = log
             .replace("share 48%", "share 3%")
@@ -742,8 +755,20 @@ mod tests {
         assert_eq!(check_hostile(&lost_line).len(), 1);
         let not_broken = log.replace("virtio-blk needs reset (BadIndex(200)); ", "");
         assert_eq!(check_hostile(&not_broken).len(), 1);
-        let victim = log.clone() + "[cpu0] INFO  kestrel: VM \"victim\" virtio: net0: 0 frames\n";
+        let victim = log.replace(
+            "1024 frames out, 0 in",
+            "0 frames out; virtio-net needs reset (BadIndex(9))",
+        );
         assert_eq!(check_hostile(&victim).len(), 1);
+        let no_victim_line = log.replace("VM \"victim\" virtio", "VM \"victim\" x");
+        assert_eq!(check_hostile(&no_victim_line).len(), 1);
+        let slow_send = log.replace(
+            "PASS victim-send-hostile-receiver",
+            "FAIL victim-send-hostile-receiver",
+        );
+        assert_eq!(check_hostile(&slow_send).len(), 1);
+        let slow_tx = log.replace("PASS attack-cold-tx", "FAIL attack-cold-tx");
+        assert_eq!(check_hostile(&slow_tx).len(), 1);
     }
 
     #[test]
