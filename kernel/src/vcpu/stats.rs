@@ -384,6 +384,7 @@ impl fmt::Display for Stats {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use alloc::string::ToString;
 
     #[test]
     fn the_worst_exit_and_step_are_kept_with_what_the_exit_was() {
@@ -406,7 +407,6 @@ mod tests {
         s.note_exit(u64::MAX, 1);
         assert_eq!(s.worst().exit_ticks, u64::MAX >> 8);
     }
-    use alloc::string::ToString;
 
     #[test]
     fn indices_are_the_abi_ones() {
