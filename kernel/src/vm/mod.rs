@@ -345,8 +345,11 @@ pub struct Hypervisor<B: Backend> {
     vms: Mutex<Vec<Arc<Vm<B>>>>,
     /// The VMs once creation is over ([`Hypervisor::publish`]).
     published: Once<Vec<Arc<Vm<B>>>>,
-    /// Set once the last VM has ended and the observer was told.
-    finished: AtomicBool,
+    /// Done once the last VM has ended and the observer was told. A
+    /// `Once`, so a pCPU that finds the work over while another one is
+    /// still telling the observer waits for it: the boot pCPU powers off
+    /// as soon as its run loop returns, and the report must be out by then.
+    finished: Once<()>,
     /// vCPU entries (loads), for statistics.
     pub loads: AtomicU64,
     /// Some VM has an operation the console asked for.
@@ -363,7 +366,7 @@ impl<B: Backend> Hypervisor<B> {
             online,
             vms: Mutex::new(Vec::new()),
             published: Once::new(),
-            finished: AtomicBool::new(false),
+            finished: Once::new(),
             loads: AtomicU64::new(0),
             requests: AtomicBool::new(false),
             deadline_bound: Arc::new(DeadlineBound::new()),
@@ -819,9 +822,7 @@ impl<B: Backend> Hypervisor<B> {
         loop {
             self.serve_requests(cpu, observer);
             if self.work_done() {
-                if !self.finished.swap(true, Ordering::AcqRel) {
-                    observer.all_ended();
-                }
+                self.finished.call_once(|| observer.all_ended());
                 return;
             }
             let Some(picked) = self.sched.pick_run(cpu, self.backend.now()) else {

@@ -739,6 +739,45 @@ fn all_ended_waits_for_the_last_report() {
     assert!(a.has_ended() && b.has_ended());
 }
 
+/// No pCPU leaves its run loop while another one is still telling the
+/// observer that the work is over: the boot pCPU powers off when it
+/// returns, and the report (kestrel's host counters) would be lost.
+#[test]
+fn no_pcpu_returns_before_the_final_report() {
+    struct Slow {
+        told: AtomicBool,
+        calls: AtomicU64,
+    }
+    impl Observer for Slow {
+        fn vm_ended(&self, _: &str, _: &VmEnd) {}
+        fn all_ended(&self) {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            self.told.store(true, Ordering::SeqCst);
+        }
+    }
+    let hv = hv(2);
+    let a = add(&hv, "a", vec![vec![]], CpuMask::first(2), false);
+    hv.end_vm(&a, VmEnd::PowerOff, 0, &Log::default());
+    let slow = Slow {
+        told: AtomicBool::new(false),
+        calls: AtomicU64::new(0),
+    };
+    std::thread::scope(|s| {
+        for cpu in 0..2 {
+            let (hv, slow) = (&hv, &slow);
+            s.spawn(move || {
+                hv.run_cpu(cpu, slow);
+                assert!(
+                    slow.told.load(Ordering::SeqCst),
+                    "pCPU {cpu} returned early"
+                );
+            });
+        }
+    });
+    assert_eq!(slow.calls.load(Ordering::SeqCst), 1);
+}
+
 /// A vCPU that waits (WFI) for its VM's device work keeps running, and the
 /// run loop continues that work before its entries, a budget each time,
 /// until it is done: 256 console chains notified at once are all served,
