@@ -189,6 +189,57 @@ pub fn check_rollover(log: &str) -> Vec<String> {
     }
 }
 
+/// The budget of one exit and of one restart step: 1 ms of guest time,
+/// i.e. 1,000,000 instructions under [`ICOUNT`] (docs/isolation.md).
+pub const EXIT_BUDGET_NS: u64 = 1_000_000;
+
+/// Every VM of `vms` reported its worst exit and worst restart step
+/// (`VM "name" worst exit N ns (what), worst restart step M ns`, logged
+/// when it ends), and neither is over [`EXIT_BUDGET_NS`]. Only exact in a
+/// case whose VMs share one pCPU under [`ICOUNT`]: QEMU then runs no other
+/// CPU in the middle of an exit, so its counter time is that exit's own
+/// instructions.
+pub fn check_exit_budget(log: &str, vms: &[&str]) -> Vec<String> {
+    let mut problems = Vec::new();
+    for vm in vms {
+        let tag = format!("VM \"{vm}\" worst exit ");
+        let Some(rest) = log
+            .lines()
+            .find_map(|l| l.split_once(tag.as_str()).map(|(_, r)| r))
+        else {
+            problems.push(format!("no worst-exit line for VM {vm:?}"));
+            continue;
+        };
+        let exit = rest
+            .split_whitespace()
+            .next()
+            .and_then(|n| n.parse::<u64>().ok());
+        let what = rest
+            .split_once('(')
+            .and_then(|(_, r)| r.split_once(')'))
+            .map_or("?", |(w, _)| w);
+        let step = rest
+            .split_once("worst restart step ")
+            .and_then(|(_, r)| r.split_whitespace().next()?.parse::<u64>().ok());
+        match (exit, step) {
+            (Some(e), Some(s)) => {
+                if e > EXIT_BUDGET_NS {
+                    problems.push(format!(
+                        "VM {vm:?}: an exit ({what}) took {e} ns, over the {EXIT_BUDGET_NS} ns budget"
+                    ));
+                }
+                if s > EXIT_BUDGET_NS {
+                    problems.push(format!(
+                        "VM {vm:?}: a restart step took {s} ns, over the {EXIT_BUDGET_NS} ns budget"
+                    ));
+                }
+            }
+            _ => problems.push(format!("VM {vm:?}: unreadable worst-exit line: {rest}")),
+        }
+    }
+    problems
+}
+
 /// The fairness case (`arm64-share`, `la64-share`): a VM `hog` of 16
 /// spinning vCPUs beside a 1-vCPU VM `victim` on 4 pCPUs, under [`ICOUNT`].
 pub fn share_case(
@@ -346,6 +397,30 @@ mod tests {
             );
         }
         log
+    }
+
+    #[test]
+    fn every_vm_is_held_to_the_exit_budget() {
+        let log = "[cpu0] INFO  VM \"victim\" worst exit 327950 ns (EC 0x24), worst restart step 0 ns\n\
+                   [cpu0] INFO  VM \"attacker\" worst exit 15465 ns (devices), worst restart step 370481 ns\n";
+        assert!(check_exit_budget(log, &["victim", "attacker"]).is_empty());
+        // A VM that never said.
+        let p = check_exit_budget(log, &["victim", "other"]);
+        assert!(p.len() == 1 && p[0].contains("\"other\""), "{p:?}");
+        // One long exit, one long restart step: each named.
+        let slow = log
+            .replace("327950 ns", "1000001 ns")
+            .replace("370481 ns", "2500000 ns");
+        let p = check_exit_budget(&slow, &["victim", "attacker"]);
+        assert_eq!(p.len(), 2, "{p:?}");
+        assert!(p[0].contains("victim") && p[0].contains("EC 0x24"), "{p:?}");
+        assert!(
+            p[1].contains("attacker") && p[1].contains("restart step"),
+            "{p:?}"
+        );
+        // Garbage where the figures belong.
+        let bad = log.replace("15465 ns", "lots ns");
+        assert_eq!(check_exit_budget(&bad, &["attacker"]).len(), 1);
     }
 
     #[test]

@@ -308,7 +308,10 @@ const BIGRESET_MIN_TICKS_PERMILLE: u64 = 400;
 /// The big-image reset storm: as [`check_resetrace`], the victim on the
 /// attacker's pCPU.
 fn check_bigreset(log: &str) -> Vec<String> {
-    check_reset_storm(log, BIGRESET_MIN_RESTARTS, BIGRESET_MIN_TICKS_PERMILLE)
+    let mut problems = check_reset_storm(log, BIGRESET_MIN_RESTARTS, BIGRESET_MIN_TICKS_PERMILLE);
+    // One pCPU: the worst exit and restart step are their own instructions.
+    problems.extend(vmtest::check_exit_budget(log, &["attacker", "victim"]));
+    problems
 }
 
 /// The restart race: the attacker restarted again and again (each restart
@@ -516,6 +519,8 @@ fn check_hostile_virtio(log: &str) -> Vec<String> {
 /// interrupts, and never waited a second for one.
 fn check_hostile(log: &str) -> Vec<String> {
     let mut problems = check_hostile_virtio(log);
+    // Both VMs on pCPU 0 (the others idle): exits measured exactly.
+    problems.extend(vmtest::check_exit_budget(log, &["attacker", "victim"]));
     for (vm, name) in HOSTILE_PASS {
         let want = format!("[{vm}] PASS {name} ");
         if !log.contains(&want) {
@@ -744,7 +749,10 @@ mod tests {
              virtio-net needs reset (AvailOverrun { avail: 100, last: 0 })\n",
         );
         log.push_str("[cpu0] INFO  kestrel: VM \"victim\" virtio: net0: 1024 frames out, 0 in\n");
+        log.push_str(WORST_LINES);
         assert!(check_hostile(&log).is_empty(), "{:?}", check_hostile(&log));
+        let long = log.replace("394037 ns", "1394037 ns");
+        assert_eq!(check_hostile(&long).len(), 1);
         let starved = log
             .replace("share 48%", "share 3%")
             .replace("ticks 390", "ticks 20");
@@ -804,12 +812,19 @@ mod tests {
         );
         // The big-image storm: the victim shares its pCPU, so half its
         // ticks do; a gap of a whole image copy does not.
-        let shared = log.replace("ticks 199", "ticks 105");
+        let shared = log.replace("ticks 199", "ticks 105") + WORST_LINES;
         assert!(check_bigreset(&shared).is_empty());
+        // One pCPU: each restart step is held to the exit budget.
+        let slow_step = shared.replace("step 370481 ns", "step 1500000 ns");
+        assert_eq!(check_bigreset(&slow_step).len(), 1);
         assert_eq!(check_resetrace(&shared).len(), 1);
         let copied = shared.replace("max gap 21 ms", "max gap 60 ms");
         assert_eq!(check_bigreset(&copied).len(), 1);
     }
+
+    /// kestrel's per-VM worst exit and restart step, as logged at each end.
+    const WORST_LINES: &str = "[cpu0] INFO  VM \"victim\" worst exit 327950 ns (EC 0x24), worst restart step 0 ns\n\
+        [cpu0] INFO  VM \"attacker\" worst exit 394037 ns (devices), worst restart step 370481 ns\n";
 
     #[test]
     fn fp_switch_counter() {
