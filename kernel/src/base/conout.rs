@@ -34,6 +34,16 @@
 //! was dropped kestrel says so on a line of its own. So a VM cannot get an
 //! untagged line out of a drop or of the round-robin.
 //!
+//! **A line slower than its UART** ([`set_baud`], `kestrel.baud=`): QEMU's
+//! UARTs take bytes as fast as they come, a board's at its line rate. With
+//! a rate set, the drain writes no more than a UART at that rate would
+//! take by then: a [`LINE_FIFO`]-byte transmit FIFO emptying at one byte
+//! per ten bit times ([`Line`]). It is how the tests give QEMU a board's
+//! slow console, and on a board it changes nothing the UART's own flow
+//! control does not. Only the asynchronous drain is paced: at boot and at
+//! the end kestrel waits for the UART itself, and pacing QEMU's there
+//! would only make the tests spin.
+//!
 //! kestrel writes synchronously while it boots and when it ends
 //! ([`set_async`]): then every line is flushed before the call returns, as
 //! the boot and the final status need. Crash dumps do not go through here
@@ -93,6 +103,10 @@ pub const NOTICE_KEEP: usize = 1024;
 pub const DRAIN_MAX: usize = 2048;
 /// What a drain after a write moves beyond that write's own bytes.
 pub const DRAIN_EXTRA: usize = 256;
+/// Bytes the modelled UART's transmit FIFO holds ([`Line`]): a PL011's.
+pub const LINE_FIFO: u64 = 32;
+/// Line rates `kestrel.baud=` accepts, in bits per second.
+pub const BAUD_RANGE: core::ops::RangeInclusive<u32> = 1200..=4_000_000;
 /// How long a synchronous flush waits for a UART that takes nothing.
 pub const STALL_NS: u64 = 1_000_000_000;
 /// How long the final flush ([`set_async`] `false`) takes at most.
@@ -708,6 +722,66 @@ impl Write for Bytes<'_> {
 }
 
 /// The console's output buffers.
+/// The pace of a serial line ([`set_baud`]): when the last byte written
+/// so far will have left the wire. A byte takes ten bit times (a start
+/// bit, eight data bits, a stop bit); the UART holds [`LINE_FIFO`] bytes
+/// that have not left yet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Line {
+    /// Nanoseconds one byte takes on the wire.
+    pub byte_ns: u64,
+    /// When everything written so far has left (counter nanoseconds).
+    pub idle_at: u64,
+}
+
+impl Line {
+    /// A line at `baud` bits per second, idle.
+    pub fn new(baud: u32) -> Line {
+        Line {
+            byte_ns: 10_000_000_000 / u64::from(baud.max(1)),
+            idle_at: 0,
+        }
+    }
+
+    /// Bytes the UART's FIFO has room for at `now`.
+    pub fn room(&self, now: u64) -> usize {
+        let left = self.idle_at.saturating_sub(now);
+        let queued = left.div_ceil(self.byte_ns.max(1));
+        LINE_FIFO.saturating_sub(queued) as usize
+    }
+
+    /// `n` bytes went into the FIFO at `now`.
+    pub fn wrote(&mut self, now: u64, n: usize) {
+        self.idle_at = self.idle_at.max(now) + n as u64 * self.byte_ns;
+    }
+}
+
+/// The console line's pace, if one was set ([`set_baud`]). Only the
+/// drainer (who holds `DRAINER`) uses it.
+static LINE: Mutex<Option<Line>> = Mutex::new(None);
+
+/// Paces the console's output to a UART at `baud` bits per second (`None`:
+/// as fast as the UART takes it). `kestrel.baud=`.
+pub fn set_baud(baud: Option<u32>) {
+    *LINE.lock() = baud.map(Line::new);
+}
+
+/// The UART's non-blocking write of `b`, no faster than the line's pace.
+fn paced_write(p: &dyn super::platform::Platform, b: &[u8]) -> usize {
+    let mut line = LINE.lock();
+    let Some(l) = line.as_mut() else {
+        return p.console_try_write(b);
+    };
+    let now = clock::now_ns();
+    let n = b.len().min(l.room(now));
+    if n == 0 {
+        return 0;
+    }
+    let w = p.console_try_write(&b[..n]);
+    l.wrote(now, w);
+    w
+}
+
 static OUTBOX: Mutex<Outbox> = Mutex::new(Outbox::new());
 /// Held by whoever drains (try-locked: nobody waits to drain).
 static DRAINER: Mutex<()> = Mutex::new(());
@@ -782,7 +856,7 @@ pub fn flush_with(
 /// [`drain_with`] on the console's buffers and the platform's UART.
 pub fn drain(cap: usize) -> usize {
     match clock::platform() {
-        Some(p) => drain_with(&OUTBOX, &DRAINER, |b| p.console_try_write(b), cap),
+        Some(p) => drain_with(&OUTBOX, &DRAINER, |b| paced_write(p, b), cap),
         None => 0,
     }
 }

@@ -9,6 +9,7 @@
 //! | `kestrel.console=raw`    | the focused VM owns the terminal, bytes untouched (default, or the package's `console`) |
 //! | `kestrel.console=log`    | every VM's output as tagged lines (what the tests read) |
 //! | `kestrel.scrollback=N`   | bytes of output kept per VM for replay (default 16384 or the package's `scrollback`; 0..=1048576, `K` suffix allowed) |
+//! | `kestrel.baud=N`         | the console line's rate in bits per second (1200..=4000000): output no faster than a UART at that rate takes it (default: as fast as the UART takes it; QEMU's takes everything at once) |
 //!
 //! Unknown `kestrel.*` options are reported, never silently ignored.
 
@@ -60,6 +61,9 @@ pub struct BootOptions<'a> {
     pub console: Option<ConsoleMode>,
     /// Bytes of output kept per VM (raw mode), if the command line says.
     pub scrollback: Option<usize>,
+    /// The console line's rate in bits per second, if the command line
+    /// says (`base::conout::set_baud`).
+    pub baud: Option<u32>,
     /// `kestrel.*` words that were not understood, to be reported.
     pub unknown: Vec<&'a str, 8>,
 }
@@ -73,6 +77,7 @@ impl Default for BootOptions<'_> {
             backend: BackendChoice::Auto,
             console: None,
             scrollback: None,
+            baud: None,
             unknown: Vec::new(),
         }
     }
@@ -139,6 +144,13 @@ impl<'a> BootOptions<'a> {
                         _ => false,
                     }
                 }
+                "baud" => match value.parse::<u32>() {
+                    Ok(b) if crate::base::conout::BAUD_RANGE.contains(&b) => {
+                        opts.baud = Some(b);
+                        true
+                    }
+                    _ => false,
+                },
                 "tick_hz" => match value.parse::<u32>() {
                     Ok(hz @ 1..=10_000) => {
                         opts.tick_hz = hz;
@@ -194,6 +206,17 @@ mod tests {
             BootOptions::parse("kestrel.scrollback=0").scrollback,
             Some(0)
         );
+    }
+
+    #[test]
+    fn console_line_rate() {
+        assert_eq!(
+            BootOptions::parse("kestrel.baud=115200").baud,
+            Some(115_200)
+        );
+        let o = BootOptions::parse("kestrel.baud=50 kestrel.baud=fast kestrel.baud=9000000");
+        assert_eq!(o.baud, None);
+        assert_eq!(o.unknown.len(), 3);
     }
 
     #[test]

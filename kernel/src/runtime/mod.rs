@@ -120,6 +120,7 @@ pub fn primary_main(board: BoardInfo, platform: &'static dyn Platform) -> ! {
     let board = crate::host::board::publish(board);
     let opts = BootOptions::parse(board.cmdline.as_str());
     crate::base::fatal::set_ready(opts.on_exit == OnExit::PowerOff);
+    crate::base::conout::set_baud(opts.baud);
     info!(
         "kestrel {} on {} ({}), command line \"{}\"",
         crate::VERSION,
@@ -129,6 +130,12 @@ pub fn primary_main(board: BoardInfo, platform: &'static dyn Platform) -> ! {
     );
     for word in &opts.unknown {
         warn!("ignoring unknown or malformed boot option '{word}'");
+    }
+    if let Some(baud) = opts.baud {
+        info!(
+            "console paced to a {baud} baud line ({} bytes/s)",
+            baud / 10
+        );
     }
     for w in &board.warnings {
         warn!("{w}");

@@ -481,3 +481,38 @@ fn the_buffers_memory_is_fixed_whatever_the_traffic() {
         assert!(u.text().contains("kestrel's own messages dropped"));
     }
 }
+
+/// The modelled line: a 32-byte FIFO that empties a byte per ten bit
+/// times. At 115200 baud a byte takes 86,805 ns, so a full FIFO has room
+/// again byte by byte at that pace, and a writer that asks for more only
+/// gets what the line carried meanwhile.
+#[test]
+fn a_paced_line_takes_what_its_fifo_has_room_for() {
+    let mut l = Line::new(115_200);
+    assert_eq!(l.byte_ns, 86_805);
+    assert_eq!(l.room(0), LINE_FIFO as usize);
+    l.wrote(1_000, 32);
+    assert_eq!(l.room(1_000), 0);
+    // One byte's time later, one byte of room; the whole FIFO's, all.
+    assert_eq!(l.room(1_000 + 86_805), 1);
+    assert_eq!(l.room(1_000 + 86_805 * 10 + 1), 10);
+    assert_eq!(l.room(1_000 + 86_805 * 32), 32);
+    // Writing into a partly empty FIFO queues behind what is left.
+    let t = 1_000 + 86_805 * 16;
+    l.wrote(t, 16);
+    assert_eq!(l.room(t), 0);
+    // An idle line starts from now, not from when it went idle.
+    let later = 10_000_000_000;
+    l.wrote(later, 1);
+    assert_eq!(l.idle_at, later + 86_805);
+    // Over a second of writes as fast as it takes them: the line's rate.
+    let mut l = Line::new(115_200);
+    let (mut now, mut sent) = (0u64, 0usize);
+    while now < 1_000_000_000 {
+        let n = l.room(now);
+        l.wrote(now, n);
+        sent += n;
+        now += 1_000_000;
+    }
+    assert!((11_500..=11_560).contains(&sent), "{sent} bytes in 1 s");
+}
