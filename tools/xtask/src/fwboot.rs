@@ -215,6 +215,7 @@ fn vm_case(gic: u32) -> VmCase {
         qemu_args: &[],
         stop_after: None,
         lvz: false,
+        append: "",
     }
 }
 

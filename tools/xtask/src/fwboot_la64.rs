@@ -141,6 +141,7 @@ fn la_vm_case() -> VmCase {
         qemu_args: &[],
         stop_after: None,
         lvz: false,
+        append: "",
     }
 }
 

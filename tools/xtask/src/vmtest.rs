@@ -43,6 +43,9 @@ pub struct VmCase {
     /// LoongArch: on the LVZ emulator (kestrel's LVZ backend) instead of
     /// stock QEMU (trap-and-emulate).
     pub lvz: bool,
+    /// kestrel's boot options beyond [`crate::TEST_APPEND`] (e.g.
+    /// `kestrel.baud=115200`).
+    pub append: &'static str,
 }
 
 /// What an architecture's VM suite does its own way.
@@ -107,7 +110,9 @@ fn boot(vs: &VmSuite, case: &VmCase) -> Result<Boot, String> {
         gic: case.gic,
         mem_mib: case.mem_mib,
         features,
-        append: crate::TEST_APPEND.into(),
+        append: format!("{} {}", crate::TEST_APPEND, case.append)
+            .trim_end()
+            .into(),
         config: Some(config),
         lvz: case.lvz,
         module: Some(package),
@@ -260,6 +265,7 @@ pub fn share_case(
         qemu_args: ICOUNT,
         stop_after: None,
         lvz: false,
+        append: "",
     }
 }
 
@@ -368,6 +374,7 @@ pub fn hostile_case(
         qemu_args,
         stop_after: None,
         lvz: false,
+        append: "",
     }
 }
 

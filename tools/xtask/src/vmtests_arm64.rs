@@ -146,6 +146,7 @@ pub fn vm_cases() -> Vec<VmCase> {
             qemu_args: &[],
             stop_after: None,
             lvz: false,
+            append: "",
         },
         VmCase {
             name: "arm64-1vm-gicv3: one VM, 4 vCPUs on -smp 4, GICv3, every check + IPI benchmark",
@@ -160,6 +161,7 @@ pub fn vm_cases() -> Vec<VmCase> {
             qemu_args: &[],
             stop_after: None,
             lvz: false,
+            append: "",
         },
         VmCase {
             name: "arm64-1vm-gicv2: one VM, 4 vCPUs on -smp 4, GICv2, every check + IPI benchmark",
@@ -174,6 +176,7 @@ pub fn vm_cases() -> Vec<VmCase> {
             qemu_args: &[],
             stop_after: None,
             lvz: false,
+            append: "",
         },
         VmCase {
             name: "arm64-fp-shared: 3 VMs x 2-4 vCPUs sharing 4 pCPUs, lazy FP across switches",
@@ -188,6 +191,7 @@ pub fn vm_cases() -> Vec<VmCase> {
             qemu_args: &[],
             stop_after: None,
             lvz: false,
+            append: "",
         },
         vmtest::hostile_case(
             "arm64-hostile-gicv3: an attacker VM beside a victim VM on one pCPU, GICv3",
@@ -197,14 +201,20 @@ pub fn vm_cases() -> Vec<VmCase> {
             Duration::from_secs(300),
             ICOUNT,
         ),
-        vmtest::hostile_case(
-            "arm64-hostile-gicv2: an attacker VM beside a victim VM on one pCPU, GICv2",
-            "configs/test/arm64-hostile.toml",
-            2,
-            check_hostile,
-            Duration::from_secs(300),
-            ICOUNT,
-        ),
+        // The same attacks on GICv2, and on a console line at a board's
+        // 115200 baud: kestrel's output waits for the line, nobody's exit
+        // does, and the chatty attacker loses its own oldest output.
+        VmCase {
+            append: "kestrel.baud=115200",
+            ..vmtest::hostile_case(
+                "arm64-hostile-gicv2: an attacker VM beside a victim VM on one pCPU, GICv2, console at 115200 baud",
+                "configs/test/arm64-hostile.toml",
+                2,
+                check_hostile,
+                Duration::from_secs(300),
+                ICOUNT,
+            )
+        },
         VmCase {
             name: "arm64-regs-shared: 2 VMs x 2 vCPUs all on pCPU 1, EL1 state across VM switches",
             config: "configs/test/arm64-regs-shared.toml",
@@ -218,6 +228,7 @@ pub fn vm_cases() -> Vec<VmCase> {
             qemu_args: &[],
             stop_after: None,
             lvz: false,
+            append: "",
         },
         VmCase {
             name: "arm64-rollover: 20 VMs x 2 vCPUs on 4 pCPUs with 4-bit VMIDs (vmid4)",
@@ -232,6 +243,7 @@ pub fn vm_cases() -> Vec<VmCase> {
             qemu_args: &[],
             stop_after: None,
             lvz: false,
+            append: "",
         },
         VmCase {
             name: "arm64-reboot: a VM reboots 100 times beside a VM running every check",
@@ -246,6 +258,7 @@ pub fn vm_cases() -> Vec<VmCase> {
             qemu_args: &[],
             stop_after: None,
             lvz: false,
+            append: "",
         },
         vmtest::share_case(
             "arm64-share: 16 spinning vCPUs beside a 1-vCPU spinner on 4 pCPUs, each gets a fair share",
@@ -266,6 +279,7 @@ pub fn vm_cases() -> Vec<VmCase> {
             qemu_args: ICOUNT,
             stop_after: None,
             lvz: false,
+            append: "",
         },
         VmCase {
             name: "arm64-bigreset: a VM with a 64 MiB initrd resets again and again on the pCPU of a victim whose timer stays on time",
@@ -281,6 +295,7 @@ pub fn vm_cases() -> Vec<VmCase> {
             qemu_args: ICOUNT,
             stop_after: None,
             lvz: false,
+            append: "",
         },
     ]
 }
@@ -694,6 +709,7 @@ mod tests {
             qemu_args: &[],
             stop_after: None,
             lvz: false,
+            append: "",
         };
         let good = "[a] PASS 6 timer (x)\n[a] RESULT: 12 passed, 0 failed\n\
                     [b] PASS 6 timer\n[b] RESULT: 12 passed, 0 failed\n\

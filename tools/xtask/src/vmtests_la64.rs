@@ -193,6 +193,7 @@ pub fn vm_cases() -> Vec<VmCase> {
         qemu_args: &[],
         stop_after: None,
         lvz: false,
+        append: "",
     };
     let rollover = VmCase {
         name: "la64-rollover: 18 VMs on a 4-bit VMID space (vmid4), every VM passing",
@@ -213,6 +214,7 @@ pub fn vm_cases() -> Vec<VmCase> {
         qemu_args: &[],
         stop_after: None,
         lvz: false,
+        append: "",
     };
     let hostile = vmtest::hostile_case(
         "la64-hostile: an attacker VM and a victim VM sharing pCPU 0",
@@ -247,6 +249,7 @@ pub fn vm_cases() -> Vec<VmCase> {
             qemu_args: &[],
             stop_after: None,
             lvz: true,
+            append: "",
         },
         on_lvz(
             &rollover,
@@ -285,6 +288,7 @@ pub fn vm_cases() -> Vec<VmCase> {
             qemu_args: &[],
             stop_after: None,
             lvz: false,
+            append: "",
         },
         rollover,
         VmCase {
@@ -300,6 +304,7 @@ pub fn vm_cases() -> Vec<VmCase> {
             qemu_args: &[],
             stop_after: Some(("restarted (", LA_RESTARTS)),
             lvz: false,
+            append: "",
         },
         vmtest::share_case(
             "la64-share: 16 spinning vCPUs beside a 1-vCPU spinner on 4 pCPUs, each gets a fair share",
@@ -321,6 +326,7 @@ pub fn vm_cases() -> Vec<VmCase> {
             // The attacker storms on; the victim's result ends the case.
             stop_after: Some(("[victim] RESULT: ", 1)),
             lvz: false,
+            append: "",
         },
         hostile,
     ];
@@ -335,6 +341,7 @@ fn on_lvz(twin: &VmCase, name: &'static str, check: fn(&str) -> Vec<String>) -> 
         name,
         check: Some(check),
         lvz: true,
+        append: "",
         // With its twin's QEMU arguments: la64-hostile's -icount too (the
         // LVZ emulator runs under -icount since tools/qemu-lvz's 0007).
         ..twin.clone()
