@@ -195,7 +195,7 @@ pub fn check_rollover(log: &str) -> Vec<String> {
 }
 
 /// The budget of one exit and of one restart step: 1 ms of guest time,
-/// i.e. 1,000,000 instructions under [`ICOUNT`] (docs/isolation.md).
+/// i.e. 1,000,000 instructions under [`ICOUNT`] (docs/performance.md).
 pub const EXIT_BUDGET_NS: u64 = 1_000_000;
 
 /// Every VM of `vms` reported its worst exit and worst restart step
