@@ -216,6 +216,7 @@ fn vm_case(gic: u32) -> VmCase {
         stop_after: None,
         lvz: false,
         append: "",
+        smp: 4,
     }
 }
 

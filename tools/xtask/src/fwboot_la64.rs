@@ -142,6 +142,7 @@ fn la_vm_case() -> VmCase {
         stop_after: None,
         lvz: false,
         append: "",
+        smp: 4,
     }
 }
 

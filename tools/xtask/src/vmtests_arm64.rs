@@ -147,6 +147,7 @@ pub fn vm_cases() -> Vec<VmCase> {
             stop_after: None,
             lvz: false,
             append: "",
+            smp: 4,
         },
         VmCase {
             name: "arm64-1vm-gicv3: one VM, 4 vCPUs on -smp 4, GICv3, every check + IPI benchmark",
@@ -162,6 +163,7 @@ pub fn vm_cases() -> Vec<VmCase> {
             stop_after: None,
             lvz: false,
             append: "",
+            smp: 4,
         },
         VmCase {
             name: "arm64-1vm-gicv2: one VM, 4 vCPUs on -smp 4, GICv2, every check + IPI benchmark",
@@ -177,6 +179,7 @@ pub fn vm_cases() -> Vec<VmCase> {
             stop_after: None,
             lvz: false,
             append: "",
+            smp: 4,
         },
         VmCase {
             name: "arm64-fp-shared: 3 VMs x 2-4 vCPUs sharing 4 pCPUs, lazy FP across switches",
@@ -192,6 +195,7 @@ pub fn vm_cases() -> Vec<VmCase> {
             stop_after: None,
             lvz: false,
             append: "",
+            smp: 4,
         },
         vmtest::hostile_case(
             "arm64-hostile-gicv3: an attacker VM beside a victim VM on one pCPU, GICv3",
@@ -229,6 +233,7 @@ pub fn vm_cases() -> Vec<VmCase> {
             stop_after: None,
             lvz: false,
             append: "",
+            smp: 4,
         },
         VmCase {
             name: "arm64-rollover: 20 VMs x 2 vCPUs on 4 pCPUs with 4-bit VMIDs (vmid4)",
@@ -244,6 +249,7 @@ pub fn vm_cases() -> Vec<VmCase> {
             stop_after: None,
             lvz: false,
             append: "",
+            smp: 4,
         },
         VmCase {
             name: "arm64-reboot: a VM reboots 100 times beside a VM running every check",
@@ -259,6 +265,7 @@ pub fn vm_cases() -> Vec<VmCase> {
             stop_after: None,
             lvz: false,
             append: "",
+            smp: 4,
         },
         vmtest::share_case(
             "arm64-share: 16 spinning vCPUs beside a 1-vCPU spinner on 4 pCPUs, each gets a fair share",
@@ -280,6 +287,7 @@ pub fn vm_cases() -> Vec<VmCase> {
             stop_after: None,
             lvz: false,
             append: "",
+            smp: 4,
         },
         VmCase {
             name: "arm64-bigreset: a VM with a 64 MiB initrd resets again and again on the pCPU of a victim whose timer stays on time",
@@ -296,6 +304,7 @@ pub fn vm_cases() -> Vec<VmCase> {
             stop_after: None,
             lvz: false,
             append: "",
+            smp: 1,
         },
     ]
 }
@@ -732,6 +741,7 @@ mod tests {
             stop_after: None,
             lvz: false,
             append: "",
+            smp: 4,
         };
         let good = "[a] PASS 6 timer (x)\n[a] RESULT: 12 passed, 0 failed\n\
                     [b] PASS 6 timer\n[b] RESULT: 12 passed, 0 failed\n\

@@ -194,6 +194,7 @@ pub fn vm_cases() -> Vec<VmCase> {
         stop_after: None,
         lvz: false,
         append: "",
+        smp: 4,
     };
     let rollover = VmCase {
         name: "la64-rollover: 18 VMs on a 4-bit VMID space (vmid4), every VM passing",
@@ -215,6 +216,7 @@ pub fn vm_cases() -> Vec<VmCase> {
         stop_after: None,
         lvz: false,
         append: "",
+        smp: 4,
     };
     let hostile = vmtest::hostile_case(
         "la64-hostile: an attacker VM and a victim VM sharing pCPU 0",
@@ -250,6 +252,7 @@ pub fn vm_cases() -> Vec<VmCase> {
             stop_after: None,
             lvz: true,
             append: "",
+            smp: 4,
         },
         on_lvz(
             &rollover,
@@ -289,6 +292,7 @@ pub fn vm_cases() -> Vec<VmCase> {
             stop_after: None,
             lvz: false,
             append: "",
+            smp: 4,
         },
         rollover,
         VmCase {
@@ -305,6 +309,7 @@ pub fn vm_cases() -> Vec<VmCase> {
             stop_after: Some(("restarted (", LA_RESTARTS)),
             lvz: false,
             append: "",
+            smp: 4,
         },
         vmtest::share_case(
             "la64-share: 16 spinning vCPUs beside a 1-vCPU spinner on 4 pCPUs, each gets a fair share",
@@ -327,6 +332,7 @@ pub fn vm_cases() -> Vec<VmCase> {
             stop_after: Some(("[victim] RESULT: ", 1)),
             lvz: false,
             append: "",
+            smp: 4,
         },
         hostile,
     ];
@@ -341,8 +347,7 @@ fn on_lvz(twin: &VmCase, name: &'static str, check: fn(&str) -> Vec<String>) -> 
         name,
         check: Some(check),
         lvz: true,
-        append: "",
-        // With its twin's QEMU arguments: la64-hostile's -icount too (the
+        // With its twin's QEMU arguments, CPUs and boot options: la64-hostile's -icount too (the
         // LVZ emulator runs under -icount since tools/qemu-lvz's 0007).
         ..twin.clone()
     }
