@@ -554,7 +554,7 @@ fn check_hostile_slow_console(log: &str) -> Vec<String> {
         let (_, r) = r.split_once(" bytes of output, ")?;
         r.split_whitespace().next()?.parse::<u64>().ok()
     });
-    if !dropped.is_some_and(|d| d > 0) {
+    if dropped.is_none_or(|d| d == 0) {
         problems.push("the attacker lost none of its output to the slow console".into());
     }
     if log.contains("VM \"victim\" console: ") {
