@@ -276,7 +276,7 @@ impl Vgic {
             }
         }
         // Taking back an unsynced fill above marked it stale: it is fresh now.
-        self.stale[vcpu] = false;
+        self.stale.0.set(vcpu, false);
         if !spis_busy {
             self.spis_quiet = true;
         }

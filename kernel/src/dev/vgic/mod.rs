@@ -71,8 +71,10 @@ mod state;
 #[cfg(test)]
 mod tests;
 
+use alloc::sync::Arc;
 use alloc::vec;
 use alloc::vec::Vec;
+use core::sync::atomic::{AtomicBool, Ordering};
 
 pub use crate::vcpu::cpuset::VcpuSet;
 pub use lr::{LrEntry, LrFill, LrState, MAX_LRS};
@@ -128,6 +130,52 @@ pub const VTIMER_PPI: u32 = 27;
 /// GICv2 supports 8 CPU interfaces.
 pub const V2_MAX_VCPUS: usize = 8;
 
+/// Per vCPU, whether its list registers need a fill ([`Vgic::fill_needed`]),
+/// shared with the backend so an entry can look without the model's lock.
+#[derive(Debug)]
+pub struct FillHints {
+    flags: Vec<AtomicBool>,
+}
+
+impl FillHints {
+    fn new(vcpus: usize) -> FillHints {
+        FillHints {
+            flags: (0..vcpus).map(|_| AtomicBool::new(true)).collect(),
+        }
+    }
+
+    /// Whether `vcpu` needs a fill (unknown vCPUs do). Acquire: pairs with
+    /// the model's store, made under its lock after the change.
+    pub fn stale(&self, vcpu: usize) -> bool {
+        self.flags
+            .get(vcpu)
+            .is_none_or(|f| f.load(Ordering::Acquire))
+    }
+
+    fn set(&self, vcpu: usize, stale: bool) {
+        if let Some(f) = self.flags.get(vcpu) {
+            f.store(stale, Ordering::Release);
+        }
+    }
+}
+
+/// A model's [`FillHints`]. A clone of the model (a what-if copy) gets its
+/// own flags with the same values, never the shared ones.
+#[derive(Debug)]
+struct StaleFlags(Arc<FillHints>);
+
+impl Clone for StaleFlags {
+    fn clone(&self) -> Self {
+        let flags = self
+            .0
+            .flags
+            .iter()
+            .map(|f| AtomicBool::new(f.load(Ordering::Acquire)))
+            .collect();
+        StaleFlags(Arc::new(FillHints { flags }))
+    }
+}
+
 /// The virtual GIC of one VM. See the module documentation.
 #[derive(Clone, Debug)]
 pub struct Vgic {
@@ -145,8 +193,9 @@ pub struct Vgic {
     targets: Vec<u8>,
     stats: VgicStats,
     /// Per vCPU: something changed since its last [`Vgic::fill_lrs`] that
-    /// could change what the fill chooses (see [`Vgic::fill_needed`]).
-    stale: Vec<bool>,
+    /// could change what the fill chooses (see [`Vgic::fill_needed`]),
+    /// readable without the model's lock ([`Vgic::fill_hints`]).
+    stale: StaleFlags,
     /// No SPI is pending, active or in a list register (as the last fill's
     /// scan found, until an SPI may have changed): fills skip the SPIs.
     spis_quiet: bool,
@@ -180,7 +229,7 @@ impl Vgic {
             irouter: vec![0; spis],
             targets: vec![1; spis],
             stats: VgicStats::default(),
-            stale: vec![true; cfg.vcpus],
+            stale: StaleFlags(Arc::new(FillHints::new(cfg.vcpus))),
             spis_quiet: false,
         })
     }
@@ -233,19 +282,41 @@ impl Vgic {
     /// did not sync them (it syncs only when the guest changed one): the
     /// entry may skip the fill. Unknown vCPUs always need one (it is empty).
     pub fn fill_needed(&self, vcpu: usize) -> bool {
-        self.stale.get(vcpu).copied().unwrap_or(true)
+        self.stale.0.stale(vcpu)
+    }
+
+    /// The per-vCPU "fill needed" flags, shared: an entry may read them
+    /// without this model's lock ([`FillHints::stale`]). The model sets a
+    /// vCPU's flag under its lock before it returns the vCPUs to wake, so
+    /// a change made while a vCPU enters is either seen by the entry or
+    /// followed by the kick that makes it exit again.
+    pub fn fill_hints(&self) -> Arc<FillHints> {
+        self.stale.0.clone()
+    }
+
+    /// Takes `hints` (an earlier model's, for the same number of vCPUs) as
+    /// this model's flags, every vCPU marked as needing a fill: a VM's
+    /// restart makes a new model, and its backend keeps the flags it holds.
+    /// Flags for another number of vCPUs are refused (`false`).
+    pub fn use_fill_hints(&mut self, hints: Arc<FillHints>) -> bool {
+        if hints.flags.len() != self.vcpus {
+            return false;
+        }
+        self.stale = StaleFlags(hints);
+        self.touch_all();
+        true
     }
 
     /// Marks `vcpu` as needing a fill.
     fn touch(&mut self, vcpu: usize) {
-        if let Some(s) = self.stale.get_mut(vcpu) {
-            *s = true;
-        }
+        self.stale.0.set(vcpu, true);
     }
 
     /// Marks every vCPU as needing a fill (distributor state, routing).
     fn touch_all(&mut self) {
-        self.stale.iter_mut().for_each(|s| *s = true);
+        for v in 0..self.vcpus {
+            self.stale.0.set(v, true);
+        }
         self.spis_quiet = false;
     }
 

@@ -1195,3 +1195,35 @@ fn fill_needed_is_false_only_when_a_fill_would_not_change() {
         );
     }
 }
+
+/// The "fill needed" flags are shared with whoever holds [`Vgic::fill_hints`]
+/// (the backend's entry reads them without the lock), a clone of the model
+/// gets its own, and a restart's new model takes the old flags, all set.
+#[test]
+fn fill_hints_are_shared_with_the_backend_but_not_with_clones() {
+    let mut g = gic(GicVersion::V3, 2, 64);
+    let hints = g.fill_hints();
+    assert!(hints.stale(0) && hints.stale(1) && hints.stale(7));
+    g.fill_lrs(0, 4);
+    assert!(!hints.stale(0) && hints.stale(1));
+    // A what-if copy's fill does not clear the model's flag.
+    g.fill_lrs(1, 4);
+    let mut probe = g.clone();
+    wr(&mut g, 0, 0x0, 3);
+    assert!(
+        hints.stale(0) && hints.stale(1),
+        "distributor change marks all"
+    );
+    g.fill_lrs(0, 4);
+    probe.fill_lrs(1, 4);
+    assert!(hints.stale(1), "a clone's fill cleared the shared flag");
+    // A new model (a restart) takes the flags, every vCPU stale.
+    let mut fresh = gic(GicVersion::V3, 2, 64);
+    assert!(fresh.use_fill_hints(hints.clone()));
+    assert!(hints.stale(0) && hints.stale(1));
+    fresh.fill_lrs(0, 4);
+    assert!(!hints.stale(0));
+    // Flags for another number of vCPUs are refused.
+    let mut other = gic(GicVersion::V3, 3, 64);
+    assert!(!other.use_fill_hints(hints.clone()));
+}

@@ -113,8 +113,10 @@ impl Arm64Backend {
         *st.reload.lock() = Some(images(&st.spec, &st.dtb));
         st.reloading.store(true, Ordering::Release);
         let pt = &st.passthrough;
-        *st.vgic.lock() =
-            self.new_vgic(vcpus.len(), !st.spec.passthrough.is_empty(), &pt.routes)?;
+        let mut vgic = self.new_vgic(vcpus.len(), !st.spec.passthrough.is_empty(), &pt.routes)?;
+        // The entries read the flags the VM holds: the new model takes them.
+        vgic.use_fill_hints(st.fill_hints.clone());
+        *st.vgic.lock() = vgic;
         for sh in &st.shared {
             *sh.boot.lock() = None;
         }
@@ -259,6 +261,7 @@ impl Machine for Arm64Backend {
             forwarded.extend(fwd);
         }
         let vgic = self.new_vgic(vcpus, !regions.is_empty(), &forwarded)?;
+        let fill_hints = vgic.fill_hints();
         // Zeroed and mapped block by block at first touch, but identity
         // RAM, which a device may DMA into before the CPU touches it.
         let ram = VmRam::new(&mut s2, spec.ram_base, ram, !spec.identity, stats)?;
@@ -292,6 +295,7 @@ impl Machine for Arm64Backend {
             spec: *spec,
             dtb,
             vgic: devices.vgic,
+            fill_hints,
             uart: devices.uart,
             cntvoff: timer::counter(),
             ids,

@@ -55,6 +55,18 @@ impl Arm64Backend {
     pub fn prepare_entry(&self, cpu: usize, vm: &Vm<Self>, vcpu: &Vcpu<Self>, ctx: &mut VcpuState) {
         let level = vtimer_level();
         let now = timer::counter();
+        // Fastest path: neither timer level moved and the model has nothing
+        // new for this vCPU (its flag, read without the lock: a change made
+        // after this look comes with a kick), so the live list registers
+        // stand and the model's lock is not taken.
+        if ctx.lrs_live
+            && ctx.vtimer_level == Some(level)
+            && ctx.ptimer_level == Some(ctx.ptimer.level(now))
+            && !vm.arch.fill_hints.stale(vcpu.index)
+        {
+            ptimer_backing(&ctx.ptimer, now);
+            return;
+        }
         let fill = {
             let mut g = vm.arch.vgic.lock();
             if ctx.vtimer_level != Some(level) {

@@ -90,6 +90,9 @@ pub struct VmState {
     /// The virtual GIC, also behind the distributor and redistributor
     /// frames on the VM's bus (`devices`).
     pub vgic: SharedVgic,
+    /// The vGIC's per-vCPU "fill needed" flags, read at each entry without
+    /// its lock (kept across restarts: the new model takes them).
+    pub fill_hints: Arc<crate::dev::vgic::FillHints>,
     /// The PL011 on the VM's bus, for console input.
     pub uart: Arc<Uart<VPl011>>,
     pub cntvoff: u64,
