@@ -49,7 +49,7 @@ fuzz_target!(|x: (u64, u64, u64, u8, bool, u8)| {
             assert!(iss & (1 << 2) != 0 && matches!(iss & 3, 2 | 3));
             assert_eq!(u32::from(rt), (iss >> 5) & 0x1f);
         }
-        Exit::Wfi | Exit::Wfe | Exit::FpAccess | Exit::SveSmeAccess => {}
+        Exit::Wfi | Exit::Wfe | Exit::FpAccess | Exit::SveAccess | Exit::SmeAccess => {}
     }
 
     // The ID register space (op0 3, op1 0, CRn 0) and the hardware value.
