@@ -441,6 +441,19 @@ impl Arm64FpState {
     }
 }
 
+/// The longest SVE vector length in `supported` (bit `vq - 1` for `vq`
+/// quadwords, as the arm64 backend probes them through ZCR_EL2) of at most
+/// `max_bits`, in quadwords; `None` if there is none (no SVE). ZCR_EL2.LEN
+/// = `vq - 1` then gives exactly this length: a LEN the CPU does not
+/// support gives the longest supported length below it.
+pub fn sve_vq_for(supported: u16, max_bits: u16) -> Option<u8> {
+    let cap = (max_bits / 128).min(16);
+    (1..=cap)
+        .rev()
+        .find(|vq| supported & (1 << (vq - 1)) != 0)
+        .map(|vq| vq as u8)
+}
+
 /// The SVE registers of one vCPU, at its VM's vector length.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Arm64SveState {

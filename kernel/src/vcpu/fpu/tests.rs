@@ -572,3 +572,25 @@ fn sve_state_sizes_and_narrowing() {
     assert_eq!(st.sve.as_ref().map(|s| s.vq), Some(2));
     assert!(Arm64FpState::new(None).sve.is_none());
 }
+
+#[test]
+fn sve_length_is_the_longest_supported_up_to_the_cap() {
+    // QEMU -cpu max: every length 128-2048.
+    let all = 0xffff;
+    assert_eq!(sve_vq_for(all, 256), Some(2));
+    assert_eq!(sve_vq_for(all, 512), Some(4));
+    assert_eq!(sve_vq_for(all, 2048), Some(16));
+    assert_eq!(sve_vq_for(all, 384), Some(3));
+    // Powers of two only (SVE2 CPUs): 384 gives 256.
+    let pow2 = 0b1000_0000_1000_1011;
+    assert_eq!(sve_vq_for(pow2, 384), Some(2));
+    assert_eq!(sve_vq_for(pow2, 2048), Some(16));
+    assert_eq!(sve_vq_for(pow2, 1920), Some(8));
+    // A 256-bit CPU (Neoverse V1): a 512-bit cap gives 256.
+    assert_eq!(sve_vq_for(0b11, 512), Some(2));
+    assert_eq!(sve_vq_for(0b11, 128), Some(1));
+    // No SVE, or a cap below 128 bits: none.
+    assert_eq!(sve_vq_for(0, 512), None);
+    assert_eq!(sve_vq_for(all, 0), None);
+    assert_eq!(sve_vq_for(all, u16::MAX), Some(16));
+}

@@ -170,7 +170,7 @@ impl Arm64Backend {
         if spec.sve_vl == 0 {
             return Ok(None);
         }
-        let Some(vq) = super::fp::sve_vq_for(self.sve_lengths, spec.sve_vl) else {
+        let Some(vq) = crate::vcpu::fpu::sve_vq_for(self.sve_lengths, spec.sve_vl) else {
             return Err(String::from(
                 "sve: this CPU has no SVE (ID_AA64PFR0_EL1.SVE = 0): remove sve = true \
                  from the VM's config",

@@ -255,16 +255,6 @@ pub fn probe_sve_lengths() -> u16 {
     set
 }
 
-/// The longest length in `supported` (from [`probe_sve_lengths`]) of at
-/// most `max_bits`, in quadwords; `None` if there is none.
-pub fn sve_vq_for(supported: u16, max_bits: u16) -> Option<u8> {
-    let cap = (max_bits / 128).min(16);
-    (1..=cap)
-        .rev()
-        .find(|vq| supported & (1 << (vq - 1)) != 0)
-        .map(|vq| vq as u8)
-}
-
 /// arm64 [`FpHw`]: the assembly above plus CPTR_EL2.TFP and TZ.
 #[derive(Default)]
 pub struct Arm64FpHw {
