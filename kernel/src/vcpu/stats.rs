@@ -24,14 +24,15 @@ use kestrel_abi::stat;
 pub static HOST: Stats = Stats::new();
 
 /// The host counters as kestrel's log and the live view name them:
-/// `vmid_rollovers=R tlb_flushes=T fp_saves=S` (FP saves for another
-/// VM's use).
+/// `vmid_rollovers=R tlb_flushes=T fp_saves=S sve_saves=V` (FP saves for
+/// another VM's use, V of them SVE-sized).
 pub fn host_summary(s: &Snapshot) -> alloc::string::String {
     alloc::format!(
-        "vmid_rollovers={} tlb_flushes={} fp_saves={}",
+        "vmid_rollovers={} tlb_flushes={} fp_saves={} sve_saves={}",
         s.get(Counter::VmidRollovers),
         s.get(Counter::TlbFlushes),
-        s.get(Counter::FpSaves)
+        s.get(Counter::FpSaves),
+        s.get(Counter::SveSaves)
     )
 }
 

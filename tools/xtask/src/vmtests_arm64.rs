@@ -47,12 +47,13 @@ const EVERYWHERE: &[&str] = &[
     "phys-timer",
     "wfit-timeout",
     "debug-bp-wp-step",
+    "sve-switches",
 ];
 
 /// A smoke case: the guest on bare QEMU at EL1 with GIC version `gic`
 /// (3 or 2), as QEMU's `-kernel`.
 pub fn bare_case(gic: u32) -> Case {
-    let mut expect: Vec<&'static str> = vec!["RESULT: 12 passed, 0 failed"];
+    let mut expect: Vec<&'static str> = vec!["RESULT: 13 passed, 0 failed"];
     expect.extend(
         EVERYWHERE
             .iter()
@@ -125,6 +126,7 @@ pub(crate) const ALL: &[&str] = &[
     "wfit-timeout",
     "debug-bp-wp-step",
     "stolen-time",
+    "sve-switches",
 ];
 
 /// The kestrel cases (they need the arm64 VM backend).
@@ -595,13 +597,44 @@ fn check_fp_switches(log: &str) -> Vec<String> {
         .filter_map(|l| l.split("fp_restores=").nth(1))
         .filter_map(|v| v.split_whitespace().next()?.parse::<u64>().ok())
         .sum();
-    if restores >= 1000 {
-        Vec::new()
-    } else {
-        vec![format!(
+    let mut problems = Vec::new();
+    if restores < 1000 {
+        problems.push(format!(
             "only {restores} FP restores counted by kestrel: too few switches to prove anything"
-        )]
+        ));
     }
+    // SVE at two lengths beside a VM without it (configs/test/arm64-fp-shared.toml).
+    let sve = format!("PASS {} sve-switches (", number("sve-switches"));
+    for (vm, want) in [
+        ("fp-a", "512-bit vectors"),
+        ("fp-b", "256-bit vectors"),
+        ("fp-c", "SVE hidden"),
+    ] {
+        let tag = format!("[{vm}] {sve}");
+        let Some(line) = log
+            .lines()
+            .find_map(|l| l.find(&tag).map(|i| &l[i + tag.len()..]))
+        else {
+            problems.push(format!("{vm}: no sve-switches PASS line"));
+            continue;
+        };
+        if !line.starts_with(want) {
+            problems.push(format!("{vm}: sve-switches: wanted {want}: {line}"));
+        }
+        if vm != "fp-c" {
+            let saves = line
+                .split(" SVE saves")
+                .next()
+                .and_then(|s| s.rsplit(' ').next())
+                .and_then(|n| n.parse::<u64>().ok());
+            if !saves.is_some_and(|n| n > 0) {
+                problems.push(format!(
+                    "{vm}: sve-switches: no SVE-sized save counted, so no switch with live SVE state was proven: {line}"
+                ));
+            }
+        }
+    }
+    problems
 }
 
 /// Judges a kestrel run from each VM's tagged lines and kestrel's ending.
@@ -663,7 +696,13 @@ pub static VM_SUITE: VmSuite = VmSuite {
         what: "arm64 VM test(s)",
         prepare: Some(|| build_guest_arm64().map(|_| ())),
     },
-    echo: &["BENCH ", "RESULT: ", "SHARE ", "fp-simd-switches"],
+    echo: &[
+        "BENCH ",
+        "RESULT: ",
+        "SHARE ",
+        "fp-simd-switches",
+        "sve-switches",
+    ],
     cases: vm_cases,
     judge: judge_vm,
     stop_at_results: false,
@@ -814,8 +853,17 @@ mod tests {
     #[test]
     fn fp_switch_counter() {
         let line = |n| format!("[a] BENCH counters vmid_fast=1 fp_restores={n} fp_traps=1\n");
-        assert!(check_fp_switches(&(line(600) + &line(500))).is_empty());
-        assert_eq!(check_fp_switches(&line(10)).len(), 1);
+        let sve = "[fp-a] PASS 18 sve-switches (512-bit vectors, 300 rounds x 4 vCPUs: ...; kestrel: 90 SVE traps, 12 SVE saves, 40 SVE restores of 300/310 FP)\n\
+                   [fp-b] PASS 18 sve-switches (256-bit vectors, 300 rounds x 3 vCPUs: ...; kestrel: 80 SVE traps, 7 SVE saves, 30 SVE restores of 200/210 FP)\n\
+                   [fp-c] PASS 18 sve-switches (SVE hidden (PFR0.SVE 0, ZFR0 0): rdvl is UNDEF (EC 0x0))\n";
+        assert!(check_fp_switches(&(line(600) + &line(500) + sve)).is_empty());
+        assert_eq!(check_fp_switches(&(line(10) + sve)).len(), 1);
+        let many = line(600) + &line(500);
+        assert_eq!(check_fp_switches(&many).len(), 3, "no SVE lines");
+        let no_saves = sve.replace(" 7 SVE saves", " 0 SVE saves");
+        assert_eq!(check_fp_switches(&(many.clone() + &no_saves)).len(), 1);
+        let wrong_vl = sve.replace("(256-bit", "(128-bit");
+        assert_eq!(check_fp_switches(&(many + &wrong_vl)).len(), 1);
     }
 
     #[test]
