@@ -136,7 +136,7 @@ pub fn vm_cases() -> Vec<VmCase> {
     };
     vec![
         VmCase {
-            name: "arm64-refused: a VM refused at boot (more memory than the machine has) beside one that runs: kestrel's final status is 1 and `make run` would fail with the reason",
+            name: "arm64-refused: VMs refused at boot (more memory than the machine has; SVE on a CPU without it) beside one that runs: kestrel's final status is 1 and `make run` would fail with the reasons",
             config: "configs/test/arm64-refused.toml",
             features: &[],
             gic: 3,
@@ -145,7 +145,7 @@ pub fn vm_cases() -> Vec<VmCase> {
             must_pass: &[],
             check: Some(check_refused),
             timeout: Duration::from_secs(300),
-            qemu_args: &[],
+            qemu_args: &["-cpu", "max,sve=off"],
             stop_after: None,
             lvz: false,
         },
@@ -565,8 +565,14 @@ fn check_refused(log: &str) -> Vec<String> {
     {
         problems.push("no \"VM refused: vm[1]... memory: 2048 MiB ...\" line".into());
     }
-    if !log.contains("1 of 2 VM(s) refused at boot") {
-        problems.push("kestrel did not say \"1 of 2 VM(s) refused at boot\"".into());
+    if !log
+        .lines()
+        .any(|l| l.contains("VM refused: vm[2]") && l.contains("sve: this CPU has no SVE"))
+    {
+        problems.push("no \"VM refused: vm[2]... sve: this CPU has no SVE ...\" line".into());
+    }
+    if !log.contains("2 of 3 VM(s) refused at boot") {
+        problems.push("kestrel did not say \"2 of 3 VM(s) refused at boot\"".into());
     }
     if !log.contains("kestrel: work done, powering off (status 1)") {
         problems.push("kestrel's final status is not 1".into());
