@@ -594,3 +594,105 @@ fn sve_length_is_the_longest_supported_up_to_the_cap() {
     assert_eq!(sve_vq_for(all, 0), None);
     assert_eq!(sve_vq_for(all, u16::MAX), Some(16));
 }
+
+/// Random schedules with FP and SVE-like use on simulated pCPUs: under
+/// every policy each vCPU sees exactly its own narrow and wide registers
+/// (never another's wide bits), and nothing is lost at the end.
+#[test]
+fn random_schedules_with_wide_use_never_leak_or_lose_state() {
+    for policy in POLICIES {
+        for seed in 1..=20u64 {
+            let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+            let pcpus = 3;
+            let mut engines: Vec<_> = (0..pcpus)
+                .map(|p| FpEngine::new(p, policy, FakeWideUnit::default()))
+                .collect();
+            let fps: Vec<_> = (0..7u64).map(|v| wide_vcpu(v << 32)).collect();
+            // What each vCPU last wrote: (narrow view, wide-only bits).
+            let mut shadow: Vec<(u64, u64)> = (0..7u64).map(|v| (v << 32, 0)).collect();
+            let mut running: Vec<Option<usize>> = vec![None; pcpus];
+            for step in 0..3000u64 {
+                let p = rng.below(pcpus);
+                match rng.below(10) {
+                    0..=3 => {
+                        if running[p].take().is_some() {
+                            engines[p].vcpu_put();
+                        }
+                        let v = rng.below(fps.len());
+                        if running.contains(&Some(v)) {
+                            continue;
+                        }
+                        if let FpLoad::LiveOn(q) = engines[p].vcpu_load(&fps[v]) {
+                            assert!(engines[q].vcpu_migrate(&fps[v]));
+                            assert_eq!(engines[p].vcpu_load(&fps[v]), FpLoad::Ready);
+                        }
+                        running[p] = Some(v);
+                    }
+                    // A narrow (FP) write: as on arm64, writing V zeroes
+                    // the rest of the register.
+                    4..=6 => {
+                        if let Some(v) = running[p] {
+                            let e = &mut engines[p];
+                            narrow_use(e);
+                            assert_eq!(e.hw.v, shadow[v].0, "{policy:?} seed {seed}");
+                            if e.hw.wide {
+                                assert_eq!(e.hw.high, shadow[v].1, "{policy:?} seed {seed}");
+                            } else {
+                                assert_eq!(
+                                    e.hw.high, 0,
+                                    "{policy:?} seed {seed}: foreign wide bits"
+                                );
+                                assert_eq!(
+                                    shadow[v].1, 0,
+                                    "{policy:?} seed {seed}: own wide bits lost"
+                                );
+                            }
+                            let new = rng.next() | 1;
+                            e.hw.v = new;
+                            e.hw.high = 0;
+                            shadow[v] = (new, 0);
+                        }
+                    }
+                    // A wide (SVE) use: sees all of its own, writes the wide
+                    // bits (sometimes zero, so the state can narrow again).
+                    7..=8 => {
+                        if let Some(v) = running[p] {
+                            let e = &mut engines[p];
+                            wide_use(e);
+                            assert_eq!(
+                                (e.hw.v, e.hw.high),
+                                shadow[v],
+                                "{policy:?} seed {seed} step {step}"
+                            );
+                            let high = if rng.below(3) == 0 { 0 } else { rng.next() | 1 };
+                            e.hw.high = high;
+                            shadow[v].1 = high;
+                        }
+                    }
+                    _ => {
+                        let v = rng.below(fps.len());
+                        if !running.contains(&Some(v)) {
+                            engines[p].vcpu_migrate(&fps[v]);
+                        }
+                    }
+                }
+            }
+            for (p, e) in engines.iter_mut().enumerate() {
+                if running[p].take().is_some() {
+                    e.vcpu_put();
+                }
+                for fp in &fps {
+                    e.vcpu_migrate(fp);
+                }
+            }
+            for (v, fp) in fps.iter().enumerate() {
+                let s = fp.with_saved(|s| *s).unwrap();
+                assert_eq!(
+                    s.v, shadow[v].0,
+                    "{policy:?} seed {seed}: vCPU {v} lost writes"
+                );
+                assert_eq!(if s.wide { s.high } else { 0 }, shadow[v].1);
+            }
+        }
+    }
+}
