@@ -1166,7 +1166,7 @@ impl<'a> Package<'a> {
                 },
             ));
         }
-        if sve_vl % SVE_VL_STEP != 0 {
+        if !sve_vl.is_multiple_of(SVE_VL_STEP) {
             return Err(err(
                 Field::Sve,
                 Problem::Misaligned {

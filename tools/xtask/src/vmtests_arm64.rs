@@ -633,7 +633,7 @@ fn check_fp_switches(log: &str) -> Vec<String> {
                 .next()
                 .and_then(|s| s.rsplit(' ').next())
                 .and_then(|n| n.parse::<u64>().ok());
-            if !saves.is_some_and(|n| n > 0) {
+            if saves.is_none_or(|n| n == 0) {
                 problems.push(format!(
                     "{vm}: sve-switches: no SVE-sized save counted, so no switch with live SVE state was proven: {line}"
                 ));

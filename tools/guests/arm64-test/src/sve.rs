@@ -164,7 +164,7 @@ pub fn soak(rounds: u64) -> (u64, u64) {
     const SPIN_LOOPS: u64 = 20_000;
     enable();
     let vl = vl_bytes() as usize;
-    if vl == 0 || vl > 256 || vl % 16 != 0 {
+    if vl == 0 || vl > 256 || !vl.is_multiple_of(16) {
         return (1, u64::MAX);
     }
     let me = cpu::index();
