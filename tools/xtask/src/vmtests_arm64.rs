@@ -859,8 +859,8 @@ mod tests {
     #[test]
     fn fp_switch_counter() {
         let line = |n| format!("[a] BENCH counters vmid_fast=1 fp_restores={n} fp_traps=1\n");
-        let sve = "[fp-a] PASS 18 sve-switches (512-bit vectors, 300 rounds x 4 vCPUs: ...; kestrel: 90 SVE traps, 12 SVE saves, 40 SVE restores of 300/310 FP)\n\
-                   [fp-b] PASS 18 sve-switches (256-bit vectors, 300 rounds x 3 vCPUs: ...; kestrel: 80 SVE traps, 7 SVE saves, 30 SVE restores of 200/210 FP)\n\
+        let sve = "[fp-a] PASS 18 sve-switches (512-bit vectors, 300x4 rounds: ...; kestrel: 90 SVE traps, 12 SVE saves, 40 SVE restores of 300/310 FP; FP only: 3 SVE of 90 FP saves)\n\
+                   [fp-b] PASS 18 sve-switches (256-bit vectors, 300x3 rounds: ...; kestrel: 80 SVE traps, 7 SVE saves, 30 SVE restores of 200/210 FP; FP only: 0 SVE of 80 FP saves)\n\
                    [fp-c] PASS 18 sve-switches (SVE hidden (PFR0.SVE 0, ZFR0 0): rdvl is UNDEF (EC 0x0))\n";
         assert!(check_fp_switches(&(line(600) + &line(500) + sve)).is_empty());
         assert_eq!(check_fp_switches(&(line(10) + sve)).len(), 1);

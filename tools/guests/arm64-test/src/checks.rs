@@ -902,6 +902,8 @@ fn sve_stats() -> [u64; 3] {
 
 /// Rounds of the SVE check per vCPU unless `sve_iters=` says otherwise.
 const SVE_ROUNDS: u64 = 400;
+/// FP rounds per vCPU after the SVE state is cleared.
+const NARROW_ROUNDS: u64 = 100;
 
 fn sve_switches(c: &mut Ctx) -> Verdict {
     use crate::sve;
@@ -962,23 +964,48 @@ fn sve_switches(c: &mut Ctx) -> Verdict {
             fail!("CPU {i}: {}-bit vectors, CPU {} has {bits}", d * 8, c.boot);
         }
     }
+    // Back to FP only: every vCPU clears what lies beyond its V registers,
+    // then runs FP rounds. kestrel must go back to FP-sized moves: its first
+    // save of each vCPU finds nothing wide and narrows it, so no SVE trap
+    // and no SVE-sized restore may follow, and at most one SVE-sized save
+    // per vCPU.
+    if !run_everywhere(Cmd::SveFlush, 0, 60_000_000) {
+        fail!("not every vCPU cleared its SVE state within 60 s");
+    }
+    let narrow_before = c.kestrel.then(|| (sve_stats(), fp_stats()));
+    if !run_everywhere(Cmd::Fp, NARROW_ROUNDS, 1_200_000_000) {
+        fail!("not every vCPU finished {NARROW_ROUNDS} FP rounds after clearing SVE");
+    }
+    for i in cpus(c.all) {
+        let r = CPUS[i].result.load(Ordering::Acquire);
+        if r != 0 {
+            fail!("CPU {i}: FP round {r} after clearing SVE: V registers changed across the yield");
+        }
+    }
     let mut m = msg!(
-        "{bits}-bit vectors, {rounds} rounds x {} vCPUs: Z/P/FFR kept across yields and 128-bit shrinks, {ms} ms",
+        "{bits}-bit vectors, {rounds}x{} rounds: Z/P/FFR kept over yields and shrinks, {ms} ms",
         c.all.count_ones()
     );
-    if let Some((sb, fb)) = before {
+    if let (Some((sb, fb)), Some((nsb, nfb))) = (before, narrow_before) {
         let (sa, fa) = (sve_stats(), fp_stats());
-        if sa[0] == sb[0] {
+        if nsb[0] == sb[0] {
             fail!("{}; but kestrel counted no SVE trap", m.as_str());
         }
+        let (traps, saves, restores) = (sa[0] - nsb[0], sa[1] - nsb[1], sa[2] - nsb[2]);
+        if traps != 0 || restores != 0 || saves > u64::from(c.all.count_ones()) {
+            fail!(
+                "after every vCPU cleared its SVE state, kestrel still counted {traps} SVE traps, {restores} SVE restores (want 0) and {saves} SVE saves (want at most one per vCPU)"
+            );
+        }
         m = msg!(
-            "{}; kestrel: {} SVE traps, {} SVE saves, {} SVE restores of {}/{} FP",
+            "{}; kestrel: {} SVE traps, {} SVE saves, {} SVE restores of {}/{} FP; FP only: {saves} SVE of {} FP saves",
             m.as_str(),
-            sa[0] - sb[0],
-            sa[1] - sb[1],
-            sa[2] - sb[2],
-            fa[0] - fb[0],
-            fa[1] - fb[1]
+            nsb[0] - sb[0],
+            nsb[1] - sb[1],
+            nsb[2] - sb[2],
+            nfb[0] - fb[0],
+            nfb[1] - fb[1],
+            fa[0] - nfb[0]
         );
     }
     Verdict::Pass(m)

@@ -91,6 +91,20 @@ sve_round:
     str     p0, [x3, #16, mul vl]
     ret
 
+// void sve_flush(void): every bit beyond the V registers zero (writing each
+// V register to itself zeroes the rest of its Z register), P0-P15 and FFR
+// cleared: the state an FP-only vCPU has.
+    .global sve_flush
+sve_flush:
+    .irp n, 0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31
+    mov     v\n\().16b, v\n\().16b
+    .endr
+    .irp n, 0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15
+    pfalse  p\n\().b
+    .endr
+    wrffr   p0.b
+    ret
+
 // void sve_dump(x0 = Z out, x1 = P out): stores what the registers hold.
     .global sve_dump
 sve_dump:
@@ -218,6 +232,23 @@ pub fn soak(rounds: u64) -> (u64, u64) {
     }
     cpu::timer_stop();
     (0, vl as u64)
+}
+
+/// Clears everything beyond the V registers on this vCPU (`sve_flush`), so
+/// that a hypervisor can go back to FP-sized switches for it.
+pub fn flush() {
+    if !present() {
+        return;
+    }
+    // SAFETY: `sve_flush` only rewrites the vector registers with their own
+    // low 128 bits (V0-V31 keep their values; declared clobbered anyway)
+    // and clears P0-P15 and FFR, which compiled code does not use.
+    unsafe {
+        core::arch::asm!("bl sve_flush",
+            out("v8") _, out("v9") _, out("v10") _, out("v11") _,
+            out("v12") _, out("v13") _, out("v14") _, out("v15") _,
+            clobber_abi("C"));
+    }
 }
 
 fn dump(b: &mut Bufs) {
