@@ -400,6 +400,7 @@ const HOSTILE_PASS: &[(&str, &str)] = &[
     ("attacker", "attack-sysreg-write"),
     ("attacker", "attack-sys-insn"),
     ("attacker", "attack-hypercalls"),
+    ("attacker", "attack-sve"),
     ("attacker", "attack-mmio"),
     ("attacker", "attack-isolation"),
     ("attacker", "attack-virtio-setup"),
