@@ -428,6 +428,7 @@ fn judge_seeds(boot: &Boot, vms: &[&str]) -> Vec<String> {
             ("hackbench", "SEEDBENCH hackbench done runs="),
             ("fp", "SEEDBENCH fp procs="),
             ("futex", "SEEDBENCH futex threads="),
+            ("sve", "SEEDBENCH sve procs="),
         ] {
             let started = tagged(&format!("LINUX-BENCH: kestrel-seedbench {workload} "));
             if !boot.has(&started) {
@@ -447,13 +448,26 @@ fn judge_seeds(boot: &Boot, vms: &[&str]) -> Vec<String> {
         {
             problems.push(format!("{vm}: FP results wrong: {}", l.text));
         }
+        if let Some(l) = boot
+            .lines
+            .iter()
+            .find(|l| l.text.contains(&tagged("SEEDBENCH sve ")) && !l.text.contains(" bad=0"))
+        {
+            problems.push(format!("{vm}: SVE registers changed: {}", l.text));
+        }
         if boot.has(&tagged("LINUX-BENCH: FAIL")) {
             problems.push(format!("{vm}: a workload exited with an error"));
         }
         match counters.iter().find(|c| c.name == *vm) {
             None => problems.push(format!("{vm}: kestrel printed no counters")),
             Some(c) => {
-                for key in ["fp_restores", "exit_ipi", "vmid_fast"] {
+                for key in [
+                    "fp_restores",
+                    "exit_ipi",
+                    "vmid_fast",
+                    "sve_traps",
+                    "sve_restores",
+                ] {
                     if c.values.get(key).copied().unwrap_or(0) == 0 {
                         problems.push(format!("{vm}: kestrel's {key} counter did not move"));
                     }
