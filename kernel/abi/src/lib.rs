@@ -251,8 +251,15 @@ pub mod stat {
     /// Emulated IPIs sent through the interrupt controller's registers
     /// (LoongArch IOCSR IPI_SEND), the path PV IPIs replace.
     pub const IPI_EMULATED: u64 = 21;
+    /// Of the FP traps, those of SVE instructions (arm64, EC 0x19).
+    pub const SVE_TRAPS: u64 = 22;
+    /// Of the FP saves, those of the whole SVE state (Z, P, FFR at the
+    /// VM's vector length) rather than V0-V31.
+    pub const SVE_SAVES: u64 = 23;
+    /// Of the FP restores, those of the whole SVE state.
+    pub const SVE_RESTORES: u64 = 24;
     /// Number of counters.
-    pub const COUNT: u64 = 22;
+    pub const COUNT: u64 = 25;
 }
 
 /// Guest side: packs ascending target ids into 128-wide IPI windows, the way

@@ -58,7 +58,8 @@
 //! | 144 | u32 | CRC-32 of this VM's blobs (kernel, initrd, DTB, command line, device table, in that order) |
 //! | 148 | u32 | CRC-32 of the 256 record bytes with this field taken as 0 |
 //! | 152 | 2 x u64 | device table blob (offset, length); (0, 0) = no devices |
-//! | 168 | 88 bytes | reserved, 0 |
+//! | 168 | u16 | arm64 SVE: the VM's maximum vector length in bits, a multiple of [`SVE_VL_STEP`] up to [`SVE_VL_MAX`]; 0 = SVE hidden (config `sve`, `sve_max_vl`) |
+//! | 170 | 86 bytes | reserved, 0 |
 //!
 //! Device table: [`DEVICE_SIZE`]-byte entries, at most [`MAX_DEVICES`]:
 //!
@@ -122,6 +123,10 @@ pub const MEMORY_ALIGN: u64 = 2 << 20;
 /// The DTB lives in the last `DTB_SLOT` bytes of guest RAM; also its size limit
 /// (Linux arm64 refuses a DTB over 2 MiB).
 pub const DTB_SLOT: u64 = 2 << 20;
+/// SVE vector lengths are multiples of this many bits (one quadword).
+pub const SVE_VL_STEP: u16 = 128;
+/// The architecture's largest SVE vector length in bits.
+pub const SVE_VL_MAX: u16 = 2048;
 /// Record flag: pinned affinity.
 pub const FLAG_PINNED: u32 = 1 << 0;
 /// Record flag: the VM also gets a virtio console (`hvc0`) beside its UART.
@@ -462,6 +467,8 @@ pub enum Field {
     KernelFootprint,
     Data,
     Reserved,
+    /// The SVE vector length.
+    Sve,
     /// The device table, or a disk / network entry in it.
     Devices,
     Disk,
@@ -490,6 +497,7 @@ impl Field {
             Field::KernelFootprint => "kernel footprint",
             Field::Data => "data",
             Field::Reserved => "reserved bytes",
+            Field::Sve => "SVE vector length",
             Field::Devices => "devices",
             Field::Disk => "disk",
             Field::Net => "net",
@@ -771,6 +779,8 @@ pub struct VmRecord<'a> {
     pub pv_ipi_hidden: bool,
     /// arm64 stolen time not offered ([`FLAG_PV_TIME_HIDDEN`]).
     pub pv_time_hidden: bool,
+    /// arm64 SVE: the VM's maximum vector length in bits (0: SVE hidden).
+    pub sve_vl: u16,
 }
 
 /// A host MMIO region and its SPIs, given to one VM.
@@ -963,7 +973,8 @@ const R_FOOTPRINT: usize = 136;
 const R_DATA_CRC: usize = 144;
 const R_RECORD_CRC: usize = 148;
 const R_DEVICES: usize = 152;
-const R_RESERVED: usize = 168;
+const R_SVE_VL: usize = 168;
+const R_RESERVED: usize = 170;
 
 // Device entry field offsets.
 const D_KIND: usize = 0;
@@ -1145,6 +1156,26 @@ impl<'a> Package<'a> {
             return Err(err(Field::Reserved, Problem::NonZero));
         }
 
+        let sve_vl = le16(rec, R_SVE_VL);
+        if sve_vl > SVE_VL_MAX {
+            return Err(err(
+                Field::Sve,
+                Problem::TooLarge {
+                    value: sve_vl.into(),
+                    max: SVE_VL_MAX.into(),
+                },
+            ));
+        }
+        if !sve_vl.is_multiple_of(SVE_VL_STEP) {
+            return Err(err(
+                Field::Sve,
+                Problem::Misaligned {
+                    value: sve_vl.into(),
+                    align: SVE_VL_STEP.into(),
+                },
+            ));
+        }
+
         let vcpus = le16(rec, R_VCPUS);
         if vcpus == 0 {
             return Err(err(Field::Vcpus, Problem::Zero));
@@ -1308,6 +1339,7 @@ impl<'a> Package<'a> {
             identity: flags & FLAG_IDENTITY != 0,
             pv_ipi_hidden: flags & FLAG_PV_IPI_HIDDEN != 0,
             pv_time_hidden: flags & FLAG_PV_TIME_HIDDEN != 0,
+            sve_vl,
         })
     }
 
@@ -1591,6 +1623,9 @@ mod writer {
         pub pv_ipi_hidden: bool,
         /// arm64 stolen time not offered (config `pv_time = false`).
         pub pv_time_hidden: bool,
+        /// arm64 SVE maximum vector length in bits (0: hidden; config
+        /// `sve`, `sve_max_vl`).
+        pub sve_vl: u16,
     }
 
     /// Builds a package. It does not validate VM contents beyond what it
@@ -1661,6 +1696,7 @@ mod writer {
                     flags |= FLAG_PV_TIME_HIDDEN;
                 }
                 put(&mut rec, R_FLAGS, &flags.to_le_bytes());
+                put(&mut rec, R_SVE_VL, &vm.sve_vl.to_le_bytes());
                 let mut crc = 0;
                 for (field, data, aligned) in [
                     (R_KERNEL, Some(vm.kernel), true),
@@ -1826,6 +1862,7 @@ pub mod offsets {
     pub const DATA_CRC: usize = super::R_DATA_CRC;
     pub const RECORD_CRC: usize = super::R_RECORD_CRC;
     pub const DEVICES: usize = super::R_DEVICES;
+    pub const SVE_VL: usize = super::R_SVE_VL;
     /// Header: number of VMs (u16).
     pub const H_COUNT: usize = super::H_COUNT;
     /// Header: total size (u64).

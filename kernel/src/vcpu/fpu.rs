@@ -20,6 +20,20 @@
 //!   wants to run on another pCPU. Re-loading the owner on the same pCPU costs
 //!   nothing.
 //!
+//! # Wide state (arm64 SVE)
+//!
+//! One ownership covers the unit whatever its width: on arm64 the V
+//! registers are the low 128 bits of the SVE Z registers. The hardware layer
+//! keeps a vCPU's state in memory in one of two forms: narrow (FP/SIMD
+//! only: every bit beyond is zero) or wide (SVE: Z, P, FFR at the VM's vector
+//! length). [`FpHw::restore`] loads the form memory holds; an SVE
+//! instruction of a narrow owner traps ([`FpEngine::wide_trap`]) and
+//! [`FpHw::widen`] turns the live narrow registers into the wide form in
+//! place; [`FpHw::save`] writes back the form the unit holds. So a vCPU
+//! whose state is narrow and that used only FP since its load costs an
+//! FP-sized save and restore. [`FpHw::wide`] tells the engine which size
+//! it moved, for the statistics.
+//!
 //! # Invariants
 //!
 //! * A vCPU's up-to-date FP state is in exactly one place: either its
@@ -48,6 +62,7 @@
 //! ```
 
 use crate::base::sync::{AtomicUsize, Mutex, Ordering};
+use alloc::boxed::Box;
 use alloc::sync::Arc;
 
 use crate::vcpu::stats::{Counter, Stats};
@@ -91,8 +106,18 @@ pub trait FpHw {
     fn restore(&mut self, from: &Self::State);
     /// Make guest FP/SIMD use trap to the hypervisor.
     fn trap_on(&mut self);
-    /// Let the guest use FP/SIMD directly.
+    /// Let the guest use FP/SIMD directly (and the wide registers too
+    /// when the unit holds them: [`FpHw::wide`]).
     fn trap_off(&mut self);
+    /// Whether the unit holds its owner's registers in their wide form
+    /// (arm64: SVE). Architectures without one never do.
+    fn wide(&self) -> bool {
+        false
+    }
+    /// The owner, whose registers the unit holds narrow, needs the wide
+    /// form (an SVE instruction trapped): make the unit hold it in place,
+    /// every wide-only bit zero and the wide controls from `state`.
+    fn widen(&mut self, _state: &Self::State) {}
 }
 
 /// No pCPU holds the state: memory is current.
@@ -150,12 +175,19 @@ impl<S> VcpuFp<S> {
 
     /// Counts a save of this vCPU's registers that `cause`'s FP use made
     /// (`None`: its own put or move).
-    fn count_save(&self, cause: Option<&Self>) {
-        match cause {
-            Some(c) if self.account.is_some() && !self.same_vm(c) => {
-                crate::vcpu::stats::HOST.inc(Counter::FpSaves)
+    fn count_save(&self, cause: Option<&Self>, wide: bool) {
+        let counters: &[Counter] = if wide {
+            &[Counter::FpSaves, Counter::SveSaves]
+        } else {
+            &[Counter::FpSaves]
+        };
+        for &c in counters {
+            match cause {
+                Some(o) if self.account.is_some() && !self.same_vm(o) => {
+                    crate::vcpu::stats::HOST.inc(c)
+                }
+                _ => self.count(c),
             }
-            _ => self.count(Counter::FpSaves),
         }
     }
 
@@ -198,6 +230,12 @@ pub struct FpCounters {
     pub restores: u64,
     /// FP traps taken.
     pub traps: u64,
+    /// Of the saves, those of the wide form (arm64 SVE).
+    pub wide_saves: u64,
+    /// Of the restores, those of the wide form.
+    pub wide_restores: u64,
+    /// Of the traps, those of wide instructions (arm64 SVE, EC 0x19).
+    pub wide_traps: u64,
 }
 
 /// The FP/SIMD engine of one pCPU. Only that pCPU touches it.
@@ -252,7 +290,7 @@ impl<H: FpHw> FpEngine<H> {
         debug_assert!(self.current.is_none(), "vcpu_load without vcpu_put");
         self.current = Some(vcpu.clone());
         match self.policy {
-            FpPolicy::Eager => self.take_unit(),
+            FpPolicy::Eager => self.take_unit(false),
             FpPolicy::SaveOnPut => self.hw.trap_on(),
             // Still ours from last time: nothing to do, no trap.
             FpPolicy::Lazy if self.owns(vcpu) => self.hw.trap_off(),
@@ -268,7 +306,21 @@ impl<H: FpHw> FpEngine<H> {
         if let Some(cur) = &self.current {
             cur.count(Counter::FpTraps);
         }
-        self.take_unit();
+        self.take_unit(false);
+    }
+
+    /// The loaded vCPU used a wide instruction (arm64: SVE, or its control
+    /// register ZCR_EL1) while the unit was not its or held it narrow.
+    /// Afterwards the unit holds its wide registers and traps are off.
+    /// Counted as an FP trap and a wide one.
+    pub fn wide_trap(&mut self) {
+        self.counters.traps += 1;
+        self.counters.wide_traps += 1;
+        if let Some(cur) = &self.current {
+            cur.count(Counter::FpTraps);
+            cur.count(Counter::SveTraps);
+        }
+        self.take_unit(true);
     }
 
     /// The loaded vCPU stops running on this pCPU.
@@ -316,8 +368,9 @@ impl<H: FpHw> FpEngine<H> {
             .is_some_and(|o| core::ptr::eq(o, vcpu))
     }
 
-    /// Give the unit to the current vCPU (saving the previous owner's state).
-    fn take_unit(&mut self) {
+    /// Give the unit to the current vCPU (saving the previous owner's
+    /// state), in its wide form if `wide`.
+    fn take_unit(&mut self, wide: bool) {
         let Some(cur) = self.current.clone() else {
             // A trap with no vCPU loaded cannot come from a guest: keep trapping.
             self.hw.trap_on();
@@ -330,8 +383,15 @@ impl<H: FpHw> FpEngine<H> {
             self.hw.restore(&cur.state.lock());
             self.counters.restores += 1;
             cur.count(Counter::FpRestores);
+            if self.hw.wide() {
+                self.counters.wide_restores += 1;
+                cur.count(Counter::SveRestores);
+            }
             cur.live_on.store(self.cpu, Ordering::Release);
-            self.owner = Some(cur);
+            self.owner = Some(cur.clone());
+        }
+        if wide && !self.hw.wide() {
+            self.hw.widen(&cur.state.lock());
         }
         self.hw.trap_off();
     }
@@ -340,9 +400,13 @@ impl<H: FpHw> FpEngine<H> {
     /// needs the unit (`None`: the owner's own put or move).
     fn save_owner(&mut self, cause: Option<&VcpuFp<H::State>>) {
         if let Some(owner) = self.owner.take() {
+            let wide = self.hw.wide();
             self.hw.save(&mut owner.state.lock());
             self.counters.saves += 1;
-            owner.count_save(cause);
+            if wide {
+                self.counters.wide_saves += 1;
+            }
+            owner.count_save(cause, wide);
             // Release: the saved registers are visible before another pCPU
             // sees `live_on` cleared and restores them.
             owner.live_on.store(NOWHERE, Ordering::Release);
@@ -350,16 +414,113 @@ impl<H: FpHw> FpEngine<H> {
     }
 }
 
-/// arm64 FP/SIMD state: V0-V31, FPSR, FPCR (AArch64 guests).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// arm64 FP/SIMD state: V0-V31, FPSR, FPCR (AArch64 guests), and the SVE
+/// state of a vCPU whose VM has SVE.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 #[repr(C, align(16))]
 pub struct Arm64FpState {
-    /// V0-V31 (128 bits each).
+    /// V0-V31 (128 bits each); stale while `sve` holds the wide form.
     pub v: [u128; 32],
     /// FPSR.
     pub fpsr: u64,
     /// FPCR.
     pub fpcr: u64,
+    /// The SVE registers (`None`: the VM has no SVE).
+    pub sve: Option<Box<Arm64SveState>>,
+}
+
+impl Arm64FpState {
+    /// The reset state of a vCPU of a VM with SVE at `vq` quadwords
+    /// (`None`: without SVE). Every register is zero, ZCR_EL1 allows the
+    /// VM's whole length.
+    pub fn new(vq: Option<u8>) -> Self {
+        Self {
+            sve: vq.map(|vq| Box::new(Arm64SveState::new(vq))),
+            ..Self::default()
+        }
+    }
+}
+
+/// The longest SVE vector length in `supported` (bit `vq - 1` for `vq`
+/// quadwords, as the arm64 backend probes them through ZCR_EL2) of at most
+/// `max_bits`, in quadwords; `None` if there is none (no SVE). ZCR_EL2.LEN
+/// = `vq - 1` then gives exactly this length: a LEN the CPU does not
+/// support gives the longest supported length below it.
+pub fn sve_vq_for(supported: u16, max_bits: u16) -> Option<u8> {
+    let cap = (max_bits / 128).min(16);
+    (1..=cap)
+        .rev()
+        .find(|vq| supported & (1 << (vq - 1)) != 0)
+        .map(|vq| vq as u8)
+}
+
+/// The SVE registers of one vCPU, at its VM's vector length.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Arm64SveState {
+    /// The VM's vector length in quadwords (128 bits), 1..=16.
+    pub vq: u8,
+    /// Which form memory holds: wide (`regs` current, including the V
+    /// registers as the low 128 bits of Z) or narrow (the V registers in
+    /// [`Arm64FpState::v`], every other bit of `regs` zero).
+    pub wide: bool,
+    /// ZCR_EL1: the guest's own choice of length, at most the VM's.
+    pub zcr_el1: u64,
+    /// Z0-Z31 (`vq` quadwords each), then P0-P15 and FFR (`2 * vq` bytes
+    /// each), laid out as `str z`/`str p` with `mul vl` offsets store them.
+    pub regs: Box<[u128]>,
+}
+
+impl Arm64SveState {
+    /// Zeroed registers at `vq` quadwords (clamped to 1..=16).
+    pub fn new(vq: u8) -> Self {
+        let vq = vq.clamp(1, 16);
+        Self {
+            vq,
+            wide: false,
+            zcr_el1: u64::from(vq - 1),
+            regs: alloc::vec![0u128; Self::quads(vq)].into_boxed_slice(),
+        }
+    }
+
+    /// Bytes of the 32 Z registers at `vq` quadwords.
+    pub const fn z_bytes(vq: u8) -> usize {
+        32 * 16 * vq as usize
+    }
+
+    /// Bytes of P0-P15 and FFR at `vq` quadwords.
+    pub const fn p_bytes(vq: u8) -> usize {
+        17 * 2 * vq as usize
+    }
+
+    /// 128-bit words of [`Arm64SveState::regs`] at `vq` quadwords.
+    pub const fn quads(vq: u8) -> usize {
+        (Self::z_bytes(vq) + Self::p_bytes(vq)).div_ceil(16)
+    }
+
+    /// Quadword `q` of Z register `n` (tests and the narrowing check).
+    pub fn z(&self, n: usize, q: usize) -> u128 {
+        self.regs[n * usize::from(self.vq) + q]
+    }
+
+    /// After a wide save: if nothing beyond the FP view is set (every Z
+    /// quadword above the first, every P bit and FFR zero), go back to the
+    /// narrow form, moving the V registers to `v`, so the next restore and
+    /// save are FP-sized. Returns whether it did.
+    pub fn narrow_if_clear(&mut self, v: &mut [u128; 32]) -> bool {
+        let vq = usize::from(self.vq);
+        let z_quads = 32 * vq;
+        let high_clear = (0..32).all(|n| (1..vq).all(|q| self.regs[n * vq + q] == 0));
+        let p_clear = self.regs[z_quads..].iter().all(|&w| w == 0);
+        if !(high_clear && p_clear) {
+            return false;
+        }
+        for (n, reg) in v.iter_mut().enumerate() {
+            *reg = self.regs[n * vq];
+            self.regs[n * vq] = 0;
+        }
+        self.wide = false;
+        true
+    }
 }
 
 /// LoongArch FP state: 32 FPRs as wide as LASX (256 bits: `fpr[i][0]` is the

@@ -24,14 +24,15 @@ use kestrel_abi::stat;
 pub static HOST: Stats = Stats::new();
 
 /// The host counters as kestrel's log and the live view name them:
-/// `vmid_rollovers=R tlb_flushes=T fp_saves=S` (FP saves for another
-/// VM's use).
+/// `vmid_rollovers=R tlb_flushes=T fp_saves=S sve_saves=V` (FP saves for
+/// another VM's use, V of them SVE-sized).
 pub fn host_summary(s: &Snapshot) -> alloc::string::String {
     alloc::format!(
-        "vmid_rollovers={} tlb_flushes={} fp_saves={}",
+        "vmid_rollovers={} tlb_flushes={} fp_saves={} sve_saves={}",
         s.get(Counter::VmidRollovers),
         s.get(Counter::TlbFlushes),
-        s.get(Counter::FpSaves)
+        s.get(Counter::FpSaves),
+        s.get(Counter::SveSaves)
     )
 }
 
@@ -107,6 +108,12 @@ counters! {
     LazyZero = stat::LAZY_ZERO, "lazy_zero";
     /// Emulated IPIs sent (IOCSR IPI_SEND).
     IpiEmulated = stat::IPI_EMULATED, "ipi_emulated";
+    /// SVE traps (also counted in `fp_traps`).
+    SveTraps = stat::SVE_TRAPS, "sve_traps";
+    /// SVE-sized saves (also counted in `fp_saves`).
+    SveSaves = stat::SVE_SAVES, "sve_saves";
+    /// SVE-sized restores (also counted in `fp_restores`).
+    SveRestores = stat::SVE_RESTORES, "sve_restores";
 }
 
 // The table above must list every index of the ABI once, in order.
@@ -341,19 +348,20 @@ impl core::iter::Sum for Snapshot {
 /// are left out to keep the log short.
 impl fmt::Display for Snapshot {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let groups: [(&str, Counter, Counter); 6] = [
+        let groups: [(&str, Counter, Counter); 7] = [
             ("exits", Counter::ExitHypercall, Counter::ExitOther),
             ("fp", Counter::FpSaves, Counter::FpTraps),
             ("vmid", Counter::VmidFast, Counter::TlbFlushes),
             ("ipi", Counter::IpiSent, Counter::IpiCoalesced),
             ("mem", Counter::LazyZero, Counter::LazyZero),
             ("emulated ipi", Counter::IpiEmulated, Counter::IpiEmulated),
+            ("sve", Counter::SveTraps, Counter::SveRestores),
         ];
         for (n, (label, first, last)) in groups.into_iter().enumerate() {
-            // Groups of one counter that is 0 (RAM zeroed lazily only on
-            // some backends, IPIs sent through registers only by some
-            // guests): no empty line.
-            if first == last && n > 3 && self.get(first) == 0 {
+            // Later groups that are all 0 (RAM zeroed lazily only on some
+            // backends, IPIs sent through registers only by some guests,
+            // SVE only in VMs that have it): no empty line.
+            if n > 3 && (first.index()..=last.index()).all(|i| self.0[i] == 0) {
                 continue;
             }
             if n > 0 {

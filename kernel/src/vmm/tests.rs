@@ -114,6 +114,7 @@ fn spec(name: &'static str, vcpus: u16, mask: u64, pinned: bool) -> VmSpec<'stat
         identity: false,
         pv_ipi: true,
         pv_time: false,
+        sve_vl: 0,
     }
 }
 

@@ -176,6 +176,11 @@ pub struct VmSpec<'a> {
     /// true): only to an arm64 VM whose DTB kestrel generates, which
     /// reserves the records' region ([`VmSpec::pv_time_region`]).
     pub pv_time: bool,
+    /// arm64 SVE: the VM's maximum vector length in bits (config `sve`,
+    /// `sve_max_vl`); 0 = SVE hidden. The backend gives every vCPU the
+    /// longest length the CPU supports up to this, or refuses the VM on a
+    /// CPU without SVE.
+    pub sve_vl: u16,
 }
 
 pub use crate::vm::OnReboot;
@@ -229,6 +234,7 @@ impl<'a> VmSpec<'a> {
             identity: rec.identity,
             pv_ipi: !rec.pv_ipi_hidden,
             pv_time: arch == Arch::Aarch64 && !rec.pv_time_hidden && rec.dtb.is_none(),
+            sve_vl: if arch == Arch::Aarch64 { rec.sve_vl } else { 0 },
         }
     }
 

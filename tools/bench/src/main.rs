@@ -238,6 +238,7 @@ fn fp_run(w: &Workload, policy: FpPolicy, switches: u64) -> FpCounters {
                 saves: t.saves + c.saves - b.saves,
                 restores: t.restores + c.restores - b.restores,
                 traps: t.traps + c.traps - b.traps,
+                ..FpCounters::default()
             }
         })
 }

@@ -2,7 +2,7 @@
 //! are in range and re-encode to the syndrome they came from; the ID
 //! registers a guest reads are a projection of the hardware's (filtering
 //! twice changes nothing) that never shows a hidden feature or more than
-//! the hardware has.
+//! the hardware has (SVE only to a VM configured with it).
 #![no_main]
 
 use kernel::guest::arm64::esr::{self, sysreg, Exit, SysReg};
@@ -49,13 +49,16 @@ fuzz_target!(|x: (u64, u64, u64, u8, bool, u8)| {
             assert!(iss & (1 << 2) != 0 && matches!(iss & 3, 2 | 3));
             assert_eq!(u32::from(rt), (iss >> 5) & 0x1f);
         }
-        Exit::Wfi | Exit::Wfe | Exit::FpAccess | Exit::SveSmeAccess => {}
+        Exit::Wfi | Exit::Wfe | Exit::FpAccess | Exit::SveAccess | Exit::SmeAccess => {}
     }
 
     // The ID register space (op0 3, op1 0, CRn 0) and the hardware value.
+    // Bit 6 of the register selector: the VM has SVE (config `sve`).
+    let sve = crm_op2 & 0x40 != 0;
     let cfg = IdConfig {
         gic_v3,
         ipa_bits: [32, 36, 40, 42, 44, 48][ipa as usize % 6],
+        sve,
     };
     let reg = SysReg::new(3, 0, 0, crm_op2 >> 3 & 7, crm_op2 & 7);
     let host = far;
@@ -74,7 +77,8 @@ fuzz_target!(|x: (u64, u64, u64, u8, bool, u8)| {
                 (field(v, 0), field(v, 4), field(v, 8), field(v, 12)),
                 (1, 1, 0, 0)
             );
-            assert_eq!(field(v, 32), 0, "SVE hidden");
+            let want_sve = if sve { field(host, 32) } else { 0 };
+            assert_eq!(field(v, 32), want_sve, "SVE as the hardware, or hidden");
             assert_eq!(field(v, 44), 0, "AMU hidden");
             assert_eq!(field(v, 24), u64::from(gic_v3));
             assert_eq!(
@@ -82,7 +86,9 @@ fuzz_target!(|x: (u64, u64, u64, u8, bool, u8)| {
                 (field(host, 16), field(host, 20))
             );
         }
-        sysreg::ID_AA64ZFR0_EL1 | sysreg::ID_AA64SMFR0_EL1 => assert_eq!(v, 0),
+        sysreg::ID_AA64ZFR0_EL1 => assert_eq!(v, if sve { host } else { 0 }),
+        sysreg::ID_AA64SMFR0_EL1 => assert_eq!(v, 0),
+        sysreg::ID_AA64PFR1_EL1 => assert_eq!(field(v, 24), 0, "SME hidden"),
         sysreg::ID_AA64MMFR0_EL1 => assert!(field(v, 0) <= field(host, 0)),
         sysreg::ID_AA64MMFR1_EL1 => assert_eq!(field(v, 8), 0, "no VHE"),
         sysreg::ID_AA64MMFR2_EL1 => assert_eq!(field(v, 24), 0, "no NV"),

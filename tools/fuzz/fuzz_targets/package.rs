@@ -114,6 +114,7 @@ fn round_trip(u: &mut Unstructured) -> arbitrary::Result<()> {
             identity: false,
             pv_ipi_hidden: v.flags & 4 != 0,
             pv_time_hidden: v.flags & 8 != 0,
+            sve_vl: if v.flags & 16 != 0 { 256 } else { 0 },
         })
         .collect();
     let mut w = Writer::new(settings);
@@ -209,6 +210,7 @@ fuzz_target!(|data: &[u8]| {
                     identity: false,
                     pv_ipi_hidden: false,
                     pv_time_hidden: false,
+                    sve_vl: 0,
                 });
             }
             let mut bytes = w.finish();

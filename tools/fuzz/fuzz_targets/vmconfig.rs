@@ -123,6 +123,7 @@ fuzz_target!(|data: &[u8]| {
             identity: false,
             pv_ipi_hidden: false,
             pv_time_hidden: false,
+            sve_vl: 0,
         });
     }
     check(&w.finish(), host);

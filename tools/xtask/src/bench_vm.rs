@@ -114,8 +114,13 @@ fn fp_policies(arch: Arch) -> Result<(), String> {
         base.strip_prefix(root()).unwrap_or(&base).display()
     );
     println!(
-        "{:<12} {:>14} {:>20} {:>24} {:>18}",
-        "policy", "vCPU switches", "exits/1000 switches", "FP saves+restores/1000", "FP traps/1000"
+        "{:<12} {:>14} {:>20} {:>24} {:>18} {:>26}",
+        "policy",
+        "vCPU switches",
+        "exits/1000 switches",
+        "FP saves+restores/1000",
+        "FP traps/1000",
+        "of them SVE-sized/1000"
     );
     let mut rows = Vec::new();
     for policy in ["eager", "save-on-put", "lazy"] {
@@ -134,13 +139,15 @@ fn fp_policies(arch: Arch) -> Result<(), String> {
         let exits: u64 = vms.iter().map(|v| v.exits).sum();
         let per_k = |n: u64| n as f64 * 1000.0 / switches.max(1) as f64;
         let fp = sum("fp_saves") + sum("fp_restores");
+        let sve = sum("sve_saves") + sum("sve_restores");
         println!(
-            "{:<12} {:>14} {:>20.1} {:>24.1} {:>18.1}",
+            "{:<12} {:>14} {:>20.1} {:>24.1} {:>18.1} {:>26.1}",
             policy,
             switches,
             per_k(exits),
             per_k(fp),
-            per_k(sum("fp_traps"))
+            per_k(sum("fp_traps")),
+            per_k(sve)
         );
         rows.push((policy, per_k(fp)));
     }
@@ -150,7 +157,37 @@ fn fp_policies(arch: Arch) -> Result<(), String> {
         "every vCPU here uses FP, so most switches change the FP owner; lazy does {:.0}% fewer FP saves+restores than eager\n",
         if eager > 0.0 { 100.0 * (1.0 - lazy / eager) } else { 0.0 }
     );
+    if arch == Arch::Aarch64 {
+        sve_sizes();
+    }
     Ok(())
+}
+
+/// Bytes one save or restore moves, FP/SIMD against SVE at each
+/// power-of-two vector length (`kernel::vcpu::fpu::Arm64SveState`: Z0-Z31,
+/// P0-P15 and FFR, with FPSR/FPCR and ZCR_EL1 beside).
+fn sve_sizes() {
+    println!("== arm64: bytes per FP/SIMD or SVE save (a restore moves the same) ==");
+    println!(
+        "{:<16} {:>8} {:>10} {:>8} {:>8}",
+        "state", "Z or V", "P + FFR", "control", "total"
+    );
+    println!(
+        "{:<16} {:>8} {:>10} {:>8} {:>8}",
+        "FP/SIMD (narrow)", 512, 0, 16, 528
+    );
+    for bits in [128u32, 256, 512, 1024, 2048] {
+        let (z, p) = (32 * bits / 8, 17 * bits / 64);
+        println!(
+            "{:<16} {:>8} {:>10} {:>8} {:>8}",
+            format!("SVE {bits}-bit"),
+            z,
+            p,
+            24,
+            z + p + 24
+        );
+    }
+    println!("(a vCPU whose SVE state holds nothing beyond its V registers is saved narrow again; the fp-shared VMs run SVE at 512 and 256 bits and keep patterns in P and FFR, so their SVE state stays wide)\n");
 }
 
 /// The IPI table of one architecture from its 1-VM test run.

@@ -107,11 +107,53 @@ struct RawVm {
     #[serde(default = "yes")]
     pv_time: bool,
     #[serde(default)]
+    sve: bool,
+    sve_max_vl: Option<i64>,
+    #[serde(default)]
     passthrough: Vec<RawPassthrough>,
 }
 
 fn yes() -> bool {
     true
+}
+
+/// The VM's SVE vector length in bits from `sve` and `sve_max_vl` (0:
+/// hidden). kestrel gives the VM the longest length the CPU supports up
+/// to this one (docs/config.md).
+fn sve_vl(
+    v: &RawVm,
+    arch: Arch,
+    f: &dyn Fn(&str) -> String,
+    err: &dyn Fn(&str, String) -> ConfigError,
+) -> Result<u16, ConfigError> {
+    let (step, max) = (package::SVE_VL_STEP, package::SVE_VL_MAX);
+    if arch != Arch::Aarch64 && (v.sve || v.sve_max_vl.is_some()) {
+        let key = if v.sve { "sve" } else { "sve_max_vl" };
+        return Err(err(
+            &f(key),
+            "SVE is arm64's: LoongArch VMs get FP/LSX/LASX without a key; remove it".into(),
+        ));
+    }
+    match (v.sve, v.sve_max_vl) {
+        (false, None) => Ok(0),
+        (false, Some(_)) => Err(err(
+            &f("sve_max_vl"),
+            "needs sve = true (SVE is hidden from a VM unless it asks for it)".into(),
+        )),
+        (true, None) => Ok(max),
+        (true, Some(bits)) => {
+            if bits < i64::from(step) || bits > i64::from(max) || bits % i64::from(step) != 0 {
+                Err(err(
+                    &f("sve_max_vl"),
+                    format!(
+                        "{bits} bits: an SVE vector length is a multiple of {step} bits from {step} to {max} (e.g. 256 or 512)"
+                    ),
+                ))
+            } else {
+                Ok(bits as u16)
+            }
+        }
+    }
 }
 
 #[derive(Deserialize, Debug)]
@@ -240,6 +282,10 @@ pub struct VmConfig {
     /// `pv_time = false`: arm64 paravirtual stolen time not offered
     /// (default: offered).
     pub pv_time: bool,
+    /// arm64 SVE: the VM's maximum vector length in bits (`sve = true`,
+    /// `sve_max_vl`, default [`package::SVE_VL_MAX`]: the CPU's longest);
+    /// 0 = SVE hidden (the default).
+    pub sve_vl: u16,
 }
 
 /// A checked config.
@@ -928,6 +974,7 @@ fn check(text: &str, file: &Path, arch: Arch) -> Result<Config, ConfigError> {
                 "identity RAM is for arm64 passthrough only: remove it".into(),
             ));
         }
+        let sve_vl = sve_vl(v, arch, &f, &err)?;
         if devices.len() + passthrough.len() > package::MAX_DEVICES {
             return Err(err(
                 &f("passthrough"),
@@ -979,6 +1026,7 @@ fn check(text: &str, file: &Path, arch: Arch) -> Result<Config, ConfigError> {
             identity: v.identity,
             pv_ipi: v.pv_ipi,
             pv_time: v.pv_time,
+            sve_vl,
         });
     }
     Ok(Config {
@@ -1060,6 +1108,7 @@ pub fn pack(cfg: &Config) -> Vec<u8> {
             identity: v.identity,
             pv_ipi_hidden: !v.pv_ipi,
             pv_time_hidden: !v.pv_time,
+            sve_vl: v.sve_vl,
         });
     }
     w.finish()

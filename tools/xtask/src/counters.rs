@@ -91,7 +91,7 @@ pub fn parse_vm_counters(log: &str) -> Vec<VmCounters> {
         }
         let Some(c) = current.as_mut() else { continue };
         let trimmed = line.trim();
-        let group = ["fp:", "vmid:", "ipi:", "emulated ipi:", "mem:"]
+        let group = ["fp:", "vmid:", "ipi:", "emulated ipi:", "mem:", "sve:"]
             .iter()
             .find_map(|g| trimmed.strip_prefix(g));
         match group {

@@ -203,12 +203,16 @@ pub fn check_no_fp(arch: Arch) -> Result<(), String> {
     }
 }
 
-/// The only functions allowed to use FP/SIMD registers: the hand-written
-/// save/restore of a guest's FP state for lazy switching
+/// The only functions allowed to use FP/SIMD (and SVE) registers: the
+/// hand-written save/restore of a guest's FP state for lazy switching
 /// (kernel/src/arch/aarch64/vm/fp.rs, kernel/src/arch/loongarch64/fp.rs).
 const FP_ALLOWED: &[&str] = &[
     "kestrel_fp_save",
     "kestrel_fp_restore",
+    "kestrel_sve_save",
+    "kestrel_sve_restore",
+    "kestrel_sve_widen",
+    "kestrel_sve_probe",
     "kestrel_la_fp_save",
     "kestrel_la_fp_restore",
 ];
@@ -255,6 +259,11 @@ fn instruction_of(line: &str) -> Option<String> {
     Some(insn.trim().to_string())
 }
 
+/// SVE instructions that name no vector register.
+const SVE_MNEMONICS: &[&str] = &[
+    "rdvl", "addvl", "addpl", "setffr", "rdffr", "wrffr", "pfalse", "ptrue",
+];
+
 fn uses_fp(arch: Arch, insn: &str) -> bool {
     let mut parts = insn.split_whitespace();
     let mnemonic = parts.next().unwrap_or("");
@@ -263,16 +272,28 @@ fn uses_fp(arch: Arch, insn: &str) -> bool {
     match arch {
         Arch::Aarch64 => {
             // No integer arm64 mnemonic starts with 'f'; vector registers
-            // appear as q/v/d/s/h/b followed by 0-31, or as FPCR/FPSR.
+            // appear as q/v/d/s/h/b followed by 0-31, or as FPCR/FPSR; SVE's
+            // as z0-z31, p0-p15, FFR, its length through rdvl/addvl/addpl
+            // and ZCR_ELx.
             mnemonic.starts_with('f')
+                || SVE_MNEMONICS.contains(&mnemonic)
                 || tokens.skip(1).any(|t| {
                     let t = t.split('.').next().unwrap_or("");
+                    let t = t.split('/').next().unwrap_or("");
                     let lower = t.to_ascii_lowercase();
+                    let reg = |first: &[u8], below: u32| {
+                        t.len() >= 2
+                            && first.contains(&lower.as_bytes()[0])
+                            && t[1..].parse::<u32>().is_ok_and(|n| n < below)
+                    };
                     lower == "fpcr"
                         || lower == "fpsr"
-                        || (t.len() >= 2
-                            && matches!(t.as_bytes()[0], b'q' | b'v' | b'd' | b's' | b'h' | b'b')
-                            && t[1..].parse::<u32>().is_ok_and(|n| n < 32))
+                        || lower == "ffr"
+                        || lower.starts_with("zcr_el")
+                        || lower == "s3_0_c1_c2_0"
+                        || lower == "s3_4_c1_c2_0"
+                        || reg(b"qvdshbz", 32)
+                        || reg(b"p", 16)
                 })
         }
         Arch::LoongArch64 => tokens.skip(1).any(|t| {
@@ -340,6 +361,19 @@ mod tests {
         assert!(uses_fp(Arch::Aarch64, "movi\tv0.2d, #0000000000000000"));
         assert!(uses_fp(Arch::Aarch64, "msr\tFPCR, x0"));
         assert!(!uses_fp(Arch::Aarch64, "ldr\tx0, [x1, #8]"));
+        for sve in [
+            "str\tz3, [x0, #3, mul vl]",
+            "ldr\tp15, [x1, #15, mul vl]",
+            "rdffr\tp0.b",
+            "wrffr\tp0.b",
+            "rdvl\tx0, #1",
+            "ld1d\t{ z0.d }, p0/z, [x0]",
+            "msr\tZCR_EL2, x3",
+            "mrs\tx0, s3_0_c1_c2_0",
+        ] {
+            assert!(uses_fp(Arch::Aarch64, sve), "{sve}");
+        }
+        assert!(!uses_fp(Arch::Aarch64, "add\tx15, x16, #1"));
         assert!(!uses_fp(Arch::Aarch64, "msr\ts3_0_c1_c0_0, x0"));
         assert!(!uses_fp(Arch::Aarch64, "stp\tx29, x30, [sp, #-16]!"));
         assert!(!uses_fp(Arch::Aarch64, "b.ne\t0x1234"));

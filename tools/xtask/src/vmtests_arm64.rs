@@ -47,12 +47,13 @@ const EVERYWHERE: &[&str] = &[
     "phys-timer",
     "wfit-timeout",
     "debug-bp-wp-step",
+    "sve-switches",
 ];
 
 /// A smoke case: the guest on bare QEMU at EL1 with GIC version `gic`
 /// (3 or 2), as QEMU's `-kernel`.
 pub fn bare_case(gic: u32) -> Case {
-    let mut expect: Vec<&'static str> = vec!["RESULT: 12 passed, 0 failed"];
+    let mut expect: Vec<&'static str> = vec!["RESULT: 13 passed, 0 failed"];
     expect.extend(
         EVERYWHERE
             .iter()
@@ -125,6 +126,7 @@ pub(crate) const ALL: &[&str] = &[
     "wfit-timeout",
     "debug-bp-wp-step",
     "stolen-time",
+    "sve-switches",
 ];
 
 /// The kestrel cases (they need the arm64 VM backend).
@@ -134,7 +136,7 @@ pub fn vm_cases() -> Vec<VmCase> {
     };
     vec![
         VmCase {
-            name: "arm64-refused: a VM refused at boot (more memory than the machine has) beside one that runs: kestrel's final status is 1 and `make run` would fail with the reason",
+            name: "arm64-refused: VMs refused at boot (more memory than the machine has; SVE on a CPU without it) beside one that runs: kestrel's final status is 1 and `make run` would fail with the reasons",
             config: "configs/test/arm64-refused.toml",
             features: &[],
             gic: 3,
@@ -143,7 +145,7 @@ pub fn vm_cases() -> Vec<VmCase> {
             must_pass: &[],
             check: Some(check_refused),
             timeout: Duration::from_secs(300),
-            qemu_args: &[],
+            qemu_args: &["-cpu", "max,sve=off"],
             stop_after: None,
             lvz: false,
             append: "",
@@ -425,6 +427,7 @@ const HOSTILE_PASS: &[(&str, &str)] = &[
     ("attacker", "attack-sysreg-write"),
     ("attacker", "attack-sys-insn"),
     ("attacker", "attack-hypercalls"),
+    ("attacker", "attack-sve"),
     ("attacker", "attack-mmio"),
     ("attacker", "attack-isolation"),
     ("attacker", "attack-virtio-setup"),
@@ -614,8 +617,14 @@ fn check_refused(log: &str) -> Vec<String> {
     {
         problems.push("no \"VM refused: vm[1]... memory: 2048 MiB ...\" line".into());
     }
-    if !log.contains("1 of 2 VM(s) refused at boot") {
-        problems.push("kestrel did not say \"1 of 2 VM(s) refused at boot\"".into());
+    if !log
+        .lines()
+        .any(|l| l.contains("VM refused: vm[2]") && l.contains("sve: this CPU has no SVE"))
+    {
+        problems.push("no \"VM refused: vm[2]... sve: this CPU has no SVE ...\" line".into());
+    }
+    if !log.contains("2 of 3 VM(s) refused at boot") {
+        problems.push("kestrel did not say \"2 of 3 VM(s) refused at boot\"".into());
     }
     if !log.contains("kestrel: work done, powering off (status 1)") {
         problems.push("kestrel's final status is not 1".into());
@@ -646,13 +655,44 @@ fn check_fp_switches(log: &str) -> Vec<String> {
         .filter_map(|l| l.split("fp_restores=").nth(1))
         .filter_map(|v| v.split_whitespace().next()?.parse::<u64>().ok())
         .sum();
-    if restores >= 1000 {
-        Vec::new()
-    } else {
-        vec![format!(
+    let mut problems = Vec::new();
+    if restores < 1000 {
+        problems.push(format!(
             "only {restores} FP restores counted by kestrel: too few switches to prove anything"
-        )]
+        ));
     }
+    // SVE at two lengths beside a VM without it (configs/test/arm64-fp-shared.toml).
+    let sve = format!("PASS {} sve-switches (", number("sve-switches"));
+    for (vm, want) in [
+        ("fp-a", "512-bit vectors"),
+        ("fp-b", "256-bit vectors"),
+        ("fp-c", "SVE hidden"),
+    ] {
+        let tag = format!("[{vm}] {sve}");
+        let Some(line) = log
+            .lines()
+            .find_map(|l| l.find(&tag).map(|i| &l[i + tag.len()..]))
+        else {
+            problems.push(format!("{vm}: no sve-switches PASS line"));
+            continue;
+        };
+        if !line.starts_with(want) {
+            problems.push(format!("{vm}: sve-switches: wanted {want}: {line}"));
+        }
+        if vm != "fp-c" {
+            let saves = line
+                .split(" SVE saves")
+                .next()
+                .and_then(|s| s.rsplit(' ').next())
+                .and_then(|n| n.parse::<u64>().ok());
+            if saves.is_none_or(|n| n == 0) {
+                problems.push(format!(
+                    "{vm}: sve-switches: no SVE-sized save counted, so no switch with live SVE state was proven: {line}"
+                ));
+            }
+        }
+    }
+    problems
 }
 
 /// Judges a kestrel run from each VM's tagged lines and kestrel's ending.
@@ -714,7 +754,13 @@ pub static VM_SUITE: VmSuite = VmSuite {
         what: "arm64 VM test(s)",
         prepare: Some(|| build_guest_arm64().map(|_| ())),
     },
-    echo: &["BENCH ", "RESULT: ", "SHARE ", "fp-simd-switches"],
+    echo: &[
+        "BENCH ",
+        "RESULT: ",
+        "SHARE ",
+        "fp-simd-switches",
+        "sve-switches",
+    ],
     cases: vm_cases,
     judge: judge_vm,
     stop_at_results: false,
@@ -887,8 +933,17 @@ mod tests {
     #[test]
     fn fp_switch_counter() {
         let line = |n| format!("[a] BENCH counters vmid_fast=1 fp_restores={n} fp_traps=1\n");
-        assert!(check_fp_switches(&(line(600) + &line(500))).is_empty());
-        assert_eq!(check_fp_switches(&line(10)).len(), 1);
+        let sve = "[fp-a] PASS 18 sve-switches (512-bit vectors, 300x4 rounds: ...; kestrel: 90 SVE traps, 12 SVE saves, 40 SVE restores of 300/310 FP; FP only: 3 SVE of 90 FP saves)\n\
+                   [fp-b] PASS 18 sve-switches (256-bit vectors, 300x3 rounds: ...; kestrel: 80 SVE traps, 7 SVE saves, 30 SVE restores of 200/210 FP; FP only: 0 SVE of 80 FP saves)\n\
+                   [fp-c] PASS 18 sve-switches (SVE hidden (PFR0.SVE 0, ZFR0 0): rdvl is UNDEF (EC 0x0))\n";
+        assert!(check_fp_switches(&(line(600) + &line(500) + sve)).is_empty());
+        assert_eq!(check_fp_switches(&(line(10) + sve)).len(), 1);
+        let many = line(600) + &line(500);
+        assert_eq!(check_fp_switches(&many).len(), 3, "no SVE lines");
+        let no_saves = sve.replace(" 7 SVE saves", " 0 SVE saves");
+        assert_eq!(check_fp_switches(&(many.clone() + &no_saves)).len(), 1);
+        let wrong_vl = sve.replace("(256-bit", "(128-bit");
+        assert_eq!(check_fp_switches(&(many + &wrong_vl)).len(), 1);
     }
 
     #[test]

@@ -227,6 +227,9 @@ pub struct KestrelCase {
     /// Each VM's kernel uses kestrel's stolen time (arm64 PV time) and its
     /// `/proc/stat` steal grew while the VMs shared pCPUs ([`judge_steal`]).
     steal: bool,
+    /// Each VM's kernel finds SVE with vectors of this many bytes (its
+    /// config's `sve_max_vl`); 0: not checked.
+    sve_bytes: u32,
 }
 
 pub const KESTREL_CASES: [KestrelCase; 5] = [
@@ -240,6 +243,7 @@ pub const KESTREL_CASES: [KestrelCase; 5] = [
         reboots: 0,
         seeds: false,
         steal: false,
+        sve_bytes: 64,
     },
     KestrelCase {
         name: "linux on kestrel: 2 VMs x 4 vCPUs sharing 4 pCPUs, the seeds' workloads (short), stolen time, GICv3",
@@ -251,6 +255,7 @@ pub const KESTREL_CASES: [KestrelCase; 5] = [
         reboots: 0,
         seeds: true,
         steal: true,
+        sve_bytes: 0,
     },
     KestrelCase {
         name: "linux on kestrel: 1 VM x 4 vCPUs, GICv2",
@@ -262,6 +267,7 @@ pub const KESTREL_CASES: [KestrelCase; 5] = [
         reboots: 0,
         seeds: false,
         steal: false,
+        sve_bytes: 64,
     },
     KestrelCase {
         name: "linux on kestrel virtio: 2 VMs, root on virtio-blk, test on hvc0, ping + 4 MiB over TCP",
@@ -273,6 +279,7 @@ pub const KESTREL_CASES: [KestrelCase; 5] = [
         reboots: 0,
         seeds: false,
         steal: false,
+        sve_bytes: 0,
     },
     KestrelCase {
         name: "linux on kestrel reboot: root on virtio-blk, reboot -f once, the second boot finds its count on the disk, GICv2",
@@ -284,6 +291,7 @@ pub const KESTREL_CASES: [KestrelCase; 5] = [
         reboots: 1,
         seeds: false,
         steal: false,
+        sve_bytes: 0,
     },
 ];
 
@@ -311,6 +319,23 @@ pub fn judge_kestrel(boot: &Boot, case: &KestrelCase) -> Vec<String> {
         problems.extend(judge_steal(boot, case.vms));
     }
     let has = |s: &str| boot.has(s);
+    if case.sve_bytes > 0 {
+        for vm in case.vms {
+            let want = format!(
+                "SVE: maximum available vector length {} bytes per vector",
+                case.sve_bytes
+            );
+            if !boot
+                .lines
+                .iter()
+                .any(|l| l.text.contains(&format!("[{vm}] ")) && l.text.contains(&want))
+            {
+                problems.push(format!(
+                    "{vm}: its kernel did not say {want:?} (sve = true in its config)"
+                ));
+            }
+        }
+    }
     for vm in case.vms {
         let pass = format!("[{vm}] {}", case.pass);
         if !has(&pass) {
@@ -403,6 +428,7 @@ fn judge_seeds(boot: &Boot, vms: &[&str]) -> Vec<String> {
             ("hackbench", "SEEDBENCH hackbench done runs="),
             ("fp", "SEEDBENCH fp procs="),
             ("futex", "SEEDBENCH futex threads="),
+            ("sve", "SEEDBENCH sve procs="),
         ] {
             let started = tagged(&format!("LINUX-BENCH: kestrel-seedbench {workload} "));
             if !boot.has(&started) {
@@ -422,13 +448,26 @@ fn judge_seeds(boot: &Boot, vms: &[&str]) -> Vec<String> {
         {
             problems.push(format!("{vm}: FP results wrong: {}", l.text));
         }
+        if let Some(l) = boot
+            .lines
+            .iter()
+            .find(|l| l.text.contains(&tagged("SEEDBENCH sve ")) && !l.text.contains(" bad=0"))
+        {
+            problems.push(format!("{vm}: SVE registers changed: {}", l.text));
+        }
         if boot.has(&tagged("LINUX-BENCH: FAIL")) {
             problems.push(format!("{vm}: a workload exited with an error"));
         }
         match counters.iter().find(|c| c.name == *vm) {
             None => problems.push(format!("{vm}: kestrel printed no counters")),
             Some(c) => {
-                for key in ["fp_restores", "exit_ipi", "vmid_fast"] {
+                for key in [
+                    "fp_restores",
+                    "exit_ipi",
+                    "vmid_fast",
+                    "sve_traps",
+                    "sve_restores",
+                ] {
                     if c.values.get(key).copied().unwrap_or(0) == 0 {
                         problems.push(format!("{vm}: kestrel's {key} counter did not move"));
                     }
@@ -819,6 +858,7 @@ fn judge_lvz_la64_reboot(b: &Boot) -> Vec<String> {
         reboots: 1,
         seeds: false,
         steal: false,
+        sve_bytes: 0,
     };
     let mut problems = judge_kestrel(b, &case);
     // Exactly one restart: the VM did not reboot again after its count.
@@ -876,6 +916,7 @@ fn judge_lvz_la64_hostile(b: &Boot) -> Vec<String> {
         reboots: 0,
         seeds: false,
         steal: false,
+        sve_bytes: 0,
     };
     let mut problems = judge_kestrel(b, &case);
     let line_of = |s: &str| b.lines.iter().find(|l| l.text.contains(s));
@@ -1070,6 +1111,7 @@ fn judge_lvz_la64_iocsr(
             reboots: 0,
             seeds: false,
             steal: false,
+            sve_bytes: 0,
         };
         for p in judge_kestrel(boot, &case) {
             if !problems.contains(&p) {
@@ -1319,6 +1361,7 @@ const PT_CASES: [KestrelCase; 2] = [
         reboots: 1,
         seeds: false,
         steal: false,
+        sve_bytes: 0,
     },
     KestrelCase {
         name: "linux on kestrel passthrough: QEMU's virtio-blk (slot 31, SPI 47) in an identity-RAM VM beside another, its file read back from the disk, after a VM reboot, GICv2",
@@ -1330,6 +1373,7 @@ const PT_CASES: [KestrelCase; 2] = [
         reboots: 1,
         seeds: false,
         steal: false,
+        sve_bytes: 0,
     },
 ];
 

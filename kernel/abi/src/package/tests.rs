@@ -40,6 +40,7 @@ fn vm<'a>(name: &'a str, k: &'a [u8]) -> VmInput<'a> {
         identity: false,
         pv_ipi_hidden: false,
         pv_time_hidden: false,
+        sve_vl: 0,
     }
 }
 
@@ -470,6 +471,20 @@ fn per_field_checks() {
             Field::EntryOffset,
         ),
         (0, patched(0, |r| r[200] = 1), Field::Reserved),
+        (
+            2,
+            patched(2, |r| {
+                r[offsets::SVE_VL..offsets::SVE_VL + 2].copy_from_slice(&200u16.to_le_bytes())
+            }),
+            Field::Sve,
+        ),
+        (
+            0,
+            patched(0, |r| {
+                r[offsets::SVE_VL..offsets::SVE_VL + 2].copy_from_slice(&4096u16.to_le_bytes())
+            }),
+            Field::Sve,
+        ),
     ];
     for (i, bytes, field) in cases {
         let e = vm_err(&bytes, i);
@@ -822,6 +837,26 @@ fn the_pv_time_flag_round_trips() {
     );
     assert_eq!(flags, FLAG_PV_TIME_HIDDEN);
     assert_eq!(FLAGS_KNOWN & FLAG_PV_TIME_HIDDEN, FLAG_PV_TIME_HIDDEN);
+}
+
+#[test]
+fn the_sve_vector_length_round_trips() {
+    let k = kernel(4096, 6);
+    let mut w = Writer::new(HypervisorSettings::default());
+    w.vms.push(VmInput {
+        sve_vl: 512,
+        ..vm("sve", &k)
+    });
+    w.vms.push(vm("plain", &k));
+    let b = w.finish();
+    let pkg = Package::parse(&b).unwrap();
+    assert_eq!(pkg.vm(0).unwrap().sve_vl, 512);
+    assert_eq!(pkg.vm(1).unwrap().sve_vl, 0, "hidden unless asked for");
+    let rec = HEADER_SIZE;
+    assert_eq!(
+        &b[rec + offsets::SVE_VL..rec + offsets::SVE_VL + 2],
+        &512u16.to_le_bytes()
+    );
 }
 
 #[test]

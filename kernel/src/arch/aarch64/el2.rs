@@ -159,8 +159,9 @@ bitflags! {
 }
 
 impl CptrEl2 {
-    /// Guest-time CPTR_EL2 without the FP trap: TZ and TSM always set (SVE
-    /// and SME are hidden), TAM traps the activity monitors, TTA trace.
+    /// Guest-time CPTR_EL2 without the FP trap: TZ set (the lazy FP engine
+    /// clears it while the unit holds its owner's SVE state), TSM always
+    /// set (SME is hidden), TAM traps the activity monitors, TTA trace.
     pub const GUEST: Self = Self::from_bits_retain(
         Self::RES1.bits()
             | Self::TZ.bits()

@@ -133,8 +133,11 @@ pub enum Exit {
     },
     /// FP/ASIMD use with CPTR_EL2.TFP set: the lazy-FP trap.
     FpAccess,
-    /// SVE or SME use (hidden from guests).
-    SveSmeAccess,
+    /// SVE use (or ZCR_EL1) with CPTR_EL2.TZ set: the lazy trap of a VM
+    /// with SVE, UNDEF for the others.
+    SveAccess,
+    /// SME use (hidden from guests).
+    SmeAccess,
     Hvc {
         imm: u16,
     },
@@ -171,7 +174,8 @@ pub fn decode(esr: u64, far: u64, hpfar: u64) -> Exit {
             }
         }
         ec::FP_ASIMD => Exit::FpAccess,
-        ec::SVE | ec::SME => Exit::SveSmeAccess,
+        ec::SVE => Exit::SveAccess,
+        ec::SME => Exit::SmeAccess,
         ec::HVC64 => Exit::Hvc { imm: iss as u16 },
         ec::SMC64 => Exit::Smc { imm: iss as u16 },
         ec::SYS64 => Exit::SysReg(SysRegAccess {
@@ -268,7 +272,8 @@ mod tests {
         );
         assert_eq!(decode(esr(ec::SMC64, 0), 0, 0), Exit::Smc { imm: 0 });
         assert_eq!(decode(esr(ec::FP_ASIMD, 0x1e0_0000), 0, 0), Exit::FpAccess);
-        assert_eq!(decode(esr(ec::SVE, 0), 0, 0), Exit::SveSmeAccess);
+        assert_eq!(decode(esr(ec::SVE, 0), 0, 0), Exit::SveAccess);
+        assert_eq!(decode(esr(ec::SME, 0), 0, 0), Exit::SmeAccess);
     }
 
     #[test]

@@ -1,7 +1,10 @@
 //! The feature ID registers an arm64 guest sees (HCR_EL2.TID3 traps them).
 //!
 //! Rule: a guest is told only of features whose state kestrel switches or
-//! emulates. Everything else reads as "not implemented": SVE, SME, MTE, PMU,
+//! emulates. SVE (and SVE2, with its `ID_AA64ZFR0_EL1` features) is told
+//! as the hardware has it to a VM configured with it (`sve = true`; its
+//! state is switched lazily with FP), and hidden from the others.
+//! Everything else reads as "not implemented": SME, MTE, PMU,
 //! SPE, trace, AMU, MPAM, RAS, pointer authentication (keys are not
 //! switched), SCXTNUM_ELx (CSV2 capped at 1), nested virtualization, VHE,
 //! AArch32, and every MMFR3 feature
@@ -17,6 +20,8 @@ pub struct IdConfig {
     pub gic_v3: bool,
     /// Guest physical address bits stage 2 provides (32, 36, 40, 42, 44, 48).
     pub ipa_bits: u8,
+    /// The VM has SVE (config `sve`; only on a CPU with SVE).
+    pub sve: bool,
 }
 
 /// Replaces field `[shift+3:shift]` with `value`.
@@ -49,8 +54,12 @@ pub fn guest_view(reg: SysReg, host: u64, cfg: IdConfig) -> u64 {
         sysreg::ID_AA64PFR0_EL1 => {
             // EL0/EL1: AArch64 only; FP, AdvSIMD, DIT, CSV3 as the hardware;
             // CSV2 at most 1 (FEAT_CSV2_2's SCXTNUM_ELx are not switched:
-            // HCR_EL2.EnSCXT = 0 traps them).
+            // HCR_EL2.EnSCXT = 0 traps them); SVE as the hardware if the
+            // VM has it.
             let mut v = keep_fields(host, &[16, 20, 48, 60]);
+            if cfg.sve {
+                v |= keep_fields(host, &[32]);
+            }
             v = set_field(v, 56, ((host >> 56) & 0xf).min(1));
             v = set_field(v, 0, 1);
             v = set_field(v, 4, 1);
@@ -74,6 +83,9 @@ pub fn guest_view(reg: SysReg, host: u64, cfg: IdConfig) -> u64 {
             host & !((0xf << 8) | (0xf << 12) | (0xf << 16))
         }
         sysreg::ID_AA64ISAR0_EL1 => host,
+        // SVE2 and its optional instructions, as the hardware (they add
+        // instructions, no state beyond Z/P/FFR).
+        sysreg::ID_AA64ZFR0_EL1 if cfg.sve => host,
         sysreg::ID_AA64MMFR0_EL1 => {
             let pa = parange(cfg.ipa_bits).min(host & 0xf);
             set_field(host, 0, pa)
@@ -99,6 +111,7 @@ mod tests {
     const CFG: IdConfig = IdConfig {
         gic_v3: true,
         ipa_bits: 40,
+        sve: false,
     };
 
     #[test]
@@ -127,6 +140,32 @@ mod tests {
             },
         );
         assert_eq!((v2 >> 24) & 0xf, 0, "GICv2 VM: no sysreg CPU interface");
+    }
+
+    #[test]
+    fn sve_is_told_as_the_hardware_only_to_a_vm_with_it() {
+        let host: u64 = 0x1301_1011_2111_1122; // SVE 1 at [35:32]
+        let sve = IdConfig { sve: true, ..CFG };
+        let with = guest_view(sysreg::ID_AA64PFR0_EL1, host, sve);
+        let without = guest_view(sysreg::ID_AA64PFR0_EL1, host, CFG);
+        assert_eq!((with >> 32) & 0xf, 1);
+        assert_eq!((without >> 32) & 0xf, 0);
+        assert_eq!(with & !(0xf << 32), without, "nothing else changes");
+        // ZFR0: QEMU -cpu max's SVE2, AES/PMULL128, BitPerm, BF16, SHA3, SM4, I8MM, F32MM, F64MM.
+        let zfr0: u64 = 0x0110_1101_0011_0021;
+        assert_eq!(guest_view(sysreg::ID_AA64ZFR0_EL1, zfr0, sve), zfr0);
+        assert_eq!(guest_view(sysreg::ID_AA64ZFR0_EL1, zfr0, CFG), 0);
+        // SME stays hidden either way: PFR1.SME [27:24], SMFR0.
+        assert_eq!(
+            guest_view(sysreg::ID_AA64PFR1_EL1, u64::MAX, sve) >> 24 & 0xf,
+            0
+        );
+        assert_eq!(guest_view(sysreg::ID_AA64SMFR0_EL1, u64::MAX, sve), 0);
+        // A CPU without SVE: nothing to tell (the VM is refused earlier).
+        assert_eq!(
+            guest_view(sysreg::ID_AA64PFR0_EL1, host & !(0xf << 32), sve) >> 32 & 0xf,
+            0
+        );
     }
 
     #[test]

@@ -88,7 +88,8 @@ fn eager_switches_every_time_and_never_traps() {
         FpCounters {
             saves: 6,
             restores: 6,
-            traps: 0
+            traps: 0,
+            ..FpCounters::default()
         }
     );
 }
@@ -108,7 +109,8 @@ fn save_on_put_switches_only_after_use() {
         FpCounters {
             saves: 1,
             restores: 1,
-            traps: 1
+            traps: 1,
+            ..FpCounters::default()
         }
     );
     assert_eq!(b.with_saved(|s| *s), Some([20; 4]));
@@ -143,7 +145,8 @@ fn lazy_keeps_state_live_across_put_and_saves_on_contention() {
         FpCounters {
             saves: 0,
             restores: 1,
-            traps: 1
+            traps: 1,
+            ..FpCounters::default()
         }
     );
     // b uses FP: a's registers are saved first.
@@ -157,7 +160,8 @@ fn lazy_keeps_state_live_across_put_and_saves_on_contention() {
         FpCounters {
             saves: 1,
             restores: 2,
-            traps: 2
+            traps: 2,
+            ..FpCounters::default()
         }
     );
 }
@@ -292,6 +296,7 @@ fn run_schedule(policy: FpPolicy, seed: u64, pcpus: usize, vcpus: usize, steps: 
             saves: t.saves + c.saves,
             restores: t.restores + c.restores,
             traps: t.traps + c.traps,
+            ..FpCounters::default()
         }
     });
     match policy {
@@ -360,6 +365,334 @@ fn a_vms_counters_move_only_with_its_own_fp_use() {
         e.vcpu_put();
         if policy == FpPolicy::Lazy {
             assert_eq!(read(&sa)[0], before + 1, "A's own save");
+        }
+    }
+}
+
+/// A simulated unit with a wide form (like arm64 SVE): `v` is the narrow
+/// view, `high` the bits only the wide form has.
+#[derive(Default)]
+struct FakeWideUnit {
+    v: u64,
+    high: u64,
+    wide: bool,
+    trap_fp: bool,
+    trap_wide: bool,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct WideState {
+    v: u64,
+    high: u64,
+    wide: bool,
+}
+
+impl FpHw for FakeWideUnit {
+    type State = WideState;
+    fn save(&mut self, into: &mut WideState) {
+        into.v = self.v;
+        if self.wide {
+            // Narrow again when nothing beyond the narrow view is set.
+            into.high = self.high;
+            into.wide = self.high != 0;
+        }
+        self.wide = false;
+    }
+    fn restore(&mut self, from: &WideState) {
+        self.v = from.v;
+        // A narrow load zeroes the wide-only bits (arm64: a write to V
+        // zeroes the rest of Z).
+        self.high = if from.wide { from.high } else { 0 };
+        self.wide = from.wide;
+    }
+    fn trap_on(&mut self) {
+        self.trap_fp = true;
+        self.trap_wide = true;
+    }
+    fn trap_off(&mut self) {
+        self.trap_fp = false;
+        self.trap_wide = !self.wide;
+    }
+    fn wide(&self) -> bool {
+        self.wide
+    }
+    fn widen(&mut self, _state: &WideState) {
+        self.high = 0;
+        self.wide = true;
+    }
+}
+
+fn wide_vcpu(v: u64) -> Arc<VcpuFp<WideState>> {
+    Arc::new(VcpuFp::new(WideState {
+        v,
+        ..WideState::default()
+    }))
+}
+
+/// The loaded vCPU runs a narrow (FP) instruction.
+fn narrow_use(e: &mut FpEngine<FakeWideUnit>) {
+    if e.hw.trap_fp {
+        e.fp_trap();
+    }
+    assert!(!e.hw.trap_fp);
+}
+
+/// The loaded vCPU runs a wide (SVE) instruction.
+fn wide_use(e: &mut FpEngine<FakeWideUnit>) {
+    if e.hw.trap_wide {
+        e.wide_trap();
+    }
+    assert!(!e.hw.trap_fp && !e.hw.trap_wide && e.hw.wide);
+}
+
+#[test]
+fn fp_only_vcpus_cost_narrow_moves_and_wide_ones_wide() {
+    for policy in POLICIES {
+        let mut e = FpEngine::new(0, policy, FakeWideUnit::default());
+        let (a, b) = (wide_vcpu(1), wide_vcpu(2));
+        // Both use FP only: no wide move at all.
+        for _ in 0..3 {
+            for (x, v) in [(&a, 1), (&b, 2)] {
+                let _ = e.vcpu_load(x);
+                narrow_use(&mut e);
+                assert_eq!(e.hw.v, v, "{policy:?}");
+                assert_eq!(e.hw.high, 0);
+                assert!(
+                    e.hw.trap_wide,
+                    "{policy:?}: SVE still traps after an FP load"
+                );
+                e.vcpu_put();
+            }
+        }
+        let c = e.counters();
+        assert_eq!((c.wide_saves, c.wide_restores, c.wide_traps), (0, 0, 0));
+        assert!(c.saves > 0, "{policy:?}");
+        // `a` uses SVE: its first wide instruction traps even though it
+        // owns the unit narrow, and widens in place.
+        let _ = e.vcpu_load(&a);
+        narrow_use(&mut e);
+        wide_use(&mut e);
+        assert_eq!(e.hw.v, 1, "{policy:?}: the V view survives widening");
+        assert_eq!(
+            e.hw.high, 0,
+            "{policy:?}: widening zeroes the wide-only bits"
+        );
+        e.hw.high = 0xAAAA;
+        e.vcpu_put();
+        // `b` runs: FP only, then SVE: never sees `a`'s wide bits.
+        let _ = e.vcpu_load(&b);
+        narrow_use(&mut e);
+        assert_eq!(e.hw.high, 0, "{policy:?}: a's wide bits leaked to b");
+        wide_use(&mut e);
+        assert_eq!(e.hw.high, 0, "{policy:?}: a's wide bits leaked to b");
+        e.vcpu_put();
+        let _ = e.vcpu_load(&b);
+        narrow_use(&mut e);
+        e.vcpu_put();
+        // `a` is back: even an FP instruction brings its whole wide state.
+        let before = e.counters();
+        let _ = e.vcpu_load(&a);
+        narrow_use(&mut e);
+        assert_eq!((e.hw.v, e.hw.high), (1, 0xAAAA), "{policy:?}");
+        assert!(!e.hw.trap_wide, "{policy:?}: wide state loaded, SVE free");
+        assert_eq!(e.counters().wide_restores, before.wide_restores + 1);
+        // It clears its wide-only bits: its next save narrows it again.
+        e.hw.high = 0;
+        e.vcpu_put();
+        let _ = e.vcpu_load(&b);
+        narrow_use(&mut e);
+        e.vcpu_put();
+        let before = e.counters();
+        let _ = e.vcpu_load(&a);
+        narrow_use(&mut e);
+        assert!(e.hw.trap_wide, "{policy:?}: narrow again");
+        e.vcpu_put();
+        let _ = e.vcpu_load(&b);
+        narrow_use(&mut e);
+        e.vcpu_put();
+        assert_eq!(e.counters().wide_saves, before.wide_saves, "{policy:?}");
+        assert_eq!(e.counters().wide_restores, before.wide_restores);
+    }
+}
+
+#[test]
+fn a_wide_trap_counts_as_an_fp_trap_too() {
+    let stats = Arc::new(crate::vcpu::stats::Stats::new());
+    let a = Arc::new(VcpuFp::counted(WideState::default(), stats.clone()));
+    let b = wide_vcpu(2);
+    let mut e = FpEngine::new(0, FpPolicy::Lazy, FakeWideUnit::default());
+    let _ = e.vcpu_load(&a);
+    wide_use(&mut e);
+    e.hw.high = 1;
+    e.vcpu_put();
+    let _ = e.vcpu_load(&b);
+    narrow_use(&mut e);
+    e.vcpu_put();
+    let _ = e.vcpu_load(&a);
+    narrow_use(&mut e);
+    e.vcpu_put();
+    assert!(e.vcpu_migrate(&a));
+    let s = stats.snapshot();
+    assert_eq!(s.get(Counter::FpTraps), 2);
+    assert_eq!(s.get(Counter::SveTraps), 1);
+    assert_eq!(s.get(Counter::FpRestores), 2);
+    assert_eq!(s.get(Counter::SveRestores), 1, "the second restore is wide");
+    // b's trap saved a (another VM's cause: the host's), the move saved it again.
+    assert_eq!(s.get(Counter::FpSaves), 1);
+    assert_eq!(s.get(Counter::SveSaves), 1);
+}
+
+#[test]
+fn sve_state_sizes_and_narrowing() {
+    assert_eq!(Arm64SveState::z_bytes(16), 8192);
+    assert_eq!(Arm64SveState::p_bytes(16), 544);
+    assert_eq!(Arm64SveState::quads(1), 35);
+    let mut s = Arm64SveState::new(4);
+    assert_eq!(s.regs.len(), (2048 + 136usize).div_ceil(16));
+    assert_eq!(s.zcr_el1, 3, "reset: the VM's whole length");
+    assert!(!s.wide);
+    s.wide = true;
+    s.regs[5 * 4] = 55; // Z5's low quadword: the V view
+    let mut v = [0u128; 32];
+    assert!(s.narrow_if_clear(&mut v));
+    assert_eq!(v[5], 55);
+    assert!(!s.wide);
+    assert!(s.regs.iter().all(|&w| w == 0));
+    // A high quadword or a predicate bit keeps it wide.
+    for at in [5 * 4 + 1, 32 * 4, s.regs.len() - 1] {
+        let mut s = Arm64SveState::new(4);
+        s.wide = true;
+        s.regs[at] = 1;
+        assert!(!s.narrow_if_clear(&mut v), "word {at}");
+        assert!(s.wide);
+    }
+    assert_eq!(Arm64SveState::new(0).vq, 1);
+    assert_eq!(Arm64SveState::new(99).vq, 16);
+    let st = Arm64FpState::new(Some(2));
+    assert_eq!(st.sve.as_ref().map(|s| s.vq), Some(2));
+    assert!(Arm64FpState::new(None).sve.is_none());
+}
+
+#[test]
+fn sve_length_is_the_longest_supported_up_to_the_cap() {
+    // QEMU -cpu max: every length 128-2048.
+    let all = 0xffff;
+    assert_eq!(sve_vq_for(all, 256), Some(2));
+    assert_eq!(sve_vq_for(all, 512), Some(4));
+    assert_eq!(sve_vq_for(all, 2048), Some(16));
+    assert_eq!(sve_vq_for(all, 384), Some(3));
+    // Powers of two only (SVE2 CPUs): 384 gives 256.
+    let pow2 = 0b1000_0000_1000_1011;
+    assert_eq!(sve_vq_for(pow2, 384), Some(2));
+    assert_eq!(sve_vq_for(pow2, 2048), Some(16));
+    assert_eq!(sve_vq_for(pow2, 1920), Some(8));
+    // A 256-bit CPU (Neoverse V1): a 512-bit cap gives 256.
+    assert_eq!(sve_vq_for(0b11, 512), Some(2));
+    assert_eq!(sve_vq_for(0b11, 128), Some(1));
+    // No SVE, or a cap below 128 bits: none.
+    assert_eq!(sve_vq_for(0, 512), None);
+    assert_eq!(sve_vq_for(all, 0), None);
+    assert_eq!(sve_vq_for(all, u16::MAX), Some(16));
+}
+
+/// Random schedules with FP and SVE-like use on simulated pCPUs: under
+/// every policy each vCPU sees exactly its own narrow and wide registers
+/// (never another's wide bits), and nothing is lost at the end.
+#[test]
+fn random_schedules_with_wide_use_never_leak_or_lose_state() {
+    for policy in POLICIES {
+        for seed in 1..=20u64 {
+            let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+            let pcpus = 3;
+            let mut engines: Vec<_> = (0..pcpus)
+                .map(|p| FpEngine::new(p, policy, FakeWideUnit::default()))
+                .collect();
+            let fps: Vec<_> = (0..7u64).map(|v| wide_vcpu(v << 32)).collect();
+            // What each vCPU last wrote: (narrow view, wide-only bits).
+            let mut shadow: Vec<(u64, u64)> = (0..7u64).map(|v| (v << 32, 0)).collect();
+            let mut running: Vec<Option<usize>> = vec![None; pcpus];
+            for step in 0..3000u64 {
+                let p = rng.below(pcpus);
+                match rng.below(10) {
+                    0..=3 => {
+                        if running[p].take().is_some() {
+                            engines[p].vcpu_put();
+                        }
+                        let v = rng.below(fps.len());
+                        if running.contains(&Some(v)) {
+                            continue;
+                        }
+                        if let FpLoad::LiveOn(q) = engines[p].vcpu_load(&fps[v]) {
+                            assert!(engines[q].vcpu_migrate(&fps[v]));
+                            assert_eq!(engines[p].vcpu_load(&fps[v]), FpLoad::Ready);
+                        }
+                        running[p] = Some(v);
+                    }
+                    // A narrow (FP) write: as on arm64, writing V zeroes
+                    // the rest of the register.
+                    4..=6 => {
+                        if let Some(v) = running[p] {
+                            let e = &mut engines[p];
+                            narrow_use(e);
+                            assert_eq!(e.hw.v, shadow[v].0, "{policy:?} seed {seed}");
+                            if e.hw.wide {
+                                assert_eq!(e.hw.high, shadow[v].1, "{policy:?} seed {seed}");
+                            } else {
+                                assert_eq!(
+                                    e.hw.high, 0,
+                                    "{policy:?} seed {seed}: foreign wide bits"
+                                );
+                                assert_eq!(
+                                    shadow[v].1, 0,
+                                    "{policy:?} seed {seed}: own wide bits lost"
+                                );
+                            }
+                            let new = rng.next() | 1;
+                            e.hw.v = new;
+                            e.hw.high = 0;
+                            shadow[v] = (new, 0);
+                        }
+                    }
+                    // A wide (SVE) use: sees all of its own, writes the wide
+                    // bits (sometimes zero, so the state can narrow again).
+                    7..=8 => {
+                        if let Some(v) = running[p] {
+                            let e = &mut engines[p];
+                            wide_use(e);
+                            assert_eq!(
+                                (e.hw.v, e.hw.high),
+                                shadow[v],
+                                "{policy:?} seed {seed} step {step}"
+                            );
+                            let high = if rng.below(3) == 0 { 0 } else { rng.next() | 1 };
+                            e.hw.high = high;
+                            shadow[v].1 = high;
+                        }
+                    }
+                    _ => {
+                        let v = rng.below(fps.len());
+                        if !running.contains(&Some(v)) {
+                            engines[p].vcpu_migrate(&fps[v]);
+                        }
+                    }
+                }
+            }
+            for (p, e) in engines.iter_mut().enumerate() {
+                if running[p].take().is_some() {
+                    e.vcpu_put();
+                }
+                for fp in &fps {
+                    e.vcpu_migrate(fp);
+                }
+            }
+            for (v, fp) in fps.iter().enumerate() {
+                let s = fp.with_saved(|s| *s).unwrap();
+                assert_eq!(
+                    s.v, shadow[v].0,
+                    "{policy:?} seed {seed}: vCPU {v} lost writes"
+                );
+                assert_eq!(if s.wide { s.high } else { 0 }, shadow[v].1);
+            }
         }
     }
 }

@@ -30,6 +30,7 @@ fn input<'a>(name: &'a str, kernel: &'a [u8]) -> VmInput<'a> {
         identity: false,
         pv_ipi_hidden: false,
         pv_time_hidden: false,
+        sve_vl: 0,
     }
 }
 

@@ -37,7 +37,7 @@ static PASSED: AtomicU32 = AtomicU32::new(0);
 static FAILED: AtomicU32 = AtomicU32::new(0);
 static SKIPPED: AtomicU32 = AtomicU32::new(0);
 static CURRENT: AtomicUsize = AtomicUsize::new(0);
-const NAMES: [&str; 19] = [
+const NAMES: [&str; 20] = [
     "boot",
     "hypercall-discovery",
     "hypercall-errors",
@@ -56,6 +56,7 @@ const NAMES: [&str; 19] = [
     "wfit-timeout",
     "debug-bp-wp-step",
     "stolen-time",
+    "sve-switches",
     "share",
 ];
 
@@ -186,14 +187,14 @@ extern "C" fn primary_main(dtb: usize) -> ! {
 
     if ctx.p.share_ms.is_some() {
         // The fairness test: bring the vCPUs up, then only the spin window.
-        for (n, check) in [(4, psci_smp as fn(&mut Ctx) -> Verdict), (18, share)] {
+        for (n, check) in [(4, psci_smp as fn(&mut Ctx) -> Verdict), (19, share)] {
             CURRENT.store(n, Ordering::Relaxed);
             let v = check(&mut ctx);
             report(n, v);
         }
         summary_and_off(false)
     }
-    let checks: [fn(&mut Ctx) -> Verdict; 17] = [
+    let checks: [fn(&mut Ctx) -> Verdict; 18] = [
         hypercall_discovery,
         hypercall_errors,
         psci_version,
@@ -211,6 +212,7 @@ extern "C" fn primary_main(dtb: usize) -> ! {
         |c| crate::el1state::check_wfit(c.all),
         |_| crate::el1state::check_debug(),
         stolen_time,
+        sve_switches,
     ];
     for (i, check) in checks.iter().enumerate() {
         let n = i + 1;
@@ -885,6 +887,125 @@ fn fp_simd(c: &mut Ctx) -> Verdict {
             a[0] - b[0],
             a[1] - b[1],
             a[2] - b[2]
+        );
+    }
+    Verdict::Pass(m)
+}
+
+fn sve_stats() -> [u64; 3] {
+    [
+        stat_read(stat::SVE_TRAPS),
+        stat_read(stat::SVE_SAVES),
+        stat_read(stat::SVE_RESTORES),
+    ]
+}
+
+/// Rounds of the SVE check per vCPU unless `sve_iters=` says otherwise.
+const SVE_ROUNDS: u64 = 400;
+/// FP rounds per vCPU after the SVE state is cleared.
+const NARROW_ROUNDS: u64 = 100;
+
+fn sve_switches(c: &mut Ctx) -> Verdict {
+    use crate::sve;
+    if !sve::present() {
+        if let Some(bits) = c.p.sve_vl {
+            fail!("ID_AA64PFR0_EL1.SVE is 0, but the VM is configured with {bits}-bit SVE (sve_vl={bits})");
+        }
+        let zfr0 = sve::zfr0();
+        if zfr0 != 0 {
+            fail!("SVE hidden but ID_AA64ZFR0_EL1 = {zfr0:#x}");
+        }
+        // Open to EL1 as far as this guest can: the hypervisor must answer.
+        sve::open_zen();
+        let (_, esr, _) = crate::exceptions::probe_any(sve::vl_bytes);
+        if esr == 0 {
+            fail!("SVE hidden, yet rdvl executed");
+        }
+        if esr >> 26 != 0 {
+            fail!("rdvl with SVE hidden: ESR {esr:#x}, expected EC 0x0 (UNDEF)");
+        }
+        return Verdict::Pass(msg!(
+            "SVE hidden (PFR0.SVE 0, ZFR0 0): rdvl is UNDEF (EC 0x0)"
+        ));
+    }
+    sve::enable();
+    let bits = sve::vl_bytes() * 8;
+    if let Some(want) = c.p.sve_vl {
+        if bits != want {
+            fail!("rdvl gives {bits}-bit vectors with ZCR_EL1.LEN = 15; the VM is configured for {want}");
+        }
+    }
+    let rounds = c.p.sve_iters.unwrap_or(SVE_ROUNDS);
+    let before = c.kestrel.then(|| (sve_stats(), fp_stats()));
+    let t0 = cpu::now();
+    if !run_everywhere(Cmd::Sve, rounds, 1_200_000_000) {
+        fail!("not every vCPU finished {rounds} SVE rounds within 1200 s");
+    }
+    let ms = cpu::ticks_to_us(cpu::now() - t0) / 1000;
+    for i in cpus(c.all) {
+        let r = CPUS[i].result.load(Ordering::Acquire);
+        let d = CPUS[i].detail.load(Ordering::Relaxed);
+        if r != 0 {
+            fail!(
+                "CPU {i}: round {r}: {}: Z mask {:#x}, P mask {:#x}{}",
+                if d & sve::BAD_AFTER_SHRINK != 0 {
+                    "shrunk to 128 bits and grown back, bits beyond 128 neither its own nor zero"
+                } else if d & sve::BAD_FRESH != 0 {
+                    "at its first SVE use, before writing any, bits set beyond the V registers"
+                } else {
+                    "registers changed across the yield"
+                },
+                d & 0xFFFF_FFFF,
+                (d >> 32) & 0xFFFF,
+                if d & sve::BAD_FFR != 0 { ", FFR" } else { "" }
+            );
+        }
+        if d * 8 != bits {
+            fail!("CPU {i}: {}-bit vectors, CPU {} has {bits}", d * 8, c.boot);
+        }
+    }
+    // Back to FP only: every vCPU clears what lies beyond its V registers,
+    // then runs FP rounds. kestrel must go back to FP-sized moves: its first
+    // save of each vCPU finds nothing wide and narrows it, so no SVE trap
+    // and no SVE-sized restore may follow, and at most one SVE-sized save
+    // per vCPU.
+    if !run_everywhere(Cmd::SveFlush, 0, 60_000_000) {
+        fail!("not every vCPU cleared its SVE state within 60 s");
+    }
+    let narrow_before = c.kestrel.then(|| (sve_stats(), fp_stats()));
+    if !run_everywhere(Cmd::Fp, NARROW_ROUNDS, 1_200_000_000) {
+        fail!("not every vCPU finished {NARROW_ROUNDS} FP rounds after clearing SVE");
+    }
+    for i in cpus(c.all) {
+        let r = CPUS[i].result.load(Ordering::Acquire);
+        if r != 0 {
+            fail!("CPU {i}: FP round {r} after clearing SVE: V registers changed across the yield");
+        }
+    }
+    let mut m = msg!(
+        "{bits}-bit vectors, {rounds}x{} rounds: Z/P/FFR kept over yields and shrinks, {ms} ms",
+        c.all.count_ones()
+    );
+    if let (Some((sb, fb)), Some((nsb, nfb))) = (before, narrow_before) {
+        let (sa, fa) = (sve_stats(), fp_stats());
+        if nsb[0] == sb[0] {
+            fail!("{}; but kestrel counted no SVE trap", m.as_str());
+        }
+        let (traps, saves, restores) = (sa[0] - nsb[0], sa[1] - nsb[1], sa[2] - nsb[2]);
+        if traps != 0 || restores != 0 || saves > u64::from(c.all.count_ones()) {
+            fail!(
+                "after every vCPU cleared its SVE state, kestrel still counted {traps} SVE traps, {restores} SVE restores (want 0) and {saves} SVE saves (want at most one per vCPU)"
+            );
+        }
+        m = msg!(
+            "{}; kestrel: {} SVE traps, {} SVE saves, {} SVE restores of {}/{} FP; FP only: {saves} SVE of {} FP saves",
+            m.as_str(),
+            nsb[0] - sb[0],
+            nsb[1] - sb[1],
+            nsb[2] - sb[2],
+            nfb[0] - fb[0],
+            nfb[1] - fb[1],
+            fa[0] - nfb[0]
         );
     }
     Verdict::Pass(m)

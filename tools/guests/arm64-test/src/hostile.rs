@@ -232,6 +232,50 @@ fn read_shared_regs() -> [u64; 9] {
     shared_regs!(read_one)
 }
 
+/// SVE (the attacker's config has `sve = true`, `sve_max_vl = 256`,
+/// `sve_vl=256`): ZCR_EL1 written with all ones (the longest length and
+/// every RES0 bit) again and again, each time followed by `rdvl` and a WFI
+/// that lets the victim run: the length must stay at the VM's cap. (A
+/// round costs kestrel an SVE trap, save and restore only when the victim
+/// took the unit meanwhile: it rarely uses FP.) Without SVE, the config
+/// must not have promised it.
+fn sve_attack(p: &Platform) {
+    const ROUNDS: u64 = 300;
+    if !crate::sve::present() {
+        verdict(
+            "attack-sve",
+            p.sve_vl.is_none(),
+            format_args!("SVE hidden (sve_vl={:?} expected)", p.sve_vl),
+        );
+        return;
+    }
+    let cap = p.sve_vl.unwrap_or(2048);
+    let cpacr = cpu::sysreg_read!("cpacr_el1");
+    crate::sve::open_zen();
+    let (mut longest, mut over) = (0, 0);
+    for _ in 0..ROUNDS {
+        cpu::sysreg_write!("s3_0_c1_c2_0", u64::MAX);
+        let bits = crate::sve::vl_bytes() * 8;
+        longest = longest.max(bits);
+        if bits > cap {
+            over += 1;
+        }
+        cpu::irq_disable();
+        cpu::timer_arm(cpu::us_to_ticks(100));
+        cpu::wfi();
+        cpu::irq_enable();
+    }
+    cpu::timer_stop();
+    cpu::sysreg_write!("cpacr_el1", cpacr);
+    verdict(
+        "attack-sve",
+        over == 0 && longest == cap,
+        format_args!(
+            "{ROUNDS} writes of all ones to ZCR_EL1, each with a yield: rdvl at most {longest} bits, {over} times above the VM's {cap}"
+        ),
+    );
+}
+
 /// Entry of `mode=attack`: never returns.
 pub fn attack(p: &Platform) -> ! {
     let start = cpu::now();
@@ -245,6 +289,7 @@ pub fn attack(p: &Platform) -> ! {
     sysreg_writes();
     sys_instructions();
     hypercalls();
+    sve_attack(p);
     mmio(p);
     isolation(p);
     virtio::phase(p);

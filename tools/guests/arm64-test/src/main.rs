@@ -41,6 +41,7 @@ mod resetrace;
 mod smccc;
 #[cfg(target_os = "none")]
 mod smp;
+mod sve;
 
 #[cfg(target_os = "none")]
 core::arch::global_asm!(include_str!("start.S"));

@@ -19,6 +19,12 @@ pub struct Platform {
     pub psci_smc: bool,
     /// `fp_iters=N` on the command line (rounds of the FP check).
     pub fp_iters: Option<u64>,
+    /// `sve_iters=N`: rounds of the SVE check per vCPU.
+    pub sve_iters: Option<u64>,
+    /// `sve_vl=BITS`: the SVE vector length the VM is configured with
+    /// (kestrel's `sve_max_vl`), which `rdvl` must give; absent: SVE must
+    /// be hidden under kestrel (any length on bare QEMU).
+    pub sve_vl: Option<u64>,
     /// `bench_n=N`: IPIs per benchmark case.
     pub bench_n: Option<u64>,
     /// `share_ms=N`: instead of the checks, every vCPU spins N ms and the
@@ -99,6 +105,8 @@ impl Platform {
             ram_size: 128 << 20,
             psci_smc: false,
             fp_iters: None,
+            sve_iters: None,
+            sve_vl: None,
             bench_n: None,
             share_ms: None,
             share_delay_ms: None,
@@ -214,6 +222,12 @@ impl Platform {
                 let num = |k: &str| word.strip_prefix(k).and_then(|v| v.parse().ok());
                 if let Some(n) = num("fp_iters=") {
                     p.fp_iters = Some(n);
+                }
+                if let Some(n) = num("sve_iters=") {
+                    p.sve_iters = Some(n);
+                }
+                if let Some(n) = num("sve_vl=") {
+                    p.sve_vl = Some(n);
                 }
                 if let Some(n) = num("bench_n=") {
                     p.bench_n = Some(n);

@@ -39,6 +39,10 @@ pub enum Cmd {
     /// PV_TIME_ST: result = x0 (this vCPU's stolen-time record, or an
     /// error), detail = its stolen time now (0 if x0 is not an address).
     PvTime = 8,
+    /// `arg` rounds of the SVE check (`crate::sve::soak`).
+    Sve = 9,
+    /// Clear everything beyond the V registers (`crate::sve::flush`).
+    SveFlush = 10,
     /// Part `arg` of an EL1-state check (`crate::el1state::execute`).
     El1State = 16,
 }
@@ -54,6 +58,8 @@ impl Cmd {
             6 => Cmd::Spin,
             7 => Cmd::CpuOnLoop,
             8 => Cmd::PvTime,
+            9 => Cmd::Sve,
+            10 => Cmd::SveFlush,
             16 => Cmd::El1State,
             _ => Cmd::Nop,
         }
@@ -178,6 +184,11 @@ fn execute(me: usize, cmd: Cmd, arg: u64) {
         Cmd::Nop => (0, 0),
         Cmd::Timer => timer_rounds(arg),
         Cmd::Fp => fp_soak(arg),
+        Cmd::Sve => crate::sve::soak(arg),
+        Cmd::SveFlush => {
+            crate::sve::flush();
+            (0, 0)
+        }
         Cmd::SgiList if sender(arg) == me => {
             gic::send_sgi(intid(arg), mask(arg));
             (0, 0)

@@ -6,6 +6,7 @@
 //! kestrel-seedbench hackbench [groups=G] [fds=F] [loops=L] [runs=N]
 //! kestrel-seedbench fp [procs=P] [sleep_us=S] [seconds=T] [burst=K]
 //! kestrel-seedbench futex [threads=N] [rounds=R]
+//! kestrel-seedbench sve [procs=P] [seconds=T] [spin=N]   (arm64 with SVE)
 //! ```
 //!
 //! Every result is one line `SEEDBENCH <workload> ...` of `key=value`
@@ -311,6 +312,162 @@ fn fp(a: &Args) {
     );
 }
 
+// The SVE round (arm64): loads Z0-Z31, P0-P15 and FFR from `z_in`/`p_in`,
+// spins `spin` iterations without a system call (so only preemption can
+// move the registers), stores them to `z_out`/`p_out`.
+#[cfg(target_arch = "aarch64")]
+core::arch::global_asm!(
+    r#"
+    .text
+    .arch_extension sve
+    .balign 4
+    .global seedbench_sve_round
+seedbench_sve_round:
+    ldr     p0, [x1, #16, mul vl]
+    wrffr   p0.b
+    .irp n, 0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15
+    ldr     p\n, [x1, #\n, mul vl]
+    .endr
+    .irp n, 0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31
+    ldr     z\n, [x0, #\n, mul vl]
+    .endr
+1:  subs    x4, x4, #1
+    b.hi    1b
+    .irp n, 0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31
+    str     z\n, [x2, #\n, mul vl]
+    .endr
+    .irp n, 0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15
+    str     p\n, [x3, #\n, mul vl]
+    .endr
+    rdffr   p0.b
+    str     p0, [x3, #16, mul vl]
+    ret
+"#
+);
+
+/// The SVE vector length in bytes (`rdvl`).
+#[cfg(target_arch = "aarch64")]
+fn sve_vl() -> usize {
+    let v: usize;
+    // SAFETY: reads the vector length; the caller checked HWCAP_SVE.
+    unsafe {
+        core::arch::asm!(".arch_extension sve", "rdvl {}, #1", out(reg) v, options(nomem, nostack))
+    };
+    v
+}
+
+/// One round: fill, spin, store, compare; true when all came back.
+#[cfg(target_arch = "aarch64")]
+fn sve_round(vl: usize, seed: &mut u64, spin: u64) -> bool {
+    let next = |s: &mut u64| {
+        *s ^= *s << 13;
+        *s ^= *s >> 7;
+        *s ^= *s << 17;
+        *s
+    };
+    let (zn, pl) = (32 * vl, vl / 8);
+    let mut z_in = vec![0u8; zn];
+    let mut p_in = vec![0u8; 17 * pl];
+    let (mut z_out, mut p_out) = (vec![0u8; zn], vec![0u8; 17 * pl]);
+    for w in z_in.chunks_exact_mut(8) {
+        w.copy_from_slice(&next(seed).to_le_bytes());
+    }
+    for b in p_in[..16 * pl].iter_mut() {
+        *b = next(seed) as u8;
+    }
+    // FFR: a monotonic predicate (the first k byte lanes true).
+    let k = (next(seed) % (vl as u64 + 1)) as usize;
+    for (j, b) in p_in[16 * pl..].iter_mut().enumerate() {
+        *b = ((1u16 << k.saturating_sub(8 * j).min(8)) - 1) as u8;
+    }
+    // SAFETY: the buffers hold the 32 Z and 17 predicate registers at the
+    // current length; the asm clobbers x4 and the vector registers (declared:
+    // V0-V31 are the low bits of Z0-Z31; compiled code does not use P/FFR).
+    unsafe {
+        core::arch::asm!("bl seedbench_sve_round",
+            in("x0") z_in.as_ptr(), in("x1") p_in.as_ptr(),
+            in("x2") z_out.as_mut_ptr(), in("x3") p_out.as_mut_ptr(),
+            inout("x4") spin => _,
+            out("v8") _, out("v9") _, out("v10") _, out("v11") _,
+            out("v12") _, out("v13") _, out("v14") _, out("v15") _,
+            clobber_abi("C"));
+    }
+    z_in == z_out && p_in == p_out
+}
+
+/// `procs` processes, each filling Z0-Z31, P0-P15 and FFR with a pattern
+/// of its own, spinning `spin` iterations without a system call and
+/// checking them, for `seconds`: across every preemption (of the process by
+/// its kernel, of the vCPU by the hypervisor) the registers must come back.
+#[cfg(target_arch = "aarch64")]
+fn sve(a: &Args) {
+    extern "C" {
+        fn getauxval(kind: u64) -> u64;
+    }
+    const AT_HWCAP: u64 = 16;
+    const HWCAP_SVE: u64 = 1 << 22;
+    a.check(&["procs", "seconds", "spin"]);
+    let procs = a.get("procs", 4).clamp(1, 256) as usize;
+    let seconds = a.get("seconds", 2);
+    let spin = a.get("spin", 2_000_000).max(1);
+    // SAFETY: getauxval only reads the process's auxiliary vector.
+    if unsafe { getauxval(AT_HWCAP) } & HWCAP_SVE == 0 {
+        fail("sve", "the kernel reports no SVE (HWCAP_SVE clear)");
+    }
+    let vl = sve_vl();
+    let (counts_r, counts_w) =
+        std::io::pipe().unwrap_or_else(|e| fail("sve", format!("pipe: {e}")));
+    let t0 = Instant::now();
+    let deadline = t0 + Duration::from_secs(seconds);
+    let mut pids = Vec::new();
+    for i in 0..procs {
+        pids.push(spawn_child("sve", || {
+            let mut seed = (t0.elapsed().as_nanos() as u64 ^ (i as u64) << 40) | 1;
+            let (mut rounds, mut bad) = (0u64, 0u64);
+            loop {
+                if !sve_round(vl, &mut seed, spin) {
+                    bad += 1;
+                }
+                rounds += 1;
+                if Instant::now() >= deadline {
+                    break;
+                }
+            }
+            let mut w = &counts_w;
+            let _ = w.write_all(format!("{rounds} {bad}\n").as_bytes());
+            0
+        }));
+    }
+    drop(counts_w);
+    let failed = reap(&pids);
+    let secs = t0.elapsed().as_secs_f64();
+    let mut text = String::new();
+    let _ = (&counts_r).read_to_string(&mut text);
+    let (mut rounds, mut bad, mut reported) = (0u64, 0u64, 0usize);
+    for line in text.lines() {
+        let mut it = line.split(' ').filter_map(|x| x.parse::<u64>().ok());
+        if let (Some(r), Some(b)) = (it.next(), it.next()) {
+            rounds += r;
+            bad += b;
+            reported += 1;
+        }
+    }
+    if failed > 0 || reported != procs || bad > 0 {
+        fail(
+            "sve",
+            format!("{failed} processes failed, {reported} of {procs} reported, {bad} rounds with registers changed"),
+        );
+    }
+    println!(
+        "SEEDBENCH sve procs={procs} vl={vl} spin={spin} seconds={secs:.3} rounds={rounds} bad=0"
+    );
+}
+
+#[cfg(not(target_arch = "aarch64"))]
+fn sve(_: &Args) {
+    fail("sve", "SVE is arm64's");
+}
+
 fn gettid() -> i64 {
     // SAFETY: gettid has no arguments and no side effect.
     unsafe { syscall(SYS_GETTID) }
@@ -476,13 +633,14 @@ fn main() {
         "hackbench" => hackbench(&args),
         "fp" => fp(&args),
         "futex" => futex(&args),
+        "sve" => sve(&args),
         _ => fail(
             if workload.is_empty() {
                 "usage"
             } else {
                 &workload
             },
-            "usage: kestrel-seedbench hackbench|fp|futex [key=value ...]",
+            "usage: kestrel-seedbench hackbench|fp|futex|sve [key=value ...]",
         ),
     }
 }

@@ -435,6 +435,62 @@ fn pv_time_is_offered_unless_switched_off() {
 }
 
 #[test]
+fn sve_is_hidden_unless_asked_for_and_its_length_is_checked() {
+    let cfg = check(GOOD).unwrap();
+    assert!(cfg.vms.iter().all(|v| v.sve_vl == 0), "default: hidden");
+    let on = "cmdline = \"console=ttyAMA0 earlycon\"\nsve = true";
+    let cfg = check(&bad("cmdline = \"console=ttyAMA0 earlycon\"", on)).unwrap();
+    assert_eq!(cfg.vms[0].sve_vl, 2048, "sve alone: the CPU's longest");
+    assert_eq!(cfg.vms[1].sve_vl, 0);
+    let capped = format!("{on}\nsve_max_vl = 256");
+    let cfg = check(&bad("cmdline = \"console=ttyAMA0 earlycon\"", &capped)).unwrap();
+    assert_eq!(cfg.vms[0].sve_vl, 256);
+    let p = pack(&cfg);
+    let p = Package::parse(&p).unwrap();
+    assert_eq!(p.vm(0).unwrap().sve_vl, 256);
+    assert_eq!(p.vm(1).unwrap().sve_vl, 0);
+    for (vl, needle) in [
+        (
+            "0",
+            "0 bits: an SVE vector length is a multiple of 128 bits from 128 to 2048",
+        ),
+        ("200", "200 bits"),
+        ("4096", "4096 bits"),
+        ("-128", "-128 bits"),
+    ] {
+        expect(
+            &bad(
+                "cmdline = \"console=ttyAMA0 earlycon\"",
+                &format!("{on}\nsve_max_vl = {vl}"),
+            ),
+            "vm[0].sve_max_vl",
+            needle,
+        );
+    }
+    expect(
+        &bad("cmdline = \"console=ttyAMA0 earlycon\"", "sve_max_vl = 512"),
+        "vm[0].sve_max_vl",
+        "needs sve = true",
+    );
+    // Not a boolean: refused, naming the key.
+    let e = error(&bad(
+        "cmdline = \"console=ttyAMA0 earlycon\"",
+        "sve = \"yes\"",
+    ));
+    assert_eq!(e.field, "vm[0].sve", "{e}");
+    // LoongArch has no SVE.
+    let dir = fixture();
+    let file = dir.join("la.toml");
+    let text =
+        "[[vm]]\nname = \"la\"\nvcpus = 1\nmemory = \"64M\"\nkernel = \"vmlinux\"\nsve = true\n";
+    std::fs::write(&file, text).unwrap();
+    let e = load(&file, Arch::LoongArch64).unwrap_err();
+    assert_eq!(e.field, "vm[0].sve", "{e}");
+    assert!(e.problem.contains("SVE is arm64's"), "{e}");
+    assert!(e.to_string().contains("la.toml"), "{e}");
+}
+
+#[test]
 fn on_reboot_is_restart_or_stop() {
     let cfg = check(GOOD).unwrap();
     assert!(cfg.vms.iter().all(|v| !v.reboot_stop), "default: restart");

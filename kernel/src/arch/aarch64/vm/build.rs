@@ -123,7 +123,7 @@ impl Arm64Backend {
         for (i, ctx) in vcpus.iter_mut().enumerate() {
             // A new FP state too: the old one may still be live in some
             // pCPU's unit, which writes it back there, not here.
-            **ctx = VcpuState::new(i, &vm.stats, self.dbg_points);
+            **ctx = VcpuState::new(i, &vm.stats, self.dbg_points, st.sve_vq);
         }
         if let Some(boot) = vcpus.first_mut() {
             boot.reset(st.spec.entry_gpa, st.spec.dtb_gpa);
@@ -164,6 +164,31 @@ impl Arm64Backend {
             }
         }
     }
+
+    /// The VM's SVE vector length in quadwords: the longest the CPU
+    /// supports up to the config's `sve_max_vl`; `None` without `sve`. A
+    /// VM asking for SVE on a CPU without it is refused.
+    fn sve_vq(&self, spec: &VmSpec<'static>) -> Result<Option<u8>, String> {
+        if spec.sve_vl == 0 {
+            return Ok(None);
+        }
+        let Some(vq) = crate::vcpu::fpu::sve_vq_for(self.sve_lengths, spec.sve_vl) else {
+            return Err(String::from(
+                "sve: this CPU has no SVE (ID_AA64PFR0_EL1.SVE = 0): remove sve = true \
+                 from the VM's config",
+            ));
+        };
+        if u16::from(vq) * 128 != spec.sve_vl {
+            log::info!(
+                "vm[{}] \"{}\": SVE vector length {} bits (asked for {}: the CPU's longest up to it)",
+                spec.index,
+                spec.name,
+                u16::from(vq) * 128,
+                spec.sve_vl
+            );
+        }
+        Ok(Some(vq))
+    }
 }
 
 impl Machine for Arm64Backend {
@@ -184,6 +209,7 @@ impl Machine for Arm64Backend {
             ));
         }
         let vcpus = spec.vcpus as usize;
+        let sve_vq = self.sve_vq(spec)?;
         let regions: Vec<_> = spec.passthrough.iter().collect();
         let v3 = self.version == GicVersion::V3;
         let mut s2 = Stage2::new(self.vmids.bits() > 8);
@@ -279,6 +305,7 @@ impl Machine for Arm64Backend {
         let ids = IdConfig {
             gic_v3: v3,
             ipa_bits: s2.ipa_bits(),
+            sve: sve_vq.is_some(),
         };
         let dtb = spec.guest_dtb_with(v3, pt_nodes);
         images(spec, &dtb).run_all(FRAME, |gpa, d| ram.copy_in(gpa, d))?;
@@ -299,6 +326,7 @@ impl Machine for Arm64Backend {
             uart: devices.uart,
             cntvoff: timer::counter(),
             ids,
+            sve_vq,
             shared: (0..vcpus)
                 .map(|_| VcpuShared {
                     boot: Mutex::new(None),
@@ -309,7 +337,7 @@ impl Machine for Arm64Backend {
             reloading: AtomicBool::new(false),
         };
         let mut states: Vec<VcpuState> = (0..vcpus)
-            .map(|i| VcpuState::new(i, stats, self.dbg_points))
+            .map(|i| VcpuState::new(i, stats, self.dbg_points, sve_vq))
             .collect();
         states[0].reset(spec.entry_gpa, spec.dtb_gpa);
         Ok(Built {

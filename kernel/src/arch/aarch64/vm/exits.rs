@@ -220,7 +220,16 @@ pub fn sync(env: &mut ExitCtx<'_, B>, ctx: &mut VcpuState, syn: Syndrome) -> Run
             }
             RunExit::Continue
         }
-        Exit::SveSmeAccess => {
+        // SVE of a VM that has it: the lazy trap, like FP's (counted as
+        // one, and as an SVE trap).
+        Exit::SveAccess if vm.arch.sve_vq.is_some() => {
+            vm.stats.exit(ExitReason::FpTrap);
+            if let Some(engine) = super::PCPU[env.cpu].fp.lock().as_mut() {
+                engine.wide_trap();
+            }
+            RunExit::Continue
+        }
+        Exit::SveAccess | Exit::SmeAccess => {
             vm.stats.exit(ExitReason::Other);
             inject_undef(ctx);
             RunExit::Continue

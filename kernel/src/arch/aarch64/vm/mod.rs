@@ -97,6 +97,9 @@ pub struct VmState {
     pub uart: Arc<Uart<VPl011>>,
     pub cntvoff: u64,
     pub ids: IdConfig,
+    /// The VM's SVE vector length in quadwords, the same for every vCPU
+    /// (`None`: SVE hidden).
+    pub sve_vq: Option<u8>,
     pub shared: Vec<VcpuShared>,
     /// Host SPIs forwarded to this VM (device passthrough).
     pub passthrough: passthrough::VmPassthrough,
@@ -156,6 +159,10 @@ pub struct Arm64Backend {
     /// The CPUs implement FEAT_RAS (ID_AA64PFR0_EL1.RAS != 0): VDISR_EL2
     /// holds the guest's DISR_EL1 and must be switched.
     ras: bool,
+    /// The SVE vector lengths the CPU supports, bit `vq - 1` for `vq`
+    /// quadwords (`fp::probe_sve_lengths`, on the boot CPU: kestrel
+    /// assumes every CPU has the same); 0 = no SVE.
+    sve_lengths: u16,
 }
 
 /// Writes `vcpu`'s whole stolen-time record (DEN0057A: revision 0,

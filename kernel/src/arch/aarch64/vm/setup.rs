@@ -69,6 +69,7 @@ pub fn probe(board: &BoardInfo, policy: FpPolicy) -> Result<Arm64Backend, String
             )
         },
         hw_ids: board.cpus.iter().map(|c| c.hw_id).collect(),
+        sve_lengths: super::fp::probe_sve_lengths(),
     };
     log::info!(
         "arm64 VMs: GICv{} virtual interface with {} list registers, {}-bit VMIDs{}, \
@@ -92,7 +93,7 @@ impl Arm64Backend {
     /// backend uses, guest-independent EL2 controls. IRQs stay masked at EL2
     /// except while idle.
     pub(super) fn init_cpu_regs(&self, cpu: usize) {
-        PCPU[cpu].fp.init(cpu, self.policy, Arm64FpHw);
+        PCPU[cpu].fp.init(cpu, self.policy, Arm64FpHw::default());
         self.gic.enable_split_eoi();
         self.gic.enable_ppi(KICK_SGI, Priority::Normal);
         self.gic.enable_ppi(MAINTENANCE_PPI, Priority::Normal);

@@ -62,12 +62,20 @@ pub struct VcpuState {
 }
 
 impl VcpuState {
-    pub fn new(index: usize, stats: &Arc<Stats>, dbg_points: (usize, usize)) -> VcpuState {
+    pub fn new(
+        index: usize,
+        stats: &Arc<Stats>,
+        dbg_points: (usize, usize),
+        sve_vq: Option<u8>,
+    ) -> VcpuState {
         VcpuState {
             regs: GuestRegs::default(),
             el1: El1Regs::reset(),
             gic: VgicCpu::default(),
-            fp: Arc::new(VcpuFp::counted(Arm64FpState::default(), Arc::clone(stats))),
+            fp: Arc::new(VcpuFp::counted(
+                Arm64FpState::new(sve_vq),
+                Arc::clone(stats),
+            )),
             vmpidr: (1 << 31) | crate::vcpu::psci::vcpu_mpidr(index),
             lrs_used: 0,
             filled: heapless::Vec::new(),
