@@ -15,6 +15,9 @@
 //! names with the right ECODE; anything else is counted as bad. One
 //! `ATTACK <phase>: ...` line and one `PASS`/`FAIL attack-<phase>` line per
 //! phase, then it spins with interrupts masked until its window ends.
+//! Its last phase, `cold` (when named, `hostile/cold.rs`), arms hostile
+//! receive rings the victim sends frames to after its window, and times
+//! a transmit chain over many blocks.
 //!
 //! Probes run as single instructions written into a code buffer (`STUBS`):
 //! stub i is `<instruction>; jr ra`, called with a0-a5 from an array. An
@@ -27,7 +30,9 @@
 //! periodic timer and, for a fixed window of counter time, measures how long
 //! it ran (sum of short deltas between consecutive counter reads), counts
 //! its ticks and the largest gap between them, and keeps checking its
-//! memory and registers. It prints one `VICTIM:` line and the results.
+//! memory and registers. It prints one `VICTIM:` line and the results;
+//! with a network port it first sends frames to the attacker's hostile
+//! rings, timing every notify (`hostile/cold.rs`).
 
 use core::arch::global_asm;
 use core::cell::UnsafeCell;
