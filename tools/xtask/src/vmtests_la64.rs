@@ -487,6 +487,7 @@ fn check_hostile(log: &str) -> Vec<String> {
         problems.push("the attacker did not reach its final phase".into());
     }
     problems.extend(check_legacy_io(log.lines()));
+    problems.extend(check_cold(log));
     match (victim_seconds(log), probe_span(log)) {
         (Some((a, b)), Some((x, y))) if a * 1000 <= x && y <= b * 1000 => {}
         (Some((a, b)), Some((x, y))) => problems.push(format!(
@@ -528,6 +529,96 @@ fn check_hostile(log: &str) -> Vec<String> {
             if !v.memory_ok || !v.registers_ok {
                 problems.push("victim memory or registers changed".into());
             }
+        }
+    }
+    problems
+}
+
+/// The attacker's exits in its `cold` phase and the victim's notifies to
+/// its hostile rings (`hostile/cold.rs`), in instructions under -icount
+/// shift=0: an exit under 1 ms, a notify's median under 1 ms and its worst
+/// under 2 ms of the victim's own time.
+const COLD_EXIT_LIMIT: u64 = 1_000_000;
+const COLD_NOTIFY_WORST_LIMIT: u64 = 2_000_000;
+
+/// The number after `key` in `line`.
+fn number_after(line: &str, key: &str) -> Option<u64> {
+    let (_, rest) = line.split_once(key)?;
+    let digits: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
+    digits.parse().ok()
+}
+
+/// The `cold` phase and the victim's sends (issue 28, items 4 and 5): each
+/// line passed, and the figures they printed within the limits: the
+/// attacker's transmit chain over 2 MiB blocks used with every exit under
+/// [`COLD_EXIT_LIMIT`]; both hostile rings took frames; each of the
+/// victim's two rounds of notifies (to the hostile receiver, then to the
+/// chain over many blocks) with its median under [`COLD_EXIT_LIMIT`] and
+/// its worst under [`COLD_NOTIFY_WORST_LIMIT`]. Prints the figures.
+fn check_cold(log: &str) -> Vec<String> {
+    let mut problems = Vec::new();
+    for p in ["attack-rx-armed", "attack-cold-tx", "attack-rx-taken"] {
+        if passes(log, p) != 1 {
+            problems.push(format!("no \"PASS {p}\" from the attacker"));
+        }
+    }
+    for p in ["victim-send-hostile-receiver", "victim-send-cold-receiver"] {
+        if passes(log, p) != 1 {
+            problems.push(format!("no \"PASS {p}\" from the victim"));
+        }
+    }
+    match log.lines().find(|l| l.contains("[attacker] COLD-TX worst exit ")) {
+        None => problems.push("no COLD-TX line from the attacker".into()),
+        Some(l) => match (
+            number_after(l, "about "),
+            number_after(l, "over "),
+            number_after(l, "a chain of "),
+        ) {
+            (Some(w), Some(exits), Some(n)) if w < COLD_EXIT_LIMIT && n >= 16 => {
+                println!("    attacker: transmit chain of {n} buffers in {exits} exits, worst {w} instructions");
+            }
+            _ => problems.push(format!(
+                "the attacker's transmit chain: an exit of {COLD_EXIT_LIMIT} instructions or more, or under 16 buffers: {}",
+                l.trim()
+            )),
+        },
+    }
+    match log.lines().find(|l| l.contains("[attacker] RX-TAKEN ")) {
+        None => problems.push("no RX-TAKEN line from the attacker".into()),
+        Some(l) => match (number_after(l, "port C took "), number_after(l, "port D ")) {
+            (Some(c), Some(d)) if c > 0 && d > 0 => {}
+            _ => problems.push(format!("a hostile ring took no frame: {}", l.trim())),
+        },
+    }
+    let sends: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("[victim] SEND "))
+        .collect();
+    if sends.len() != 2 {
+        problems.push(format!("{} SEND lines from the victim, not 2", sends.len()));
+    }
+    for (l, to) in sends
+        .iter()
+        .zip(["the hostile receiver", "the chain over many blocks"])
+    {
+        match (number_after(l, "about "), number_after(l, "median ")) {
+            (Some(_), Some(_)) if l.contains("NEVER USED") || l.contains("NEEDS RESET") => {
+                problems.push(format!("the victim's frames to {to}: {}", l.trim()))
+            }
+            (Some(w), Some(_)) => {
+                // The median in instructions follows "instructions, median ".
+                let m = number_after(l, "instructions, median ");
+                match m {
+                    Some(m) if w < COLD_NOTIFY_WORST_LIMIT && m < COLD_EXIT_LIMIT => println!(
+                        "    victim: notifies of 32 frames to {to}: worst {w}, median {m} instructions"
+                    ),
+                    _ => problems.push(format!(
+                        "the victim's notifies to {to}: worst not under {COLD_NOTIFY_WORST_LIMIT} or median not under {COLD_EXIT_LIMIT} instructions: {}",
+                        l.trim()
+                    )),
+                }
+            }
+            _ => problems.push(format!("unreadable SEND line: {}", l.trim())),
         }
     }
     problems
@@ -903,6 +994,11 @@ mod tests {
         );
         log.push_str("[attacker] ATTACK memory: legacy I/O window 0x18000000+0x4000: 2156 probes (every load and store width, i8042 commands, both edges), 0 bad\n");
         log.push_str("[attacker] ATTACK ran (ms in each second of the counter from 0): 0 900 500 500 500 500 500 500 500 900\n");
+        for p in ["attack-rx-armed", "attack-cold-tx", "attack-rx-taken"] {
+            log.push_str(&format!("[attacker] PASS {p}: fine\n"));
+        }
+        log.push_str("[attacker] COLD-TX worst exit 96 us over 3 exits for a chain of 59 1-byte buffers in separate 2 MiB blocks (under -icount shift=0 about 96420 instructions; steal-time record registered)\n");
+        log.push_str("[attacker] RX-TAKEN port C took 256 frames through chains of 511 descriptors, port D 1 through its chain over 59 blocks\n");
         log.push_str("[attacker] RESULT: 9 passed, 0 failed\n");
         for p in [
             "victim-memory",
@@ -914,6 +1010,10 @@ mod tests {
         }
         log.push_str("[victim] VICTIM: window 6000 ms, ran 2900 ms (share 0.483), ticks 290 (max gap 30 ms), memory ok, registers ok\n");
         log.push_str("[victim] VICTIM: counter seconds 2-8\n");
+        for (p, mac, w) in [("hostile", "0c", 81_000), ("cold", "0d", 79_000)] {
+            log.push_str(&format!("[victim] SEND 16 notifies of 32 frames to 02:6b:65:73:00:{mac}: worst 81 us, median 70 us of its own time (under -icount shift=0 about {w} instructions, median 70123; 0 us stolen over the rounds)\n"));
+            log.push_str(&format!("[victim] PASS victim-send-{p}-receiver: fine\n"));
+        }
         log.push_str("[victim] RESULT: 4 passed, 0 failed\n");
         log.push_str("[cpu0] INFO  VM \"victim\" worst exit 13520 ns (tlb-refill), worst restart step 0 ns\n");
         log.push_str("[cpu0] INFO  VM \"attacker\" worst exit 69160 ns (Ecode 0x2), worst restart step 0 ns\n");
@@ -953,6 +1053,20 @@ mod tests {
             ("2156 probes", "156 probes"),
             ("edges), 0 bad", "edges), 3 bad"),
             ("exit 69160 ns", "exit 1069160 ns"),
+            ("PASS attack-cold-tx", "FAIL attack-cold-tx"),
+            ("PASS attack-rx-taken", "FAIL attack-rx-taken"),
+            ("PASS victim-send-cold", "FAIL victim-send-cold"),
+            ("about 96420 instructions", "about 1096420 instructions"),
+            ("a chain of 59", "a chain of 5"),
+            ("port C took 256", "port C took 0"),
+            ("port D 1 through", "port D 0 through"),
+            ("about 81000 instructions", "about 2081000 instructions"),
+            ("median 70123", "median 1070123"),
+            (
+                "0 us stolen over the rounds)",
+                "0 us stolen over the rounds), SOME FRAMES NEVER USED",
+            ),
+            ("[victim] SEND", "[victim] SENT"),
         ] {
             let bad = log.replace(from, to);
             assert!(

@@ -15,6 +15,9 @@
 //! names with the right ECODE; anything else is counted as bad. One
 //! `ATTACK <phase>: ...` line and one `PASS`/`FAIL attack-<phase>` line per
 //! phase, then it spins with interrupts masked until its window ends.
+//! Its last phase, `cold` (when named, `hostile/cold.rs`), arms hostile
+//! receive rings the victim sends frames to after its window, and times
+//! a transmit chain over many blocks.
 //!
 //! Probes run as single instructions written into a code buffer (`STUBS`):
 //! stub i is `<instruction>; jr ra`, called with a0-a5 from an array. An
@@ -27,7 +30,9 @@
 //! periodic timer and, for a fixed window of counter time, measures how long
 //! it ran (sum of short deltas between consecutive counter reads), counts
 //! its ticks and the largest gap between them, and keeps checking its
-//! memory and registers. It prints one `VICTIM:` line and the results.
+//! memory and registers. It prints one `VICTIM:` line and the results;
+//! with a network port it first sends frames to the attacker's hostile
+//! rings, timing every notify (`hostile/cold.rs`).
 
 use core::arch::global_asm;
 use core::cell::UnsafeCell;
@@ -45,6 +50,7 @@ use crate::cpu::{self, csr, csr_read, csr_write, iocsr};
 use crate::trap::{self, ecode_of, Frame};
 use crate::{us, COUNTER_HZ, LSX, RAM_TOP};
 
+mod cold;
 mod intc;
 mod virtio;
 
@@ -60,7 +66,12 @@ static MODE: AtomicU8 = AtomicU8::new(0);
 /// `nx` and `tlb-garbage` (after it) run only when named too: they are
 /// the reproducers of two emulator bugs (tools/qemu-lvz, patches 0008 and
 /// 0009), which hung or crashed the LVZ emulator before those patches.
-const PHASES: [&str; 14] = [
+/// `cold` (named only, last) needs a virtio console and two network ports
+/// on the victim's network: it arms the hostile receive rings the victim
+/// sends to after its window and times a transmit chain over many blocks
+/// (`hostile/cold.rs`); the attacker then stays until the victim's frames
+/// reached both rings.
+const PHASES: [&str; 15] = [
     "iocsr",
     "insn",
     "user",
@@ -75,7 +86,14 @@ const PHASES: [&str; 14] = [
     "virtio",
     "nx",
     "tlb-garbage",
+    "cold",
 ];
+/// Bit of `cold` in the mask.
+const COLD: u64 = 1 << 14;
+/// Counter time (ms) until which the attacker waits for the victim's
+/// frames (its window of 8 s starts on the second after its fill; it
+/// sends right after).
+const RX_UNTIL_MS: u64 = 20_000;
 /// Every phase but `virtio`: what `mode=attack` runs.
 const DEFAULT_MASK: u64 = (1 << 11) - 1;
 /// Bit i: run phase `PHASES[i]`.
@@ -637,7 +655,7 @@ fn attack() -> ! {
         }
     );
     cpu::set_irqs(false);
-    let phases: [Phase; 14] = [
+    let phases: [Phase; 15] = [
         attack_iocsr,
         attack_insn,
         attack_user,
@@ -652,10 +670,18 @@ fn attack() -> ! {
         virtio::attack_virtio,
         attack_nx,
         attack_tlb_garbage,
+        |_| Tally::new(),
     ];
     let mask = PHASE_MASK.load(Ordering::Relaxed);
+    let mut rx = None;
     for (i, (name, phase)) in PHASES.into_iter().zip(phases).enumerate() {
         if mask & 1 << i == 0 {
+            continue;
+        }
+        if 1 << i == COLD {
+            // Its own lines (`hostile/cold.rs`).
+            rx = Some(cold::arm_receivers());
+            cold::cold_tx();
             continue;
         }
         let t0 = cpu::now();
@@ -674,7 +700,7 @@ fn attack() -> ! {
     // tick can take the pCPU back).
     cpu::set_irqs(false);
     // (Only beside a victim, i.e. on kestrel with every phase.)
-    let window = if kestrel && mask == DEFAULT_MASK {
+    let window = if kestrel && mask & !COLD == DEFAULT_MASK {
         ATTACK_WINDOW_MS
     } else {
         0
@@ -683,7 +709,14 @@ fn attack() -> ! {
     let spun = cpu::now();
     while cpu::now() < end {
         note_ran();
+        if let Some(rx) = rx.as_mut() {
+            rx.refill();
+        }
         cpu::relax();
+    }
+    note_ran();
+    if let Some(rx) = rx.as_mut() {
+        rx.report(RX_UNTIL_MS);
     }
     note_ran();
     println!(
@@ -2645,6 +2678,9 @@ fn victim() -> ! {
     // SAFETY: stops the timer.
     unsafe { csr_write!(csr::TCFG, 0) };
     cpu::set_irqs(false);
+    // Before it prints anything: frames to the attacker's hostile rings,
+    // each notify timed (with a network port only).
+    let sends = cold::victim_sends();
     let ticks = ticks_seen - ticks0;
     if end.saturating_sub(last_tick) > max_gap {
         max_gap = end - last_tick;
@@ -2723,5 +2759,6 @@ fn victim() -> ! {
             fail!("no timer interrupt in {} ms", ms(window))
         },
     );
+    cold::victim_report(sends);
     crate::finish()
 }

@@ -32,7 +32,7 @@ static FAILED: AtomicU32 = AtomicU32::new(0);
 
 /// What the shared phase needs from this guest: the register sweep's
 /// garbage source, and the phase's tally, which counts the sweep's probes.
-struct La64<'a> {
+pub(super) struct La64<'a> {
     rng: Rng,
     t: &'a mut Tally,
 }
@@ -135,7 +135,7 @@ impl VirtioHost for La64<'_> {
 }
 
 /// The transports kestrel gave this VM (those whose magic answers).
-fn transports() -> ([usize; MAX_TRANSPORTS], usize) {
+pub(super) fn transports() -> ([usize; MAX_TRANSPORTS], usize) {
     let mut found = [0; MAX_TRANSPORTS];
     let mut n = 0;
     for i in 0..MAX_TRANSPORTS {
