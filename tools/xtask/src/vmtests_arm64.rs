@@ -148,6 +148,20 @@ pub fn vm_cases() -> Vec<VmCase> {
             lvz: false,
         },
         VmCase {
+            name: "arm64-aarch32: an AArch32 test VM (2 vCPUs) beside an arm64 test VM sharing 2 pCPUs: traps, PSCI, lazy FP across 32/64-bit switches",
+            config: "configs/test/arm64-aarch32.toml",
+            features: &[],
+            gic: 3,
+            mem_mib: 1024,
+            vms: vec!["a32".into(), "t64".into()],
+            must_pass: &[],
+            check: Some(check_aarch32),
+            timeout: Duration::from_secs(600),
+            qemu_args: &[],
+            stop_after: None,
+            lvz: false,
+        },
+        VmCase {
             name: "arm64-1vm-gicv3: one VM, 4 vCPUs on -smp 4, GICv3, every check + IPI benchmark",
             config: "configs/test/arm64-1vm.toml",
             features: &[],
@@ -644,6 +658,51 @@ pub(crate) fn judge_vm(case: &VmCase, log: &str, timed_out: bool) -> Vec<String>
     }
     if let Some(check) = case.check {
         problems.extend(check(log));
+    }
+    problems
+}
+
+/// The AArch32 test guest's checks (tools/guests/aarch32-test/guest.S), in
+/// the order it prints them.
+pub(crate) const AARCH32_CHECKS: &[&str] = &[
+    "boot-registers",
+    "id-pfr1",
+    "vmrs-mvfr0",
+    "psci-version",
+    "fp-lazy",
+    "fpexc-en-0",
+    "undef-impdef",
+    "cond-fail",
+    "thumb",
+    "abort-outside-memory",
+    "phys-timer",
+    "cpu-on",
+    "pv-ipi",
+];
+
+/// `arm64-aarch32`: the AArch32 VM passed every check, the PV IPI
+/// included (kestrel answers HVC32), and the arm64 VM beside it every one
+/// of its own.
+fn check_aarch32(log: &str) -> Vec<String> {
+    let mut problems = Vec::new();
+    for (i, c) in AARCH32_CHECKS.iter().enumerate() {
+        let want = format!("[a32] PASS {} {c}", i + 1);
+        if !log
+            .lines()
+            .any(|l| l.ends_with(&want) || l.contains(&format!("{want} ")))
+        {
+            problems.push(format!("no \"{want}\""));
+        }
+    }
+    let result = format!("[a32] RESULT: {} passed, 0 failed", AARCH32_CHECKS.len());
+    if !log.contains(&result) {
+        problems.push(format!("no \"{result}\""));
+    }
+    for c in ALL {
+        let want = format!("[t64] PASS {} {c}", number(c));
+        if !log.contains(&want) {
+            problems.push(format!("no \"{want}\""));
+        }
     }
     problems
 }
