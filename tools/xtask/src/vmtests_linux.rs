@@ -229,7 +229,7 @@ pub struct KestrelCase {
     steal: bool,
 }
 
-pub const KESTREL_CASES: [KestrelCase; 5] = [
+pub const KESTREL_CASES: [KestrelCase; 6] = [
     KestrelCase {
         name: "linux on kestrel: 1 VM x 4 vCPUs, GICv3",
         config: "configs/linux-1vm.toml",
@@ -282,6 +282,17 @@ pub const KESTREL_CASES: [KestrelCase; 5] = [
         pass: PASS_2,
         virtio: false,
         reboots: 1,
+        seeds: false,
+        steal: false,
+    },
+    KestrelCase {
+        name: "linux on kestrel aarch32: a 32-bit Linux VM (Debian armhf zImage, 2 vCPUs, AArch32 EL1) beside a 64-bit one (2 vCPUs) on the other 2 pCPUs, FP check in both, GICv3",
+        config: "configs/linux-aarch32.toml",
+        gic: 3,
+        vms: &["a32", "a64"],
+        pass: PASS_2,
+        virtio: false,
+        reboots: 0,
         seeds: false,
         steal: false,
     },
