@@ -17,6 +17,7 @@ use kernel::guest::arm64::aarch32::cond::{
 };
 use kernel::guest::arm64::aarch32::cp15::{self, Kind, Part};
 use kernel::guest::arm64::aarch32::except::{self, psr, sctlr, Exception, Fault, FsrFormat};
+use kernel::guest::arm64::aarch32::idregs;
 use kernel::guest::arm64::aarch32::regs::{self, Mode, Reg64};
 use kernel::guest::arm64::aarch32::trap::{self, Cond, Exit32, VmrsReg};
 use kernel::guest::arm64::esr;
@@ -84,6 +85,20 @@ fn check_trap(esr_v: u64, far: u64, hpfar: u64, spsr: u64) {
                         panic!("ID space {r:?}")
                     };
                     assert!(reg.is_feature_id() && reg.crm == r.crm && reg.op2 == r.opc2);
+                    // The guest's view of any hardware value: no Security or
+                    // Virtualization Extensions, no cp14 debug or PMU, GIC
+                    // only as the VM has it.
+                    let host = esr_v ^ far.rotate_left(17);
+                    let v3 = hpfar & 1 != 0;
+                    let v = idregs::guest_view32(reg, host, v3);
+                    match (r.crm, r.opc2) {
+                        (1, 1) => {
+                            assert_eq!(v & 0x0ff0_fff0, 0, "ID_PFR1 {v:#x}");
+                            assert_eq!(v >> 28, u32::from(v3));
+                        }
+                        (1, 2) | (1, 3) | (3, 3..=7) => assert_eq!(v, 0),
+                        _ => {}
+                    }
                 }
                 if r.opc1 == 0 && r.crn == 0 && (4..=7).contains(&r.crm) {
                     assert_eq!(e.kind, Kind::Const(0), "reserved AArch32 ID space");
