@@ -23,6 +23,7 @@ use crate::dev::vgic::SgiRegister;
 use crate::guest::arm64::aarch32::cp15::{self, Kind, Trap};
 use crate::guest::arm64::aarch32::except::{self, Exception, Fault, FsrFormat, SpsrReg};
 use crate::guest::arm64::aarch32::idregs::guest_view32;
+use crate::guest::arm64::aarch32::smccc::{self, Call32};
 use crate::guest::arm64::aarch32::trap::{self, Exit32, Mcr, Mcrr, VmrsReg, RT_PC};
 use crate::guest::arm64::esr::{sysreg, Abort, SysReg};
 use crate::guest::arm64::ptimer::PhysTimer;
@@ -61,8 +62,6 @@ pub const CPSR_SVC_MASKED: u64 = kestrel_abi::image::ARM32_ENTRY_CPSR as u64;
 const CPSR_T: u64 = 1 << 5;
 /// FPEXC.EN.
 const FPEXC_EN: u64 = 1 << 30;
-/// The SMC64/HVC64 bit of an SMCCC function id.
-const SMC64: u64 = 1 << 30;
 
 /// The AArch32-only EL1 state of a vCPU (switched on load/put for the
 /// vCPUs of AArch32 VMs only: an AArch64 EL1 cannot reach it).
@@ -511,45 +510,41 @@ fn access(
 /// convention of docs/hypercalls.md. SMC64/HVC64 ids of the architecture
 /// and standard services are not callable from AArch32: NOT_SUPPORTED.
 fn call32(env: &mut ExitCtx<'_, B>, ctx: &mut VcpuState) -> RunExit {
-    let r = |i: usize| ctx.regs.x[i] & 0xffff_ffff;
-    let f = r(0);
-    let set_r0 = |ctx: &mut VcpuState, v: u64| ctx.regs.x[0] = v & 0xffff_ffff;
-    if psci::is_psci_or_arch(f) || steal::is_standard_hyp(f) {
-        if f & SMC64 != 0 || steal::is_standard_hyp(f) {
-            set_r0(ctx, psci::ret::NOT_SUPPORTED as u64);
-            return RunExit::Continue;
+    let x = ctx.regs.x;
+    let r = [x[0], x[1], x[2], x[3], x[4], x[5]];
+    let standard = steal::is_standard_hyp(x[0] & 0xffff_ffff);
+    let arch = psci::is_psci_or_arch(x[0] & 0xffff_ffff) || standard;
+    match smccc::classify(r, arch, standard) {
+        Call32::NotSupported => {
+            ctx.regs.x[0] = psci::ret::NOT_SUPPORTED as u64 & 0xffff_ffff;
+            RunExit::Continue
         }
-        let (be, vm, vcpu) = (env.backend(), env.vm, env.vcpu);
-        let (x0, next) = env.psci([f, r(1), r(2), r(3)], || be.has_work(vm, vcpu, ctx));
-        set_r0(ctx, x0);
-        return next;
+        Call32::Psci(args) => {
+            let (be, vm, vcpu) = (env.backend(), env.vm, env.vcpu);
+            let (x0, next) = env.psci(args, || be.has_work(vm, vcpu, ctx));
+            ctx.regs.x[0] = x0 & 0xffff_ffff;
+            next
+        }
+        Call32::Vendor { function, args } => {
+            let out = env.hypercall(
+                Abi::Arm64,
+                &HypercallArgs {
+                    code: 0,
+                    function,
+                    args,
+                },
+            );
+            for (x, v) in ctx
+                .regs
+                .x
+                .iter_mut()
+                .zip(smccc::vendor_results(function, out.regs()))
+            {
+                *x = v;
+            }
+            RunExit::Continue
+        }
     }
-    let function = f;
-    let args = if f as u32 == kestrel_abi::arm64::IPI_SEND {
-        // r1 = bitmap bits 0-31, r2 = bits 32-63, r3 = min.
-        [r(1) | (r(2) << 32), 0, r(3), 0, 0]
-    } else {
-        [r(1), r(2), r(3), r(4), r(5)]
-    };
-    let out = env.hypercall(
-        Abi::Arm64,
-        &HypercallArgs {
-            code: 0,
-            function,
-            args,
-        },
-    );
-    let regs = out.regs();
-    if f as u32 == kestrel_abi::arm64::STATS && (regs[0] as i64) >= 0 {
-        // A 64-bit counter: r0 = low word, r1 = high word.
-        ctx.regs.x[0] = regs[0] & 0xffff_ffff;
-        ctx.regs.x[1] = regs[0] >> 32;
-        return RunExit::Continue;
-    }
-    for (i, &v) in regs.iter().enumerate() {
-        ctx.regs.x[i] = v & 0xffff_ffff;
-    }
-    RunExit::Continue
 }
 
 /// Why an AArch32 VM cannot be built on this CPU, if it cannot.
