@@ -176,6 +176,20 @@ pub fn vm_cases() -> Vec<VmCase> {
             lvz: false,
         },
         VmCase {
+            name: "arm64-aarch32-refused: the same VMs on a CPU without AArch32 at EL1 (-cpu neoverse-v1): the AArch32 VM is refused with the reason, the arm64 one runs",
+            config: "configs/test/arm64-aarch32.toml",
+            features: &[],
+            gic: 3,
+            mem_mib: 1024,
+            vms: vec!["t64".into()],
+            must_pass: &[],
+            check: Some(check_aarch32_refused),
+            timeout: Duration::from_secs(600),
+            qemu_args: &["-cpu", "neoverse-v1"],
+            stop_after: None,
+            lvz: false,
+        },
+        VmCase {
             name: "arm64-1vm-gicv3: one VM, 4 vCPUs on -smp 4, GICv3, every check + IPI benchmark",
             config: "configs/test/arm64-1vm.toml",
             features: &[],
@@ -717,6 +731,28 @@ fn check_aarch32(log: &str) -> Vec<String> {
         if !log.contains(&want) {
             problems.push(format!("no \"{want}\""));
         }
+    }
+    problems
+}
+
+/// `arm64-aarch32-refused`: kestrel refused the AArch32 VM, saying why,
+/// and ended with status 1 (the arm64 VM's checks are `judge_vm`'s).
+fn check_aarch32_refused(log: &str) -> Vec<String> {
+    let mut problems = Vec::new();
+    let why = "VM refused: vm[0] \"a32\": arch: an AArch32 VM needs a CPU that runs AArch32 at EL1";
+    if !log.contains(why) {
+        problems.push(format!("no \"{why}\" line"));
+    }
+    for want in [
+        "1 of 2 VM(s) refused at boot",
+        "kestrel: work done, powering off (status 1)",
+    ] {
+        if !log.contains(want) {
+            problems.push(format!("no \"{want}\""));
+        }
+    }
+    if log.contains("[a32] ") {
+        problems.push("the refused VM printed".into());
     }
     problems
 }
