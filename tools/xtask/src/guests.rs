@@ -74,6 +74,16 @@ pub fn build_guest_arm64() -> Result<PathBuf, String> {
 /// `kind = "test-guest"`.
 pub const AARCH32_BIN: &str = "aarch32-test.bin";
 
+/// Writes the AArch32 test guest alone (for its bare-QEMU case); returns
+/// `build/guests/aarch32-test.bin`.
+pub fn build_guest_aarch32() -> Result<PathBuf, String> {
+    let out_dir = root().join("build/guests");
+    std::fs::create_dir_all(&out_dir).map_err(|e| format!("{}: {e}", out_dir.display()))?;
+    let bin = out_dir.join(AARCH32_BIN);
+    write_guest_aarch32(&bin)?;
+    Ok(bin)
+}
+
 fn write_guest_aarch32(path: &std::path::Path) -> Result<(), String> {
     let bytes: Vec<u8> = crate::guest32_words::WORDS
         .iter()
