@@ -116,9 +116,25 @@ pub fn ensure(refresh: bool) -> Result<ArmhfAssets, String> {
     mkdir(&out)?;
     say("[armhf 2/3] extracting the zImage and busybox");
     let kernel_deb = debs.join(&m["kernel_deb"]);
-    let member = deb_member(&kernel_deb, "./boot/vmlinuz-")?;
     let zimage = out.join("zImage");
-    extract_member(&kernel_deb, &member, &zimage)?;
+    // The zImage extracted last time, if it is still that package's.
+    let last = std::fs::read_to_string(out.join("ASSETS.txt"))
+        .map(|t| parse_manifest(&t))
+        .unwrap_or_default();
+    let member = match last.get("kernel_member") {
+        Some(member)
+            if last.get("kernel_sha256") == m.get("kernel_sha256")
+                && zimage.is_file()
+                && sha256(&zimage).ok().as_ref() == last.get("zimage_sha256") =>
+        {
+            member.clone()
+        }
+        _ => {
+            let member = deb_member(&kernel_deb, "./boot/vmlinuz-")?;
+            extract_member(&kernel_deb, &member, &zimage)?;
+            member
+        }
+    };
     let data = std::fs::read(&zimage).map_err(|e| format!("{}: {e}", zimage.display()))?;
     ZImage::parse(&data).map_err(|e| format!("{}: not a zImage: {e}", zimage.display()))?;
     let busybox = out.join("busybox");
