@@ -115,6 +115,9 @@ impl Arm64Backend {
             // No cp15 CRn traps (reset value UNKNOWN): AArch32 guests'
             // cp15 accesses trap only through the controls kestrel sets.
             msr!("hstr_el2", 0);
+            // No vector catch for an AArch32 EL1 (its cp14 DBGVCR traps
+            // and reads as zero; the reset value is UNKNOWN).
+            msr!("dbgvcr32_el2", 0);
         }
         // SAFETY: masks IRQs at EL2 on this CPU: the run loop takes them as
         // guest exits or in `idle`.
