@@ -4,7 +4,8 @@
 @ secondary that starts in AArch32), the lazy FP trap with FPEXC and the
 @ guest's own FPEXC.EN = 0, UNDEF and data aborts injected to its vectors,
 @ conditional and Thumb traps, the emulated physical timer through cp15,
-@ kestrel's PV IPI over HVC32. It prints `PASS <n> <name>`, `FAIL ...` or
+@ kestrel's PV IPI over HVC32 and its answers to wrong calls (SMC64 ids,
+@ bad PSCI and IPI arguments, cp14). It prints `PASS <n> <name>`, `FAIL ...` or
 @ `SKIP ...` lines on the PL011 at 0x0900_0000 and `RESULT: <p> passed,
 @ <f> failed`, then powers off (PSCI SYSTEM_OFF).
 @
@@ -238,10 +239,61 @@ fail_pvipi:
 done_pvipi:
         addr    r0, n_pvipi
         bl      verdict
-        b       result
+        b       hostile
 skip_pvipi:
         addr    r0, s_pvipi
         bl      puts
+        addr    r0, s_hostile
+        bl      puts
+        b       result
+
+@ 14 hostile-calls (kestrel only): defined answers to calls a 32-bit guest
+@ may not make or makes wrong, and cp14 reads as zero
+hostile:
+        ldr     r0, =0xC4000003         @ CPU_ON, SMC64 id: NOT_SUPPORTED
+        mov     r1, #1
+        hvc     #0
+        cmn     r0, #1
+        bne     1f
+        ldr     r0, =PSCI_CPU_ON        @ no such vCPU: INVALID_PARAMETERS
+        mov     r1, #0x55
+        mov     r2, #0
+        mov     r3, #0
+        hvc     #0
+        cmn     r0, #2
+        bne     1f
+        ldr     r0, =0xC5000020         @ stolen time (SMC64 only): -1
+        hvc     #0
+        cmn     r0, #1
+        bne     1f
+        ldr     r0, =0x12345678         @ nobody's function: -1
+        hvc     #0
+        cmn     r0, #1
+        bne     1f
+        ldr     r0, =KESTREL_IPI        @ empty window: -2
+        mov     r1, #0
+        mov     r2, #0
+        mov     r3, #0
+        hvc     #0
+        cmn     r0, #2
+        bne     1f
+        ldr     r0, =KESTREL_IPI        @ min past the vCPUs: -2
+        mov     r1, #1
+        mov     r2, #0
+        mov     r3, #5
+        hvc     #0
+        cmn     r0, #2
+        bne     1f
+        mov     r4, #1
+        mrc     p14, 0, r4, c0, c0, 0   @ DBGDIDR: 0
+        cmp     r4, #0
+        bne     1f
+        mov     r4, #1
+        mov     r5, #1
+        mrrc    p14, 0, r4, r5, c1      @ DBGDRAR: 0
+        orrs    r4, r4, r5
+1:      addr    r0, n_hostile
+        bl      verdict
 
 result:
         addr    r0, s_result
@@ -403,6 +455,8 @@ n_ptimer: .asciz "11 phys-timer\n"
 n_cpuon:  .asciz "12 cpu-on\n"
 n_pvipi:  .asciz "13 pv-ipi\n"
 s_pvipi:  .asciz "SKIP 13 pv-ipi (not kestrel)\n"
+n_hostile: .asciz "14 hostile-calls\n"
+s_hostile: .asciz "SKIP 14 hostile-calls (not kestrel)\n"
 s_pass:   .asciz "PASS "
 s_fail:   .asciz "FAIL "
 s_result: .asciz "RESULT: "
