@@ -245,6 +245,79 @@ skip_pvipi:
         bl      puts
         addr    r0, s_hostile
         bl      puts
+        b       mmio_banked
+
+@ 15 mmio-banked: MMIO loads into the banked SP and LR of irq, abt, und and
+@ fiq mode (and fiq's R8-R12) read what SVC mode reads (GICD_IIDR), and
+@ stores from each mode's banked LR reach the UART ("banked: IAUF")
+mmio_banked:
+        addr    r0, s_banked
+        bl      puts
+        mov     r1, #0x08000000
+        ldr     r2, [r1, #8]            @ GICD_IIDR from SVC
+        mov     r3, #0x09000000         @ UART
+        mov     r4, #0                  @ mismatches
+        cps     #0x12                   @ irq: SP = X17, LR = X16
+        ldr     sp, [r1, #8]
+        ldr     lr, [r1, #8]
+        eor     r0, sp, r2
+        orr     r4, r4, r0
+        eor     r0, lr, r2
+        orr     r4, r4, r0
+        mov     lr, #'I'
+        strb    lr, [r3]
+        cps     #0x17                   @ abt: SP = X21 (the handler's), LR = X20
+        mov     r5, sp
+        ldr     sp, [r1, #8]
+        ldr     lr, [r1, #8]
+        eor     r0, sp, r2
+        orr     r4, r4, r0
+        eor     r0, lr, r2
+        orr     r4, r4, r0
+        mov     sp, r5
+        mov     lr, #'A'
+        strb    lr, [r3]
+        cps     #0x1b                   @ und: SP = X23 (the handler's), LR = X22
+        mov     r5, sp
+        ldr     sp, [r1, #8]
+        ldr     lr, [r1, #8]
+        eor     r0, sp, r2
+        orr     r4, r4, r0
+        eor     r0, lr, r2
+        orr     r4, r4, r0
+        mov     sp, r5
+        mov     lr, #'U'
+        strb    lr, [r3]
+        cps     #0x11                   @ fiq: R8-R12 = X24-X28, SP = X29, LR = X30
+        ldr     r8, [r1, #8]
+        ldr     r9, [r1, #8]
+        ldr     r10, [r1, #8]
+        ldr     r11, [r1, #8]
+        ldr     r12, [r1, #8]
+        ldr     sp, [r1, #8]
+        ldr     lr, [r1, #8]
+        eor     r0, r8, r2
+        orr     r4, r4, r0
+        eor     r0, r9, r2
+        orr     r4, r4, r0
+        eor     r0, r10, r2
+        orr     r4, r4, r0
+        eor     r0, r11, r2
+        orr     r4, r4, r0
+        eor     r0, r12, r2
+        orr     r4, r4, r0
+        eor     r0, sp, r2
+        orr     r4, r4, r0
+        eor     r0, lr, r2
+        orr     r4, r4, r0
+        mov     lr, #'F'
+        strb    lr, [r3]
+        cps     #0x13                   @ back to svc: r8-r12 and r11 (the base) are the usr ones
+        mov     lr, #'\n'
+        strb    lr, [r3]
+        cmp     r4, #0
+        addr    r0, n_banked
+        bl      verdict
         b       result
 
 @ 14 hostile-calls (kestrel only): defined answers to calls a 32-bit guest
@@ -294,6 +367,7 @@ hostile:
         orrs    r4, r4, r5
 1:      addr    r0, n_hostile
         bl      verdict
+        b       mmio_banked
 
 result:
         addr    r0, s_result
@@ -456,6 +530,8 @@ n_cpuon:  .asciz "12 cpu-on\n"
 n_pvipi:  .asciz "13 pv-ipi\n"
 s_pvipi:  .asciz "SKIP 13 pv-ipi (not kestrel)\n"
 n_hostile: .asciz "14 hostile-calls\n"
+n_banked: .asciz "15 mmio-banked\n"
+s_banked: .asciz "banked: "
 s_hostile: .asciz "SKIP 14 hostile-calls (not kestrel)\n"
 s_pass:   .asciz "PASS "
 s_fail:   .asciz "FAIL "

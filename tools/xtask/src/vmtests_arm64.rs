@@ -90,7 +90,7 @@ pub fn bare_case(gic: u32) -> Case {
 /// the kestrel-only ones (its PV IPI, its answers to wrong calls) must
 /// pass, which proves them real. About a second.
 pub fn bare_case_aarch32() -> Case {
-    let mut expect: Vec<&'static str> = vec!["RESULT: 12 passed, 0 failed"];
+    let mut expect: Vec<&'static str> = vec!["RESULT: 13 passed, 0 failed", "banked: IAUF"];
     expect.extend(
         AARCH32_CHECKS
             .iter()
@@ -741,6 +741,7 @@ pub(crate) const AARCH32_CHECKS: &[&str] = &[
     "cpu-on",
     "pv-ipi",
     "hostile-calls",
+    "mmio-banked",
 ];
 
 /// `arm64-aarch32`: the AArch32 VM passed every check, the PV IPI
@@ -756,6 +757,10 @@ fn check_aarch32(log: &str) -> Vec<String> {
         {
             problems.push(format!("no \"{want}\""));
         }
+    }
+    // Stores from the banked LR of irq, abt, und and fiq mode.
+    if !log.contains("[a32] banked: IAUF") {
+        problems.push("no \"[a32] banked: IAUF\"".into());
     }
     let result = format!("[a32] RESULT: {} passed, 0 failed", AARCH32_CHECKS.len());
     if !log.contains(&result) {

@@ -23,6 +23,7 @@ use crate::dev::vgic::SgiRegister;
 use crate::guest::arm64::aarch32::cp15::{self, Kind, Trap};
 use crate::guest::arm64::aarch32::except::{self, Exception, Fault, FsrFormat, SpsrReg};
 use crate::guest::arm64::aarch32::idregs::guest_view32;
+use crate::guest::arm64::aarch32::regs::trap_reg;
 use crate::guest::arm64::aarch32::smccc::{self, Call32};
 use crate::guest::arm64::aarch32::trap::{self, Exit32, Mcr, Mcrr, VmrsReg, RT_PC};
 use crate::guest::arm64::esr::{sysreg, Abort, SysReg};
@@ -309,16 +310,21 @@ pub fn sync32(env: &mut ExitCtx<'_, B>, ctx: &mut VcpuState, syn: Syndrome) -> O
 
 /// Writes the low 32 bits of an AArch32 register from a trapped read;
 /// `RT_PC` (an MRC to APSR_nzcv) sets the condition flags from [31:28].
+/// Rt is the AArch64 view, or (QEMU) the AArch32 number: `trap_reg`.
 fn set32(ctx: &mut VcpuState, rt: u8, v: u32) {
     if rt == RT_PC {
         ctx.regs.pstate = (ctx.regs.pstate & !0xf000_0000) | u64::from(v & 0xf000_0000);
-    } else if let Some(x) = ctx.regs.x.get_mut(usize::from(rt)) {
-        *x = u64::from(v);
+    } else if let Some(x) = trap_reg(ctx.regs.pstate, rt) {
+        if let Some(x) = ctx.regs.x.get_mut(usize::from(x)) {
+            *x = u64::from(v);
+        }
     }
 }
 
 fn get32(ctx: &VcpuState, rt: u8) -> u32 {
-    ctx.regs.x.get(usize::from(rt)).map_or(0, |&v| v as u32)
+    trap_reg(ctx.regs.pstate, rt)
+        .and_then(|x| ctx.regs.x.get(usize::from(x)))
+        .map_or(0, |&v| v as u32)
 }
 
 /// The host value of the AArch32 ID register `r` (op0 3, op1 0, CRn 0,

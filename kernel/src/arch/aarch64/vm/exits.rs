@@ -516,7 +516,20 @@ fn data_abort(env: &ExitCtx<'_, B>, ctx: &mut VcpuState, a: &Abort) -> RunExit {
         return RunExit::Continue;
     };
     vm.stats.exit(ExitReason::Mmio);
-    let value = reg(ctx, acc.rt);
+    // From AArch32 the SRT is the AArch64 view, or (QEMU) the AArch32
+    // number: aarch32::regs::trap_reg.
+    let rt = if ctx.regs.pstate & PSTATE_NRW != 0 {
+        match aarch32::regs::trap_reg(ctx.regs.pstate, acc.rt) {
+            Some(x) => x,
+            None => {
+                inject_abort(ctx, a, true);
+                return RunExit::Continue;
+            }
+        }
+    } else {
+        acc.rt
+    };
+    let value = reg(ctx, rt);
     let mut dev = VmDeviceEnv::new(env.hv, vm, env.index(), env.cpu);
     let result = match Width::new(acc.width) {
         Some(w) => hit.access(&mut dev, w, a.write.then_some(value)),
@@ -534,7 +547,7 @@ fn data_abort(env: &ExitCtx<'_, B>, ctx: &mut VcpuState, a: &Abort) -> RunExit {
                 if !acc.sf {
                     v &= 0xFFFF_FFFF;
                 }
-                set_reg(ctx, acc.rt, v);
+                set_reg(ctx, rt, v);
             }
             skip(ctx);
         }
