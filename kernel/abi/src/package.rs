@@ -266,6 +266,14 @@ pub enum GuestKind {
     /// tool unpacks a zboot `vmlinuz` to it): copied to its `text_offset`,
     /// entered at `kernel_entry` with the EFI boot protocol.
     LinuxLoongArchImage = 5,
+    /// 32-bit ARM Linux `zImage` (magic `0x016F2818` at 0x24,
+    /// `image::ZImage`) for an arm64 VM whose EL1 is AArch32: r0 = 0,
+    /// r1 = `0xFFFF_FFFF`, r2 = DTB, SVC mode, MMU off.
+    LinuxArm32ZImage = 6,
+    /// A raw AArch32 test guest on arm64 (EL1 in AArch32): copied to the
+    /// load offset, entered in SVC mode (A32) at the entry offset with the
+    /// registers of [`GuestKind::LinuxArm32ZImage`].
+    TestRaw32 = 7,
 }
 
 impl GuestKind {
@@ -276,6 +284,8 @@ impl GuestKind {
             3 => GuestKind::TestRaw,
             4 => GuestKind::TestElf,
             5 => GuestKind::LinuxLoongArchImage,
+            6 => GuestKind::LinuxArm32ZImage,
+            7 => GuestKind::TestRaw32,
             _ => return None,
         })
     }
@@ -286,7 +296,14 @@ impl GuestKind {
             GuestKind::TestRaw => "test-guest (raw binary)",
             GuestKind::TestElf => "test-guest (ELF)",
             GuestKind::LinuxLoongArchImage => "linux (LoongArch EFI image)",
+            GuestKind::LinuxArm32ZImage => "linux (32-bit ARM zImage, AArch32)",
+            GuestKind::TestRaw32 => "test-guest (raw binary, AArch32)",
         }
+    }
+    /// Whether the guest's EL1 runs in AArch32 state (an arm64 VM with
+    /// HCR_EL2.RW clear).
+    pub const fn is_aarch32(self) -> bool {
+        matches!(self, GuestKind::LinuxArm32ZImage | GuestKind::TestRaw32)
     }
     /// Whether the guest is Linux (wants a DTB and the Linux boot protocol).
     pub const fn is_linux(self) -> bool {
@@ -295,6 +312,7 @@ impl GuestKind {
             GuestKind::LinuxArm64Image
                 | GuestKind::LinuxLoongArchElf
                 | GuestKind::LinuxLoongArchImage
+                | GuestKind::LinuxArm32ZImage
         )
     }
 }

@@ -233,8 +233,17 @@ impl<'a> VmSpec<'a> {
             passthrough: rec.passthrough,
             identity: rec.identity,
             pv_ipi: !rec.pv_ipi_hidden,
-            pv_time: arch == Arch::Aarch64 && !rec.pv_time_hidden && rec.dtb.is_none(),
-            sve_vl: if arch == Arch::Aarch64 { rec.sve_vl } else { 0 },
+            // Stolen time (DEN0057A) is an SMC64 interface: not for AArch32.
+            pv_time: arch == Arch::Aarch64
+                && !rec.kind.is_aarch32()
+                && !rec.pv_time_hidden
+                && rec.dtb.is_none(),
+            // SVE is AArch64 state: an AArch32 VM never has it.
+            sve_vl: if arch == Arch::Aarch64 && !rec.kind.is_aarch32() {
+                rec.sve_vl
+            } else {
+                0
+            },
         }
     }
 
@@ -478,6 +487,10 @@ fn admit<'a>(
     let runs_here = matches!(
         (rec.kind, host.arch),
         (GuestKind::LinuxArm64Image, Arch::Aarch64)
+            | (
+                GuestKind::LinuxArm32ZImage | GuestKind::TestRaw32,
+                Arch::Aarch64
+            )
             | (GuestKind::LinuxLoongArchElf, Arch::LoongArch64)
             | (GuestKind::LinuxLoongArchImage, Arch::LoongArch64)
             | (GuestKind::TestRaw | GuestKind::TestElf, _)

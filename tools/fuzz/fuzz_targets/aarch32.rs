@@ -17,7 +17,9 @@ use kernel::guest::arm64::aarch32::cond::{
 };
 use kernel::guest::arm64::aarch32::cp15::{self, Kind, Part};
 use kernel::guest::arm64::aarch32::except::{self, psr, sctlr, Exception, Fault, FsrFormat};
+use kernel::guest::arm64::aarch32::idregs;
 use kernel::guest::arm64::aarch32::regs::{self, Mode, Reg64};
+use kernel::guest::arm64::aarch32::smccc::{self, Call32};
 use kernel::guest::arm64::aarch32::trap::{self, Cond, Exit32, VmrsReg};
 use kernel::guest::arm64::esr;
 use kestrel_abi::image::{self as img, ZImage};
@@ -84,6 +86,20 @@ fn check_trap(esr_v: u64, far: u64, hpfar: u64, spsr: u64) {
                         panic!("ID space {r:?}")
                     };
                     assert!(reg.is_feature_id() && reg.crm == r.crm && reg.op2 == r.opc2);
+                    // The guest's view of any hardware value: no Security or
+                    // Virtualization Extensions, no cp14 debug or PMU, GIC
+                    // only as the VM has it.
+                    let host = esr_v ^ far.rotate_left(17);
+                    let v3 = hpfar & 1 != 0;
+                    let v = idregs::guest_view32(reg, host, v3);
+                    match (r.crm, r.opc2) {
+                        (1, 1) => {
+                            assert_eq!(v & 0x0ff0_fff0, 0, "ID_PFR1 {v:#x}");
+                            assert_eq!(v >> 28, u32::from(v3));
+                        }
+                        (1, 2) | (1, 3) | (3, 3..=7) => assert_eq!(v, 0),
+                        _ => {}
+                    }
                 }
                 if r.opc1 == 0 && r.crn == 0 && (4..=7).contains(&r.crm) {
                     assert_eq!(e.kind, Kind::Const(0), "reserved AArch32 ID space");
@@ -288,7 +304,37 @@ fn check_zimage(file: &[u8], ram: (u8, u64, u64, u64)) {
     assert_eq!(u64::from(entry.r2), l.dtb);
 }
 
+/// A 32-bit caller's SMCCC call: only SMC32 PSCI/architecture calls reach
+/// the PSCI handler, with 32-bit registers; a vendor call's arguments and
+/// results are 32-bit words (the PV IPI window 64 bits, a counter split).
+fn check_smccc(r: [u64; 6], arch: bool, standard: bool, results: &[u64]) {
+    let arch = arch || standard;
+    match smccc::classify(r, arch, standard) {
+        Call32::Psci(a) => {
+            assert!(arch && !standard && r[0] as u32 & smccc::SMC64 == 0);
+            assert!(a.iter().zip(&r).all(|(a, r)| *a == r & 0xffff_ffff));
+        }
+        Call32::NotSupported => {
+            assert!(arch && (standard || r[0] as u32 & smccc::SMC64 != 0))
+        }
+        Call32::Vendor { function, args } => {
+            assert!(!arch);
+            assert_eq!(function, r[0] & 0xffff_ffff);
+            assert!(args[1..].iter().all(|&a| a >> 32 == 0));
+        }
+    }
+    let out = smccc::vendor_results(r[0], results);
+    assert!(out.len() <= 4 && out.len() <= results.len().max(2));
+    assert!(out.iter().all(|&v| v >> 32 == 0));
+}
+
 fuzz_target!(|x: Input| {
+    check_smccc(
+        [x.esr, x.far, x.hpfar, x.spsr, x.pc, u64::from(x.sctlr)],
+        x.fault.2,
+        x.fault.3,
+        &[x.far, x.hpfar, x.spsr, x.pc, x.esr][..(x.exception as usize % 6)],
+    );
     check_trap(x.esr, x.far, x.hpfar, x.spsr);
     // The same syndrome as each AArch32 class, to reach every decoder.
     for ec in [0x01u64, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x0c, 0x13] {

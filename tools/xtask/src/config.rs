@@ -11,7 +11,10 @@ use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use kestrel_abi::image::{Arm64Image, Elf, EM_AARCH64, EM_LOONGARCH};
+use kestrel_abi::image::{
+    arm32_layout, Arm64Image, Elf, ZImage, EM_AARCH64, EM_LOONGARCH, ZIMAGE_MAGIC,
+    ZIMAGE_MAGIC_OFFSET, ZIMAGE_SLACK,
+};
 use kestrel_abi::package::{
     self, Affinity, ConsoleKind, Device, FpPolicy, GuestKind, GuestLayout, HypervisorSettings,
     Package, VmInput, Writer,
@@ -93,6 +96,9 @@ struct RawVm {
     dtb: Option<String>,
     console: Option<String>,
     kind: Option<String>,
+    /// arm64 only: the state of the VM's EL1, "aarch64" (default) or
+    /// "aarch32" (a 32-bit guest; a zImage kernel implies it).
+    arch: Option<String>,
     #[serde(default)]
     virtio_console: bool,
     on_reboot: Option<String>,
@@ -896,18 +902,56 @@ fn check(text: &str, file: &Path, arch: Arch) -> Result<Config, ConfigError> {
         if kernel.is_empty() {
             return Err(err(&f("kernel"), format!("{} is empty", v.kernel)));
         }
+        let aarch32 = match (v.arch.as_deref(), arch) {
+            (None, Arch::Aarch64) => linux && is_zimage(&kernel),
+            (Some("aarch64"), Arch::Aarch64) => false,
+            (Some("aarch32"), Arch::Aarch64) => true,
+            (None, _) => false,
+            (Some(o), Arch::Aarch64) => {
+                return Err(err(
+                    &f("arch"),
+                    format!("unknown arch \"{o}\": use aarch64 or aarch32"),
+                ))
+            }
+            (Some(_), _) => {
+                return Err(err(
+                    &f("arch"),
+                    "arch (AArch64 or AArch32 EL1) is for arm64 VMs only: remove it".into(),
+                ))
+            }
+        };
+        if aarch32 && v.identity {
+            return Err(err(
+                &f("identity"),
+                "identity RAM is not for AArch32 VMs (their RAM must start \
+                 128 MiB-aligned below 4 GiB): remove it"
+                    .into(),
+            ));
+        }
+        if aarch32 && linux && memory > AARCH32_LINUX_MAX_MEMORY {
+            return Err(err(
+                &f("memory"),
+                format!(
+                    "{} MiB: a 32-bit Linux VM gets at most {} MiB (its kernel must \
+                     reach the initrd and DTB through its low memory)",
+                    memory >> 20,
+                    AARCH32_LINUX_MAX_MEMORY >> 20
+                ),
+            ));
+        }
         let mut entry_offset = 0;
-        let (kind, load_offset, footprint) =
-            if linux && arch == Arch::LoongArch64 && !kernel.starts_with(b"\x7fELF") {
-                // A LoongArch Linux image, or Debian's zboot vmlinuz (unpacked here).
-                let (image, h) = crate::zboot::loongarch_kernel(&dir.join(&v.kernel), kernel)
-                    .map_err(|p| err(&f("kernel"), p))?;
-                kernel = image;
-                entry_offset = h.entry - h.text_offset;
-                (GuestKind::LinuxLoongArchImage, h.text_offset, h.image_size)
-            } else {
-                kernel_kind(&kernel, linux, arch).map_err(|p| err(&f("kernel"), p))?
-            };
+        let (kind, load_offset, footprint) = if aarch32 {
+            kernel_kind32(&kernel, linux, memory).map_err(|p| err(&f("kernel"), p))?
+        } else if linux && arch == Arch::LoongArch64 && !kernel.starts_with(b"\x7fELF") {
+            // A LoongArch Linux image, or Debian's zboot vmlinuz (unpacked here).
+            let (image, h) = crate::zboot::loongarch_kernel(&dir.join(&v.kernel), kernel)
+                .map_err(|p| err(&f("kernel"), p))?;
+            kernel = image;
+            entry_offset = h.entry - h.text_offset;
+            (GuestKind::LinuxLoongArchImage, h.text_offset, h.image_size)
+        } else {
+            kernel_kind(&kernel, linux, arch).map_err(|p| err(&f("kernel"), p))?
+        };
         let initrd = v.initrd.as_deref().map(|p| read("initrd", p)).transpose()?;
         let dtb = v.dtb.as_deref().map(|p| read("dtb", p)).transpose()?;
         if let Some(d) = &dtb {
@@ -1035,6 +1079,35 @@ fn check(text: &str, file: &Path, arch: Arch) -> Result<Config, ConfigError> {
         settings,
         vms,
     })
+}
+
+/// The most RAM a 32-bit Linux VM is given: the zImage, initrd and DTB
+/// must lie in its low memory (`kestrel_abi::image::ARM32_LOWMEM`).
+const AARCH32_LINUX_MAX_MEMORY: u64 = 512 << 20;
+
+/// Whether `k` is a 32-bit ARM zImage (its magic at 0x24).
+fn is_zimage(k: &[u8]) -> bool {
+    k.get(ZIMAGE_MAGIC_OFFSET..ZIMAGE_MAGIC_OFFSET + 4)
+        .is_some_and(|m| u32::from_le_bytes([m[0], m[1], m[2], m[3]]) == ZIMAGE_MAGIC)
+}
+
+/// The guest kind, load offset and footprint of a kernel for an AArch32
+/// EL1: a zImage placed by the 32-bit boot protocol's rule
+/// ([`arm32_layout`]), or a raw test guest at the start of RAM.
+fn kernel_kind32(k: &[u8], linux: bool, memory: u64) -> Result<(GuestKind, u64, u64), String> {
+    let len = k.len() as u64;
+    if !linux {
+        if k.starts_with(b"\x7fELF") {
+            return Err("an AArch32 test guest is a raw binary, not an ELF".into());
+        }
+        return Ok((GuestKind::TestRaw32, 0, len));
+    }
+    let z = ZImage::parse(k).map_err(|e| format!("not a 32-bit ARM zImage: {e}"))?;
+    let ram = package::ARM64_GUEST_RAM;
+    let l = arm32_layout(ram, memory, &z, package::DTB_SLOT / 2, 0)
+        .map_err(|e| format!("the zImage does not fit: {e:?}"))?;
+    let footprint = (u64::from(z.size) + ZIMAGE_SLACK).max(len);
+    Ok((GuestKind::LinuxArm32ZImage, l.kernel - ram, footprint))
 }
 
 /// The guest kind, load offset and footprint of a kernel file.

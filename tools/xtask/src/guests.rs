@@ -64,7 +64,35 @@ pub fn build_guest_arm64() -> Result<PathBuf, String> {
         return Err("llvm-objcopy of the arm64 test guest failed".into());
     }
     write_ballast(&out_dir.join(BALLAST))?;
+    write_guest_aarch32(&out_dir.join(AARCH32_BIN))?;
     Ok(bin)
+}
+
+/// The AArch32 test guest (`tools/guests/aarch32-test/guest.S`, assembled
+/// into [`crate::guest32_words::WORDS`] by its `assemble.sh`), written next
+/// to the arm64 one; configs name it with `arch = "aarch32"` and
+/// `kind = "test-guest"`.
+pub const AARCH32_BIN: &str = "aarch32-test.bin";
+
+/// Writes the AArch32 test guest alone (for its bare-QEMU case); returns
+/// `build/guests/aarch32-test.bin`.
+pub fn build_guest_aarch32() -> Result<PathBuf, String> {
+    let out_dir = root().join("build/guests");
+    std::fs::create_dir_all(&out_dir).map_err(|e| format!("{}: {e}", out_dir.display()))?;
+    let bin = out_dir.join(AARCH32_BIN);
+    write_guest_aarch32(&bin)?;
+    Ok(bin)
+}
+
+fn write_guest_aarch32(path: &std::path::Path) -> Result<(), String> {
+    let bytes: Vec<u8> = crate::guest32_words::WORDS
+        .iter()
+        .flat_map(|w| w.to_le_bytes())
+        .collect();
+    if std::fs::read(path).is_ok_and(|b| b == bytes) {
+        return Ok(());
+    }
+    std::fs::write(path, &bytes).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// An initrd of [`BALLAST_BYTES`] that no guest reads, for cases where a

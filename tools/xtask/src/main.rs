@@ -24,6 +24,7 @@ mod console_test;
 mod counters;
 mod fwboot;
 mod fwboot_la64;
+mod guest32_words;
 mod guests;
 mod layers;
 mod qemu;

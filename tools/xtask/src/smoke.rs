@@ -97,6 +97,7 @@ fn cases() -> Vec<Case> {
         crate::vmtests_la64::bare_attack_case(),
         crate::vmtests_arm64::bare_case(3),
         crate::vmtests_arm64::bare_case(2),
+        crate::vmtests_arm64::bare_case_aarch32(),
         // Bad input: without virtualization=on the CPU starts at EL1, where a
         // hypervisor cannot run: kestrel must say so and halt.
         Case {

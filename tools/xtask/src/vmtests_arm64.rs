@@ -86,6 +86,40 @@ pub fn bare_case(gic: u32) -> Case {
     }
 }
 
+/// The AArch32 test guest alone on QEMU at EL1 in AArch32 (`-cpu
+/// cortex-a15`, `-smp 2`, PSCI over HVC handled by QEMU): every check but
+/// the kestrel-only ones (its PV IPI, its answers to wrong calls) must
+/// pass, which proves them real. About a second.
+pub fn bare_case_aarch32() -> Case {
+    let mut expect: Vec<&'static str> = vec!["RESULT: 13 passed, 0 failed", "banked: IAUF"];
+    expect.extend(
+        AARCH32_CHECKS
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| !["pv-ipi", "hostile-calls"].contains(*c))
+            .map(|(i, c)| leak(format!("PASS {} {c}", i + 1))),
+    );
+    Case {
+        name: "aarch32 test guest on bare QEMU (cortex-a15, AArch32 EL1, -smp 2)",
+        opts: Opts {
+            arch: Arch::Aarch64,
+            smp: 2,
+            gic: 3,
+            // Check 10 reads 0x7FF0_0000, past RAM below 1 GiB of it.
+            mem_mib: 256,
+            ..Opts::default()
+        },
+        ending: Ending::PowerOff,
+        expect,
+        reject: vec!["FAIL "],
+        extra: vec!["-cpu", "cortex-a15"],
+        machine: Some("virt,gic-version=3"),
+        check: None,
+        timeout: Duration::from_secs(60),
+        guest: Some(crate::guests::build_guest_aarch32),
+    }
+}
+
 fn leak(s: String) -> &'static str {
     Box::leak(s.into_boxed_str())
 }
@@ -146,6 +180,54 @@ pub fn vm_cases() -> Vec<VmCase> {
             check: Some(check_refused),
             timeout: Duration::from_secs(300),
             qemu_args: &["-cpu", "max,sve=off"],
+            stop_after: None,
+            lvz: false,
+            append: "",
+            smp: 4,
+        },
+        VmCase {
+            name: "arm64-aarch32: an AArch32 test VM (2 vCPUs) beside an arm64 test VM sharing 2 pCPUs: traps, PSCI, lazy FP across 32/64-bit switches",
+            config: "configs/test/arm64-aarch32.toml",
+            features: &[],
+            gic: 3,
+            mem_mib: 1024,
+            vms: vec!["a32".into(), "t64".into()],
+            must_pass: &[],
+            check: Some(check_aarch32),
+            timeout: Duration::from_secs(600),
+            qemu_args: &[],
+            stop_after: None,
+            lvz: false,
+            append: "",
+            smp: 4,
+        },
+        VmCase {
+            name: "arm64-aarch32-gicv2: the same on a GICv2 (SGIs through GICD_SGIR, the GICV frame)",
+            config: "configs/test/arm64-aarch32.toml",
+            features: &[],
+            gic: 2,
+            mem_mib: 1024,
+            vms: vec!["a32".into(), "t64".into()],
+            must_pass: &[],
+            check: Some(check_aarch32),
+            timeout: Duration::from_secs(600),
+            qemu_args: &[],
+            stop_after: None,
+            lvz: false,
+            append: "",
+            smp: 4,
+        },
+        VmCase {
+            name: "arm64-aarch32-refused: the same VMs on a CPU without AArch32 at EL1 (-cpu neoverse-v1): the AArch32 VM is refused with the reason, the arm64 one runs",
+            config: "configs/test/arm64-aarch32.toml",
+            features: &[],
+            gic: 3,
+            mem_mib: 1024,
+            vms: vec!["t64".into()],
+            must_pass: &[],
+            check: Some(check_aarch32_refused),
+            timeout: Duration::from_secs(600),
+            qemu_args: &["-cpu", "neoverse-v1"],
             stop_after: None,
             lvz: false,
             append: "",
@@ -735,6 +817,79 @@ pub(crate) fn judge_vm(case: &VmCase, log: &str, timed_out: bool) -> Vec<String>
     }
     if let Some(check) = case.check {
         problems.extend(check(log));
+    }
+    problems
+}
+
+/// The AArch32 test guest's checks (tools/guests/aarch32-test/guest.S), in
+/// the order it prints them.
+pub(crate) const AARCH32_CHECKS: &[&str] = &[
+    "boot-registers",
+    "id-pfr1",
+    "vmrs-mvfr0",
+    "psci-version",
+    "fp-lazy",
+    "fpexc-en-0",
+    "undef-impdef",
+    "cond-fail",
+    "thumb",
+    "abort-outside-memory",
+    "phys-timer",
+    "cpu-on",
+    "pv-ipi",
+    "hostile-calls",
+    "mmio-banked",
+];
+
+/// `arm64-aarch32`: the AArch32 VM passed every check, the PV IPI
+/// included (kestrel answers HVC32), and the arm64 VM beside it every one
+/// of its own.
+fn check_aarch32(log: &str) -> Vec<String> {
+    let mut problems = Vec::new();
+    for (i, c) in AARCH32_CHECKS.iter().enumerate() {
+        let want = format!("[a32] PASS {} {c}", i + 1);
+        if !log
+            .lines()
+            .any(|l| l.ends_with(&want) || l.contains(&format!("{want} ")))
+        {
+            problems.push(format!("no \"{want}\""));
+        }
+    }
+    // Stores from the banked LR of irq, abt, und and fiq mode.
+    if !log.contains("[a32] banked: IAUF") {
+        problems.push("no \"[a32] banked: IAUF\"".into());
+    }
+    let result = format!("[a32] RESULT: {} passed, 0 failed", AARCH32_CHECKS.len());
+    if !log.contains(&result) {
+        problems.push(format!("no \"{result}\""));
+    }
+    for c in ALL {
+        let want = format!("[t64] PASS {} {c}", number(c));
+        if !log.contains(&want) {
+            problems.push(format!("no \"{want}\""));
+        }
+    }
+    problems
+}
+
+/// `arm64-aarch32-refused`: kestrel refused the AArch32 VM, saying why,
+/// and ended with status 1 (the arm64 VM's checks are `judge_vm`'s).
+fn check_aarch32_refused(log: &str) -> Vec<String> {
+    let mut problems = Vec::new();
+    let why = "VM refused: vm[0] \"a32\": arch: an AArch32 VM needs a CPU that runs AArch32 at EL1";
+    if !log.contains(why) {
+        problems.push(format!("no \"{why}\" line"));
+    }
+    for want in [
+        "1 of 2 VM(s) refused at boot",
+        "kestrel: work done, powering off (status 1)",
+    ] {
+        if !log.contains(want) {
+            problems.push(format!("no \"{want}\""));
+        }
+    }
+    if log.contains("[a32] ") {
+        problems.push("the refused VM printed".into());
     }
     problems
 }

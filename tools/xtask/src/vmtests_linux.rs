@@ -232,7 +232,7 @@ pub struct KestrelCase {
     sve_bytes: u32,
 }
 
-pub const KESTREL_CASES: [KestrelCase; 5] = [
+pub const KESTREL_CASES: [KestrelCase; 6] = [
     KestrelCase {
         name: "linux on kestrel: 1 VM x 4 vCPUs, GICv3",
         config: "configs/linux-1vm.toml",
@@ -289,6 +289,18 @@ pub const KESTREL_CASES: [KestrelCase; 5] = [
         pass: PASS_2,
         virtio: false,
         reboots: 1,
+        seeds: false,
+        steal: false,
+        sve_bytes: 0,
+    },
+    KestrelCase {
+        name: "linux on kestrel aarch32: a 32-bit Linux VM (Debian armhf zImage, 2 vCPUs, AArch32 EL1) beside a 64-bit one (2 vCPUs) on the other 2 pCPUs, FP check in both, GICv3",
+        config: "configs/linux-aarch32.toml",
+        gic: 3,
+        vms: &["a32", "a64"],
+        pass: PASS_2,
+        virtio: false,
+        reboots: 0,
         seeds: false,
         steal: false,
         sve_bytes: 0,

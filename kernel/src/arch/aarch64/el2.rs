@@ -83,6 +83,18 @@ impl HcrEl2 {
     );
 }
 
+impl HcrEl2 {
+    /// HCR_EL2 for the guests of an AArch32 VM: [`HcrEl2::GUEST`] with RW
+    /// clear, so EL1 (and EL0) run in AArch32 state; TID3 also traps the
+    /// AArch32 ID registers (MRC p15 c0 and VMRS of MVFR0-2). TSW is clear
+    /// too: 32-bit Linux cleans its whole data cache by set/way at boot
+    /// (its decompressor, `v7_flush_dcache_all`: tens of thousands of
+    /// operations, which kestrel would only ignore one exit each); done by
+    /// the hardware they are harmless to everyone else, SWIO making an
+    /// invalidate a clean and invalidate.
+    pub const GUEST32: Self = Self::GUEST.difference(Self::RW.union(Self::TSW));
+}
+
 // The values the bare constants had.
 const _: () = assert!(HcrEl2::BOOT.bits() == 0x8000_0038);
 const _: () = assert!(HcrEl2::GUEST.bits() == 0x18_807c_663f);

@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 
 mod apt;
 mod arm64;
+pub mod armhf;
 pub mod firmware;
 mod initramfs;
 pub mod loong64;
@@ -115,7 +116,7 @@ pub struct BareTests {
 /// `cargo xtask guest-assets [--arch A] [--refresh] [--test]`; `--test`
 /// runs `tests`.
 pub fn command(args: &[String], tests: &BareTests) -> Result<(), String> {
-    let (mut refresh, mut test, mut la) = (false, false, false);
+    let (mut refresh, mut test, mut la, mut armhf_only) = (false, false, false, false);
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -124,6 +125,7 @@ pub fn command(args: &[String], tests: &BareTests) -> Result<(), String> {
             "--arch" => match it.next().map(String::as_str) {
                 Some("aarch64" | "arm64") => la = false,
                 Some("loongarch64" | "loong64") => la = true,
+                Some("armhf" | "aarch32") => armhf_only = true,
                 other => {
                     return Err(format!(
                         "guest-assets: --arch takes aarch64 or loongarch64, not {other:?}"
@@ -132,9 +134,11 @@ pub fn command(args: &[String], tests: &BareTests) -> Result<(), String> {
             },
             "-h" | "--help" => {
                 println!(
-                    "usage: cargo xtask guest-assets [--arch aarch64|loongarch64] [--refresh] [--test]\n\
+                    "usage: cargo xtask guest-assets [--arch aarch64|armhf|loongarch64] [--refresh] [--test]\n\
                      Fetches Debian's arm64 cloud kernel and busybox-static with apt (cache: {}),\n\
-                     checks them and builds {}/{{Image,initramfs.cpio.gz,rootfs.ext4}}.\n\
+                     checks them and builds {}/{{Image,initramfs.cpio.gz,rootfs.ext4}};\n\
+                     also Debian's armhf LPAE kernel (a zImage) and busybox-static for 32-bit VMs:\n\
+                     build/guests/linux-armhf/{{zImage,initramfs.cpio.gz}} (--arch armhf: only those).\n\
                      --arch loongarch64: Debian sid's loong64 kernel (its zboot vmlinuz unpacked) and busybox,\n\
                      trixie's edk2 for QEMU (QEMU_EFI.fd), the test initramfs, in build/guests/linux-loong64/\n\
                      --refresh  resolve and download the current versions even if the cache is valid\n\
@@ -163,7 +167,17 @@ pub fn command(args: &[String], tests: &BareTests) -> Result<(), String> {
         }
         return Ok(());
     }
+    // The 32-bit guest's kernel and busybox come with the arm64 assets.
+    let h = armhf::ensure(refresh)?;
+    say(&format!("32-bit guest kernel: {}", h.kernel));
+    if armhf_only {
+        println!("{}", h.zimage.display());
+        println!("{}", h.initramfs.display());
+        return Ok(());
+    }
     let a = ensure(refresh)?;
+    println!("{}", h.zimage.display());
+    println!("{}", h.initramfs.display());
     println!("{}", a.image.display());
     println!("{}", a.initramfs.display());
     println!("{}", a.rootfs.display());

@@ -1028,3 +1028,76 @@ fn all_the_problems_of_a_config_are_reported_at_once() {
     assert!(check(GOOD).is_ok());
     assert!(error("[[vm]\nname =").more.is_empty());
 }
+
+/// A zImage of `len` bytes (position-independent, little-endian, no tag
+/// table) in the fixture directory `dir`.
+fn write_zimage(dir: &Path, len: usize) {
+    let mut z = vec![0u8; len];
+    z[0x24..0x28].copy_from_slice(&0x016f_2818u32.to_le_bytes());
+    z[0x2c..0x30].copy_from_slice(&(len as u32).to_le_bytes());
+    z[0x30..0x34].copy_from_slice(&0x0403_0201u32.to_le_bytes());
+    std::fs::write(dir.join("zImage"), &z).unwrap();
+}
+
+#[test]
+fn aarch32_vms_from_the_arch_key_or_the_zimage() {
+    let dir = fixture();
+    write_zimage(&dir, 64 * 1024);
+    let file = dir.join("vms.toml");
+    let vm = |extra: &str, kernel: &str, memory: &str| {
+        format!(
+            "[[vm]]\nname = \"a\"\nvcpus = 1\nmemory = \"{memory}\"\nkernel = \"{kernel}\"\n{extra}"
+        )
+    };
+    // A zImage is detected without the key and placed 32 MiB into RAM.
+    std::fs::write(&file, vm("", "zImage", "128M")).unwrap();
+    let cfg = load(&file, Arch::Aarch64).unwrap();
+    assert_eq!(cfg.vms[0].kind, GuestKind::LinuxArm32ZImage);
+    assert_eq!(cfg.vms[0].load_offset, 32 * MB);
+    // The key makes a raw test guest AArch32.
+    std::fs::write(
+        &file,
+        vm(
+            "kind = \"test-guest\"\narch = \"aarch32\"",
+            "notanimage",
+            "16M",
+        ),
+    )
+    .unwrap();
+    assert_eq!(
+        load(&file, Arch::Aarch64).unwrap().vms[0].kind,
+        GuestKind::TestRaw32
+    );
+    // Refused: an unknown arch, a zImage said to be AArch64, too much RAM
+    // for 32-bit Linux, the key on LoongArch.
+    let refused = |text: String, arch: Arch, field: &str, needle: &str| {
+        std::fs::write(&file, text).unwrap();
+        let e = load(&file, arch).expect_err("refused");
+        assert_eq!(e.field, field, "{e}");
+        assert!(e.problem.contains(needle), "{e}");
+    };
+    refused(
+        vm("arch = \"arm\"", "zImage", "128M"),
+        Arch::Aarch64,
+        "vm[0].arch",
+        "unknown arch",
+    );
+    refused(
+        vm("arch = \"aarch64\"", "zImage", "128M"),
+        Arch::Aarch64,
+        "vm[0].kernel",
+        "not an arm64 Linux Image",
+    );
+    refused(
+        vm("", "zImage", "1G"),
+        Arch::Aarch64,
+        "vm[0].memory",
+        "at most 512 MiB",
+    );
+    refused(
+        vm("arch = \"aarch32\"", "vmlinux", "128M"),
+        Arch::LoongArch64,
+        "vm[0].arch",
+        "arm64 VMs only",
+    );
+}

@@ -123,10 +123,16 @@ impl Arm64Backend {
         for (i, ctx) in vcpus.iter_mut().enumerate() {
             // A new FP state too: the old one may still be live in some
             // pCPU's unit, which writes it back there, not here.
-            **ctx = VcpuState::new(i, &vm.stats, self.dbg_points, st.sve_vq);
+            **ctx = VcpuState::new(
+                i,
+                &vm.stats,
+                self.dbg_points,
+                st.sve_vq,
+                st.spec.kind.is_aarch32(),
+            );
         }
         if let Some(boot) = vcpus.first_mut() {
-            boot.reset(st.spec.entry_gpa, st.spec.dtb_gpa);
+            boot.reset_boot(st.spec.entry_gpa, st.spec.dtb_gpa);
         }
         if !st.ram.is_lazy() {
             // Identity RAM stayed mapped: its old translations go now.
@@ -207,6 +213,16 @@ impl Machine for Arm64Backend {
             return Err(String::from(
                 "console: only the PL011 is emulated on arm64 (console = \"pl011\")",
             ));
+        }
+        if spec.kind.is_aarch32() {
+            if let Some(why) = super::aarch32::refuse_reason() {
+                return Err(why);
+            }
+            if spec.identity {
+                return Err(String::from(
+                    "identity: an AArch32 VM's RAM stays at its guest address",
+                ));
+            }
         }
         let vcpus = spec.vcpus as usize;
         let sve_vq = self.sve_vq(spec)?;
@@ -336,10 +352,11 @@ impl Machine for Arm64Backend {
             reload: Mutex::new(None),
             reloading: AtomicBool::new(false),
         };
+        let aarch32 = spec.kind.is_aarch32();
         let mut states: Vec<VcpuState> = (0..vcpus)
-            .map(|i| VcpuState::new(i, stats, self.dbg_points, sve_vq))
+            .map(|i| VcpuState::new(i, stats, self.dbg_points, sve_vq, aarch32))
             .collect();
-        states[0].reset(spec.entry_gpa, spec.dtb_gpa);
+        states[0].reset_boot(spec.entry_gpa, spec.dtb_gpa);
         Ok(Built {
             arch: st,
             vcpus: states,

@@ -44,7 +44,7 @@ pub const PV_IPI_SGI: u8 = kestrel_abi::arm64::PV_IPI_SGI as u8;
 /// 4 GiB and a T32 instruction in an IT block advances the IT state, as
 /// if it had completed ([`aarch32::cond::skip_instruction`]): the next
 /// instruction of the block must see its own condition, not this one's.
-fn skip(ctx: &mut VcpuState) {
+pub(super) fn skip(ctx: &mut VcpuState) {
     if ctx.regs.pstate & PSTATE_NRW != 0 {
         let (pc, spsr) =
             aarch32::cond::skip_instruction(ctx.regs.pstate, ctx.regs.pc, ctx.ilen == 4);
@@ -121,8 +121,12 @@ pub fn inject_sync(ctx: &mut VcpuState, esr: u64, far: Option<u64>) {
 
 const ESR_IL: u64 = 1 << 25;
 
-/// An undefined-instruction exception (EC 0x00) for the current instruction.
+/// An undefined-instruction exception (EC 0x00) for the current instruction
+/// (to an AArch32 EL1: its undefined-instruction vector, und mode).
 pub fn inject_undef(ctx: &mut VcpuState) {
+    if ctx.aarch32 {
+        return super::aarch32::inject_undef32(ctx);
+    }
     let il = if ctx.ilen == 2 { 0 } else { ESR_IL };
     inject_sync(ctx, il, None);
 }
@@ -131,8 +135,12 @@ fn from_el0(ctx: &VcpuState) -> bool {
     ctx.regs.pstate & 0xf == 0 || ctx.regs.pstate & 0x10 != 0
 }
 
-/// A synchronous external abort on the access `a` describes.
+/// A synchronous external abort on the access `a` describes (to an
+/// AArch32 EL1: a data or prefetch abort, abt mode).
 pub fn inject_abort(ctx: &mut VcpuState, a: &Abort, data: bool) {
+    if ctx.aarch32 {
+        return super::aarch32::inject_abort32(ctx, a, data);
+    }
     let ec: u64 = match (data, from_el0(ctx)) {
         (true, true) => 0x24,
         (true, false) => 0x25,
@@ -167,8 +175,15 @@ pub fn sync(env: &mut ExitCtx<'_, B>, ctx: &mut VcpuState, syn: Syndrome) -> Run
         skip(ctx);
         return RunExit::Continue;
     }
+    let aarch32_state = ctx.regs.pstate & PSTATE_NRW != 0;
+    if aarch32_state {
+        // Coprocessor, VMRS, HVC32 and SMC32 traps; the rest below.
+        if let Some(exit) = super::aarch32::sync32(env, ctx, syn) {
+            return exit;
+        }
+    }
     let mut exit = esr::decode(esr, syn.far, syn.hpfar);
-    if exit == Exit::Wfi && be.wfxt {
+    if exit == Exit::Wfi && be.wfxt && !aarch32_state {
         // QEMU reports a trapped WFIT with the WFI syndrome (TI = 0, no
         // RV): the instruction itself tells them apart.
         if let Some(rt) = wfit_at_pc(vm, ctx) {
@@ -217,6 +232,10 @@ pub fn sync(env: &mut ExitCtx<'_, B>, ctx: &mut VcpuState, syn: Syndrome) -> Run
                 // Counts the trap and restore in this VM, and the save of
                 // the previous owner's registers in that owner's VM.
                 engine.fp_trap();
+            }
+            drop(e);
+            if ctx.aarch32 {
+                super::aarch32::fp_loaded(ctx);
             }
             RunExit::Continue
         }
@@ -506,7 +525,20 @@ fn data_abort(env: &ExitCtx<'_, B>, ctx: &mut VcpuState, a: &Abort) -> RunExit {
         return RunExit::Continue;
     };
     vm.stats.exit(ExitReason::Mmio);
-    let value = reg(ctx, acc.rt);
+    // From AArch32 the SRT is the AArch64 view, or (QEMU) the AArch32
+    // number: aarch32::regs::trap_reg.
+    let rt = if ctx.regs.pstate & PSTATE_NRW != 0 {
+        match aarch32::regs::trap_reg(ctx.regs.pstate, acc.rt) {
+            Some(x) => x,
+            None => {
+                inject_abort(ctx, a, true);
+                return RunExit::Continue;
+            }
+        }
+    } else {
+        acc.rt
+    };
+    let value = reg(ctx, rt);
     let mut dev = VmDeviceEnv::new(env.hv, vm, env.index(), env.cpu);
     let result = match Width::new(acc.width) {
         Some(w) => hit.access(&mut dev, w, a.write.then_some(value)),
@@ -524,7 +556,7 @@ fn data_abort(env: &ExitCtx<'_, B>, ctx: &mut VcpuState, a: &Abort) -> RunExit {
                 if !acc.sf {
                     v &= 0xFFFF_FFFF;
                 }
-                set_reg(ctx, acc.rt, v);
+                set_reg(ctx, rt, v);
             }
             skip(ctx);
         }

@@ -5,6 +5,7 @@
 //! scheduling, blocking and VM lifetime are the portable run loop's
 //! (`crate::vm`). Design notes: docs/arm64-vm.md.
 
+pub mod aarch32;
 pub mod build;
 pub mod devices;
 pub mod entry;
@@ -310,7 +311,12 @@ impl Backend for Arm64Backend {
                 core::arch::asm!("isb", "tlbi vmalls12e1", "dsb nsh", "isb", options(nostack))
             };
         }
-        msr!("hcr_el2", HcrEl2::GUEST.bits());
+        let hcr = if ctx.aarch32 {
+            HcrEl2::GUEST32
+        } else {
+            HcrEl2::GUEST
+        };
+        msr!("hcr_el2", hcr.bits());
         msr!("vpidr_el2", self.midr);
         msr!("vmpidr_el2", ctx.vmpidr);
         msr!("cntvoff_el2", vm.arch.cntvoff);
@@ -340,6 +346,10 @@ impl Backend for Arm64Backend {
             // The run loop drops this vCPU at once; the other pCPU may have
             // left its run loop already.
             return;
+        }
+        if ctx.aarch32 {
+            // After the FP engine's load: FPEXC follows the unit.
+            aarch32::load(ctx);
         }
         // SAFETY: barrier only: the EL2 controls above take effect.
         unsafe { core::arch::asm!("isb", options(nostack, preserves_flags)) };
@@ -401,6 +411,10 @@ impl Backend for Arm64Backend {
         self.hw.put(&mut ctx.gic);
         ctx.lrs_used = 0;
         ctx.lrs_live = false;
+        if ctx.aarch32 {
+            // Before the FP engine's put, which may hand the unit on.
+            aarch32::put(ctx);
+        }
         {
             let mut e = PCPU[cpu].fp.lock();
             if let Some(engine) = e.as_mut() {

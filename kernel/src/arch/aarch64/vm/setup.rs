@@ -112,6 +112,14 @@ impl Arm64Backend {
             msr!("s3_4_c5_c2_3", 0); // VSESR_EL2
         }
         el2::el2_trap_defaults();
+        if super::aarch32::el1_supported() {
+            // No cp15 CRn traps (reset value UNKNOWN): AArch32 guests'
+            // cp15 accesses trap only through the controls kestrel sets.
+            msr!("hstr_el2", 0);
+            // No vector catch for an AArch32 EL1 (its cp14 DBGVCR traps
+            // and reads as zero; the reset value is UNKNOWN).
+            msr!("dbgvcr32_el2", 0);
+        }
         // SAFETY: masks IRQs at EL2 on this CPU: the run loop takes them as
         // guest exits or in `idle`.
         unsafe { core::arch::asm!("msr daifset, #2", options(nomem, nostack)) };

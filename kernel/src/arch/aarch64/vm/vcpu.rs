@@ -13,6 +13,7 @@ use crate::vcpu::fpu::{Arm64FpState, VcpuFp};
 use crate::vcpu::stats::Stats;
 
 use super::super::timer;
+use super::aarch32::{self, A32Regs};
 use super::regs::{El1Regs, PSTATE_EL1H_MASKED};
 use super::switch::GuestRegs;
 use super::vgic_hw::VgicCpu;
@@ -59,6 +60,10 @@ pub struct VcpuState {
     pub wfxt_at: u64,
     /// The debug registers' shadow (loaded into the hardware when dirty).
     pub debug: DebugRegs,
+    /// The vCPU's EL1 runs in AArch32 state (an AArch32 VM's).
+    pub aarch32: bool,
+    /// Its AArch32-only EL1 state (switched only when `aarch32`).
+    pub a32: A32Regs,
 }
 
 impl VcpuState {
@@ -67,6 +72,7 @@ impl VcpuState {
         stats: &Arc<Stats>,
         dbg_points: (usize, usize),
         sve_vq: Option<u8>,
+        aarch32: bool,
     ) -> VcpuState {
         VcpuState {
             regs: GuestRegs::default(),
@@ -90,11 +96,14 @@ impl VcpuState {
             ptimer: PhysTimer::default(),
             wfxt_at: u64::MAX,
             debug: DebugRegs::new(dbg_points.0, dbg_points.1),
+            aarch32,
+            a32: A32Regs::default(),
         }
     }
 
     /// Architectural reset for an entry at `entry` with x0 = `x0` (boot and
-    /// PSCI CPU_ON): EL1h, MMU off, DAIF masked.
+    /// PSCI CPU_ON): EL1h, MMU off, DAIF masked. For a 32-bit vCPU, r0 =
+    /// `x0`, SVC mode with A/I/F masked, A32 (T32 for an odd `entry`).
     pub fn reset(&mut self, entry: u64, x0: u64) {
         self.regs = GuestRegs::default();
         self.regs.x[0] = x0;
@@ -104,5 +113,21 @@ impl VcpuState {
         self.gic = VgicCpu::default();
         self.ptimer = PhysTimer::default();
         self.debug = DebugRegs::new(self.debug.brps, self.debug.wrps);
+        if self.aarch32 {
+            aarch32::reset_state(self, entry);
+        }
+    }
+
+    /// The boot vCPU's reset: Linux's boot protocol of the VM's EL1 state
+    /// (AArch64: x0 = DTB; AArch32: r0 = 0, r1 = `0xFFFF_FFFF` for a
+    /// device-tree machine, r2 = DTB).
+    pub fn reset_boot(&mut self, entry: u64, dtb: u64) {
+        if self.aarch32 {
+            self.reset(entry, 0);
+            self.regs.x[1] = u64::from(kestrel_abi::image::ARM32_MACH_DT);
+            self.regs.x[2] = dtb;
+        } else {
+            self.reset(entry, dtb);
+        }
     }
 }

@@ -212,8 +212,8 @@ fn images(st: &VmState, spec: &VmSpec<'static>) -> Result<(ImageLoad, BootRegs),
             pieces.push(Piece::new(spec.kernel_gpa, spec.kernel, "kernel"));
             layout::gpa_of(spec.entry_gpa)
         }
-        GuestKind::LinuxArm64Image => {
-            return Err(String::from("kind: an arm64 Image cannot run on LoongArch"))
+        GuestKind::LinuxArm64Image | GuestKind::LinuxArm32ZImage | GuestKind::TestRaw32 => {
+            return Err(String::from("kind: an arm64 guest cannot run on LoongArch"))
         }
     };
     if let Some(initrd) = spec.initrd {

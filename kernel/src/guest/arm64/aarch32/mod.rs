@@ -11,12 +11,17 @@
 //!   CPSR) and the DFSR/IFSR/DFAR/IFAR of an injected abort.
 //! - [`cp15`]: the cp15 registers a Linux guest uses, mapped to their
 //!   AArch64 counterparts or to a defined answer (UNDEF for the rest).
+//! - [`idregs`]: the AArch32 feature ID registers an AArch32 EL1 sees.
+//! - [`smccc`]: which SMCCC calls an AArch32 caller may make, and kestrel's
+//!   32-bit calling convention.
 //!
-//! Not yet wired into the backend: kestrel still hides AArch32 from guests
-//! (`idregs`), and the arm64 backend answers these traps with UNDEF.
+//! The arm64 backend (`arch::aarch64::vm::aarch32`) answers the traps of an
+//! AArch32 VM (and of an AArch32 EL0 under an AArch64 kernel) with these.
 
 pub mod cond;
 pub mod cp15;
 pub mod except;
+pub mod idregs;
 pub mod regs;
+pub mod smccc;
 pub mod trap;

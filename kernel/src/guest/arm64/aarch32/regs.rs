@@ -191,6 +191,29 @@ pub const fn aarch32_reg(mode: Mode, x: u8) -> Option<u8> {
     }
 }
 
+/// The X register a trap syndrome's register field (a data abort's SRT,
+/// a coprocessor access's Rt/Rt2) names, for a guest whose saved PSTATE
+/// is `spsr`. The Arm ARM reports it in the AArch64 view, which this
+/// returns unchanged when the guest's mode can name that X register.
+/// QEMU's TCG reports the AArch32 register number instead (13 for the SP
+/// of irq mode, 8 for R8 of fiq mode): a field the mode cannot name in the
+/// AArch64 view (an AArch64-view value is never one of those, since the
+/// mode only sees its own banked registers) is taken as that number and
+/// mapped. `None`: neither (the PC, a register no mode of a guest has).
+pub const fn trap_reg(spsr: u64, field: u8) -> Option<u8> {
+    let mode = match Mode::of_guest(spsr) {
+        Ok(m) => m,
+        Err(_) => return if field < 31 { Some(field) } else { None },
+    };
+    if aarch32_reg(mode, field).is_some() {
+        return Some(field);
+    }
+    match map(mode, field) {
+        Ok(Reg64::X(x)) => Some(x),
+        _ => None,
+    }
+}
+
 /// The banked LR of the mode an exception enters (where the hypervisor
 /// writes the return address when it injects one).
 pub const fn lr_of(mode: Mode) -> Option<u8> {
@@ -203,6 +226,42 @@ pub const fn lr_of(mode: Mode) -> Option<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn trap_registers_in_either_view() {
+        const IRQ: u64 = 0x1d2;
+        const FIQ: u64 = 0x1d1;
+        const SVC: u64 = 0x1d3;
+        const USR: u64 = 0x10;
+        // The Arm ARM's AArch64 view passes unchanged.
+        assert_eq!(trap_reg(IRQ, 17), Some(17));
+        assert_eq!(trap_reg(IRQ, 16), Some(16));
+        assert_eq!(trap_reg(FIQ, 24), Some(24));
+        assert_eq!(trap_reg(FIQ, 30), Some(30));
+        assert_eq!(trap_reg(SVC, 19), Some(19));
+        assert_eq!(trap_reg(USR, 13), Some(13));
+        assert_eq!(trap_reg(IRQ, 5), Some(5));
+        // QEMU's AArch32 numbers are mapped.
+        assert_eq!(trap_reg(IRQ, 13), Some(17));
+        assert_eq!(trap_reg(IRQ, 14), Some(16));
+        assert_eq!(trap_reg(FIQ, 8), Some(24));
+        assert_eq!(trap_reg(FIQ, 12), Some(28));
+        assert_eq!(trap_reg(FIQ, 14), Some(30));
+        assert_eq!(trap_reg(SVC, 13), Some(19));
+        // Another mode's banked register, or the PC: nothing.
+        assert_eq!(trap_reg(SVC, 17), None);
+        assert_eq!(trap_reg(SVC, 15), None);
+        assert_eq!(trap_reg(USR, 31), None);
+        // Every field in every guest mode: an X register the mode can name.
+        for mode in GUEST_MODES {
+            let spsr = 0x1c0 | u64::from(mode.bits());
+            for f in 0..32u8 {
+                if let Some(x) = trap_reg(spsr, f) {
+                    assert!(aarch32_reg(mode, x).is_some(), "{mode:?} {f} -> X{x}");
+                }
+            }
+        }
+    }
 
     const GUEST_MODES: [Mode; 7] = [
         Mode::Usr,
