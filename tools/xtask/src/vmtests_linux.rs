@@ -232,7 +232,7 @@ pub struct KestrelCase {
     sve_bytes: u32,
 }
 
-pub const KESTREL_CASES: [KestrelCase; 6] = [
+pub const KESTREL_CASES: [KestrelCase; 5] = [
     KestrelCase {
         name: "linux on kestrel: 1 VM x 4 vCPUs, GICv3",
         config: "configs/linux-1vm.toml",
@@ -293,6 +293,19 @@ pub const KESTREL_CASES: [KestrelCase; 6] = [
         steal: false,
         sve_bytes: 0,
     },
+];
+
+/// Kestrel Linux cases that `make test` leaves out: `cargo xtask smoke
+/// --case NAME` runs them when NAME selects them. The 32-bit Linux VM
+/// hung in about one run of twelve under QEMU's TCG (its vCPUs idle, the
+/// arm64 VM passing): QEMU keeps an AArch32 guest's current-mode SPSR
+/// apart from the banked SPSRs an exit to AArch64 EL2 shows kestrel, so an
+/// exit inside the few instructions where Linux has written SPSR_svc (or
+/// taken an interrupt into IRQ mode) and not yet used it returns with the
+/// old value (docs/arm64-vm.md, "QEMU's TCG and the current mode's SPSR").
+/// The deterministic AArch32 test-guest cases (`arm64-aarch32`) are in
+/// `make test`.
+pub const ON_DEMAND_CASES: [KestrelCase; 1] = [
     KestrelCase {
         name: "linux on kestrel aarch32: a 32-bit Linux VM (Debian armhf zImage, 2 vCPUs, AArch32 EL1) beside a 64-bit one (2 vCPUs) on the other 2 pCPUs, FP check in both, GICv3",
         config: "configs/linux-aarch32.toml",
@@ -1283,6 +1296,7 @@ pub fn smoke_tests(sel: &Selection, also: &[NeedsAssets]) -> Vec<Test<'static>> 
         .map(|c| c.name)
         .chain(VIRTIO_CASES.iter().map(|c| c.name))
         .chain(KESTREL_CASES.iter().map(|c| c.name))
+        .chain(on_demand(sel).map(|c| c.name))
         .chain(PT_CASES.iter().map(|c| c.name))
         .chain(also.iter().map(|(name, _)| *name));
     if !names.clone().any(|n| sel.matches(n)) {
@@ -1308,6 +1322,7 @@ pub fn smoke_tests(sel: &Selection, also: &[NeedsAssets]) -> Vec<Test<'static>> 
             .iter()
             .map(|case| Test::new(case.name, move || kestrel_test(case))),
     );
+    tests.extend(on_demand(sel).map(|case| Test::new(case.name, move || kestrel_test(case))));
     tests.extend(
         PT_CASES
             .iter()
@@ -1315,6 +1330,13 @@ pub fn smoke_tests(sel: &Selection, also: &[NeedsAssets]) -> Vec<Test<'static>> 
     );
     tests.extend(also.iter().map(|(_, test)| test()));
     tests
+}
+
+/// The [`ON_DEMAND_CASES`] a `--case` selects (none without one).
+fn on_demand(sel: &Selection) -> impl Iterator<Item = &'static KestrelCase> + Clone + '_ {
+    ON_DEMAND_CASES
+        .iter()
+        .filter(move |c| sel.only.is_some() && sel.matches(c.name))
 }
 
 /// `cargo xtask guest-assets --test`: the bare-QEMU cases with `assets`.
