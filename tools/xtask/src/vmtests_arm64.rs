@@ -168,6 +168,24 @@ pub fn vm_cases() -> Vec<VmCase> {
     let names = |prefix: &str, n: usize| -> Vec<String> {
         (0..n).map(|i| format!("{prefix}{i:02}")).collect()
     };
+    // The AArch32 test VM beside an arm64 one; its GICv2 and refused
+    // variants differ only where they say.
+    let aarch32 = VmCase {
+        name: "arm64-aarch32: an AArch32 test VM (2 vCPUs) beside an arm64 test VM sharing 2 pCPUs: traps, PSCI, lazy FP across 32/64-bit switches",
+        config: "configs/test/arm64-aarch32.toml",
+        features: &[],
+        gic: 3,
+        mem_mib: 1024,
+        vms: vec!["a32".into(), "t64".into()],
+        must_pass: &[],
+        check: Some(check_aarch32),
+        timeout: Duration::from_secs(600),
+        qemu_args: &[],
+        stop_after: None,
+        lvz: false,
+        append: "",
+        smp: 4,
+    };
     vec![
         VmCase {
             name: "arm64-refused: VMs refused at boot (more memory than the machine has; SVE on a CPU without it) beside one that runs: kestrel's final status is 1 and `make run` would fail with the reasons",
@@ -185,53 +203,18 @@ pub fn vm_cases() -> Vec<VmCase> {
             append: "",
             smp: 4,
         },
-        VmCase {
-            name: "arm64-aarch32: an AArch32 test VM (2 vCPUs) beside an arm64 test VM sharing 2 pCPUs: traps, PSCI, lazy FP across 32/64-bit switches",
-            config: "configs/test/arm64-aarch32.toml",
-            features: &[],
-            gic: 3,
-            mem_mib: 1024,
-            vms: vec!["a32".into(), "t64".into()],
-            must_pass: &[],
-            check: Some(check_aarch32),
-            timeout: Duration::from_secs(600),
-            qemu_args: &[],
-            stop_after: None,
-            lvz: false,
-            append: "",
-            smp: 4,
-        },
+        aarch32.clone(),
         VmCase {
             name: "arm64-aarch32-gicv2: the same on a GICv2 (SGIs through GICD_SGIR, the GICV frame)",
-            config: "configs/test/arm64-aarch32.toml",
-            features: &[],
             gic: 2,
-            mem_mib: 1024,
-            vms: vec!["a32".into(), "t64".into()],
-            must_pass: &[],
-            check: Some(check_aarch32),
-            timeout: Duration::from_secs(600),
-            qemu_args: &[],
-            stop_after: None,
-            lvz: false,
-            append: "",
-            smp: 4,
+            ..aarch32.clone()
         },
         VmCase {
             name: "arm64-aarch32-refused: the same VMs on a CPU without AArch32 at EL1 (-cpu neoverse-v1): the AArch32 VM is refused with the reason, the arm64 one runs",
-            config: "configs/test/arm64-aarch32.toml",
-            features: &[],
-            gic: 3,
-            mem_mib: 1024,
             vms: vec!["t64".into()],
-            must_pass: &[],
             check: Some(check_aarch32_refused),
-            timeout: Duration::from_secs(600),
             qemu_args: &["-cpu", "neoverse-v1"],
-            stop_after: None,
-            lvz: false,
-            append: "",
-            smp: 4,
+            ..aarch32
         },
         VmCase {
             name: "arm64-1vm-gicv3: one VM, 4 vCPUs on -smp 4, GICv3, every check + IPI benchmark",
