@@ -565,7 +565,9 @@ fn call32(env: &mut ExitCtx<'_, B>, ctx: &mut VcpuState) -> RunExit {
         }
         Call32::Psci(args) => {
             let (be, vm, vcpu) = (env.backend(), env.vm, env.vcpu);
-            let (x0, next) = env.psci(args, || be.has_work(vm, vcpu, ctx));
+            // CPU_ON's entry bit 0 selects T32 (reset_state sets CPSR.T).
+            let (x0, next) =
+                env.psci_from(psci::Caller::Aarch32, args, || be.has_work(vm, vcpu, ctx));
             ctx.regs.x[0] = x0 & 0xffff_ffff;
             next
         }
