@@ -286,6 +286,16 @@ pub fn vm_cases() -> Vec<VmCase> {
                 ICOUNT,
             )
         },
+        // A 32-bit attacker: coprocessor encodings, calls, banked-register
+        // MMIO and WFI/WFE from AArch32 (A32 and T32) beside a 64-bit victim.
+        vmtest::hostile_case(
+            "arm64-aarch32-hostile: a 32-bit attacker VM (cp14/cp15 encoding walk in A32 and T32, wrong HVC32/SMC32 calls, banked-register MMIO, WFI/WFE floods) beside a 64-bit victim VM on one pCPU",
+            "configs/test/arm64-aarch32-hostile.toml",
+            3,
+            check_aarch32_hostile,
+            Duration::from_secs(600),
+            ICOUNT,
+        ),
         VmCase {
             name: "arm64-regs-shared: 2 VMs x 2 vCPUs all on pCPU 1, EL1 state across VM switches",
             config: "configs/test/arm64-regs-shared.toml",
@@ -641,6 +651,15 @@ fn check_hostile(log: &str) -> Vec<String> {
             problems.push(format!("{vm}: no \"PASS {name}\""));
         }
     }
+    problems.extend(check_victim_timer(log));
+    problems
+}
+
+/// The victim beside an attacker on one pCPU (fair share 50%) got at
+/// least 20% of the time, an eighth of its timer interrupts, and never
+/// waited a second for one.
+fn check_victim_timer(log: &str) -> Vec<String> {
+    let mut problems = Vec::new();
     match parse_victim(log) {
         None => problems.push("victim: no VICTIM line".into()),
         Some(v) => {
@@ -668,6 +687,44 @@ fn check_hostile(log: &str) -> Vec<String> {
             }
         }
     }
+    problems
+}
+
+/// The 32-bit attacker's phases (tools/guests/aarch32-test/attack.S).
+const AARCH32_HOSTILE_PASS: &[&str] = &["a32-wfx", "a32-calls", "a32-cp-walk", "a32-mmio"];
+
+/// `arm64-aarch32-hostile`: the 32-bit attacker reached its end with every
+/// phase passed (its counts printed), the 64-bit victim kept its memory,
+/// registers and stolen-time record and its timer ticks came on time
+/// ([`check_victim_timer`]), and no exit of either was over budget.
+fn check_aarch32_hostile(log: &str) -> Vec<String> {
+    let mut problems = vmtest::check_exit_budget(log, &["attacker", "victim"]);
+    for name in AARCH32_HOSTILE_PASS {
+        if !log.contains(&format!("[attacker] PASS {name} ")) {
+            problems.push(format!("attacker: no \"PASS {name}\""));
+        }
+    }
+    let result = format!(
+        "[attacker] RESULT: {} passed, 0 failed",
+        AARCH32_HOSTILE_PASS.len()
+    );
+    if !log.contains(&result) {
+        problems.push(format!("no \"{result}\""));
+    }
+    if !log.contains("[attacker] ATTACK32 rounds ") {
+        problems.push("the attacker printed no round count".into());
+    }
+    for p in [
+        "victim-memory",
+        "victim-registers",
+        "victim-heartbeat",
+        "victim-steal",
+    ] {
+        if !log.contains(&format!("[victim] PASS {p} ")) {
+            problems.push(format!("victim: no \"PASS {p}\""));
+        }
+    }
+    problems.extend(check_victim_timer(log));
     problems
 }
 
