@@ -1010,6 +1010,41 @@ mod tests {
     }
 
     #[test]
+    fn aarch32_hostile_judge() {
+        let mut log = String::from(
+            "[victim] VICTIM: window 2000 ms, ran 998 ms (share 49%), ticks 100 (period 10 ms, max gap 30 ms), memory ok, registers ok\n",
+        );
+        for p in [
+            "victim-memory",
+            "victim-registers",
+            "victim-steal",
+            "victim-heartbeat",
+        ] {
+            log.push_str(&format!("[victim] PASS {p} (x) at 2082 ms\n"));
+        }
+        for name in AARCH32_HOSTILE_PASS {
+            log.push_str(&format!("[attacker] PASS {name} 12 things\n"));
+        }
+        log.push_str("[attacker] ATTACK32 rounds 3851\n[attacker] RESULT: 4 passed, 0 failed\n");
+        log.push_str(WORST_LINES);
+        assert!(
+            check_aarch32_hostile(&log).is_empty(),
+            "{:?}",
+            check_aarch32_hostile(&log)
+        );
+        // A phase that failed: its PASS and the clean RESULT are missing.
+        let failed = log
+            .replace("PASS a32-mmio", "FAIL a32-mmio")
+            .replace("4 passed, 0 failed", "3 passed, 1 failed");
+        assert_eq!(check_aarch32_hostile(&failed).len(), 2);
+        // A starved victim, an exit over budget.
+        let starved = log.replace("ticks 100 ", "ticks 20 ");
+        assert_eq!(check_aarch32_hostile(&starved).len(), 1);
+        let long = log.replace("394037 ns", "1394037 ns");
+        assert_eq!(check_aarch32_hostile(&long).len(), 1);
+    }
+
+    #[test]
     fn hostile_judge_reads_the_victim_line() {
         let line = "[cpu0] x\n[victim] VICTIM: window 8000 ms, ran 3900 ms (share 48%), ticks 390 (period 10 ms, max gap 31 ms), memory ok, registers ok\n";
         assert_eq!(
