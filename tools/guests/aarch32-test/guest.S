@@ -6,7 +6,8 @@
 @ conditional and Thumb traps, the emulated physical timer through cp15,
 @ kestrel's PV IPI over HVC32 and its answers to wrong calls (SMC64 ids,
 @ bad PSCI and IPI arguments, kestrel's cp14 view), cp14 debug (DBGDIDR,
-@ a breakpoint value register) and CPU_ON at a Thumb entry point. It prints `PASS <n> <name>`, `FAIL ...` or
+@ a breakpoint value register, a breakpoint taken) and CPU_ON at a Thumb
+@ entry point. It prints `PASS <n> <name>`, `FAIL ...` or
 @ `SKIP ...` lines on the PL011 at 0x0900_0000 and `RESULT: <p> passed,
 @ <f> failed`, then powers off (PSCI SYSTEM_OFF).
 @
@@ -376,6 +377,44 @@ mmio_banked:
         cmpeq   r0, #3
         addr    r0, n_cpuon_t
         bl      verdict
+
+@ 18 cp14-breakpoint: with the OS lock off and DBGDSCRext.MDBGEN set,
+@ breakpoint 0 (address match, PL0 and PL1, all bytes) on an instruction
+@ is a prefetch abort with IFSR = debug event; the handler disables it
+@ and the instruction then runs
+        mov     r0, #0
+        mcr     p14, 0, r0, c1, c0, 4   @ DBGOSLAR: not the key
+        isb
+        mrc     p14, 0, r0, c0, c2, 2   @ DBGDSCRext
+        orr     r0, r0, #0x8000         @ MDBGEN
+        mcr     p14, 0, r0, c0, c2, 2
+        addr    r0, bp_target
+        mcr     p14, 0, r0, c0, c0, 4   @ DBGBVR0
+        ldr     r0, =0x1e7              @ BAS 0xF, PMC 0b11, E
+        mcr     p14, 0, r0, c0, c0, 5   @ DBGBCR0
+        isb
+        ldr     r0, pabt_count_off
+        add     r12, r11, r0
+        ldr     r5, [r12]
+        mov     r4, #0
+bp_target:
+        add     r4, r4, #1              @ breakpointed, then run once
+        ldr     r0, [r12]
+        sub     r5, r0, r5
+        ldr     r3, [r12, #4]           @ the IFSR the handler saw
+        mrc     p14, 0, r0, c0, c2, 2
+        bic     r0, r0, #0x8000
+        mcr     p14, 0, r0, c0, c2, 2
+        mov     r0, #0
+        mcr     p14, 0, r0, c0, c0, 5
+        isb
+        ldr     r0, =0x40f
+        and     r3, r3, r0
+        cmp     r5, #1                  @ one prefetch abort
+        cmpeq   r4, #1                  @ the instruction ran once
+        cmpeq   r3, #2                  @ IFSR.FS = debug event
+        addr    r0, n_bkpt
+        bl      verdict
         b       result
 
 @ 14 hostile-calls (kestrel only): defined answers to calls a 32-bit guest
@@ -557,6 +596,26 @@ dabt_handler:
         cps     #0x13
         ldr     pc, ret_addr
 
+@ A prefetch abort (check 18's breakpoint): counted, IFSR kept, breakpoint
+@ 0 disabled, back to the instruction (LR_abt - 4) in SVC.
+pabt_handler:
+        push    {r0, r1}
+        ldr     r0, pabt_count_off
+        add     r0, r0, r11
+        ldr     r1, [r0]
+        add     r1, r1, #1
+        str     r1, [r0]
+        mrc     p15, 0, r1, c5, c0, 1   @ IFSR
+        str     r1, [r0, #4]
+        sub     r1, lr, #4
+        str     r1, [r0, #8]
+        mov     r1, #0
+        mcr     p14, 0, r1, c0, c0, 5   @ DBGBCR0: off
+        isb
+        pop     {r0, r1}
+        cps     #0x13
+        ldr     pc, pabt_ret
+
         .thumb
         .balign 4
 thumb_part:
@@ -611,6 +670,7 @@ secondary_t32:
 und_count_off:  .word und_count - _start
 dabt_count_off: .word dabt_count - _start
 sec_flag_off:   .word sec_flag - _start
+pabt_count_off: .word pabt_count - _start
         .ltorg
 
         .balign 32
@@ -618,7 +678,7 @@ vectors:
         b       .
         b       und_handler
         b       .
-        b       .
+        b       pabt_handler
         b       dabt_handler
         b       .
         b       .
@@ -642,6 +702,7 @@ n_hostile: .asciz "14 hostile-calls\n"
 n_banked: .asciz "15 mmio-banked\n"
 n_cp14:   .asciz "16 cp14-debug\n"
 n_cpuon_t: .asciz "17 cpu-on-thumb\n"
+n_bkpt:   .asciz "18 cp14-breakpoint\n"
 s_banked: .asciz "banked: "
 s_hostile: .asciz "SKIP 14 hostile-calls (not kestrel)\n"
 s_pass:   .asciz "PASS "
@@ -654,3 +715,6 @@ und_count:  .word 0
 dabt_count: .word 0
 sec_flag:   .word 0
 ret_addr:   .word 0
+pabt_count: .word 0
+pabt_ifsr:  .word 0
+pabt_ret:   .word 0

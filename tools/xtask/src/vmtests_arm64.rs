@@ -91,7 +91,7 @@ pub fn bare_case(gic: u32) -> Case {
 /// the kestrel-only ones (its PV IPI, its answers to wrong calls) must
 /// pass, which proves them real. About a second.
 pub fn bare_case_aarch32() -> Case {
-    let mut expect: Vec<&'static str> = vec!["RESULT: 15 passed, 0 failed", "banked: IAUF"];
+    let mut expect: Vec<&'static str> = vec!["RESULT: 16 passed, 0 failed", "banked: IAUF"];
     expect.extend(
         AARCH32_CHECKS
             .iter()
@@ -881,6 +881,7 @@ pub(crate) const AARCH32_CHECKS: &[&str] = &[
     "mmio-banked",
     "cp14-debug",
     "cpu-on-thumb",
+    "cp14-breakpoint",
 ];
 
 /// `arm64-aarch32`: the AArch32 VM passed every check, the PV IPI
