@@ -114,9 +114,38 @@ pub fn is_psci_or_arch(function: u64) -> bool {
     function >> 32 == 0 && (f & 0xFFFF_0000 == 0x8400_0000 || f & 0xFFFF_0000 == 0x8000_0000)
 }
 
-/// Answers one PSCI/SMCCC call from `args = [x0, x1, x2, x3]`. Never panics:
-/// unknown ids get NOT_SUPPORTED.
+/// The execution state of a caller (and so of the vCPUs its CPU_ON starts:
+/// they start at its EL, in its state).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Caller {
+    Aarch64,
+    /// An AArch32 EL1: bit 0 of a CPU_ON entry point selects T32 (DEN0022
+    /// 5.6: "for AArch32 callers", the vCPU starts with CPSR.T set at the
+    /// address with bit 0 cleared).
+    Aarch32,
+}
+
+impl Caller {
+    /// Whether `entry` is an entry point this caller may give CPU_ON, as
+    /// far as alignment goes: AArch64 and A32 code on a word, T32 code
+    /// (bit 0 set, AArch32 only) on a halfword.
+    pub const fn entry_aligned(self, entry: u64) -> bool {
+        match self {
+            Caller::Aarch64 => entry & 3 == 0,
+            Caller::Aarch32 => entry & 1 != 0 || entry & 3 == 0,
+        }
+    }
+}
+
+/// Answers one PSCI/SMCCC call from an AArch64 caller with `args = [x0,
+/// x1, x2, x3]`. Never panics: unknown ids get NOT_SUPPORTED.
 pub fn handle(vm: &mut impl PsciVm, args: [u64; 4]) -> Outcome {
+    handle_from(vm, Caller::Aarch64, args)
+}
+
+/// [`handle`] for a caller in execution state `caller` (an AArch32 one
+/// passes r0-r3).
+pub fn handle_from(vm: &mut impl PsciVm, caller: Caller, args: [u64; 4]) -> Outcome {
     let function = args[0];
     if function >> 32 != 0 {
         return Outcome::ret(ret::NOT_SUPPORTED);
@@ -141,7 +170,7 @@ pub fn handle(vm: &mut impl PsciVm, args: [u64; 4]) -> Outcome {
             x0: ret::SUCCESS,
             effect: Effect::CpuOff,
         },
-        (fid::CPU_ON, _) => Outcome::ret(cpu_on(vm, arg(1), arg(2), arg(3))),
+        (fid::CPU_ON, _) => Outcome::ret(cpu_on(vm, caller, arg(1), arg(2), arg(3))),
         (fid::AFFINITY_INFO, _) => Outcome::ret(affinity_info(vm, arg(1), arg(2))),
         (fid::MIGRATE_INFO_TYPE, false) => Outcome::ret(MIGRATE_INFO_NOT_PRESENT),
         (fid::SYSTEM_OFF, false) => Outcome {
@@ -188,7 +217,9 @@ fn features(queried: u32) -> i64 {
 /// MPIDR affinity fields a guest may name: Aff3 [39:32], Aff2..Aff0 [23:0].
 const MPIDR_AFF_MASK: u64 = 0xFF_00FF_FFFF;
 
-fn cpu_on(vm: &mut impl PsciVm, target: u64, entry: u64, context: u64) -> i64 {
+/// CPU_ON: `entry` keeps its bit 0 (T32) for the backend's
+/// `start_vcpu`; the address it names is `entry` with bit 0 clear.
+fn cpu_on(vm: &mut impl PsciVm, caller: Caller, target: u64, entry: u64, context: u64) -> i64 {
     if target & !MPIDR_AFF_MASK != 0 {
         return ret::INVALID_PARAMETERS;
     }
@@ -198,7 +229,7 @@ fn cpu_on(vm: &mut impl PsciVm, target: u64, entry: u64, context: u64) -> i64 {
     if vm.vcpu_is_on(index) {
         return ret::ALREADY_ON;
     }
-    if entry & 3 != 0 || !vm.is_guest_ram(entry) {
+    if !caller.entry_aligned(entry) || !vm.is_guest_ram(entry & !1) {
         return ret::INVALID_ADDRESS;
     }
     if vm.start_vcpu(index, entry, context) {
@@ -329,6 +360,34 @@ mod tests {
             ret::INVALID_PARAMETERS
         );
         assert!(v.started.is_empty(), "nothing may start on a bad call");
+    }
+
+    #[test]
+    fn aarch32_cpu_on_takes_thumb_entries() {
+        let mut v = vm(4);
+        let a32 = |v: &mut FakeVm, t: u64, e: u64| {
+            handle_from(v, Caller::Aarch32, [0x8400_0003, t, e, 9]).x0
+        };
+        // Bit 0: T32 at the halfword-aligned address; the entry keeps its
+        // bit 0 for the backend.
+        assert_eq!(a32(&mut v, 1, 0x4000_1003), ret::SUCCESS);
+        assert_eq!(a32(&mut v, 2, 0x4000_1001), ret::SUCCESS);
+        // A32 entries are words: bit 1 alone is misaligned.
+        assert_eq!(a32(&mut v, 3, 0x4000_1002), ret::INVALID_ADDRESS);
+        assert_eq!(v.started, [(1, 0x4000_1003, 9), (2, 0x4000_1001, 9)]);
+        // Outside RAM, Thumb or not; and the RAM's last byte + 1.
+        let mut v = vm(2);
+        assert_eq!(a32(&mut v, 1, 0x1001), ret::INVALID_ADDRESS);
+        assert_eq!(a32(&mut v, 1, 0x5000_0001), ret::INVALID_ADDRESS);
+        assert_eq!(a32(&mut v, 1, 0x3fff_ffff), ret::INVALID_ADDRESS);
+        // An AArch64 caller's entries are words, bit 0 included.
+        assert_eq!(
+            handle(&mut v, [0xC400_0003, 1, 0x4000_1001, 0]).x0,
+            ret::INVALID_ADDRESS
+        );
+        assert!(v.started.is_empty());
+        assert!(Caller::Aarch32.entry_aligned(0x4000_0000));
+        assert!(!Caller::Aarch64.entry_aligned(0x4000_0001));
     }
 
     #[test]

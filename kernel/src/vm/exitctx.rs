@@ -142,7 +142,18 @@ impl<B: ExitArch> ExitCtx<'_, B> {
     /// run loop does next. `has_work` says whether an interrupt is pending
     /// for the caller (CPU_SUSPEND returns at once then).
     pub fn psci(&mut self, args: [u64; 4], has_work: impl FnOnce() -> bool) -> (u64, RunExit) {
-        let out = psci::handle(self, args);
+        self.psci_from(psci::Caller::Aarch64, args, has_work)
+    }
+
+    /// [`Self::psci`] for a caller in execution state `caller` (an AArch32
+    /// EL1's r0-r3).
+    pub fn psci_from(
+        &mut self,
+        caller: psci::Caller,
+        args: [u64; 4],
+        has_work: impl FnOnce() -> bool,
+    ) -> (u64, RunExit) {
+        let out = psci::handle_from(self, caller, args);
         let next = match out.effect {
             Effect::None => RunExit::Continue,
             Effect::Block if has_work() => RunExit::Continue,

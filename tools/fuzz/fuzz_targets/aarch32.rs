@@ -1,7 +1,8 @@
 //! AArch32 guest decoders: any ESR decodes to a trap whose fields
 //! re-encode to the syndrome and whose condition is the one the flags and
 //! IT state give; every cp15 encoding has an answer and MCRR answers move
-//! 64 bits; stepping over an instruction moves the 32-bit PC by 2 or 4 and
+//! 64 bits; a cp14 access answers from the debug shadow within its
+//! bounds (UNDEFINED ones change nothing); stepping over an instruction moves the 32-bit PC by 2 or 4 and
 //! changes nothing but the IT bits; a guest mode's 15 registers land on 15
 //! distinct X registers that map back; exception entry lands on its vector
 //! in its mode with IRQs masked and the IT state cleared, keeping the old
@@ -15,12 +16,14 @@ use kernel::guest::arm64::aarch32::cond::{
     self, condition_passed, current_cond, it_advance, it_state, nzcv, skip_instruction,
     PSR_IT_MASK, PSR_T,
 };
+use kernel::guest::arm64::aarch32::cp14;
 use kernel::guest::arm64::aarch32::cp15::{self, Kind, Part};
 use kernel::guest::arm64::aarch32::except::{self, psr, sctlr, Exception, Fault, FsrFormat};
 use kernel::guest::arm64::aarch32::idregs;
 use kernel::guest::arm64::aarch32::regs::{self, Mode, Reg64};
 use kernel::guest::arm64::aarch32::smccc::{self, Call32};
-use kernel::guest::arm64::aarch32::trap::{self, Cond, Exit32, VmrsReg};
+use kernel::guest::arm64::aarch32::trap::{self, Cond, CpReg, Exit32, Mcr, VmrsReg};
+use kernel::guest::arm64::debug::{self, Answer, DebugRegs};
 use kernel::guest::arm64::esr;
 use kestrel_abi::image::{self as img, ZImage};
 use libfuzzer_sys::fuzz_target;
@@ -72,6 +75,9 @@ fn check_trap(esr_v: u64, far: u64, hpfar: u64, spsr: u64) {
                 | u32::from(m.read);
             assert_eq!(back, iss & 0xf_ffff);
             assert_eq!(t.cond, field_cond);
+            if matches!(t.exit, Exit32::Cp14(_)) {
+                check_cp14(m, esr_v ^ far, far as u32);
+            }
             if matches!(t.exit, Exit32::Cp15(_)) {
                 assert_eq!(ec, trap::ec::CP15_32);
                 let e = cp15::lookup(r);
@@ -87,7 +93,7 @@ fn check_trap(esr_v: u64, far: u64, hpfar: u64, spsr: u64) {
                     };
                     assert!(reg.is_feature_id() && reg.crm == r.crm && reg.op2 == r.opc2);
                     // The guest's view of any hardware value: no Security or
-                    // Virtualization Extensions, no cp14 debug or PMU, GIC
+                    // Virtualization Extensions, Armv8 cp14 debug, no PMU, GIC
                     // only as the VM has it.
                     let host = esr_v ^ far.rotate_left(17);
                     let v3 = hpfar & 1 != 0;
@@ -97,7 +103,8 @@ fn check_trap(esr_v: u64, far: u64, hpfar: u64, spsr: u64) {
                             assert_eq!(v & 0x0ff0_fff0, 0, "ID_PFR1 {v:#x}");
                             assert_eq!(v >> 28, u32::from(v3));
                         }
-                        (1, 2) | (1, 3) | (3, 3..=7) => assert_eq!(v, 0),
+                        (1, 2) => assert_eq!(v, 6, "ID_DFR0: Armv8 cp14 debug only"),
+                        (1, 3) | (3, 3..=7) => assert_eq!(v, 0),
                         _ => {}
                     }
                 }
@@ -119,6 +126,18 @@ fn check_trap(esr_v: u64, far: u64, hpfar: u64, spsr: u64) {
             assert_eq!(t.cond, field_cond);
             if let Kind::Sys { part, .. } = cp15::answer64(&m) {
                 assert_eq!(part, Part::Double);
+            }
+            if matches!(t.exit, Exit32::Cp14Pair(_)) {
+                let a = cp14::access64(m.opc1, m.crm, m.read);
+                let exists = m.opc1 == 0 && (m.crm == 1 || m.crm == 2) && m.read;
+                assert_eq!(
+                    a,
+                    if exists {
+                        Answer::Read(0)
+                    } else {
+                        Answer::Undef
+                    }
+                );
             }
         }
         Exit32::Cp14Mem(l) => {
@@ -179,6 +198,37 @@ fn check_trap(esr_v: u64, far: u64, hpfar: u64, spsr: u64) {
         Cond::FromIt => condition_passed(current_cond(spsr), nzcv(spsr)),
     };
     assert_eq!(t.cond.passed(spsr), want);
+}
+
+/// A cp14 access on a shadow with some breakpoints: an UNDEFINED one
+/// changes nothing; no write sets MDSCR's AArch64-only SS or KDE, HMC or
+/// SSC, or a point past the counts; DBGDIDR is built from `dfr0` alone.
+fn check_cp14(m: Mcr, dfr0: u64, value: u32) {
+    let mut d = DebugRegs::new((dfr0 >> 12) as usize & 0xf, (dfr0 >> 20) as usize & 0xf);
+    let before = d;
+    let a = cp14::access(&mut d, dfr0, m.reg, m.read, value);
+    match a.answer {
+        Answer::Undef => assert_eq!(d, before, "{m:?}"),
+        Answer::Read(v) => {
+            assert_eq!(v >> 32, 0, "a 32-bit register");
+            assert_eq!(d, before, "reads change nothing");
+        }
+        Answer::Written { hw } => {
+            assert!(!m.read);
+            assert_eq!(hw, d.dirty);
+            assert_eq!(a.reg.op0, 2);
+        }
+    }
+    assert_eq!(d.mdscr & !cp14::DSCR_BITS, 0);
+    assert!(d.bcr.iter().all(|&b| b & !debug::BCR_KEPT == 0));
+    assert!(d.bvr[d.brps..].iter().all(|&b| b == 0));
+    assert!(d.wvr[d.wrps..].iter().all(|&b| b == 0));
+    if m.reg == CpReg::new(0, 0, 0, 0) && m.read {
+        let v = cp14::dbgdidr(dfr0);
+        assert_eq!(a.answer, Answer::Read(u64::from(v)));
+        assert_eq!(v & 0x7fff, 0, "no Secure state, RES0");
+        assert_eq!(v >> 16 & 0xf, (dfr0 & 0xf) as u32);
+    }
 }
 
 fn check_skip(spsr: u64, pc: u64, il: bool) {

@@ -93,7 +93,8 @@ impl PsciVm for Vm {
         addr >= self.ram.0 && addr - self.ram.0 < self.ram.1
     }
     fn start_vcpu(&mut self, index: usize, entry: u64, _context: u64) -> bool {
-        assert!(self.is_guest_ram(entry) && entry & 3 == 0);
+        // A T32 entry (an AArch32 caller's, bit 0 set) keeps its bit 0.
+        assert!(self.is_guest_ram(entry & !1) && psci::Caller::Aarch32.entry_aligned(entry));
         !std::mem::replace(&mut self.on[index], true)
     }
     fn pv_time_offered(&self) -> bool {
@@ -177,15 +178,26 @@ fuzz_target!(|data: &[u8]| {
             } else {
                 vm.ram.0 + (c.args[1] % (vm.ram.1 + 8))
             };
+            // Some entries odd (T32 for an AArch32 caller), from either state.
+            let entry = entry | (c.args[4] >> 1 & u64::from(c.pick & 0x10 != 0));
+            let caller = if c.code & 1 != 0 {
+                psci::Caller::Aarch32
+            } else {
+                psci::Caller::Aarch64
+            };
             let args = [f, target, entry, c.args[2]];
             let was_on = vm.on.clone();
-            let o = psci::handle(&mut vm, args);
+            let o = psci::handle_from(&mut vm, caller, args);
             if f as u32 == fid::CPU_ON | fid::SMC64 && f >> 32 == 0 {
                 let idx = psci::vcpu_index_of_mpidr(target, n);
                 let expect = match idx {
                     None => psci::ret::INVALID_PARAMETERS,
                     Some(i) if was_on[i] => psci::ret::ALREADY_ON,
-                    Some(_) if entry & 3 != 0 || entry >= vm.ram.0 + vm.ram.1 => {
+                    Some(_)
+                        if !caller.entry_aligned(entry)
+                            || (caller == psci::Caller::Aarch64 && entry & 3 != 0)
+                            || entry & !1 >= vm.ram.0 + vm.ram.1 =>
+                    {
                         psci::ret::INVALID_ADDRESS
                     }
                     Some(_) => psci::ret::SUCCESS,

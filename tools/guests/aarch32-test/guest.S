@@ -5,7 +5,9 @@
 @ guest's own FPEXC.EN = 0, UNDEF and data aborts injected to its vectors,
 @ conditional and Thumb traps, the emulated physical timer through cp15,
 @ kestrel's PV IPI over HVC32 and its answers to wrong calls (SMC64 ids,
-@ bad PSCI and IPI arguments, cp14). It prints `PASS <n> <name>`, `FAIL ...` or
+@ bad PSCI and IPI arguments, kestrel's cp14 view), cp14 debug (DBGDIDR,
+@ a breakpoint value register, a breakpoint taken) and CPU_ON at a Thumb
+@ entry point. It prints `PASS <n> <name>`, `FAIL ...` or
 @ `SKIP ...` lines on the PL011 at 0x0900_0000 and `RESULT: <p> passed,
 @ <f> failed`, then powers off (PSCI SYSTEM_OFF).
 @
@@ -318,10 +320,107 @@ mmio_banked:
         cmp     r4, #0
         addr    r0, n_banked
         bl      verdict
+
+@ 16 cp14-debug: DBGDIDR names v7.1 or Armv8 debug with at least 2
+@ breakpoints (CTX_CMPs of them context-aware) and bit 15 set; DBGBVR1
+@ (DBGBCR1 = 0: disabled) reads back what was written
+        mrc     p14, 0, r4, c0, c0, 0   @ DBGDIDR
+        ubfx    r0, r4, #16, #4         @ Version
+        cmp     r0, #5
+        blo     1f
+        ubfx    r1, r4, #24, #4         @ BRPs - 1
+        cmp     r1, #1
+        blo     1f
+        ubfx    r2, r4, #20, #4         @ CTX_CMPs - 1
+        cmp     r2, r1
+        bhi     1f
+        tst     r4, #0x8000
+        beq     1f
+        mov     r0, #0
+        mcr     p14, 0, r0, c0, c1, 5   @ DBGBCR1
+        ldr     r0, =0x4000abc4
+        mcr     p14, 0, r0, c0, c1, 4   @ DBGBVR1
+        isb
+        mov     r4, #0
+        mrc     p14, 0, r4, c0, c1, 4
+        cmp     r4, r0
+        b       2f
+1:      movs    r0, #1                  @ NE
+2:      addr    r0, n_cp14
+        bl      verdict
+
+@ 17 cpu-on-thumb: vCPU 1 (off again after check 12) starts at a Thumb
+@ entry point (bit 0 set): T32, SVC, r0 = context; it says so and turns off
+        ldr     r0, sec_flag_off
+        add     r12, r11, r0
+        mov     r0, #0
+        str     r0, [r12]
+        ldr     r5, =1000000            @ retries while vCPU 1 is still on
+1:      ldr     r0, =PSCI_CPU_ON
+        mov     r1, #1
+        addr    r2, secondary_t32
+        orr     r2, r2, #1
+        ldr     r3, =0x7a7a
+        hvc     #0
+        cmn     r0, #4                  @ ALREADY_ON: vCPU 1 not off yet
+        bne     2f
+        subs    r5, r5, #1
+        bne     1b
+2:      mov     r4, r0
+        ldr     r5, =50000000
+3:      ldr     r0, [r12]
+        cmp     r0, #0
+        bne     4f
+        subs    r5, r5, #1
+        bne     3b
+4:      cmp     r4, #0
+        cmpeq   r0, #3
+        addr    r0, n_cpuon_t
+        bl      verdict
+
+@ 18 cp14-breakpoint: with the OS lock off and DBGDSCRext.MDBGEN set,
+@ breakpoint 0 (address match, PL0 and PL1, all bytes) on an instruction
+@ is a prefetch abort with IFSR = debug event; the handler disables it
+@ and the instruction then runs
+        mov     r0, #0
+        mcr     p14, 0, r0, c1, c0, 4   @ DBGOSLAR: not the key
+        isb
+        mrc     p14, 0, r0, c0, c2, 2   @ DBGDSCRext
+        orr     r0, r0, #0x8000         @ MDBGEN
+        mcr     p14, 0, r0, c0, c2, 2
+        addr    r0, bp_target
+        mcr     p14, 0, r0, c0, c0, 4   @ DBGBVR0
+        ldr     r0, =0x1e7              @ BAS 0xF, PMC 0b11, E
+        mcr     p14, 0, r0, c0, c0, 5   @ DBGBCR0
+        isb
+        ldr     r0, pabt_count_off
+        add     r12, r11, r0
+        ldr     r5, [r12]
+        mov     r4, #0
+bp_target:
+        add     r4, r4, #1              @ breakpointed, then run once
+        ldr     r0, [r12]
+        sub     r5, r0, r5
+        ldr     r3, [r12, #4]           @ the IFSR the handler saw
+        mrc     p14, 0, r0, c0, c2, 2
+        bic     r0, r0, #0x8000
+        mcr     p14, 0, r0, c0, c2, 2
+        mov     r0, #0
+        mcr     p14, 0, r0, c0, c0, 5
+        isb
+        ldr     r0, =0x40f
+        and     r3, r3, r0
+        cmp     r5, #1                  @ one prefetch abort
+        cmpeq   r4, #1                  @ the instruction ran once
+        cmpeq   r3, #2                  @ IFSR.FS = debug event
+        addr    r0, n_bkpt
+        bl      verdict
         b       result
 
 @ 14 hostile-calls (kestrel only): defined answers to calls a 32-bit guest
-@ may not make or makes wrong, and cp14 reads as zero
+@ may not make or makes wrong, and kestrel's cp14: DBGDIDR of Armv8 debug
+@ without Secure state, DBGDRAR 0, the OS lock and its AArch32 key, trace
+@ and DBGBXVR UNDEFINED
 hostile:
         ldr     r0, =0xC4000003         @ CPU_ON, SMC64 id: NOT_SUPPORTED
         mov     r1, #1
@@ -357,14 +456,35 @@ hostile:
         hvc     #0
         cmn     r0, #2
         bne     1f
-        mov     r4, #1
-        mrc     p14, 0, r4, c0, c0, 0   @ DBGDIDR: 0
-        cmp     r4, #0
+        mrc     p14, 0, r4, c0, c0, 0   @ DBGDIDR: Armv8 (6), no Secure state
+        ubfx    r0, r4, #16, #4
+        cmp     r0, #6
+        bne     1f
+        tst     r4, #0x5000             @ nSUHD_imp, SE_imp
         bne     1f
         mov     r4, #1
         mov     r5, #1
         mrrc    p14, 0, r4, r5, c1      @ DBGDRAR: 0
         orrs    r4, r4, r5
+        bne     1f
+        mrc     p14, 0, r4, c1, c1, 4   @ DBGOSLSR: OS lock locked at reset
+        and     r4, r4, #0xf
+        cmp     r4, #0xa
+        bne     1f
+        mov     r0, #1
+        mcr     p14, 0, r0, c1, c0, 4   @ DBGOSLAR: not the key: unlocks
+        mrc     p14, 0, r4, c1, c1, 4
+        and     r4, r4, #0xf
+        cmp     r4, #0x8
+        bne     1f
+        ldr     r0, und_count_off
+        add     r12, r11, r0
+        ldr     r5, [r12]
+        mrc     p14, 1, r4, c0, c0, 0   @ trace: UNDEFINED
+        mrc     p14, 0, r4, c1, c0, 1   @ DBGBXVR0 (needs EL2): UNDEFINED
+        ldr     r0, [r12]
+        sub     r0, r0, r5
+        cmp     r0, #2
 1:      addr    r0, n_hostile
         bl      verdict
         b       mmio_banked
@@ -476,6 +596,26 @@ dabt_handler:
         cps     #0x13
         ldr     pc, ret_addr
 
+@ A prefetch abort (check 18's breakpoint): counted, IFSR kept, breakpoint
+@ 0 disabled, back to the instruction (LR_abt - 4) in SVC.
+pabt_handler:
+        push    {r0, r1}
+        ldr     r0, pabt_count_off
+        add     r0, r0, r11
+        ldr     r1, [r0]
+        add     r1, r1, #1
+        str     r1, [r0]
+        mrc     p15, 0, r1, c5, c0, 1   @ IFSR
+        str     r1, [r0, #4]
+        sub     r1, lr, #4
+        str     r1, [r0, #8]
+        mov     r1, #0
+        mcr     p14, 0, r1, c0, c0, 5   @ DBGBCR0: off
+        isb
+        pop     {r0, r1}
+        cps     #0x13
+        ldr     pc, pabt_ret
+
         .thumb
         .balign 4
 thumb_part:
@@ -497,11 +637,40 @@ thumb_part:
         subs    r0, r4, r0
         bx      lr
 
+        @ The secondary of check 17, entered in T32 state (CPU_ON with
+        @ bit 0 set): SVC with A/I/F masked and r0 = 0x7a7a give sec_flag
+        @ 3 (anything else 4); the flag is found from here, PC-relative.
+        .balign 4
+secondary_t32:
+        mrs     r1, cpsr
+        ubfx    r1, r1, #0, #9
+        bic     r1, r1, #0x20           @ T (reads as 0 through MRS)
+        movw    r2, #0x1d3
+        movw    r3, #0x7a7a
+        adr     r12, 1f
+        ldr     r4, [r12]
+        add     r12, r12, r4
+        cmp     r1, r2
+        it      eq
+        cmpeq   r0, r3
+        ite     eq
+        moveq   r0, #3
+        movne   r0, #4
+        str     r0, [r12]
+        dsb
+        movw    r0, #0x0002             @ PSCI_CPU_OFF
+        movt    r0, #0x8400
+        hvc     #0
+        b       .
+        .balign 4
+1:      .word   sec_flag - 1b
+
         .arm
         .balign 4
 und_count_off:  .word und_count - _start
 dabt_count_off: .word dabt_count - _start
 sec_flag_off:   .word sec_flag - _start
+pabt_count_off: .word pabt_count - _start
         .ltorg
 
         .balign 32
@@ -509,7 +678,7 @@ vectors:
         b       .
         b       und_handler
         b       .
-        b       .
+        b       pabt_handler
         b       dabt_handler
         b       .
         b       .
@@ -531,6 +700,9 @@ n_pvipi:  .asciz "13 pv-ipi\n"
 s_pvipi:  .asciz "SKIP 13 pv-ipi (not kestrel)\n"
 n_hostile: .asciz "14 hostile-calls\n"
 n_banked: .asciz "15 mmio-banked\n"
+n_cp14:   .asciz "16 cp14-debug\n"
+n_cpuon_t: .asciz "17 cpu-on-thumb\n"
+n_bkpt:   .asciz "18 cp14-breakpoint\n"
 s_banked: .asciz "banked: "
 s_hostile: .asciz "SKIP 14 hostile-calls (not kestrel)\n"
 s_pass:   .asciz "PASS "
@@ -543,3 +715,6 @@ und_count:  .word 0
 dabt_count: .word 0
 sec_flag:   .word 0
 ret_addr:   .word 0
+pabt_count: .word 0
+pabt_ifsr:  .word 0
+pabt_ret:   .word 0

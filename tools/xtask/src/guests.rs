@@ -74,6 +74,10 @@ pub fn build_guest_arm64() -> Result<PathBuf, String> {
 /// `kind = "test-guest"`.
 pub const AARCH32_BIN: &str = "aarch32-test.bin";
 
+/// The AArch32 attacker of the hostile case (`tools/guests/aarch32-test/attack.S`,
+/// [`crate::guest32_words::ATTACK_WORDS`]), written next to it.
+pub const AARCH32_ATTACK_BIN: &str = "aarch32-attack.bin";
+
 /// Writes the AArch32 test guest alone (for its bare-QEMU case); returns
 /// `build/guests/aarch32-test.bin`.
 pub fn build_guest_aarch32() -> Result<PathBuf, String> {
@@ -84,11 +88,17 @@ pub fn build_guest_aarch32() -> Result<PathBuf, String> {
     Ok(bin)
 }
 
+/// Writes the AArch32 test guest to `path` and the attacker beside it.
 fn write_guest_aarch32(path: &std::path::Path) -> Result<(), String> {
-    let bytes: Vec<u8> = crate::guest32_words::WORDS
-        .iter()
-        .flat_map(|w| w.to_le_bytes())
-        .collect();
+    write_words(path, crate::guest32_words::WORDS)?;
+    write_words(
+        &path.with_file_name(AARCH32_ATTACK_BIN),
+        crate::guest32_words::ATTACK_WORDS,
+    )
+}
+
+fn write_words(path: &std::path::Path, words: &[u32]) -> Result<(), String> {
+    let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
     if std::fs::read(path).is_ok_and(|b| b == bytes) {
         return Ok(());
     }

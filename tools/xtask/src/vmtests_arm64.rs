@@ -91,7 +91,7 @@ pub fn bare_case(gic: u32) -> Case {
 /// the kestrel-only ones (its PV IPI, its answers to wrong calls) must
 /// pass, which proves them real. About a second.
 pub fn bare_case_aarch32() -> Case {
-    let mut expect: Vec<&'static str> = vec!["RESULT: 13 passed, 0 failed", "banked: IAUF"];
+    let mut expect: Vec<&'static str> = vec!["RESULT: 16 passed, 0 failed", "banked: IAUF"];
     expect.extend(
         AARCH32_CHECKS
             .iter()
@@ -286,6 +286,16 @@ pub fn vm_cases() -> Vec<VmCase> {
                 ICOUNT,
             )
         },
+        // A 32-bit attacker: coprocessor encodings, calls, banked-register
+        // MMIO and WFI/WFE from AArch32 (A32 and T32) beside a 64-bit victim.
+        vmtest::hostile_case(
+            "arm64-aarch32-hostile: a 32-bit attacker VM (cp14/cp15 encoding walk in A32 and T32, wrong HVC32/SMC32 calls, banked-register MMIO, WFI/WFE floods) beside a 64-bit victim VM on one pCPU",
+            "configs/test/arm64-aarch32-hostile.toml",
+            3,
+            check_aarch32_hostile,
+            Duration::from_secs(600),
+            ICOUNT,
+        ),
         VmCase {
             name: "arm64-regs-shared: 2 VMs x 2 vCPUs all on pCPU 1, EL1 state across VM switches",
             config: "configs/test/arm64-regs-shared.toml",
@@ -641,6 +651,15 @@ fn check_hostile(log: &str) -> Vec<String> {
             problems.push(format!("{vm}: no \"PASS {name}\""));
         }
     }
+    problems.extend(check_victim_timer(log));
+    problems
+}
+
+/// The victim beside an attacker on one pCPU (fair share 50%) got at
+/// least 20% of the time, an eighth of its timer interrupts, and never
+/// waited a second for one.
+fn check_victim_timer(log: &str) -> Vec<String> {
+    let mut problems = Vec::new();
     match parse_victim(log) {
         None => problems.push("victim: no VICTIM line".into()),
         Some(v) => {
@@ -668,6 +687,44 @@ fn check_hostile(log: &str) -> Vec<String> {
             }
         }
     }
+    problems
+}
+
+/// The 32-bit attacker's phases (tools/guests/aarch32-test/attack.S).
+const AARCH32_HOSTILE_PASS: &[&str] = &["a32-wfx", "a32-calls", "a32-cp-walk", "a32-mmio"];
+
+/// `arm64-aarch32-hostile`: the 32-bit attacker reached its end with every
+/// phase passed (its counts printed), the 64-bit victim kept its memory,
+/// registers and stolen-time record and its timer ticks came on time
+/// ([`check_victim_timer`]), and no exit of either was over budget.
+fn check_aarch32_hostile(log: &str) -> Vec<String> {
+    let mut problems = vmtest::check_exit_budget(log, &["attacker", "victim"]);
+    for name in AARCH32_HOSTILE_PASS {
+        if !log.contains(&format!("[attacker] PASS {name} ")) {
+            problems.push(format!("attacker: no \"PASS {name}\""));
+        }
+    }
+    let result = format!(
+        "[attacker] RESULT: {} passed, 0 failed",
+        AARCH32_HOSTILE_PASS.len()
+    );
+    if !log.contains(&result) {
+        problems.push(format!("no \"{result}\""));
+    }
+    if !log.contains("[attacker] ATTACK32 rounds ") {
+        problems.push("the attacker printed no round count".into());
+    }
+    for p in [
+        "victim-memory",
+        "victim-registers",
+        "victim-heartbeat",
+        "victim-steal",
+    ] {
+        if !log.contains(&format!("[victim] PASS {p} ")) {
+            problems.push(format!("victim: no \"PASS {p}\""));
+        }
+    }
+    problems.extend(check_victim_timer(log));
     problems
 }
 
@@ -822,6 +879,9 @@ pub(crate) const AARCH32_CHECKS: &[&str] = &[
     "pv-ipi",
     "hostile-calls",
     "mmio-banked",
+    "cp14-debug",
+    "cpu-on-thumb",
+    "cp14-breakpoint",
 ];
 
 /// `arm64-aarch32`: the AArch32 VM passed every check, the PV IPI
@@ -948,6 +1008,41 @@ mod tests {
             check_bare("SKIP 7 sgi-target-list (needs 2 or more vCPUs)").len(),
             1
         );
+    }
+
+    #[test]
+    fn aarch32_hostile_judge() {
+        let mut log = String::from(
+            "[victim] VICTIM: window 2000 ms, ran 998 ms (share 49%), ticks 100 (period 10 ms, max gap 30 ms), memory ok, registers ok\n",
+        );
+        for p in [
+            "victim-memory",
+            "victim-registers",
+            "victim-steal",
+            "victim-heartbeat",
+        ] {
+            log.push_str(&format!("[victim] PASS {p} (x) at 2082 ms\n"));
+        }
+        for name in AARCH32_HOSTILE_PASS {
+            log.push_str(&format!("[attacker] PASS {name} 12 things\n"));
+        }
+        log.push_str("[attacker] ATTACK32 rounds 3851\n[attacker] RESULT: 4 passed, 0 failed\n");
+        log.push_str(WORST_LINES);
+        assert!(
+            check_aarch32_hostile(&log).is_empty(),
+            "{:?}",
+            check_aarch32_hostile(&log)
+        );
+        // A phase that failed: its PASS and the clean RESULT are missing.
+        let failed = log
+            .replace("PASS a32-mmio", "FAIL a32-mmio")
+            .replace("4 passed, 0 failed", "3 passed, 1 failed");
+        assert_eq!(check_aarch32_hostile(&failed).len(), 2);
+        // A starved victim, an exit over budget.
+        let starved = log.replace("ticks 100 ", "ticks 20 ");
+        assert_eq!(check_aarch32_hostile(&starved).len(), 1);
+        let long = log.replace("394037 ns", "1394037 ns");
+        assert_eq!(check_aarch32_hostile(&long).len(), 1);
     }
 
     #[test]

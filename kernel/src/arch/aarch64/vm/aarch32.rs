@@ -20,13 +20,16 @@
 use alloc::format;
 
 use crate::dev::vgic::SgiRegister;
+use crate::guest::arm64::aarch32::cp14;
 use crate::guest::arm64::aarch32::cp15::{self, Kind, Trap};
 use crate::guest::arm64::aarch32::except::{self, Exception, Fault, FsrFormat, SpsrReg};
 use crate::guest::arm64::aarch32::idregs::guest_view32;
 use crate::guest::arm64::aarch32::regs::trap_reg;
 use crate::guest::arm64::aarch32::smccc::{self, Call32};
 use crate::guest::arm64::aarch32::trap::{self, Exit32, Mcr, Mcrr, VmrsReg, RT_PC};
+use crate::guest::arm64::debug::Answer as DebugAnswer;
 use crate::guest::arm64::esr::{sysreg, Abort, SysReg};
+use crate::guest::arm64::idregs;
 use crate::guest::arm64::ptimer::PhysTimer;
 use crate::vcpu::hypercall::{Abi, HypercallArgs};
 use crate::vcpu::psci;
@@ -245,22 +248,45 @@ pub fn sync32(env: &mut ExitCtx<'_, B>, ctx: &mut VcpuState, syn: Syndrome) -> O
         Exit32::Cp15(m) => cp15_32(env, ctx, m),
         Exit32::Cp15Pair(m) => cp15_64(env, ctx, m),
         Exit32::Cp14(m) => {
-            // Debug, trace and the DCC (MDCR_EL2.TDA/TDOSA/TDRA, CPTR_EL2.TTA):
-            // read as zero, writes ignored; ID_DFR0 says no cp14 debug.
+            // Debug (MDCR_EL2.TDA/TDOSA/TDRA): the vCPU's debug shadow in
+            // its AArch32 views (cp14::access); trace (CPTR_EL2.TTA) and
+            // anything unknown are UNDEFINED.
             vm.stats.exit(ExitReason::Sysreg);
-            if m.read {
-                set32(ctx, m.rt, 0);
+            let dfr0 = idregs::guest_view(
+                sysreg::ID_AA64DFR0_EL1,
+                mrs!("id_aa64dfr0_el1"),
+                vm.arch.ids,
+            );
+            let was_dirty = ctx.debug.dirty;
+            let value = get32(ctx, m.rt);
+            let a = cp14::access(&mut ctx.debug, dfr0, m.reg, m.read, value);
+            match a.answer {
+                DebugAnswer::Read(v) => {
+                    set32(ctx, m.rt, v as u32);
+                    exits::skip(ctx);
+                }
+                DebugAnswer::Written { hw } => {
+                    if hw {
+                        debug_written(ctx, was_dirty, a.reg);
+                    }
+                    exits::skip(ctx);
+                }
+                DebugAnswer::Undef => exits::inject_undef(ctx),
             }
-            exits::skip(ctx);
             RunExit::Continue
         }
         Exit32::Cp14Pair(m) => {
+            // MRRC of DBGDRAR/DBGDSAR (TDRA): no ROM table; else UNDEFINED.
             vm.stats.exit(ExitReason::Sysreg);
-            if m.read {
-                set32(ctx, m.rt, 0);
-                set32(ctx, m.rt2, 0);
+            match cp14::access64(m.opc1, m.crm, m.read) {
+                DebugAnswer::Read(v) => {
+                    let (lo, hi) = cp15::split(v);
+                    set32(ctx, m.rt, lo);
+                    set32(ctx, m.rt2, hi);
+                    exits::skip(ctx);
+                }
+                _ => exits::inject_undef(ctx),
             }
-            exits::skip(ctx);
             RunExit::Continue
         }
         Exit32::Cp14Mem(_) => {
@@ -306,6 +332,18 @@ pub fn sync32(env: &mut ExitCtx<'_, B>, ctx: &mut VcpuState, syn: Syndrome) -> O
         }
         _ => return None,
     })
+}
+
+/// After a cp14 write the hardware must hold (AArch64 register `r` of the
+/// shadow): as after an AArch64 write, the whole shadow goes to the
+/// hardware at the first such write (it still holds what another vCPU
+/// left), the one register afterwards.
+fn debug_written(ctx: &VcpuState, was_dirty: bool, r: SysReg) {
+    if was_dirty {
+        super::regs::write_debug(&ctx.debug, r.op1, r.crn, r.crm, r.op2);
+    } else {
+        super::regs::load_debug(&ctx.debug);
+    }
 }
 
 /// Writes the low 32 bits of an AArch32 register from a trapped read;
@@ -527,7 +565,9 @@ fn call32(env: &mut ExitCtx<'_, B>, ctx: &mut VcpuState) -> RunExit {
         }
         Call32::Psci(args) => {
             let (be, vm, vcpu) = (env.backend(), env.vm, env.vcpu);
-            let (x0, next) = env.psci(args, || be.has_work(vm, vcpu, ctx));
+            // CPU_ON's entry bit 0 selects T32 (reset_state sets CPSR.T).
+            let (x0, next) =
+                env.psci_from(psci::Caller::Aarch32, args, || be.has_work(vm, vcpu, ctx));
             ctx.regs.x[0] = x0 & 0xffff_ffff;
             next
         }

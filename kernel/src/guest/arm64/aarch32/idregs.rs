@@ -5,11 +5,12 @@
 //! The same rule as the AArch64 view (`super::super::idregs`): a guest is
 //! told only of what kestrel switches or emulates. The instruction sets
 //! (ID_ISAR*), the memory model (ID_MMFR0-4) and the FP/Advanced SIMD unit
-//! (MVFR0-2) are the hardware's; the Security and Virtualization
-//! Extensions, the PMU, self-hosted debug through cp14 (kestrel answers
-//! cp14 as read-as-zero), the activity monitors, RAS and everything in
-//! ID_PFR2, ID_DFR1 and ID_MMFR5 read as not implemented; the GIC system
-//! register interface is reported exactly when the VM has a GICv3. Field
+//! (MVFR0-2) are the hardware's; debug is the Armv8 architecture through
+//! cp14 (emulated per vCPU, `super::cp14`); the Security and
+//! Virtualization Extensions, the PMU, trace, memory-mapped debug, the
+//! activity monitors, RAS and everything in ID_PFR2, ID_DFR1 and ID_MMFR5
+//! read as not implemented; the GIC system register interface is reported
+//! exactly when the VM has a GICv3. Field
 //! layouts: Arm ARM (DDI 0487) G8 (ID_PFR0 .. MVFR2).
 
 use crate::guest::arm64::esr::SysReg;
@@ -47,8 +48,11 @@ pub fn guest_view32(reg: SysReg, host: u64, gic_v3: bool) -> u32 {
             let v = host & 0x000f_000f;
             set_field(v, 28, u64::from(gic_v3))
         }
-        // ID_DFR0: no cp14 debug, no trace, no PMU (all answered RAZ/WI).
-        (1, 2) => 0,
+        // ID_DFR0: CopDbg = 6, the Armv8 debug architecture through cp14
+        // (emulated from the vCPU's debug shadow: super::cp14); no
+        // Secure debug, no memory-mapped debug or trace, no cp14 trace,
+        // no PMU (answered RAZ/WI).
+        (1, 2) => 0x6,
         // ID_AFR0: IMPLEMENTATION DEFINED: nothing.
         (1, 3) => 0,
         // ID_MMFR0-3: the memory model as the hardware.
@@ -99,8 +103,9 @@ mod tests {
     }
 
     #[test]
-    fn debug_pmu_and_reserved_read_zero() {
-        assert_eq!(guest_view32(id(1, 2), 0x0301_0066, true), 0);
+    fn debug_is_v8_cp14_only_and_pmu_and_reserved_read_zero() {
+        assert_eq!(guest_view32(id(1, 2), 0x0301_0066, true), 0x6);
+        assert_eq!(guest_view32(id(1, 2), 0, false), 0x6);
         assert_eq!(guest_view32(id(3, 4), 0x11, true), 0);
         assert_eq!(guest_view32(id(3, 5), 0x11, true), 0);
         assert_eq!(guest_view32(id(3, 7), 0x11, true), 0);

@@ -9,6 +9,8 @@
 //! - [`regs`]: AArch32 modes and the AArch64 view of their registers.
 //! - [`except`]: taking an exception to an AArch32 EL1 (vector, LR, SPSR,
 //!   CPSR) and the DFSR/IFSR/DFAR/IFAR of an injected abort.
+//! - [`cp14`]: the cp14 debug registers, the AArch32 views of the
+//!   per-vCPU debug shadow (`guest::arm64::debug`).
 //! - [`cp15`]: the cp15 registers a Linux guest uses, mapped to their
 //!   AArch64 counterparts or to a defined answer (UNDEF for the rest).
 //! - [`idregs`]: the AArch32 feature ID registers an AArch32 EL1 sees.
@@ -19,6 +21,7 @@
 //! AArch32 VM (and of an AArch32 EL0 under an AArch64 kernel) with these.
 
 pub mod cond;
+pub mod cp14;
 pub mod cp15;
 pub mod except;
 pub mod idregs;
