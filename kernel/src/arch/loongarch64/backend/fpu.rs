@@ -7,6 +7,7 @@
 //! itself still raises its own exception, delivered to it).
 
 use core::arch::asm;
+use core::sync::atomic::{AtomicBool, Ordering};
 
 use crate::vcpu::fpu::{FpHw, LoongArchFpState};
 
@@ -14,20 +15,19 @@ use super::super::fp;
 
 pub struct LaFpHw {
     level: u8,
-    enabled: bool,
+    /// Whether the loaded vCPU owns the unit (FP traps off): this pCPU's
+    /// flag, which its entry path reads without the engine's lock. Only
+    /// this pCPU's engine changes it (other pCPUs ask and wait), so the
+    /// flag and the engine never disagree where it is read.
+    enabled: &'static AtomicBool,
 }
 
 impl LaFpHw {
-    pub fn new(level: u8) -> Self {
-        LaFpHw {
-            level,
-            enabled: false,
-        }
-    }
-
-    /// Whether the loaded vCPU owns the unit (FP traps off).
-    pub fn enabled(&self) -> bool {
-        self.enabled
+    /// The unit at FP width `level`, its ownership kept in `enabled` (the
+    /// pCPU's own flag; cleared here: nothing is loaded yet).
+    pub fn new(level: u8, enabled: &'static AtomicBool) -> Self {
+        enabled.store(false, Ordering::Relaxed);
+        LaFpHw { level, enabled }
     }
 }
 
@@ -43,12 +43,12 @@ impl FpHw for LaFpHw {
     }
 
     fn trap_on(&mut self) {
-        self.enabled = false;
+        self.enabled.store(false, Ordering::Relaxed);
         set_guest_euen(0);
     }
 
     fn trap_off(&mut self) {
-        self.enabled = true;
+        self.enabled.store(true, Ordering::Relaxed);
     }
 }
 

@@ -293,6 +293,9 @@ impl VmState {
 /// Per-pCPU state of the LoongArch backend.
 pub(in crate::arch::loongarch64) struct Pcpu {
     pub fp: PcpuFp<LaFpHw>,
+    /// Whether the vCPU loaded here owns the FP unit (its engine's
+    /// [`LaFpHw`] keeps it): the entry's look, without the engine's lock.
+    pub fp_owned: AtomicBool,
     /// kestrel's tick count when the current time slice started.
     pub slice_tick: AtomicU64,
     /// Whose guest translations this pCPU's TLB may hold: (vCPU, epoch,
@@ -305,6 +308,7 @@ impl Pcpu {
     const fn new() -> Pcpu {
         Pcpu {
             fp: PcpuFp::new(),
+            fp_owned: AtomicBool::new(false),
             slice_tick: AtomicU64::new(0),
             last: Mutex::new(None),
         }
@@ -381,9 +385,11 @@ impl<M: Mode> LaBackend<M> {
     fn init_cpu_state(&self, hv: &Hypervisor<Self>, cpu: usize) {
         csr::irq_disable();
         M::init_cpu();
-        PCPU[cpu]
-            .fp
-            .init(cpu, self.policy, LaFpHw::new(self.fp_level));
+        PCPU[cpu].fp.init(
+            cpu,
+            self.policy,
+            LaFpHw::new(self.fp_level, &PCPU[cpu].fp_owned),
+        );
         *PCPU[cpu].last.lock() = None;
         platform::start_oneshot_tick(cpu);
         arm_timer(hv, cpu, None);
@@ -477,11 +483,7 @@ impl<M: Mode> Backend for LaBackend<M> {
             return exit;
         }
         let euen = M::prepare_entry(&vm.arch, index, ctx);
-        let owns = PCPU[cpu]
-            .fp
-            .lock()
-            .as_ref()
-            .is_some_and(|e| e.hw().enabled());
+        let owns = PCPU[cpu].fp_owned.load(Ordering::Relaxed);
         fpu::set_guest_euen(if owns { euen & self.fp_mask() } else { 0 });
         if !M::idle_over(&vm.arch, index, ctx) {
             // Woken while waiting in `idle` with nothing pending (a stale

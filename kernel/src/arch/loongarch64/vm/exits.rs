@@ -10,6 +10,7 @@
 //! `idle`, hypercalls) is `super::super::backend::exits`'.
 
 use alloc::format;
+use core::sync::atomic::Ordering;
 
 use crate::guest::loongarch::csr::{ecode, num as vnum};
 use crate::guest::loongarch::emulate::{self, Effect, GuestCpu};
@@ -78,11 +79,7 @@ pub fn handle(env: &mut ExitCtx<'_, B>, ctx: &mut VcpuState) -> RunExit {
 /// An FP/LSX/LASX instruction with the unit off in the real EUEN: the
 /// guest's own exception, or kestrel's lazy switch of the FP registers.
 fn fp_disabled(cpu: usize, ctx: &mut VcpuState, unit: FpUnit, badi: u32) -> RunExit {
-    let live = super::PCPU[cpu]
-        .fp
-        .lock()
-        .as_ref()
-        .is_some_and(|e| e.hw().enabled());
+    let live = super::PCPU[cpu].fp_owned.load(Ordering::Relaxed);
     if unit.trap_is_guests(ctx.csr.get(vnum::EUEN), live) {
         // The guest disabled it itself (or the CPU lacks it): its exception.
         return deliver(ctx, unit.ecode(), 0, None, badi);
