@@ -61,12 +61,12 @@
 //!
 //! [`Platform::console_try_write`]: crate::base::platform::Platform::console_try_write
 
+use crate::base::lock::Mutex;
 use alloc::collections::VecDeque;
 use alloc::string::String;
 use alloc::vec::Vec;
 use core::fmt::Write;
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use spin::Mutex;
 
 use super::clock;
 

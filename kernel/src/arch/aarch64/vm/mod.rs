@@ -106,7 +106,7 @@ pub struct VmState {
     pub passthrough: passthrough::VmPassthrough,
     /// A restart's image reload still under way (`reload_step`), and
     /// whether there is one (read at each run of vCPU 0).
-    pub reload: spin::Mutex<Option<crate::mem::imageload::ImageLoad>>,
+    pub reload: crate::base::lock::Mutex<Option<crate::mem::imageload::ImageLoad>>,
     pub reloading: AtomicBool,
 }
 
@@ -477,7 +477,7 @@ impl Backend for Arm64Backend {
     fn restart_vm(
         &self,
         vm: &Vm<Self>,
-        vcpus: &mut [spin::MutexGuard<'_, VcpuState>],
+        vcpus: &mut [crate::base::lock::MutexGuard<'_, VcpuState>],
     ) -> Result<(), String> {
         self.restart(vm, vcpus)
     }

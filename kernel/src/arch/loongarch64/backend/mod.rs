@@ -24,12 +24,12 @@ pub mod fpu;
 pub mod mem;
 pub mod switch;
 
+use crate::base::lock::{Mutex, MutexGuard};
 use alloc::string::String;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::marker::PhantomData;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use spin::{Mutex, MutexGuard};
 
 use crate::base::haltpoll::{HaltPoll, PollEnd};
 use crate::dev::vdev::ns16550::Ns16550 as VNs16550;
