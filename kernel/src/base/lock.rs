@@ -28,7 +28,7 @@ impl RelaxStrategy for Relax {
 }
 
 /// The architecture's spin-wait hint, once registered.
-static HINT: spin::Once<fn()> = spin::Once::new();
+static HINT: Once<fn()> = Once::new();
 
 /// Registers the architecture's spin-wait hint (once, by the boot CPU
 /// before it starts the others; later calls change nothing).
