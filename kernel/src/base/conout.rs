@@ -904,18 +904,18 @@ pub fn drain_rate() -> DrainRate {
 }
 
 /// The UART's non-blocking write of `b`, no faster than the line's pace.
+/// The pacer's lock is not held across the write.
 fn paced_write(p: &dyn super::platform::Platform, b: &[u8]) -> usize {
-    let mut pacer = PACER.lock();
-    if pacer.line.is_none() {
+    if PACER.lock().line.is_none() {
         return p.console_try_write(b);
     }
     let now = clock::now_ns();
-    let n = pacer.room(now, b.len());
+    let n = PACER.lock().room(now, b.len());
     if n == 0 {
         return 0;
     }
     let w = p.console_try_write(&b[..n]);
-    pacer.wrote(now, w);
+    PACER.lock().wrote(now, w);
     w
 }
 
