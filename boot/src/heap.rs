@@ -1,7 +1,12 @@
 //! The hypervisor heap: a fixed region in the image's .bss, handed to
-//! `linked_list_allocator` before any allocation.
+//! `linked_list_allocator` before any allocation. Its lock is kestrel's
+//! (`kernel::base::lock::Mutex`), which waits as every kestrel lock does.
 
-use linked_list_allocator::LockedHeap;
+use core::alloc::{GlobalAlloc, Layout};
+use core::ptr::NonNull;
+
+use kernel::base::lock::Mutex;
+use linked_list_allocator::Heap;
 
 /// Heap size: page tables, per-CPU data and VM bookkeeping live here.
 pub const HEAP_SIZE: usize = 16 << 20;
@@ -11,8 +16,36 @@ struct HeapArea([u8; HEAP_SIZE]);
 
 static mut HEAP_AREA: HeapArea = HeapArea([0; HEAP_SIZE]);
 
+/// `linked_list_allocator`'s first-fit heap behind kestrel's lock.
+struct LockedHeap(Mutex<Heap>);
+
+impl LockedHeap {
+    fn lock(&self) -> kernel::base::lock::MutexGuard<'_, Heap> {
+        self.0.lock()
+    }
+}
+
+// SAFETY: every allocation and free goes through the heap's lock, and the
+// heap hands out only blocks of its region that are not in use, aligned
+// as `layout` asks (a failure is a null pointer, as the trait wants).
+unsafe impl GlobalAlloc for LockedHeap {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        self.lock()
+            .allocate_first_fit(layout)
+            .map_or(core::ptr::null_mut(), |a| a.as_ptr())
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        if let Some(p) = NonNull::new(ptr) {
+            // SAFETY: the caller gives back a block this allocator handed
+            // out with the same layout (`GlobalAlloc::dealloc`'s contract).
+            unsafe { self.lock().deallocate(p, layout) }
+        }
+    }
+}
+
 #[global_allocator]
-static ALLOCATOR: LockedHeap = LockedHeap::empty();
+static ALLOCATOR: LockedHeap = LockedHeap(Mutex::new(Heap::empty()));
 
 /// Gives the heap its memory. Call once, on the boot CPU, before anything allocates.
 pub fn init() {

@@ -1,8 +1,8 @@
 //! The platform this image runs on, once boot has registered it, and the
 //! time it keeps: the free-running counter every CPU shares.
 
+use crate::base::lock::Once;
 use core::sync::atomic::{AtomicU32, Ordering};
-use spin::Once;
 
 use super::platform::Platform;
 

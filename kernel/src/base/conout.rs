@@ -26,6 +26,15 @@
 //!   with a try-lock: two pCPUs never wait for each other to drain) and
 //!   takes the buffers' lock only to copy a few bytes out and to account
 //!   for what the UART took.
+//! - **When it runs**: after each console write, and at the time the UART
+//!   has room again ([`wake_at`], [`Pacer::after`]): a drain that leaves
+//!   output waiting says when the next is due (on a paced line when the
+//!   modelled FIFO has room for [`WAKE_ROOM`] bytes, otherwise
+//!   [`RETRY_NS`] later), and the boot CPU, which owns the timed drain,
+//!   arms its timer for it without ending the time slice of the vCPU it
+//!   runs. So the line is kept busy while output waits, whatever the
+//!   guests do, and no one waits for it. How fast it went is measured
+//!   ([`drain_rate`]).
 //!
 //! In log mode ([`Outbox::set_lines`]) the drain also keeps the lines
 //! whole and tagged whatever it interleaves: a VM's output that starts a
@@ -52,12 +61,12 @@
 //!
 //! [`Platform::console_try_write`]: crate::base::platform::Platform::console_try_write
 
+use crate::base::lock::Mutex;
 use alloc::collections::VecDeque;
 use alloc::string::String;
 use alloc::vec::Vec;
 use core::fmt::Write;
-use core::sync::atomic::{AtomicBool, Ordering};
-use spin::Mutex;
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use super::clock;
 
@@ -756,29 +765,157 @@ impl Line {
     }
 }
 
-/// The console line's pace, if one was set ([`set_baud`]). Only the
-/// drainer (who holds `DRAINER`) uses it.
-static LINE: Mutex<Option<Line>> = Mutex::new(None);
+impl Line {
+    /// When the FIFO will have room for `want` bytes (at most
+    /// [`LINE_FIFO`]): `want` bytes' time before the line goes idle, less
+    /// the FIFO's size.
+    pub fn room_at(&self, want: usize) -> u64 {
+        let keep = LINE_FIFO.saturating_sub(want as u64);
+        self.idle_at.saturating_sub(keep * self.byte_ns)
+    }
+}
+
+/// Room in the modelled FIFO a timed drain waits for ([`Pacer::after`]):
+/// three quarters of it. The quarter still queued (8 bytes, 694 µs at
+/// 115,200 baud) keeps the line busy while the drain's pCPU comes round
+/// to it (a timer interrupt, then at most one exit's work).
+pub const WAKE_ROOM: usize = (LINE_FIFO as usize) * 3 / 4;
+/// How long a drain waits for a UART that is not modelled and took less
+/// than it was offered (its own FIFO is full), or for the rest of a
+/// backlog beyond one drain's [`DRAIN_MAX`]: 1 ms, the time 11.5 bytes take
+/// at 115,200 baud, so a 16-byte FIFO at that rate does not run dry.
+pub const RETRY_NS: u64 = 1_000_000;
+
+/// The drain's timing, kept by whoever drains: the modelled line
+/// ([`set_baud`]), when the next drain is due, and how fast output went
+/// while some was waiting ([`DrainRate`]). Free of hardware: the times are
+/// given.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Pacer {
+    pub line: Option<Line>,
+    /// Output has been waiting since this drain ended (counter ns).
+    waiting_since: Option<u64>,
+    rate: DrainRate,
+}
+
+/// How fast the drain moved output while some was waiting: `bytes`
+/// written by drains that found output left by the previous drain, over
+/// `ns`, the time from a drain that left output waiting to the drain that
+/// emptied the buffers (summed over such stretches). The first drain of
+/// a stretch is left out (it fills an empty FIFO at once), so a drain
+/// that keeps up with a paced line shows the line's rate and no more.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DrainRate {
+    pub bytes: u64,
+    pub ns: u64,
+}
+
+impl DrainRate {
+    /// Bytes per second (0 for no time).
+    pub fn per_second(&self) -> u64 {
+        if self.ns == 0 {
+            0
+        } else {
+            (u128::from(self.bytes) * 1_000_000_000 / u128::from(self.ns)) as u64
+        }
+    }
+}
+
+impl Pacer {
+    pub const fn new() -> Pacer {
+        Pacer {
+            line: None,
+            waiting_since: None,
+            rate: DrainRate { bytes: 0, ns: 0 },
+        }
+    }
+
+    /// Bytes of `len` the UART may be offered at `now`.
+    pub fn room(&self, now: u64, len: usize) -> usize {
+        self.line.map_or(len, |l| len.min(l.room(now)))
+    }
+
+    /// The UART took `n` bytes at `now`.
+    pub fn wrote(&mut self, now: u64, n: usize) {
+        if let Some(l) = self.line.as_mut() {
+            l.wrote(now, n);
+        }
+    }
+
+    /// A drain ended at `now` having written `moved` bytes; `left`: output
+    /// still waits. Returns when the next drain is due (counter ns), `None`
+    /// when nothing waits: on a modelled line when its FIFO has room for
+    /// [`WAKE_ROOM`] bytes, otherwise [`RETRY_NS`] from now.
+    pub fn after(&mut self, now: u64, moved: usize, left: bool) -> Option<u64> {
+        if let Some(since) = self.waiting_since {
+            self.rate.bytes += moved as u64;
+            if !left {
+                self.rate.ns += now.saturating_sub(since);
+                self.waiting_since = None;
+            }
+        } else if left {
+            self.waiting_since = Some(now);
+        }
+        if !left {
+            return None;
+        }
+        Some(match self.line {
+            Some(l) => l.room_at(WAKE_ROOM).max(now),
+            None => now + RETRY_NS,
+        })
+    }
+
+    /// The drain rate so far; a stretch still under way at `now` counts
+    /// up to `now`.
+    pub fn rate(&self, now: u64) -> DrainRate {
+        let mut r = self.rate;
+        if let Some(since) = self.waiting_since {
+            r.ns += now.saturating_sub(since);
+        }
+        r
+    }
+}
+
+/// The drain's timing. Only the drainer (who holds `DRAINER`) changes it.
+static PACER: Mutex<Pacer> = Mutex::new(Pacer::new());
+/// When the next drain is due, in platform counter ticks (`u64::MAX`:
+/// nothing waits). The drain's owner, the boot CPU, arms its timer for
+/// it ([`wake_at`]).
+static WAKE_AT: AtomicU64 = AtomicU64::new(u64::MAX);
 
 /// Paces the console's output to a UART at `baud` bits per second (`None`:
 /// as fast as the UART takes it). `kestrel.baud=`.
 pub fn set_baud(baud: Option<u32>) {
-    *LINE.lock() = baud.map(Line::new);
+    PACER.lock().line = baud.map(Line::new);
+}
+
+/// When the boot CPU must drain the console next, in platform counter
+/// ticks (`u64::MAX`: nothing waits). Its timer fires then, without
+/// ending a time slice; the drain it runs sets the next one. One load:
+/// the boot CPU looks before each guest entry.
+#[inline]
+pub fn wake_at() -> u64 {
+    WAKE_AT.load(Ordering::Relaxed)
+}
+
+/// How fast the drain moved output while some was waiting, so far.
+pub fn drain_rate() -> DrainRate {
+    PACER.lock().rate(clock::now_ns())
 }
 
 /// The UART's non-blocking write of `b`, no faster than the line's pace.
+/// The pacer's lock is not held across the write.
 fn paced_write(p: &dyn super::platform::Platform, b: &[u8]) -> usize {
-    let mut line = LINE.lock();
-    let Some(l) = line.as_mut() else {
+    if PACER.lock().line.is_none() {
         return p.console_try_write(b);
-    };
+    }
     let now = clock::now_ns();
-    let n = b.len().min(l.room(now));
+    let n = PACER.lock().room(now, b.len());
     if n == 0 {
         return 0;
     }
     let w = p.console_try_write(&b[..n]);
-    l.wrote(now, w);
+    PACER.lock().wrote(now, w);
     w
 }
 
@@ -807,6 +944,11 @@ pub fn drain_with(
     let Some(_token) = drainer.try_lock() else {
         return 0;
     };
+    drain_held(outbox, &mut write, cap)
+}
+
+/// [`drain_with`] by whoever holds the drainer's token.
+fn drain_held(outbox: &Mutex<Outbox>, mut write: impl FnMut(&[u8]) -> usize, cap: usize) -> usize {
     let mut buf = [0u8; PIECE];
     let mut moved = 0;
     while moved < cap {
@@ -853,12 +995,41 @@ pub fn flush_with(
     }
 }
 
-/// [`drain_with`] on the console's buffers and the platform's UART.
+/// [`drain_with`] on the console's buffers and the platform's UART; then,
+/// still holding the drainer's token, when the next drain is due
+/// ([`wake_at`], [`Pacer::after`]). A drain that finds another pCPU
+/// draining does nothing; what it queued is the other's to write, or, if
+/// that one had already looked, waits for the boot CPU's next tick.
 pub fn drain(cap: usize) -> usize {
-    match clock::platform() {
-        Some(p) => drain_with(&OUTBOX, &DRAINER, |b| paced_write(p, b), cap),
-        None => 0,
-    }
+    let Some(p) = clock::platform() else {
+        return 0;
+    };
+    let Some(_token) = DRAINER.try_lock() else {
+        // Someone else drains and sets the next drain's time. If it is
+        // due now (this may be the timed drain itself), it moves on by
+        // [`RETRY_NS`], so that a timer armed for it does not fire again
+        // and again while the other pCPU writes.
+        let now = p.counter();
+        let at = WAKE_AT.load(Ordering::Relaxed);
+        if at <= now {
+            let later = now + ns_to_counter(RETRY_NS, p.counter_hz());
+            let _ = WAKE_AT.compare_exchange(at, later, Ordering::Relaxed, Ordering::Relaxed);
+        }
+        return 0;
+    };
+    let moved = drain_held(&OUTBOX, |b| paced_write(p, b), cap);
+    let left = !OUTBOX.lock().is_empty();
+    let now = clock::now_ns();
+    let next = PACER.lock().after(now, moved, left);
+    let at = next.map_or(u64::MAX, |ns| ns_to_counter(ns, p.counter_hz()));
+    WAKE_AT.store(at, Ordering::Relaxed);
+    moved
+}
+
+/// Counter nanoseconds `ns` in ticks of a `hz` counter, rounded up (a
+/// deadline is never early).
+pub fn ns_to_counter(ns: u64, hz: u64) -> u64 {
+    (u128::from(ns) * u128::from(hz)).div_ceil(1_000_000_000) as u64
 }
 
 /// Writes everything waiting (see [`flush_with`]).

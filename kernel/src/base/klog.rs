@@ -4,9 +4,9 @@
 //! call returns while kestrel boots and ends, queued ahead of every VM's
 //! output while VMs run.
 
+use crate::base::lock::Once;
 use alloc::string::String;
 use core::fmt::{self, Write};
-use spin::Once;
 
 use crate::base::conout;
 use crate::base::platform::Platform;

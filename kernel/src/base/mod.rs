@@ -10,5 +10,6 @@ pub mod deadline;
 pub mod fatal;
 pub mod haltpoll;
 pub mod klog;
+pub mod lock;
 pub mod platform;
 pub mod sync;

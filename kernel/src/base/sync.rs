@@ -3,9 +3,9 @@
 //! deadline bound, a VM rebuild's hand-off), in one
 //! place so a model checker can stand in for them.
 //!
-//! Normally these are `core::sync::atomic`'s atomics and `spin`'s mutex,
-//! re-exported unchanged: the firmware and `cargo test` build exactly what
-//! they built before. Built with `RUSTFLAGS="--cfg loom"` (`make
+//! Normally these are `core::sync::atomic`'s atomics and kestrel's spin
+//! lock and spin-wait (`base::lock`), re-exported: what the firmware and
+//! `cargo test` run. Built with `RUSTFLAGS="--cfg loom"` (`make
 //! test-loom`), they are the `loom` crate's: every load, store,
 //! read-modify-write and lock becomes a point where loom may switch
 //! threads, and its memory model decides which stores a load may see. The
@@ -13,11 +13,11 @@
 //! every interleaving within a preemption bound (`docs/concurrency.md`).
 
 #[cfg(not(loom))]
-pub use core::hint::spin_loop;
+pub use super::lock::relax as spin_loop;
+#[cfg(not(loom))]
+pub use super::lock::{Mutex, MutexGuard};
 #[cfg(not(loom))]
 pub use core::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
-#[cfg(not(loom))]
-pub use spin::{Mutex, MutexGuard};
 
 #[cfg(loom)]
 pub use loom::hint::spin_loop;

@@ -235,7 +235,7 @@ pub fn bounded<const N: usize>(s: &str) -> String<N> {
 }
 
 /// The board, published once by the boot CPU ([`publish`]).
-static BOARD: spin::Once<BoardInfo> = spin::Once::new();
+static BOARD: crate::base::lock::Once<BoardInfo> = crate::base::lock::Once::new();
 
 /// Publishes the board the boot CPU found (once; later calls keep the
 /// first) and returns the published copy.

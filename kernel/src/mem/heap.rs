@@ -1,7 +1,7 @@
 //! kestrel's own heap, as seen by the statistics: the image that owns the
 //! allocator says once, at boot, how to measure it.
 
-use spin::Once;
+use crate::base::lock::Once;
 
 static HEAP_USAGE: Once<fn() -> (usize, usize)> = Once::new();
 

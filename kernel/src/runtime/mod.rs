@@ -259,6 +259,15 @@ pub fn primary_main(board: BoardInfo, platform: &'static dyn Platform) -> ! {
     VMS_GO.store(true, Ordering::Release);
     let vm_status = crate::runtime::backend::run_vms(me);
     info!("kestrel: all VMs have ended (status {})", vm_status.code());
+    let rate = crate::base::conout::drain_rate();
+    if rate.ns > 0 {
+        info!(
+            "console drain: {} bytes in {} us with output waiting: {} bytes/s",
+            rate.bytes,
+            rate.ns / 1000,
+            rate.per_second()
+        );
+    }
     let status = if boot_status == ExitStatus::Success && refused == 0 {
         vm_status
     } else {

@@ -15,12 +15,12 @@
 pub mod exitctx;
 pub mod rebuild;
 
+use crate::base::lock::{Mutex, Once};
 use alloc::format;
 use alloc::string::String;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
-use spin::{Mutex, Once};
 
 pub use crate::base::deadline::{DeadlineBound, Deadlines, DEADLINES};
 use crate::base::platform::ExitStatus;
@@ -176,7 +176,7 @@ pub trait Backend: DeviceWork + Sync + Sized {
     fn restart_vm(
         &self,
         vm: &Vm<Self>,
-        vcpus: &mut [spin::MutexGuard<'_, Self::VcpuState>],
+        vcpus: &mut [crate::base::lock::MutexGuard<'_, Self::VcpuState>],
     ) -> Result<(), String> {
         let _ = (vm, vcpus);
         Err(String::from("this backend cannot restart a VM"))

@@ -222,7 +222,7 @@ impl Backend for Fake {
     fn restart_vm(
         &self,
         vm: &Vm<Self>,
-        vcpus: &mut [spin::MutexGuard<'_, Ctx>],
+        vcpus: &mut [crate::base::lock::MutexGuard<'_, Ctx>],
     ) -> Result<(), String> {
         let loaded = self.loaded.lock().unwrap();
         assert!(

@@ -1037,8 +1037,8 @@ pub use crate::dev::vdev::uart::RxPort;
 /// per call (the rest wait in the UART for the next tick).
 /// Lock order: a UART, then the multiplexer.
 pub fn pump_input<'a, U: RxPort + ?Sized + 'a>(
-    mux: &spin::Mutex<ConsoleMux>,
-    uart_of: impl Fn(usize) -> Option<&'a spin::Mutex<U>>,
+    mux: &crate::base::lock::Mutex<ConsoleMux>,
+    uart_of: impl Fn(usize) -> Option<&'a crate::base::lock::Mutex<U>>,
     mut read: impl FnMut() -> Option<u8>,
     mut received: impl FnMut(usize, &U),
     mut command: impl FnMut(Command),
@@ -1864,10 +1864,10 @@ mod tests {
 
     #[test]
     fn pump_holds_what_a_full_uart_cannot_take_and_keeps_the_order() {
-        let mux = spin::Mutex::new(mux());
+        let mux = crate::base::lock::Mutex::new(mux());
         let uarts = [
-            spin::Mutex::new(Fifo::default()),
-            spin::Mutex::new(Fifo::default()),
+            crate::base::lock::Mutex::new(Fifo::default()),
+            crate::base::lock::Mutex::new(Fifo::default()),
         ];
         let mut typed = b"hello".iter().copied();
         let mut woke = Vec::new();
@@ -1923,10 +1923,10 @@ mod tests {
         let mut m = mux_in(Mode::Raw);
         m.say("kestrel: a notice");
         write(&mut m, 0, "held");
-        let mux = spin::Mutex::new(m);
+        let mux = crate::base::lock::Mutex::new(m);
         let uarts = [
-            spin::Mutex::new(Fifo::default()),
-            spin::Mutex::new(Fifo::default()),
+            crate::base::lock::Mutex::new(Fifo::default()),
+            crate::base::lock::Mutex::new(Fifo::default()),
         ];
         let mut typed = b"x".iter().copied();
         pump_input(&mux, |i| uarts.get(i), || typed.next(), |_, _| {}, |_| {});

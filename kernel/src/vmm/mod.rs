@@ -16,11 +16,11 @@ pub mod terminal;
 pub mod virtio;
 pub mod vmconfig;
 
+use crate::base::lock::{Mutex, Once};
 use alloc::format;
 use alloc::string::String;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
-use spin::{Mutex, Once};
 
 use kestrel_abi::package::{self, Package};
 

@@ -5,11 +5,11 @@
 //! service ([`super::poll_console`]) and does a bounded amount of work: one
 //! row per VM, at most one refresh per second.
 
+use crate::base::lock::Mutex;
 use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
 use core::fmt::Write;
-use spin::Mutex;
 
 use crate::base::conout;
 use crate::dev::virtio::set::VirtioCounters;

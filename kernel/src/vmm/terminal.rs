@@ -5,7 +5,7 @@
 //! bounded buffer ([`crate::base::conout`]), which is drained to the UART
 //! at the UART's pace. A VM's console write never waits for the UART.
 
-use spin::{Mutex, Once};
+use crate::base::lock::{Mutex, Once};
 
 use super::console::{queue, ConsoleMux, Mode};
 use crate::base::conout::{self, Outbox, Source};

@@ -61,8 +61,8 @@ pub struct VirtioSlot {
     pub kind: VirtioSlotKind,
 }
 
-static PACKAGE: spin::Once<&'static [u8]> = spin::Once::new();
-static MODULE: spin::Once<&'static [u8]> = spin::Once::new();
+static PACKAGE: crate::base::lock::Once<&'static [u8]> = crate::base::lock::Once::new();
+static MODULE: crate::base::lock::Once<&'static [u8]> = crate::base::lock::Once::new();
 
 /// Records the package embedded in the firmware (the boot crate calls this
 /// once, early). Later calls are ignored.

@@ -250,6 +250,50 @@ pub fn check_exit_budget(log: &str, vms: &[&str]) -> Vec<String> {
     problems
 }
 
+/// The least a timed console drain must keep up with a paced line: this
+/// percentage of its bytes per second (`baud / 10`), over the time output
+/// was waiting.
+pub const DRAIN_RATE_PCT: u64 = 80;
+/// The least time with output waiting that makes the drain rate a
+/// measurement (100 ms: about 1,150 bytes at 115,200 baud).
+pub const DRAIN_MIN_US: u64 = 100_000;
+
+/// kestrel's console drain kept up with a line of `baud` bits per second:
+/// its `console drain: B bytes in T us with output waiting: R bytes/s`
+/// line (logged when the VMs have ended) shows at least [`DRAIN_MIN_US`]
+/// of waiting output, moved at [`DRAIN_RATE_PCT`]% of `baud / 10` or more.
+/// Counter time: under [`ICOUNT`] guest instructions, the same on a loaded
+/// host.
+pub fn check_drain_rate(log: &str, baud: u64) -> Vec<String> {
+    let line = log
+        .lines()
+        .find_map(|l| l.split_once("console drain: ").map(|(_, r)| r));
+    let Some(rest) = line else {
+        return vec!["no \"console drain:\" line: no output ever waited for the line".into()];
+    };
+    let num = |after: &str| {
+        rest.split_once(after)
+            .and_then(|(_, r)| r.split_whitespace().next()?.parse::<u64>().ok())
+    };
+    let (Some(us), Some(rate)) = (num(" bytes in "), num("with output waiting: ")) else {
+        return vec![format!("unreadable console drain line: {rest}")];
+    };
+    let mut problems = Vec::new();
+    if us < DRAIN_MIN_US {
+        problems.push(format!(
+            "output waited for the console only {us} us (at least {DRAIN_MIN_US} us expected)"
+        ));
+    }
+    let line_rate = baud / 10;
+    if rate * 100 < line_rate * DRAIN_RATE_PCT {
+        problems.push(format!(
+            "the console drain moved {rate} bytes/s with output waiting: under \
+             {DRAIN_RATE_PCT}% of the line's {line_rate} bytes/s"
+        ));
+    }
+    problems
+}
+
 /// The fairness case (`arm64-share`, `la64-share`): a VM `hog` of 16
 /// spinning vCPUs beside a 1-vCPU VM `victim` on 4 pCPUs, under [`ICOUNT`].
 pub fn share_case(

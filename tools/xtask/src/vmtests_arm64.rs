@@ -621,7 +621,9 @@ fn check_hostile_virtio(log: &str) -> Vec<String> {
 /// interrupts, and never waited a second for one.
 /// [`check_hostile`] on a console paced to a slow line: the line was
 /// slower than the attacker's floods, which lost their own output (and
-/// only theirs: the victim's checks are all on the console).
+/// only theirs: the victim's checks are all on the console), and the
+/// drain kept the line busy while output waited
+/// ([`vmtest::check_drain_rate`]).
 fn check_hostile_slow_console(log: &str) -> Vec<String> {
     let mut problems = check_hostile(log);
     if !log.contains("console paced to a 115200 baud line") {
@@ -638,6 +640,7 @@ fn check_hostile_slow_console(log: &str) -> Vec<String> {
     if log.contains("VM \"victim\" console: ") {
         problems.push("the victim lost console output".into());
     }
+    problems.extend(vmtest::check_drain_rate(log, 115_200));
     problems
 }
 
@@ -1081,12 +1084,20 @@ mod tests {
         let long = log.replace("394037 ns", "1394037 ns");
         assert_eq!(check_hostile(&long).len(), 1);
         // On the slow console: paced, the attacker's flood lost, the
-        // victim's output whole.
-        assert_eq!(check_hostile_slow_console(&log).len(), 2);
+        // victim's output whole, the drain at the line's pace.
+        assert_eq!(check_hostile_slow_console(&log).len(), 3);
         let slow = log.clone()
             + "[cpu0] INFO  console paced to a 115200 baud line (11520 bytes/s)\n"
-            + "[cpu0] INFO  VM \"attacker\" console: 83690 bytes of output, 62063 of them dropped (the console was slower)\n";
+            + "[cpu0] INFO  VM \"attacker\" console: 83690 bytes of output, 62063 of them dropped (the console was slower)\n"
+            + "[cpu0] INFO  console drain: 51000 bytes in 4500000 us with output waiting: 11333 bytes/s\n";
         assert!(check_hostile_slow_console(&slow).is_empty());
+        // A drain that only comes at the tick: a third of the line's pace.
+        let ticked = slow.replace("11333 bytes/s", "3200 bytes/s");
+        assert_eq!(check_hostile_slow_console(&ticked).len(), 1);
+        let short = slow.replace("4500000 us", "4500 us");
+        assert_eq!(check_hostile_slow_console(&short).len(), 1);
+        let none = slow.replace("console drain: ", "console: ");
+        assert_eq!(check_hostile_slow_console(&none).len(), 1);
         let victim_lost = slow.clone()
             + "[cpu0] INFO  VM \"victim\" console: 900 bytes of output, 12 of them dropped (the console was slower)\n";
         assert_eq!(check_hostile_slow_console(&victim_lost).len(), 1);

@@ -276,6 +276,8 @@ fn early_checks(args: &BootArgs, board: Result<BoardInfo, EarlyError>) -> BoardI
 /// Boot CPU, MMU on, heap ready: platform and GIC. Returns what the portable
 /// boot flow (`runtime::primary_main`, called by the boot crate) starts from.
 pub fn primary_setup(board: BoardInfo, args: &BootArgs) -> (BoardInfo, &'static dyn Platform) {
+    // Before any other CPU runs: every spin-wait from now on yields.
+    crate::base::lock::set_relax_hint(super::relax);
     let Some(gic) = Gic::from_board(&board.irqchip) else {
         die(format_args!(
             "interrupt controller {} is not an arm GIC",

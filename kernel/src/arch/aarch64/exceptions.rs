@@ -164,10 +164,14 @@ extern "C" fn kestrel_exception(frame: &mut Frame, kind: u64) {
 pub struct Irq {
     pub intid: u32,
     iar: u32,
+    /// kestrel's tick (or a deadline that counts as one): the timer's
+    /// interrupt, unless it only came for the console's drain
+    /// ([`timer::fired`]).
+    pub tick: bool,
 }
 
 /// Acknowledges the highest-priority pending physical interrupt. kestrel's
-/// tick is taken care of here (the timer re-armed, the tick counted);
+/// timer is taken care of here (re-armed, a tick counted);
 /// whatever else the interrupt means (a kick, a guest's timer) is the
 /// caller's to decide, who then ends it. `None` for a spurious acknowledge.
 pub fn ack() -> Option<Irq> {
@@ -177,11 +181,11 @@ pub fn ack() -> Option<Irq> {
     if gic::is_spurious(intid) {
         return None;
     }
-    if intid == timer::PPI {
-        timer::rearm();
+    let tick = intid == timer::PPI && timer::fired();
+    if tick {
         crate::base::cpu::tick(percpu::index());
     }
-    Some(Irq { intid, iar })
+    Some(Irq { intid, iar, tick })
 }
 
 impl Irq {

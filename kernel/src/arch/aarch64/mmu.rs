@@ -10,8 +10,8 @@
 //! Only RAM is executable. The tables are static (.bss): one level-1 table
 //! and up to [`MAX_L2`] level-2 tables. All CPUs share them.
 
+use crate::base::lock::Once;
 use core::cell::UnsafeCell;
-use spin::Once;
 
 use aarch64_cpu::registers::*;
 

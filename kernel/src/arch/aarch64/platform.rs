@@ -1,7 +1,7 @@
 //! [`Platform`] for arm64 at EL2.
 
+use crate::base::lock::Once;
 use heapless::Vec;
-use spin::Once;
 
 use crate::base::platform::{ExitStatus, Platform, StartError};
 use crate::host::board::{BoardInfo, PsciConduit, UartKind};
@@ -49,7 +49,7 @@ pub fn init(board: &BoardInfo, gic: Gic, secondary_entry: usize, reserved: Range
 
 /// The boot device tree (the host's), kept (reserved) for the VMs'
 /// passthrough checks.
-static HOST_DTB: spin::Once<&'static [u8]> = spin::Once::new();
+static HOST_DTB: crate::base::lock::Once<&'static [u8]> = crate::base::lock::Once::new();
 
 /// Records the host device tree (boot CPU, once).
 pub fn set_host_dtb(blob: &'static [u8]) {

@@ -72,7 +72,7 @@ pub fn image_end() -> u64 {
 /// RAM guests must not get beyond `[0, image_end)`: what UEFI firmware
 /// keeps after ExitBootServices (set once by the boot CPU before any VM
 /// is built; empty when QEMU started kestrel directly).
-static FIRMWARE_RESERVED: spin::Once<Ranges> = spin::Once::new();
+static FIRMWARE_RESERVED: crate::base::lock::Once<Ranges> = crate::base::lock::Once::new();
 
 /// Records the ranges UEFI firmware keeps (see [`reserved`]).
 pub fn set_firmware_reserved(r: Ranges) {
@@ -80,7 +80,7 @@ pub fn set_firmware_reserved(r: Ranges) {
 }
 
 /// The boot module (the VM package the loader placed), kept from guests.
-static BOOT_MODULE: spin::Once<MemRegion> = spin::Once::new();
+static BOOT_MODULE: crate::base::lock::Once<MemRegion> = crate::base::lock::Once::new();
 
 /// Records the boot module's range (checked by the caller) so that
 /// [`reserved`] keeps it from guests. Boot CPU, before any VM is built.

@@ -7,7 +7,7 @@ use super::bus::{DeviceEnv, GuestMemory, MemError};
 /// Guest RAM of `len` bytes at `base`, in a vector.
 pub struct Ram {
     pub base: u64,
-    pub bytes: spin::Mutex<Vec<u8>>,
+    pub bytes: crate::base::lock::Mutex<Vec<u8>>,
 }
 
 impl Ram {
@@ -62,7 +62,7 @@ impl Recorder {
             resets: 0,
             ram: Ram {
                 base: 0x1000_0000,
-                bytes: spin::Mutex::new(alloc::vec![0; 0x1_0000]),
+                bytes: crate::base::lock::Mutex::new(alloc::vec![0; 0x1_0000]),
             },
         }
     }

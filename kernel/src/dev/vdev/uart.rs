@@ -7,7 +7,7 @@
 
 use core::sync::atomic::{AtomicBool, Ordering};
 
-use spin::Mutex;
+use crate::base::lock::Mutex;
 
 use super::bus::{DeviceEnv, MmioDevice};
 use super::{ns16550, pl011, MmioError, UartEffect, Width};

@@ -6,7 +6,7 @@
 
 use alloc::sync::Arc;
 
-use spin::Mutex;
+use crate::base::lock::Mutex;
 
 use super::{MmioError, VcpuSet, Vgic, Width};
 use crate::dev::vdev::bus::{DeviceEnv, MmioDevice};

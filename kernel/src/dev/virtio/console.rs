@@ -7,9 +7,9 @@
 //! receive buffers; while it is full the console mux holds further input,
 //! as it does for a full UART FIFO.
 
+use crate::base::lock::Mutex;
 use alloc::collections::VecDeque;
 use alloc::sync::Arc;
-use spin::Mutex;
 
 use super::queue::{Chain, Pop, Queue, QueueError};
 use super::{id, Budget, Progress, VirtioDevice, Work};

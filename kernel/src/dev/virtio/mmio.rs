@@ -12,9 +12,9 @@
 //! interrupt for the chains completed before it); the device does no more
 //! work until the driver resets it.
 
+use crate::base::lock::Mutex;
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicBool, Ordering};
-use spin::Mutex;
 
 use super::queue::{Queue, QueueError, MAX_QUEUE_SIZE};
 use super::{status, Budget, Progress, VirtioDevice, Work, F_VERSION_1};

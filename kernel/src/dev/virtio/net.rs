@@ -22,11 +22,11 @@
 //! released ([`NetPort`]), so two VMs sending to each other never hold
 //! both transport locks.
 
+use crate::base::lock::{Mutex, RwLock};
 use alloc::collections::VecDeque;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicBool, Ordering};
-use spin::{Mutex, RwLock};
 
 use super::mmio::Transport;
 use super::queue::{Pop, Queue, QueueError};

@@ -3,10 +3,10 @@
 //! ports join. The VM manager builds and connects a set
 //! (`crate::vmm::virtio`).
 
+use crate::base::lock::Mutex;
 use alloc::string::String;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
-use spin::Mutex;
 
 use super::block::Block;
 use super::console::{Console, Input};

@@ -16,10 +16,10 @@
 pub mod eiointc;
 pub mod pchpic;
 
+use crate::base::lock::Mutex;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicU8, Ordering};
-use spin::Mutex;
 
 use crate::dev::vdev::bus::{DeviceEnv, MmioDevice};
 use crate::dev::vdev::{MmioError, Width};

@@ -3,6 +3,7 @@
 //! the VM, where typed console input goes.
 
 use super::*;
+use crate::base::lock::Mutex;
 use crate::dev::vdev::bus::Bus;
 use crate::dev::vdev::pl011::{self, Pl011};
 use crate::dev::vdev::testenv::Ram;
@@ -15,7 +16,6 @@ use crate::vmm::console::ConsoleMux;
 use alloc::collections::VecDeque;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
-use spin::Mutex;
 
 #[derive(Default)]
 struct Fake {

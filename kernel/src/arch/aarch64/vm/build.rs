@@ -2,12 +2,12 @@
 //! pool (and the GICv2 virtual CPU interface), its images and DTB copied
 //! in, its vCPUs; and the rest of [`Machine`].
 
+use crate::base::lock::{Mutex, MutexGuard};
 use alloc::format;
 use alloc::string::String;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicBool, Ordering};
-use spin::{Mutex, MutexGuard};
 
 use kestrel_abi::package::ConsoleKind;
 

@@ -5,11 +5,11 @@
 //! PL011, console bytes go to the console multiplexer, guest RAM is the
 //! VM's 2 MiB frames.
 
+use crate::base::lock::Mutex;
 use alloc::format;
 use alloc::string::String;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
-use spin::Mutex;
 
 use crate::dev::vdev::bus::{Bus, GuestMemory, MemError, Prepared};
 use crate::dev::vdev::pl011::{self, Pl011};

@@ -169,7 +169,7 @@ impl VmRam {
             Touch::Ready => self.slots[i].map(self.frames[i]),
             Touch::Busy => {
                 self.blocks
-                    .touch(i, || self.zero_and_map(i), core::hint::spin_loop)?;
+                    .touch(i, || self.zero_and_map(i), crate::base::lock::relax)?;
             }
             Touch::Zeroed => {}
         }
@@ -181,7 +181,7 @@ impl VmRam {
     /// another pCPU zeroes it). `None`: not RAM.
     pub fn host_block(&self, i: usize) -> Option<u64> {
         self.blocks
-            .touch(i, || self.zero_and_map(i), core::hint::spin_loop)?;
+            .touch(i, || self.zero_and_map(i), crate::base::lock::relax)?;
         self.frames.get(i).copied()
     }
 
@@ -208,7 +208,7 @@ impl VmRam {
                 |i| self.slots[i].unmap(),
                 || {
                     between();
-                    core::hint::spin_loop();
+                    crate::base::lock::relax();
                 },
             );
             super::stage2::flush_all_vmids();

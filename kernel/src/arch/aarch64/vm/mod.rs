@@ -25,7 +25,7 @@ use alloc::string::String;
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use crate::base::clock;
+use crate::base::{clock, conout};
 use crate::dev::vdev::bus::GuestMemory;
 use crate::dev::vdev::pl011::Pl011 as VPl011;
 use crate::dev::vdev::uart::Uart;
@@ -106,7 +106,7 @@ pub struct VmState {
     pub passthrough: passthrough::VmPassthrough,
     /// A restart's image reload still under way (`reload_step`), and
     /// whether there is one (read at each run of vCPU 0).
-    pub reload: spin::Mutex<Option<crate::mem::imageload::ImageLoad>>,
+    pub reload: crate::base::lock::Mutex<Option<crate::mem::imageload::ImageLoad>>,
     pub reloading: AtomicBool,
 }
 
@@ -207,15 +207,19 @@ fn update_steal(vm: &Vm<Arm64Backend>, vcpu: &Vcpu<Arm64Backend>) {
 /// deadlines and the console are looked at.
 fn take_irq(hv: &Hypervisor<Arm64Backend>, cpu: usize) {
     if let Some(irq) = exceptions::ack() {
-        let intid = irq.intid;
+        let (intid, tick) = (irq.intid, irq.tick);
         // A forwarded device SPI is only priority-dropped: the guest's
         // deactivation ends it (list register HW bit).
-        let forwarded = host_irq(intid) || passthrough::on_irq(intid);
+        let forwarded = host_irq(intid, tick) || passthrough::on_irq(intid);
         irq.end(forwarded);
         passthrough::drain(hv, cpu);
-        if intid == timer::PPI {
+        if tick {
             hv.check_timers(cpu, timer::counter());
             vmm::poll_console(hv, cpu);
+        } else if intid == timer::PPI {
+            // The console's timed drain (`conout::wake_at`), on the boot
+            // CPU: the UART has room again.
+            vmm::terminal::drain();
         }
     }
 }
@@ -224,13 +228,15 @@ fn take_irq(hv: &Hypervisor<Arm64Backend>, cpu: usize) {
 /// (before it ends): the tick ends the time slice, the emulated physical
 /// timer's backing is masked, the loaded vCPU's virtual timer is forwarded.
 /// Returns whether it was forwarded (then it is only priority-dropped).
-fn host_irq(intid: u32) -> bool {
+fn host_irq(intid: u32, tick: bool) -> bool {
     let cpu = percpu::index();
     let Some(p) = PCPU.get(cpu) else {
         return false;
     };
     if intid == timer::PPI {
-        p.slice_expired.store(true, Ordering::Release);
+        if tick {
+            p.slice_expired.store(true, Ordering::Release);
+        }
     } else if intid == PTIMER_PPI {
         // The loaded vCPU's emulated physical timer reached its deadline:
         // mask the backing timer (ENABLE | IMASK) so it does not fire
@@ -369,6 +375,10 @@ impl Backend for Arm64Backend {
             vm.stats.note_step(timer::counter().saturating_sub(t));
             return exit;
         }
+        if cpu == 0 {
+            // The boot CPU owns the console's timed drain.
+            timer::arm_quiet(conout::wake_at());
+        }
         self.prepare_entry(cpu, vm, vcpu, ctx);
         let kind = switch::enter(&mut ctx.regs);
         let exited = timer::counter();
@@ -467,7 +477,7 @@ impl Backend for Arm64Backend {
     fn restart_vm(
         &self,
         vm: &Vm<Self>,
-        vcpus: &mut [spin::MutexGuard<'_, VcpuState>],
+        vcpus: &mut [crate::base::lock::MutexGuard<'_, VcpuState>],
     ) -> Result<(), String> {
         self.restart(vm, vcpus)
     }
@@ -485,6 +495,9 @@ impl Backend for Arm64Backend {
         let deadline = hv.next_deadline();
         if deadline != u64::MAX {
             timer::arm_before(deadline);
+        }
+        if cpu == 0 {
+            timer::arm_quiet(conout::wake_at());
         }
         // SAFETY: wait for an interrupt, then let it be taken (the IRQ
         // handler acknowledges the tick or the kick), then mask again.

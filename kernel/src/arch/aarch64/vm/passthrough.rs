@@ -18,7 +18,7 @@
 
 use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
-use spin::Mutex;
+use crate::base::lock::Mutex;
 
 use crate::vcpu::sched::VcpuKey;
 use crate::vm::{Hypervisor, Vm};

@@ -2,8 +2,8 @@
 //! interface, FP, debug), what the exit fast path and halt polling keep
 //! between exits, and what other pCPUs hand it (a PSCI CPU_ON).
 
+use crate::base::lock::Mutex;
 use alloc::sync::Arc;
-use spin::Mutex;
 
 use crate::base::haltpoll::HaltPoll;
 use crate::dev::vgic::{LrEntry, MAX_LRS};

@@ -3,12 +3,12 @@
 //! command line copied in, its devices, interrupt controllers and IPI
 //! blocks, its vCPUs; and the rest of [`Machine`].
 
+use crate::base::lock::{Mutex, MutexGuard};
 use alloc::format;
 use alloc::string::String;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
-use spin::{Mutex, MutexGuard};
 
 use kestrel_abi::package::{ConsoleKind, GuestKind};
 

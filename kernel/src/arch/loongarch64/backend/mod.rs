@@ -24,12 +24,12 @@ pub mod fpu;
 pub mod mem;
 pub mod switch;
 
+use crate::base::lock::{Mutex, MutexGuard};
 use alloc::string::String;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::marker::PhantomData;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use spin::{Mutex, MutexGuard};
 
 use crate::base::haltpoll::{HaltPoll, PollEnd};
 use crate::dev::vdev::ns16550::Ns16550 as VNs16550;
@@ -324,14 +324,23 @@ fn ticks(cpu: usize) -> u64 {
 }
 
 /// Arms this CPU's timer for the earliest of kestrel's next tick, `guest`
-/// (the loaded vCPU's timer, where kestrel watches it) and the deadlines
-/// of vCPUs that are not loaded.
+/// (the loaded vCPU's timer, where kestrel watches it), the deadlines
+/// of vCPUs that are not loaded and, on the boot CPU, the console's next
+/// drain.
 fn arm_timer<M: Mode>(hv: &Hypervisor<LaBackend<M>>, cpu: usize, guest: Option<u64>) {
     let now = csr::rdtime();
     let next = platform::next_tick(cpu);
+    // The boot CPU owns the console's timed drain: its interrupt is not a
+    // tick (`platform::tick_due`), the drain runs after it.
+    let console = if cpu == 0 {
+        crate::base::conout::wake_at()
+    } else {
+        u64::MAX
+    };
     let at = next
         .min(guest.unwrap_or(u64::MAX))
-        .min(hv.deadline_bound(now));
+        .min(hv.deadline_bound(now))
+        .min(console);
     super::timer::oneshot_at(cpu, at, now);
 }
 

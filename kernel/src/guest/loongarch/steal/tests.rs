@@ -13,7 +13,7 @@ const ST: u64 = la::KVM_FEATURE_STEAL_TIME as u64;
 /// RAM filled with 0xAA (garbage the guest left) that logs every write.
 struct Logged {
     ram: Ram,
-    writes: spin::Mutex<Vec<(u64, Vec<u8>)>>,
+    writes: crate::base::lock::Mutex<Vec<(u64, Vec<u8>)>>,
 }
 
 impl Logged {
@@ -21,9 +21,9 @@ impl Logged {
         Logged {
             ram: Ram {
                 base: BASE,
-                bytes: spin::Mutex::new(vec![0xAA; LEN]),
+                bytes: crate::base::lock::Mutex::new(vec![0xAA; LEN]),
             },
-            writes: spin::Mutex::new(Vec::new()),
+            writes: crate::base::lock::Mutex::new(Vec::new()),
         }
     }
     fn bytes(&self, gpa: u64, n: usize) -> Vec<u8> {
