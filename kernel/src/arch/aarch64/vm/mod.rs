@@ -277,9 +277,7 @@ impl Backend for Arm64Backend {
         }
         ctx.started = true;
         update_steal(vm, vcpu);
-        if let Some(at) = ctx.blocked_at.take() {
-            ctx.halt.blocked_for(timer::counter().saturating_sub(at));
-        }
+        ctx.halt.loaded(timer::counter(), vcpu.steal.delay());
         // VMID: from the allocator on every load.
         let before = self.vmids.counters();
         let l = self.vmids.vcpu_load(cpu, &vm.vmid, &|| self.flush_tlb());
