@@ -466,6 +466,10 @@ impl<M: Mode> Backend for LaBackend<M> {
         sh.running_on.store(cpu, Ordering::SeqCst);
     }
 
+    // Inlined into the run loop, whose only per-exit call it is: left to
+    // the compiler it was outlined as the image grew, which cost every
+    // arm64 exit about 38 instructions (docs/performance.md).
+    #[inline(always)]
     fn run(&self, env: &mut ExitCtx<'_, Self>, ctx: &mut M::Vcpu) -> RunExit {
         let (hv, cpu, vm, index) = (env.hv, env.cpu, env.vm, env.index());
         self.service_fp(cpu);
