@@ -8,6 +8,12 @@
 //! really are: a wait that ended within the limit grows it (polling would
 //! have caught it), one that took longer shrinks it (polling would only
 //! have burnt the pCPU). A poll that found its interrupt leaves it alone.
+//! A wait lasts from the block to the wake-up: the time a woken vCPU then
+//! spends runnable, waiting for its pCPU (another vCPU runs there), is
+//! the scheduler's, not the wait's ([`HaltPoll::blocking`],
+//! [`HaltPoll::loaded`]). Counted in, it made two VMs whose timers tick
+//! half a period apart on one pCPU see waits of about half the period and
+//! poll for all of it at every halt.
 //!
 //! All times are counter ticks; the caller chooses the limit (kestrel: 100
 //! us of its counter).
@@ -29,12 +35,37 @@ pub enum PollEnd {
 pub struct HaltPoll {
     window: u64,
     limit: u64,
+    /// The block under way: when it began, and the vCPU's run delay (its
+    /// ticks spent runnable in run queues, the scheduler's running total)
+    /// then.
+    block: Option<(u64, u64)>,
 }
 
 impl HaltPoll {
     /// No polling yet, windows up to `limit` ticks (0: never poll).
     pub const fn new(limit: u64) -> Self {
-        HaltPoll { window: 0, limit }
+        HaltPoll {
+            window: 0,
+            limit,
+            block: None,
+        }
+    }
+
+    /// The vCPU blocks at `now` (polling did not find its interrupt), with
+    /// `run_delay` ticks of run-queue wait so far.
+    pub fn blocking(&mut self, now: u64, run_delay: u64) {
+        self.block = Some((now, run_delay));
+    }
+
+    /// The vCPU is loaded at `now` with `run_delay` ticks of run-queue wait
+    /// so far. After a block, its wait adapts the window: the time since
+    /// the block less the run-queue wait since then (the vCPU was woken,
+    /// then waited for the pCPU).
+    pub fn loaded(&mut self, now: u64, run_delay: u64) {
+        if let Some((at, delay)) = self.block.take() {
+            let queued = run_delay.saturating_sub(delay);
+            self.blocked_for(now.saturating_sub(at).saturating_sub(queued));
+        }
     }
 
     /// How long to poll before blocking, in ticks (0: block at once).
@@ -107,6 +138,26 @@ impl HaltPoll {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn time_runnable_after_the_wake_is_not_part_of_the_wait() {
+        // Blocked at 1000, woken at 1300, loaded at 2500 after waiting
+        // 1200 ticks for its pCPU: a 300-tick wait, which polling covers.
+        let mut h = HaltPoll::new(1000);
+        h.blocking(1000, 40);
+        h.loaded(2500, 40 + 1200);
+        assert!(h.window() >= 300 && h.window() <= 1000, "{h:?}");
+        // Blocked 1500 ticks, loaded at once: the window closes again.
+        for t in 0..20u64 {
+            h.blocking(10_000 * t, 1240);
+            h.loaded(10_000 * t + 1500, 1240);
+        }
+        assert_eq!(h.window(), 0, "{h:?}");
+        // A load without a block (a preempted vCPU) changes nothing.
+        let mut g = HaltPoll::new(1000);
+        g.loaded(5000, 0);
+        assert_eq!(g, HaltPoll::new(1000));
+    }
 
     #[test]
     fn short_waits_grow_the_window_to_cover_them() {

@@ -111,6 +111,11 @@ impl VcpuSteal {
         self.delay.store(total, Ordering::Relaxed);
     }
 
+    /// The vCPU's run delay up to its last pick, in counter ticks.
+    pub fn delay(&self) -> u64 {
+        self.delay.load(Ordering::Relaxed)
+    }
+
     /// The guest asked for its record: counting starts now, unless it had
     /// already (a second call keeps the value growing from where it is).
     pub fn register(&self) {

@@ -197,7 +197,8 @@ pub fn sync(env: &mut ExitCtx<'_, B>, ctx: &mut VcpuState, syn: Syndrome) -> Run
             if be.has_work(vm, vcpu, ctx) || be.halt_poll(env, ctx) {
                 RunExit::Continue
             } else {
-                ctx.blocked_at = Some(super::timer::counter());
+                ctx.halt
+                    .blocking(super::timer::counter(), vcpu.steal.delay());
                 RunExit::Block
             }
         }

@@ -283,9 +283,7 @@ impl Backend for Arm64Backend {
         }
         ctx.started = true;
         update_steal(vm, vcpu);
-        if let Some(at) = ctx.blocked_at.take() {
-            ctx.halt.blocked_for(timer::counter().saturating_sub(at));
-        }
+        ctx.halt.loaded(timer::counter(), vcpu.steal.delay());
         // VMID: from the allocator on every load.
         let before = self.vmids.counters();
         let l = self.vmids.vcpu_load(cpu, &vm.vmid, &|| self.flush_tlb());
@@ -361,6 +359,10 @@ impl Backend for Arm64Backend {
         unsafe { core::arch::asm!("isb", options(nostack, preserves_flags)) };
     }
 
+    // Inlined into the run loop, whose only per-exit call it is: left to
+    // the compiler it was outlined as the image grew, which cost every
+    // arm64 exit about 38 instructions (docs/performance.md).
+    #[inline(always)]
     fn run(&self, env: &mut ExitCtx<'_, Self>, ctx: &mut VcpuState) -> RunExit {
         let (hv, cpu, vm, vcpu) = (env.hv, env.cpu, env.vm, env.vcpu);
         if vcpu.index == 0 && vm.arch.reloading.load(Ordering::Acquire) {

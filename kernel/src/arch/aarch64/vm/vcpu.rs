@@ -42,10 +42,9 @@ pub struct VcpuState {
     /// The last exit blocked the vCPU (WFI, WFIT, PSCI CPU_SUSPEND): its
     /// put arms the pCPU's timer for its deadlines.
     pub blocking: bool,
-    /// Adaptive halt polling of its WFIs, and when its last unpolled wait
-    /// began (its length, known at the next load, adapts the window).
+    /// Adaptive halt polling of its WFIs (with its block under way, whose
+    /// length, known at the next load, adapts the window).
     pub halt: HaltPoll,
-    pub blocked_at: Option<u64>,
     /// The virtual and physical timer levels last given to the vGIC model.
     pub vtimer_level: Option<bool>,
     pub ptimer_level: Option<bool>,
@@ -90,7 +89,6 @@ impl VcpuState {
             ptimer_level: None,
             blocking: false,
             halt: HaltPoll::new(timer::frequency() / 1_000_000 * HALT_POLL_US),
-            blocked_at: None,
             started: false,
             ilen: 4,
             ptimer: PhysTimer::default(),

@@ -159,7 +159,8 @@ pub fn idle<M: Mode>(env: &ExitCtx<'_, LaBackend<M>>, ctx: &mut M::Vcpu) -> RunE
         return RunExit::Continue;
     }
     M::start_idle(ctx);
-    ctx.run().blocked_at = Some(csr::rdtime());
+    let delay = env.vcpu.steal.delay();
+    ctx.run().halt.blocking(csr::rdtime(), delay);
     RunExit::Block
 }
 

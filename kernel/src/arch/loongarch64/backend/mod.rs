@@ -191,9 +191,6 @@ pub(in crate::arch::loongarch64) use la_vcpu_fields;
 pub struct VcpuRun {
     /// Adaptive halt polling of its `idle`s.
     pub halt: HaltPoll,
-    /// When its last unpolled wait began (its length, known at the next
-    /// load, adapts the polling window).
-    pub blocked_at: Option<u64>,
     /// The bus region of its last MMIO access ([`crate::dev::vdev::bus::Bus::find_from`]).
     pub mmio_region: usize,
 }
@@ -202,7 +199,6 @@ impl Default for VcpuRun {
     fn default() -> VcpuRun {
         VcpuRun {
             halt: HaltPoll::new(csr::counter_hz() / 1_000_000 * HALT_POLL_US),
-            blocked_at: None,
             mmio_region: 0,
         }
     }
@@ -453,10 +449,7 @@ impl<M: Mode> Backend for LaBackend<M> {
             ctx.reset(vcpu.index, entry, [a0, 0, 0]);
         }
         let now = csr::rdtime();
-        let run = ctx.run();
-        if let Some(at) = run.blocked_at.take() {
-            run.halt.blocked_for(now.saturating_sub(at));
-        }
+        ctx.run().halt.loaded(now, vcpu.steal.delay());
         // TLB invalidation is CPU-local, so a rollover is seen as
         // `flush_local` on each CPU's next load.
         let before = self.vmids.counters().rollovers;
@@ -482,6 +475,10 @@ impl<M: Mode> Backend for LaBackend<M> {
         sh.running_on.store(cpu, Ordering::SeqCst);
     }
 
+    // Inlined into the run loop, whose only per-exit call it is: left to
+    // the compiler it was outlined as the image grew, which cost every
+    // arm64 exit about 38 instructions (docs/performance.md).
+    #[inline(always)]
     fn run(&self, env: &mut ExitCtx<'_, Self>, ctx: &mut M::Vcpu) -> RunExit {
         let (hv, cpu, vm, index) = (env.hv, env.cpu, env.vm, env.index());
         self.service_fp(cpu);
