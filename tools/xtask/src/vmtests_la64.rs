@@ -535,9 +535,10 @@ fn check_hostile(log: &str) -> Vec<String> {
 }
 
 /// The attacker's exits in its `cold` phase and the victim's notifies to
-/// its hostile rings (`hostile/cold.rs`), in instructions under -icount
-/// shift=0: an exit under 1 ms, a notify's median under 1 ms and its worst
-/// under 2 ms of the victim's own time.
+/// its hostile rings (the guest's `hostile/cold.rs` prints them, the
+/// chains are guest-common's `hostile_cold.rs`), in instructions under
+/// -icount shift=0: an exit under 1 ms, a notify's median under 1 ms and
+/// its worst under 2 ms of the victim's own time.
 const COLD_EXIT_LIMIT: u64 = 1_000_000;
 const COLD_NOTIFY_WORST_LIMIT: u64 = 2_000_000;
 

@@ -1,5 +1,9 @@
 //! Device work whose size the attacker chooses (issue 28, items 4 and 5;
-//! `docs/test-guest.md`), timed under -icount from both sides:
+//! `docs/test-guest.md`), timed under -icount from both sides. The rings,
+//! the chains and the timing are the ones both test guests share
+//! (`guest_common::hostile_cold`, tools/guests/guest-common); this file
+//! supplies what is arm64's ([`ColdHost`]: the virtual counter, the PV
+//! time record of PV_TIME_ST) and prints the lines:
 //!
 //! - `attack-cold-tx` (attacker): one console transmit chain of 1-byte
 //!   buffers, each in its own untouched 2 MiB block of the attacker's RAM
@@ -8,11 +12,12 @@
 //!   one zeroing per budget (`virtio::ZEROINGS_PER_BUDGET`), so each exit
 //!   stays under 1 ms; zeroing the whole chain's blocks in the notify took
 //!   tens of ms.
-//! - Two receive rings on the attacker's ports on the network it shares
-//!   with the victim ([`arm_receivers`]): port C, the hostile receiver
-//!   (255 NEXT-linked zero-length buffers ending in a 256-entry indirect
-//!   table, every avail slot naming head 0, refilled as it is used); port
-//!   D, one chain over the other half of the untouched blocks.
+//! - Two receive rings on the attacker's third and fourth network ports,
+//!   on the network it shares with the victim ([`arm_receivers`]): port
+//!   C, the hostile receiver (255 NEXT-linked zero-length buffers ending
+//!   in a 256-entry indirect table, every avail slot naming head 0,
+//!   refilled as it is used); port D, one chain over the other half of
+//!   the untouched blocks.
 //! - `victim-send-hostile-receiver` and `victim-send-cold-receiver`
 //!   (victim, [`victim_sends`]): after its window the victim sends rounds
 //!   of 32 frames to each port, one notify each, and times every notify
@@ -27,156 +32,64 @@
 //! of counter time under `-icount shift=0`).
 
 use super::verdict;
-use super::virtio::{Arm64, Drv};
+use super::virtio::Arm64;
 use crate::cpu;
 use crate::platform::Platform;
 use crate::smccc::{self, call};
-use guest_common::hostile_virtio::{
-    reg, VirtioHost, ACK, DRIVER, DRIVER_OK, FEATURES_OK, F_INDIRECT, F_NEXT, F_WRITE, ID_CONSOLE,
-    ID_NET, NEEDS_RESET, VERSION_1,
-};
+use guest_common::hostile_cold::{self as shared, ColdHost, LIMIT_NS, PER_ROUND, ROUNDS};
 
-/// A 2 MiB block of guest RAM (kestrel's first-touch unit on arm64).
-const BLOCK: u64 = 2 << 20;
-/// Exits slower than this fail: 1 ms, 1,000,000 instructions under
-/// -icount shift=0.
-const LIMIT_NS: u64 = 1_000_000;
 /// The victim's notifies: every one under this, as every exit. (It was
 /// 2 ms while the case ran on four QEMU CPUs: under -icount QEMU's round
 /// robin then put idle pCPUs' slices, and their spins on a lock held
 /// across a slice's end, inside a notify now and then: about 1 ms more on
 /// GICv2. The case runs on one QEMU CPU now, and the worst is ~106 us.)
 const VICTIM_WORST_NS: u64 = LIMIT_NS;
-/// Queue size of every ring here.
-const Q: u16 = 256;
-/// Rounds the victim sends to each receiver, and frames per round.
-const ROUNDS: usize = 16;
-const PER_ROUND: u16 = 32;
-/// Frame length (after the 12-byte virtio-net header).
-const FRAME_LEN: usize = 60;
-/// The MACs `configs/test/arm64-hostile.toml` gives the attacker's ports
-/// on the network `victim-lan`: C (the hostile receiver) and D (the chain
-/// over untouched blocks).
-pub const MAC_C: [u8; 6] = [0x02, 0x6b, 0x65, 0x73, 0x00, 0x0c];
-pub const MAC_D: [u8; 6] = [0x02, 0x6b, 0x65, 0x73, 0x00, 0x0d];
+
+/// What the shared chains need from this guest besides [`VirtioHost`]
+/// (`super::virtio`).
+///
+/// [`VirtioHost`]: guest_common::hostile_virtio::VirtioHost
+impl ColdHost for Arm64 {
+    fn now() -> u64 {
+        cpu::now()
+    }
+
+    /// Counter ticks as ns (guest instructions under -icount shift=0).
+    fn ns(ticks: u64) -> u64 {
+        (u128::from(ticks) * 1_000_000_000 / u128::from(cpu::freq())) as u64
+    }
+
+    /// This vCPU's PV time record (PV_TIME_ST: the same record at every
+    /// call). Always taken as kept: without one, [`ColdHost::stolen`]
+    /// reads 0.
+    fn steal_record() -> Option<u64> {
+        Some(call(u64::from(smccc::pv_time::ST), [0; 3])[0])
+    }
+
+    /// The stolen time (ns) in the PV time record at `record` (0 if
+    /// kestrel gave none).
+    fn stolen(record: u64) -> u64 {
+        smccc::pv_time::stolen(record).unwrap_or(0)
+    }
+
+    fn pause() {
+        core::hint::spin_loop();
+    }
+
+    const TOO_FEW_BLOCKS: &'static str = "fewer than 16 untouched blocks (too little RAM)";
+}
+
+/// This VM's virtio-mmio transports, from the DTB.
+fn bases(p: &Platform) -> &[usize] {
+    &p.virtio[..p.nvirtio]
+}
 
 /// The attacker's untouched blocks: from 16 MiB into its RAM (above its
 /// image, stacks and rings) to 4 MiB before its end (below the DTB).
 /// Nothing touches them before the phases here: `attack-isolation` skips
 /// them. The first half is the transmit chain's, the second port D's.
 pub fn cold(p: &Platform) -> core::ops::Range<u64> {
-    let lo = (p.ram_base + (16 << 20) + BLOCK - 1) & !(BLOCK - 1);
-    let hi = (p.ram_base + p.ram_size).saturating_sub(4 << 20) & !(BLOCK - 1);
-    lo..hi.max(lo)
-}
-
-/// The first and second half of [`cold`], at most `Q - 1` blocks each.
-fn halves(p: &Platform) -> (core::ops::Range<u64>, core::ops::Range<u64>) {
-    let c = cold(p);
-    let n = ((c.end - c.start) / BLOCK / 2).min(u64::from(Q) - 1);
-    let mid = c.start + n * BLOCK;
-    (c.start..mid, mid..mid + n * BLOCK)
-}
-
-/// Ring areas, one per queue: descriptors at 0, the driver ring at 0x1000,
-/// the device ring at 0x2000, an indirect table at 0x3000, buffers from
-/// 0x4000.
-#[repr(C, align(4096))]
-struct Area([u8; AREA]);
-const AREA: usize = 0x6000;
-const DESC: usize = 0;
-const AVAIL: usize = 0x1000;
-const USED: usize = 0x2000;
-const TABLE: usize = 0x3000;
-const BUFS: usize = 0x4000;
-/// The attacker's console ring, port C's, port D's; the victim's transmit
-/// ring.
-static mut RINGS: [Area; 4] = [const { Area([0; AREA]) }; 4];
-const R_TX: usize = 0;
-const R_C: usize = 1;
-const R_D: usize = 2;
-const R_VICTIM: usize = 3;
-
-fn at(r: usize, off: usize) -> u64 {
-    assert!(r < 4 && off < AREA);
-    // SAFETY: only the address of the static is taken.
-    (unsafe { core::ptr::addr_of_mut!(RINGS[r]) }) as u64 + off as u64
-}
-
-fn put<T: Copy>(r: usize, off: usize, v: T) {
-    assert!(off + core::mem::size_of::<T>() <= AREA);
-    // SAFETY: inside ring area `r` (checked), aligned for T at every
-    // offset used; only this vCPU and its VM's devices touch it.
-    unsafe { (at(r, off) as *mut T).write_volatile(v) }
-}
-
-fn get<T: Copy>(r: usize, off: usize) -> T {
-    assert!(off + core::mem::size_of::<T>() <= AREA);
-    // SAFETY: as in `put`.
-    unsafe { (at(r, off) as *const T).read_volatile() }
-}
-
-fn desc(r: usize, base: usize, i: u16, addr: u64, len: u32, flags: u16, next: u16) {
-    let o = base + 16 * usize::from(i);
-    put(r, o, addr);
-    put(r, o + 8, len);
-    put(r, o + 12, flags);
-    put(r, o + 14, next);
-}
-
-/// Resets the device, zeroes ring area `r`, and brings queue `q` up on it
-/// with [`Q`] entries, DRIVER_OK.
-fn up(d: &mut Drv, r: usize, q: u32) -> Result<(), &'static str> {
-    if !d.reset() {
-        return Err("Status/InterruptStatus not 0 after reset");
-    }
-    for off in (0..AREA).step_by(8) {
-        put(r, off, 0u64);
-    }
-    if !d.negotiate(VERSION_1) {
-        return Err("FEATURES_OK refused");
-    }
-    if d.queue(q, u32::from(Q), at(r, DESC), at(r, AVAIL), at(r, USED)) != 1 {
-        return Err("QueueReady 0 for a valid 256-entry queue");
-    }
-    d.wr(reg::STATUS, ACK | DRIVER | FEATURES_OK | DRIVER_OK);
-    Ok(())
-}
-
-/// The stolen time (ns) in this vCPU's PV time record at `record` (0 if
-/// kestrel gave none).
-fn stolen(record: u64) -> u64 {
-    smccc::pv_time::stolen(record).unwrap_or(0)
-}
-
-/// Counter ticks as ns (guest instructions under -icount shift=0).
-fn ns(ticks: u64) -> u64 {
-    (u128::from(ticks) * 1_000_000_000 / u128::from(cpu::freq())) as u64
-}
-
-/// One exit timed as this vCPU's own time: elapsed counter time less the
-/// stolen time gained meanwhile (a time slice of the other VM inside it).
-fn own_time(record: u64, f: impl FnOnce()) -> u64 {
-    let s0 = stolen(record);
-    let t0 = cpu::now();
-    f();
-    let t1 = cpu::now();
-    let s1 = stolen(record);
-    ns(t1.wrapping_sub(t0)).saturating_sub(s1.saturating_sub(s0))
-}
-
-/// This vCPU's PV time record (PV_TIME_ST: the same record at every call).
-fn record() -> u64 {
-    call(u64::from(smccc::pv_time::ST), [0; 3])[0]
-}
-
-/// The `n`th transport of device `id` in the DTB.
-fn nth(p: &Platform, id: u32, n: usize) -> Option<usize> {
-    p.virtio[..p.nvirtio]
-        .iter()
-        .copied()
-        .filter(|&b| Arm64::read32(b + reg::DEVICE_ID) == id)
-        .nth(n)
+    shared::cold(p.ram_base, p.ram_base + p.ram_size)
 }
 
 // ---------------------------------------------------------------------------
@@ -188,59 +101,22 @@ fn nth(p: &Platform, id: u32, n: usize) -> Option<usize> {
 /// left it.
 pub fn cold_tx(p: &Platform) {
     let name = "attack-cold-tx";
-    let Some(base) = nth(p, ID_CONSOLE, 0) else {
+    let Some(tx) = shared::cold_tx::<Arm64>(bases(p), cold(p)) else {
         verdict(name, false, format_args!("no virtio console"));
         return;
     };
-    let (blocks, _) = halves(p);
-    let n = ((blocks.end - blocks.start) / BLOCK) as u16;
-    let rec = record();
-    let mut d = Drv::new(base, ID_CONSOLE);
-    let (mut worst, mut exits) = (0u64, 0u32);
-    let r = (|| {
-        if n < 16 {
-            return Err("fewer than 16 untouched blocks (too little RAM)");
-        }
-        up(&mut d, R_TX, 1)?;
-        for i in 0..n {
-            // One byte in the middle of block i, never touched before.
-            let addr = blocks.start + u64::from(i) * BLOCK + BLOCK / 2;
-            let last = i + 1 == n;
-            desc(R_TX, DESC, i, addr, 1, if last { 0 } else { F_NEXT }, i + 1);
-        }
-        put(R_TX, AVAIL + 4, 0u16);
-        Arm64::barrier();
-        put(R_TX, AVAIL + 2, 1u16);
-        Arm64::barrier();
-        worst = own_time(rec, || d.wr(reg::QUEUE_NOTIFY, 1));
-        exits = 1;
-        while get::<u16>(R_TX, USED + 2) != 1 && exits < 100_000 {
-            worst = worst.max(own_time(rec, || {
-                d.rd(reg::INTERRUPT_STATUS);
-            }));
-            exits += 1;
-        }
-        if get::<u16>(R_TX, USED + 2) != 1 {
-            return Err("the chain was never used");
-        }
-        if d.rd(reg::STATUS) & NEEDS_RESET != 0 {
-            return Err("the device needs reset");
-        }
-        if worst >= LIMIT_NS {
-            return Err("an exit took 1 ms or more");
-        }
-        Ok(())
-    })();
+    let (worst, exits, n) = (tx.worst, tx.exits, tx.n);
     verdict(
         name,
-        r.is_ok(),
+        tx.result.is_ok(),
         format_args!(
             "COLD-TX worst exit {} us over {exits} exits for a chain of {n} 1-byte buffers in untouched 2 MiB blocks (under -icount shift=0 about {worst} instructions){}{}",
             worst / 1000,
-            if r.is_err() { ": " } else { "" },
-            r.err().unwrap_or("")
+            if tx.result.is_err() { ": " } else { "" },
+            tx.result.err().unwrap_or("")
         ),
     );
+    let mut d = tx.drv;
     if d.up().is_ok() {
         d.break_console();
     }
@@ -248,120 +124,34 @@ pub fn cold_tx(p: &Platform) {
 
 /// Ports C and D (the attacker's third and fourth network ports, on
 /// `victim-lan`), set up by [`arm_receivers`].
-pub struct Receivers {
-    c: Option<Drv>,
-    d: Option<Drv>,
-    /// Port C's used index last seen (its ring is refilled from there).
-    c_used: u16,
-    /// Blocks port D's chain spans.
-    d_blocks: u16,
-}
-
-/// Port C: the hostile receiver. Descriptors 0..254 are zero-length
-/// writable buffers, each NEXT to the following one; descriptor 255 is an
-/// indirect table of 256 entries, 255 of them zero-length and the last a
-/// buffer a frame fits in (so the chain is valid and every frame is taken
-/// through 511 descriptors). Every avail slot names head 0, and the ring
-/// is offered full.
-fn arm_c(d: &mut Drv) -> Result<(), &'static str> {
-    up(d, R_C, 0)?;
-    let scratch = at(R_C, BUFS);
-    for i in 0..Q - 1 {
-        desc(R_C, DESC, i, scratch, 0, F_WRITE | F_NEXT, i + 1);
-    }
-    desc(
-        R_C,
-        DESC,
-        Q - 1,
-        at(R_C, TABLE),
-        u32::from(Q) * 16,
-        F_INDIRECT,
-        0,
-    );
-    for j in 0..Q - 1 {
-        desc(R_C, TABLE, j, scratch, 0, F_WRITE | F_NEXT, j + 1);
-    }
-    desc(R_C, TABLE, Q - 1, scratch, 2048, F_WRITE, 0);
-    for s in 0..usize::from(Q) {
-        put(R_C, AVAIL + 4 + 2 * s, 0u16);
-    }
-    Arm64::barrier();
-    put(R_C, AVAIL + 2, Q);
-    Arm64::barrier();
-    d.wr(reg::QUEUE_NOTIFY, 0);
-    Ok(())
-}
-
-/// Port D: one receive chain of 1-byte buffers, one in each block of the
-/// second half of [`cold`], then a buffer a frame fits in.
-fn arm_d(d: &mut Drv, blocks: core::ops::Range<u64>) -> Result<u16, &'static str> {
-    let n = ((blocks.end - blocks.start) / BLOCK) as u16;
-    if n < 16 {
-        return Err("fewer than 16 untouched blocks (too little RAM)");
-    }
-    up(d, R_D, 0)?;
-    for i in 0..n {
-        let addr = blocks.start + u64::from(i) * BLOCK + BLOCK / 2;
-        desc(R_D, DESC, i, addr, 1, F_WRITE | F_NEXT, i + 1);
-    }
-    desc(R_D, DESC, n, at(R_D, BUFS), 2048, F_WRITE, 0);
-    put(R_D, AVAIL + 4, 0u16);
-    Arm64::barrier();
-    put(R_D, AVAIL + 2, 1u16);
-    Arm64::barrier();
-    d.wr(reg::QUEUE_NOTIFY, 0);
-    Ok(n)
-}
+pub struct Receivers(shared::Receivers<Arm64>);
 
 /// Arms ports C and D before the hold, so they wait for the victim's
 /// frames after its window.
 pub fn arm_receivers(p: &Platform) -> Receivers {
-    let (_, d_half) = halves(p);
-    let mut rx = Receivers {
-        c: nth(p, ID_NET, 2).map(|b| Drv::new(b, ID_NET)),
-        d: nth(p, ID_NET, 3).map(|b| Drv::new(b, ID_NET)),
-        c_used: 0,
-        d_blocks: 0,
-    };
-    let c = match rx.c.as_mut() {
-        Some(c) => arm_c(c),
-        None => Err("no third network port"),
-    };
-    let d = match rx.d.as_mut() {
-        Some(d) => arm_d(d, d_half).map(|n| rx.d_blocks = n),
-        None => Err("no fourth network port"),
-    };
-    let ok = c.is_ok() && d.is_ok();
+    let (rx, armed) = shared::arm_receivers::<Arm64>(
+        bases(p),
+        [(2, "no third network port"), (3, "no fourth network port")],
+        cold(p),
+    );
     verdict(
         "attack-rx-armed",
-        ok,
+        armed.ok(),
         format_args!(
             "port C: 255 NEXT-linked zero-length buffers and a 256-entry indirect table, head 0 in every slot ({}); port D: a chain over {} untouched 2 MiB blocks ({})",
-            c.err().unwrap_or("armed"),
-            rx.d_blocks,
-            d.err().unwrap_or("armed")
+            armed.c.err().unwrap_or("armed"),
+            armed.d_blocks,
+            armed.d.err().unwrap_or("armed")
         ),
     );
-    if !ok {
-        rx.c = None;
-        rx.d = None;
-    }
-    rx
+    Receivers(rx)
 }
 
 impl Receivers {
     /// Port C's ring offered full again once the device used some of it
     /// (called between rounds of the hold).
     pub fn refill(&mut self) {
-        let Some(c) = self.c.as_ref() else { return };
-        let used = get::<u16>(R_C, USED + 2);
-        if used != self.c_used {
-            self.c_used = used;
-            Arm64::barrier();
-            put(R_C, AVAIL + 2, used.wrapping_add(Q));
-            Arm64::barrier();
-            c.wr(reg::QUEUE_NOTIFY, 0);
-        }
+        self.0.refill();
     }
 
     /// `attack-rx-taken`: the victim's frames reached both hostile rings
@@ -369,145 +159,47 @@ impl Receivers {
     /// C to take a frame through its chain and port D its chain over the
     /// untouched blocks.
     pub fn report(&mut self, wait_ms: u64) {
-        let end = cpu::now() + cpu::us_to_ticks(wait_ms * 1000);
-        loop {
-            self.refill();
-            let (c, d) = (get::<u16>(R_C, USED + 2), get::<u16>(R_D, USED + 2));
-            if (c > 0 && d > 0) || cpu::now() >= end || self.c.is_none() {
-                let ok = self.c.is_some() && c > 0 && d > 0;
-                verdict(
-                    "attack-rx-taken",
-                    ok,
-                    format_args!(
-                        "RX-TAKEN port C took {c} frames through chains of 511 descriptors, port D {d} through its chain over {} untouched blocks",
-                        self.d_blocks
-                    ),
-                );
-                return;
-            }
-            for _ in 0..10_000 {
-                core::hint::spin_loop();
-            }
-        }
+        let t = self.0.taken(cpu::now() + cpu::us_to_ticks(wait_ms * 1000));
+        let (c, d) = (t.c, t.d);
+        verdict(
+            "attack-rx-taken",
+            t.ok,
+            format_args!(
+                "RX-TAKEN port C took {c} frames through chains of 511 descriptors, port D {d} through its chain over {} untouched blocks",
+                t.d_blocks
+            ),
+        );
     }
 }
 
 // ---------------------------------------------------------------------------
 // The victim.
 
-/// What one of the victim's send phases measured.
-pub struct Sent {
-    name: &'static str,
-    mac: [u8; 6],
-    /// Each notify's own time (ns), or why the phase did not run.
-    times: Result<[u64; ROUNDS], &'static str>,
-    /// Stolen time (ns) over the phase.
-    stolen: u64,
-    lost: bool,
-    broken: bool,
-}
-
 /// Right after its window, before it prints anything (so that no console
 /// output of its own waits to be drained meanwhile): [`ROUNDS`] rounds of
 /// [`PER_ROUND`] frames to port C, then to port D, each round one notify,
 /// timed as the victim's own time. `None` for a victim without a network
 /// port; [`report`] prints the lines.
-pub fn victim_sends(p: &Platform) -> Option<[Sent; 2]> {
-    let base = nth(p, ID_NET, 0)?;
-    let rec = record();
-    let mut d = Drv::new(base, ID_NET);
-    let mine: [u8; 6] = core::array::from_fn(|i| Arm64::read8(base + reg::CONFIG + i));
-    let up_ok = up(&mut d, R_VICTIM, 1);
-    let mut avail = 0u16;
-    Some(
-        [
-            ("victim-send-hostile-receiver", MAC_C),
-            ("victim-send-cold-receiver", MAC_D),
-        ]
-        .map(|(name, mac)| {
-            let mut sent = Sent {
-                name,
-                mac,
-                times: Err(""),
-                stolen: 0,
-                lost: false,
-                broken: false,
-            };
-            if let Err(why) = up_ok {
-                sent.times = Err(why);
-                return sent;
-            }
-            // The frames: a zero header, then destination, source, type.
-            for f in 0..usize::from(PER_ROUND) {
-                let o = BUFS + f * 128;
-                for i in 0..12 + FRAME_LEN {
-                    put(R_VICTIM, o + i, 0u8);
-                }
-                for i in 0..6 {
-                    put(R_VICTIM, o + 12 + i, mac[i]);
-                    put(R_VICTIM, o + 18 + i, mine[i]);
-                }
-                put(R_VICTIM, o + 24, 0x88u8);
-                put(R_VICTIM, o + 25, 0xb5u8);
-                put(R_VICTIM, o + 26, f as u8);
-            }
-            let mut times = [0u64; ROUNDS];
-            let s_before = stolen(rec);
-            for t in times.iter_mut() {
-                for f in 0..PER_ROUND {
-                    let slot = avail.wrapping_add(f) % Q;
-                    let o = BUFS + usize::from(f) * 128;
-                    desc(
-                        R_VICTIM,
-                        DESC,
-                        slot,
-                        at(R_VICTIM, o),
-                        (12 + FRAME_LEN) as u32,
-                        0,
-                        0,
-                    );
-                    put(R_VICTIM, AVAIL + 4 + 2 * usize::from(slot), slot);
-                }
-                avail = avail.wrapping_add(PER_ROUND);
-                Arm64::barrier();
-                put(R_VICTIM, AVAIL + 2, avail);
-                Arm64::barrier();
-                *t = own_time(rec, || d.wr(reg::QUEUE_NOTIFY, 1));
-                let mut polls = 0;
-                while get::<u16>(R_VICTIM, USED + 2) != avail && polls < 1000 {
-                    d.rd(reg::INTERRUPT_STATUS);
-                    polls += 1;
-                }
-                sent.lost |= get::<u16>(R_VICTIM, USED + 2) != avail;
-            }
-            sent.stolen = stolen(rec).saturating_sub(s_before);
-            sent.broken = d.rd(reg::STATUS) & NEEDS_RESET != 0;
-            sent.times = Ok(times);
-            sent
-        }),
-    )
+pub fn victim_sends(p: &Platform) -> Option<[shared::Sent; 2]> {
+    shared::victim_sends::<Arm64>(bases(p))
 }
 
-/// The `victim-send-*` lines: the median notify under 1 ms of the
-/// victim's own time and the worst under 2 ms, every frame used, the port
+/// The `victim-send-*` lines: every notify under 1 ms of the victim's own
+/// time ([`VICTIM_WORST_NS`], the median too), every frame used, the port
 /// live.
-pub fn report(sends: Option<[Sent; 2]>) {
+pub fn report(sends: Option<[shared::Sent; 2]>) {
     for s in sends.into_iter().flatten() {
-        let times = match s.times {
-            Ok(t) => t,
+        let v = match s.summary(VICTIM_WORST_NS) {
+            Ok(v) => v,
             Err(why) => {
                 verdict(s.name, false, format_args!("{why}"));
                 continue;
             }
         };
-        let worst = times.iter().copied().max().unwrap_or(0);
-        let mut sorted = times;
-        sorted.sort_unstable();
-        let median = sorted[ROUNDS / 2];
-        let mac = s.mac;
+        let (worst, mac) = (v.worst, s.mac);
         verdict(
             s.name,
-            worst < VICTIM_WORST_NS && median < LIMIT_NS && !s.lost && !s.broken,
+            v.ok,
             format_args!(
                 "SEND {ROUNDS} notifies of {PER_ROUND} frames to {:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}: worst {} us, median {} us of its own time (under -icount shift=0 about {worst} instructions; {} us stolen over the rounds){}{}",
                 mac[0],
@@ -517,7 +209,7 @@ pub fn report(sends: Option<[Sent; 2]>) {
                 mac[4],
                 mac[5],
                 worst / 1000,
-                median / 1000,
+                v.median / 1000,
                 s.stolen / 1000,
                 if s.lost { ", SOME FRAMES NEVER USED" } else { "" },
                 if s.broken { ", THE DEVICE NEEDS RESET" } else { "" },
