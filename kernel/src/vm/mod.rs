@@ -638,6 +638,20 @@ impl<B: Backend> Hypervisor<B> {
             return;
         }
         let end = vm.end.lock();
+        if vm.has_ended() {
+            vm.rebuild.done();
+            vm.resetting.store(false, Ordering::Release);
+            return;
+        }
+        let n = vm.restarts.fetch_add(1, Ordering::AcqRel) + 1;
+        vm.started_at.store(self.backend.now(), Ordering::Release);
+        drop(end);
+        // Reported before any vCPU may run (and while a new restart is
+        // still refused): restart n+1 cannot be reported before this one,
+        // however long this pCPU takes (a pCPU thread of the host tests
+        // descheduled here once let seven more restarts overtake it).
+        observer.vm_restarted(&vm.name, n);
+        let end = vm.end.lock();
         // Done before `resetting` is cleared and any vCPU may run: the
         // next reset can post its restart at once.
         vm.rebuild.done();
@@ -646,10 +660,7 @@ impl<B: Backend> Hypervisor<B> {
             return;
         }
         let kick = self.sched.restart_vm(vm.slot, vm.started, cpu);
-        let n = vm.restarts.fetch_add(1, Ordering::AcqRel) + 1;
-        vm.started_at.store(self.backend.now(), Ordering::Release);
         drop(end);
-        observer.vm_restarted(&vm.name, n);
         if let Ok(Kick::Cpu(c)) = kick {
             self.backend.kick(c);
         }
