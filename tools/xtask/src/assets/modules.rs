@@ -164,6 +164,7 @@ fn section<'a>(d: &'a [u8], name: &str) -> Result<&'a [u8], String> {
 /// `.modinfo` says it was built for `release` (`vermagic=<release> ...`)
 /// and depends only on modules in `loaded` (those before it in the load
 /// order). Returns its `depends=` list.
+#[cfg(test)]
 pub fn check_module(d: &[u8], release: &str, loaded: &[&str]) -> Result<Vec<String>, String> {
     check_module_for(d, kestrel_abi::image::EM_AARCH64, release, loaded)
 }
