@@ -231,3 +231,30 @@ fn fetch(cache: &Path, debs: &Path, suite: &str) -> Result<BTreeMap<String, Stri
     drop_other_debs(debs, &m, KEYS);
     Ok(m)
 }
+
+/// The VMs of `configs/linux-juno-mix.toml`, each with a raw disk image.
+pub const MIX_VMS: [&str; 4] = ["a32a", "a32b", "a64a", "a64b"];
+/// Where their images go (`<vm>.img`), below the workspace.
+pub const MIX_DISKS: &str = "build/guests/juno-mix";
+
+/// The label on the first line of `vm`'s raw disk in the Juno mix.
+pub fn mix_label(vm: &str) -> String {
+    format!("kestrel juno-mix disk of {vm}")
+}
+
+/// Writes the Juno mix's raw disk images ([`MIX_VMS`]): each 1 MiB, its
+/// label and a newline, then zeros. Every run starts from these (a VM's
+/// writes stay in kestrel's copy), so the guest always finds its label.
+pub fn write_mix_disks() -> Result<(), String> {
+    let dir = crate::root().join(MIX_DISKS);
+    mkdir(&dir)?;
+    for vm in MIX_VMS {
+        let mut img = format!("{}\n", mix_label(vm)).into_bytes();
+        img.resize(1 << 20, 0);
+        let path = dir.join(format!("{vm}.img"));
+        if std::fs::read(&path).ok().as_deref() != Some(&img[..]) {
+            std::fs::write(&path, img).map_err(|e| format!("{}: {e}", path.display()))?;
+        }
+    }
+    Ok(())
+}
