@@ -47,7 +47,7 @@
 //! | 48 | u16 | vCPU count, 1..=[`MAX_VCPUS`] |
 //! | 50 | u8 | guest kind ([`GuestKind`]) |
 //! | 51 | u8 | console device ([`ConsoleKind`]) |
-//! | 52 | u32 | flags: bit 0 = [`FLAG_PINNED`] (vCPU i owns the i-th CPU of the mask), bit 1 = [`FLAG_VIRTIO_CONSOLE`], bit 2 = [`FLAG_REBOOT_STOP`], bit 3 = [`FLAG_IDENTITY`] (RAM at IPA == PA), bit 4 = [`FLAG_PV_IPI_HIDDEN`] (the PV IPI feature hidden from the guest), bit 5 = [`FLAG_PV_TIME_HIDDEN`] (arm64 stolen time not offered) |
+//! | 52 | u32 | flags: bit 0 = [`FLAG_PINNED`] (vCPU i owns the i-th CPU of the mask), bit 1 = [`FLAG_VIRTIO_CONSOLE`], bit 2 = [`FLAG_REBOOT_STOP`], bit 3 = [`FLAG_IDENTITY`] (RAM at IPA == PA), bit 4 = [`FLAG_PV_IPI_HIDDEN`] (the PV IPI feature hidden from the guest), bit 5 = [`FLAG_PV_TIME_HIDDEN`] (arm64 stolen time not offered), bit 6 = [`FLAG_PINNED_SHARED`] (with bit 0: vCPU i runs only on the i-th CPU of the mask, which other VMs may share) |
 //! | 56 | 2 x u64 | kernel blob (offset, length); length > 0 |
 //! | 72 | 2 x u64 | initrd blob (offset, length); (0, 0) = none |
 //! | 88 | 2 x u64 | DTB blob (offset, length); (0, 0) = kestrel generates one |
@@ -144,13 +144,18 @@ pub const FLAG_PV_IPI_HIDDEN: u32 = 1 << 4;
 /// The VM is not offered arm64 paravirtual stolen time (config
 /// `pv_time = false`): SMCCC says the PV time calls do not exist.
 pub const FLAG_PV_TIME_HIDDEN: u32 = 1 << 5;
+/// Record flag, with [`FLAG_PINNED`] only: the pinned vCPUs do not own
+/// their pCPUs (config `exclusive = false`): other VMs may list them, and
+/// their vCPUs share them with the pinned ones, which still never move.
+pub const FLAG_PINNED_SHARED: u32 = 1 << 6;
 /// Every record flag this version defines.
 pub const FLAGS_KNOWN: u32 = FLAG_PINNED
     | FLAG_VIRTIO_CONSOLE
     | FLAG_REBOOT_STOP
     | FLAG_IDENTITY
     | FLAG_PV_IPI_HIDDEN
-    | FLAG_PV_TIME_HIDDEN;
+    | FLAG_PV_TIME_HIDDEN
+    | FLAG_PINNED_SHARED;
 /// Size of one device table entry.
 pub const DEVICE_SIZE: usize = 64;
 /// Most devices (disks, network ports and passthrough regions together)
@@ -661,8 +666,11 @@ pub struct Affinity {
     /// Bit i = pCPU i. 0 = any pCPU kestrel chooses.
     pub mask: u64,
     /// vCPU i is pinned to the i-th set bit of `mask` (counting from bit 0),
-    /// and owns it.
+    /// and owns it (unless `shared`).
     pub pinned: bool,
+    /// With `pinned`: the pCPUs are not owned; other VMs' vCPUs may share
+    /// them ([`FLAG_PINNED_SHARED`]).
+    pub shared: bool,
 }
 
 impl Affinity {
@@ -1248,6 +1256,15 @@ impl<'a> Package<'a> {
             ));
         }
         let pinned = flags & FLAG_PINNED != 0;
+        let shared = flags & FLAG_PINNED_SHARED != 0;
+        if shared && !pinned {
+            return Err(err(
+                Field::Flags,
+                Problem::Unknown {
+                    value: flags as u64,
+                },
+            ));
+        }
         if pinned && mask.count_ones() != vcpus as u32 {
             return Err(err(
                 Field::Cpus,
@@ -1339,7 +1356,11 @@ impl<'a> Package<'a> {
             name: name_str,
             memory,
             vcpus,
-            affinity: Affinity { mask, pinned },
+            affinity: Affinity {
+                mask,
+                pinned,
+                shared,
+            },
             kind,
             console,
             kernel,
@@ -1698,6 +1719,9 @@ mod writer {
                 rec[R_KIND] = vm.kind as u8;
                 rec[R_CONSOLE] = vm.console as u8;
                 let mut flags = if vm.affinity.pinned { FLAG_PINNED } else { 0 };
+                if vm.affinity.pinned && vm.affinity.shared {
+                    flags |= FLAG_PINNED_SHARED;
+                }
                 if vm.virtio_console {
                     flags |= FLAG_VIRTIO_CONSOLE;
                 }

@@ -180,7 +180,7 @@ pub fn create_vms<B: Machine>(
         });
         match made {
             Ok((vm, affinity, entry, dtb)) => {
-                if spec.affinity.pinned {
+                if spec.affinity.pinned && !spec.affinity.shared {
                     pinned.0 |= affinity.0;
                 }
                 crate::vmm::terminal::add_vm(console, &vm.name);

@@ -94,7 +94,11 @@ fn spec(name: &'static str, vcpus: u16, mask: u64, pinned: bool) -> VmSpec<'stat
         index: 0,
         name,
         vcpus,
-        affinity: Affinity { mask, pinned },
+        affinity: Affinity {
+            mask,
+            pinned,
+            shared: false,
+        },
         kind: GuestKind::TestRaw,
         console: ConsoleKind::Pl011,
         ram_base: 0x4000_0000,
@@ -151,6 +155,29 @@ fn affinity_cuts_to_online_and_skips_pinned_cpus() {
     );
     let off = spec("c", 1, 0b1000, false);
     assert!(affinity(&off, online, CpuMask(0)).is_err());
+}
+
+#[test]
+fn a_shared_pinned_vm_leaves_its_cpus_to_the_others() {
+    let b = board(16);
+    let backend = Fake {
+        built: StdMutex::new(Vec::new()),
+    };
+    let online = CpuMask(0b1111);
+    let hv = Hypervisor::new(backend, online);
+    let mut ram = hv.backend.guest_memory(&b);
+    let mux = Mutex::new(ConsoleMux::new());
+    let mut specs = [spec("a32", 2, 0b0011, true), spec("a64", 2, 0, false)];
+    specs[0].affinity.shared = true;
+    specs[1].index = 1;
+    assert_eq!(create_vms(&hv, &b, &specs, online, &mut ram, &mux), 2);
+    // Pinned: vCPU i still never leaves the i-th CPU of the mask.
+    assert_eq!(
+        masks(&hv, 0),
+        [Some(CpuMask(0b0001)), Some(CpuMask(0b0010))]
+    );
+    // But the VM without a mask gets every online CPU, those included.
+    assert_eq!(masks(&hv, 1), [Some(CpuMask(0b1111)); 2]);
 }
 
 #[test]

@@ -525,7 +525,9 @@ fn admit<'a>(
             online: 0,
         });
     }
-    if rec.affinity.pinned {
+    // Only exclusive pinning owns pCPUs (`exclusive = false`: shared).
+    let owns = rec.affinity.pinned && !rec.affinity.shared;
+    if owns {
         for cpu in 0..64u32 {
             if mask & (1 << cpu) != 0 {
                 if let Some(o) = owner[cpu as usize] {
@@ -552,7 +554,7 @@ fn admit<'a>(
         });
     }
     *left -= rec.memory;
-    if rec.affinity.pinned {
+    if owns {
         for (cpu, slot) in owner.iter_mut().enumerate() {
             if mask & (1 << cpu) != 0 {
                 *slot = Some(index);

@@ -26,7 +26,8 @@ struct Vm {
     load_offset: u64,
     entry_offset: u64,
     footprint: u32,
-    /// Bit 0: virtio console, 1: stop on reboot, 2: PV IPI hidden.
+    /// Bit 0: virtio console, 1: stop on reboot, 2: PV IPI hidden, 3: PV
+    /// time hidden, 4: SVE, 5: pinned but shared (only with `pinned`).
     flags: u8,
 }
 
@@ -97,6 +98,7 @@ fn round_trip(u: &mut Unstructured) -> arbitrary::Result<()> {
             affinity: Affinity {
                 mask: v.mask,
                 pinned: v.pinned,
+                shared: v.pinned && v.flags & 32 != 0,
             },
             kind: GuestKind::from_u8(1 + v.kind % 4).unwrap(),
             console: ConsoleKind::from_u8(1 + v.console % 2).unwrap(),
@@ -164,6 +166,7 @@ fn hostile(data: &[u8]) {
             assert!(p >= base && p + s.len() <= base + data.len());
         }
         assert!((1..=MAX_VCPUS).contains(&r.vcpus));
+        assert!(!r.affinity.shared || r.affinity.pinned);
         assert!(r.memory.is_multiple_of(MEMORY_ALIGN) && r.memory > 0);
         assert!(r.layout.dtb + DTB_SLOT <= r.memory);
         assert!(parse_name(&{
@@ -193,6 +196,7 @@ fuzz_target!(|data: &[u8]| {
                     affinity: Affinity {
                         mask: 0,
                         pinned: false,
+                        shared: false,
                     },
                     kind: GuestKind::TestRaw,
                     console: ConsoleKind::Pl011,

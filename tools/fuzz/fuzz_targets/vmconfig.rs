@@ -1,6 +1,6 @@
 //! Package -> `vmconfig::plan`: the boot-time reader of the packed VMs.
 //! Every VM it accepts fits the host (memory granted in total no more than
-//! the host has, pinned pCPUs online and owned once, images inside the VM's
+//! the host has, pinned pCPUs online and, pinned exclusively, owned once, images inside the VM's
 //! RAM, entry inside the kernel), and its generated guest DTB reads back.
 #![no_main]
 
@@ -40,8 +40,12 @@ fn check(pkg: &[u8], host: HostLimits) {
         for v in 0..s.vcpus {
             if let Some(cpu) = s.affinity.pinned_cpu(v) {
                 assert!(cpu < host.online_cpus, "pinned to an offline pCPU");
-                assert!(owned & 1 << cpu == 0, "pCPU {cpu} pinned twice");
-                owned |= 1 << cpu;
+                // Only exclusive pinning owns a pCPU (`exclusive = false`
+                // shares it).
+                if !s.affinity.shared {
+                    assert!(owned & 1 << cpu == 0, "pCPU {cpu} pinned twice");
+                    owned |= 1 << cpu;
+                }
             }
         }
         if host.arch == Arch::Aarch64 && s.dtb == DtbSource::Generate && s.vcpus > 0 {
@@ -106,7 +110,13 @@ fuzz_target!(|data: &[u8]| {
             name,
             memory: memory & !(MEMORY_ALIGN - 1),
             vcpus,
-            affinity: Affinity { mask, pinned },
+            affinity: Affinity {
+                mask,
+                pinned,
+                // Shared when the mask names an odd number of pCPUs: some
+                // pinned VMs of each kind.
+                shared: pinned && mask.count_ones() % 2 == 1,
+            },
             kind: GuestKind::from_u8(kind).unwrap(),
             console: ConsoleKind::Pl011,
             kernel: &kernel,

@@ -23,6 +23,13 @@
 #   kestrel.pt=/dev/vdX      after the test, the passthrough test: mount that
 #                            ext4 disk, print its hello.txt, write pt.txt and
 #                            1 MiB pt.bin, print what was written, unmount
+#   kestrel.fpsleep=ROUNDS:US  after the test, the FP sleeper on every CPU
+#                            (/bin/kestrel-fp-sleep: ROUNDS rounds of FP
+#                            work with known answers, US microseconds of
+#                            sleep after each)
+#   kestrel.disk=/dev/vdX    after that, the raw disk test: the label on
+#                            its first line, then 64 KiB written at 512 KiB
+#                            and read back, both with O_DIRECT
 #   kestrel.irqcpu=N,M:/dev/vdX  after the test, the interrupt routing
 #                            test: for CPU N, then M, every virtio interrupt's
 #                            affinity set to it, that disk read with O_DIRECT:
@@ -53,7 +60,7 @@ read up rest < /proc/uptime
 # stolen time PV" at boot). Printed at the end beside this first value.
 steal() { awk '/^cpu / { print $9 }' /proc/stat; }
 steal0=$(steal)
-shell=0 cpus= name=linux root= console= ip= net= reboots= pt= bench= test=1 irqcpu=
+shell=0 cpus= name=linux root= console= ip= net= reboots= pt= bench= test=1 irqcpu= fpsleep= disk=
 for arg in $(cat /proc/cmdline); do
     case "$arg" in
         kestrel.shell=1) shell=1 ;;
@@ -68,6 +75,8 @@ for arg in $(cat /proc/cmdline); do
         kestrel.bench=*) bench=${arg#*=} ;;
         kestrel.test=0) test=0 ;;
         kestrel.irqcpu=*) irqcpu=${arg#*=} ;;
+        kestrel.fpsleep=*) fpsleep=${arg#*=} ;;
+        kestrel.disk=*) disk=${arg#*=} ;;
     esac
 done
 
@@ -221,6 +230,29 @@ pt_test() {
     fi
 }
 
+# disk_test DEV: the raw disk test on a virtio disk: its first line (the
+# label the host wrote), then 64 KiB of random data written at 512 KiB and
+# read back, both with O_DIRECT (through the device, not the page cache).
+disk_test() {
+    if ! wait_for "$1"; then
+        echo "LINUX-DISK: FAIL $1: no such device after 5 s"
+        return
+    fi
+    label=$(head -c 512 "$1" | tr -d '\000' | head -n 1)
+    dd if=/dev/urandom of=/tmp/disk.w bs=64k count=1 2>/dev/null
+    if ! dd if=/tmp/disk.w of="$1" bs=64k seek=8 count=1 oflag=direct conv=notrunc 2>/tmp/disk.err; then
+        echo "LINUX-DISK: FAIL write $1: $(cat /tmp/disk.err)"
+        return
+    fi
+    if ! dd if="$1" of=/tmp/disk.r bs=64k skip=8 count=1 iflag=direct 2>/tmp/disk.err; then
+        echo "LINUX-DISK: FAIL read $1: $(cat /tmp/disk.err)"
+        return
+    fi
+    w=$(md5sum < /tmp/disk.w | cut -d ' ' -f 1)
+    r=$(md5sum < /tmp/disk.r | cut -d ' ' -f 1)
+    echo "LINUX-DISK: $1 label '$label', wrote 64 KiB at 512 KiB md5 $w, read back md5 $r"
+}
+
 # irq_test CPUS:DEV: for each CPU of the comma-separated CPUS, every
 # virtio interrupt moved to it, then DEV read with O_DIRECT: that CPU must
 # take the virtio interrupts of the read, at least 9 in 10 of them
@@ -269,6 +301,8 @@ elif [ -n "$tty" ]; then
     [ -n "$net" ] && /bin/kestrel-net-test $(echo "$net" | tr : ' ') <"$tty" >"$tty" 2>&1
 else
     [ "$test" = 1 ] && /bin/kestrel-linux-test "$cpus"
+    [ -n "$fpsleep" ] && /bin/kestrel-fp-sleep $(echo "$fpsleep" | tr : ' ')
+    [ -n "$disk" ] && disk_test "$disk"
     [ -n "$net" ] && /bin/kestrel-net-test $(echo "$net" | tr : ' ')
     [ -n "$pt" ] && pt_test "$pt"
     [ -n "$irqcpu" ] && irq_test "$irqcpu"

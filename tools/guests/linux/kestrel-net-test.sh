@@ -22,6 +22,9 @@ retry() {
         sleep 1
     done
 }
+# The peer may still be booting: wait (at most 120 s) until it answers
+# once, then count 3 pings.
+retry 120 ping -c 1 -W 1 "$peer" > /dev/null 2>&1
 if ping -c 3 -W 5 "$peer" > /tmp/ping 2>&1; then
     echo "LINUX-NET: ping $peer: $(grep 'packets transmitted' /tmp/ping)"
 else

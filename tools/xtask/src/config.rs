@@ -89,6 +89,8 @@ struct RawVm {
     cpus: Option<Vec<i64>>,
     #[serde(default)]
     pinned: bool,
+    /// With `pinned`: false lets other VMs list the same pCPUs.
+    exclusive: Option<bool>,
     kernel: String,
     initrd: Option<String>,
     #[serde(default)]
@@ -803,6 +805,14 @@ fn check(text: &str, file: &Path, arch: Arch) -> Result<Config, ConfigError> {
                 mask |= 1 << c;
             }
         }
+        if v.exclusive.is_some() && !v.pinned {
+            return Err(err(
+                &f("exclusive"),
+                "only a pinned VM (`pinned = true`) can be exclusive or not".into(),
+            ));
+        }
+        // A pinned VM owns its pCPUs unless `exclusive = false`.
+        let owns = v.pinned && v.exclusive != Some(false);
         if v.pinned {
             if v.cpus.is_none() {
                 return Err(err(
@@ -830,7 +840,7 @@ fn check(text: &str, file: &Path, arch: Arch) -> Result<Config, ConfigError> {
                     format!("pCPU {c} is pinned to vm[{o}], it cannot be shared"),
                 ));
             }
-            if v.pinned {
+            if owns {
                 if let Some(&(o, _)) = shared_cpus.iter().find(|&&(_, sc)| sc == c) {
                     return Err(err(
                         &f("cpus"),
@@ -1053,6 +1063,7 @@ fn check(text: &str, file: &Path, arch: Arch) -> Result<Config, ConfigError> {
             affinity: Affinity {
                 mask,
                 pinned: v.pinned,
+                shared: v.pinned && !owns,
             },
             kind,
             console,

@@ -23,6 +23,7 @@ fn vm<'a>(name: &'a str, k: &'a [u8]) -> VmInput<'a> {
         affinity: Affinity {
             mask: 0,
             pinned: false,
+            shared: false,
         },
         kind: GuestKind::LinuxArm64Image,
         console: ConsoleKind::Pl011,
@@ -64,6 +65,7 @@ fn sample() -> Vec<u8> {
         affinity: Affinity {
             mask: 0b1100,
             pinned: true,
+            shared: false,
         },
         kind: GuestKind::TestRaw,
         console: ConsoleKind::Ns16550,
@@ -116,7 +118,8 @@ fn round_trip_preserves_every_field() {
         v0.affinity,
         Affinity {
             mask: 0,
-            pinned: false
+            pinned: false,
+            shared: false,
         }
     );
     for blob in [v0.kernel, v0.initrd.unwrap(), v0.dtb.unwrap()] {
@@ -131,7 +134,8 @@ fn round_trip_preserves_every_field() {
         v1.affinity,
         Affinity {
             mask: 0b1100,
-            pinned: true
+            pinned: true,
+            shared: false,
         }
     );
     assert_eq!(v1.affinity.pinned_cpu(0), Some(2));
@@ -439,6 +443,12 @@ fn per_field_checks() {
         (0, patched(0, |r| r[offsets::KIND] = 0), Field::Kind),
         (0, patched(0, |r| r[offsets::CONSOLE] = 7), Field::Console),
         (0, patched(0, |r| r[offsets::FLAGS] = 0x80), Field::Flags),
+        // Shared pinning without pinning.
+        (
+            0,
+            patched(0, |r| r[offsets::FLAGS] = FLAG_PINNED_SHARED as u8),
+            Field::Flags,
+        ),
         (
             0,
             patched(0, |r| set64(r, offsets::MASK, 1 << 8)),
@@ -1019,4 +1029,19 @@ fn passthrough_regions_must_not_clash_with_the_guest_map() {
         .unwrap()
         .contains("RAM"));
     assert_eq!(arm64_guest_clash(0x5000_0000, 0x5000_1000, 0, ram), None);
+}
+
+#[test]
+fn shared_pinning_is_read_back() {
+    let b = patched(1, |r| r[offsets::FLAGS] |= FLAG_PINNED_SHARED as u8);
+    let v = Package::parse(&b).unwrap().vm(1).unwrap();
+    assert_eq!(
+        v.affinity,
+        Affinity {
+            mask: 0b1100,
+            pinned: true,
+            shared: true,
+        }
+    );
+    assert_eq!(v.affinity.pinned_cpu(1), Some(3));
 }

@@ -13,6 +13,7 @@ fn input<'a>(name: &'a str, kernel: &'a [u8]) -> VmInput<'a> {
         affinity: Affinity {
             mask: 0,
             pinned: false,
+            shared: false,
         },
         kind: GuestKind::LinuxArm64Image,
         console: ConsoleKind::Pl011,
@@ -53,6 +54,7 @@ fn record_becomes_spec_with_guest_addresses() {
         affinity: Affinity {
             mask: 0b11,
             pinned: true,
+            shared: false,
         },
         ..input("linux0", &k)
     });
@@ -116,6 +118,7 @@ fn machine_limits_refuse_single_vms_and_keep_the_rest() {
         affinity: Affinity {
             mask: 0b0011,
             pinned: true,
+            shared: false,
         },
         ..input("p0", &k)
     });
@@ -124,6 +127,7 @@ fn machine_limits_refuse_single_vms_and_keep_the_rest() {
         affinity: Affinity {
             mask: 0b0110,
             pinned: true,
+            shared: false,
         },
         ..input("p1", &k)
     });
@@ -132,6 +136,7 @@ fn machine_limits_refuse_single_vms_and_keep_the_rest() {
         affinity: Affinity {
             mask: 1 << 5,
             pinned: false,
+            shared: false,
         },
         vcpus: 1,
         ..input("off", &k)
@@ -504,4 +509,43 @@ fn pv_time_records_are_reserved_at_the_top_of_ram() {
         assert_eq!(other.pv_time_region(), None);
         assert!(other.dtb_spec_arm64(true).reserved.is_empty());
     }
+}
+
+#[test]
+fn shared_pinned_vms_own_no_pcpu() {
+    let k = vec![1u8; 4096];
+    let pin = |mask, shared| Affinity {
+        mask,
+        pinned: true,
+        shared,
+    };
+    let mut w = Writer::new(HypervisorSettings::default());
+    w.vms.push(VmInput {
+        affinity: pin(0b0011, true),
+        memory: 8 * MB,
+        ..input("a32a", &k)
+    });
+    // Pinned on pCPU 1 too, shared: both stand.
+    w.vms.push(VmInput {
+        affinity: pin(0b0110, true),
+        memory: 8 * MB,
+        ..input("a32b", &k)
+    });
+    // An exclusive one on pCPU 2 is not refused by the shared ones...
+    w.vms.push(VmInput {
+        affinity: pin(0b1100, false),
+        memory: 8 * MB,
+        ..input("own", &k)
+    });
+    // ...but then owns it.
+    w.vms.push(VmInput {
+        affinity: pin(0b0100 | 0b10000, true),
+        memory: 8 * MB,
+        ..input("late", &k)
+    });
+    let pkg = w.finish();
+    let r = plan(&pkg, host(8, 100 * MB)).unwrap();
+    assert!(r[0].is_ok() && r[1].is_ok() && r[2].is_ok(), "{r:?}");
+    assert_eq!(r[0].unwrap().affinity, pin(0b0011, true));
+    assert!(r[3].is_ok(), "shared pinning never conflicts: {r:?}");
 }

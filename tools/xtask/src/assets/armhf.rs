@@ -5,8 +5,11 @@
 //! assets, with their own apt state and cache (`<cache>/armhf`); written to
 //! `build/guests/linux-armhf/{zImage,initramfs.cpio.gz,ASSETS.txt}`. The
 //! initramfs has the same `/init` and Linux test as the arm64 one (the FP
-//! check on every CPU, then power-off), without modules: the test needs
-//! none.
+//! check on every CPU, then power-off) and the kernel's virtio modules
+//! ([`ARMHF_VIRTIO_MODULES`]: virtio-mmio, the disk, the console and the
+//! network; the kernel has the virtio core built in), which `/init` loads
+//! in their order. No ext4 root image: a 32-bit VM's disk is tested as a
+//! raw device (`kestrel.disk=`).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -20,6 +23,7 @@ use super::apt::{
     drop_other_debs, extract_member, parse_manifest, record, render_manifest, sha256, show, update,
 };
 use super::initramfs::build_initramfs;
+use super::modules::{extract_modules_of, kernel_release, ARMHF_VIRTIO_MODULES, EM_ARM};
 use super::{mkdir, say};
 
 /// The meta package naming the current LPAE kernel.
@@ -140,9 +144,28 @@ pub fn ensure(refresh: bool) -> Result<ArmhfAssets, String> {
     let busybox = out.join("busybox");
     extract_member(&debs.join(&m["busybox_deb"]), "./bin/busybox", &busybox)?;
     check_static_arm_elf(&busybox)?;
-    say("[armhf 3/3] building the initramfs (cpio -H newc, gzip)");
+    let release = kernel_release(&member)
+        .ok_or_else(|| format!("{member}: no kernel release in the name"))?
+        .to_string();
+    say(&format!(
+        "[armhf 3/3] building the initramfs (cpio -H newc, gzip) with {} virtio modules of {release}",
+        ARMHF_VIRTIO_MODULES.len()
+    ));
     let initramfs = out.join("initramfs.cpio.gz");
-    build_initramfs(&busybox, |_| Ok(()), &out.join("initramfs.d"), &initramfs)?;
+    build_initramfs(
+        &busybox,
+        |staging| {
+            extract_modules_of(
+                &kernel_deb,
+                &release,
+                staging,
+                &ARMHF_VIRTIO_MODULES,
+                EM_ARM,
+            )
+        },
+        &out.join("initramfs.d"),
+        &initramfs,
+    )?;
     let mut info = m.clone();
     info.insert("kernel_member".into(), member.clone());
     info.insert("zimage_sha256".into(), sha256(&zimage)?);
@@ -207,4 +230,31 @@ fn fetch(cache: &Path, debs: &Path, suite: &str) -> Result<BTreeMap<String, Stri
     m.insert("mirror".into(), mirror);
     drop_other_debs(debs, &m, KEYS);
     Ok(m)
+}
+
+/// The VMs of `configs/linux-juno-mix.toml`, each with a raw disk image.
+pub const MIX_VMS: [&str; 4] = ["a32a", "a32b", "a64a", "a64b"];
+/// Where their images go (`<vm>.img`), below the workspace.
+pub const MIX_DISKS: &str = "build/guests/juno-mix";
+
+/// The label on the first line of `vm`'s raw disk in the Juno mix.
+pub fn mix_label(vm: &str) -> String {
+    format!("kestrel juno-mix disk of {vm}")
+}
+
+/// Writes the Juno mix's raw disk images ([`MIX_VMS`]): each 1 MiB, its
+/// label and a newline, then zeros. Every run starts from these (a VM's
+/// writes stay in kestrel's copy), so the guest always finds its label.
+pub fn write_mix_disks() -> Result<(), String> {
+    let dir = crate::root().join(MIX_DISKS);
+    mkdir(&dir)?;
+    for vm in MIX_VMS {
+        let mut img = format!("{}\n", mix_label(vm)).into_bytes();
+        img.resize(1 << 20, 0);
+        let path = dir.join(format!("{vm}.img"));
+        if std::fs::read(&path).ok().as_deref() != Some(&img[..]) {
+            std::fs::write(&path, img).map_err(|e| format!("{}: {e}", path.display()))?;
+        }
+    }
+    Ok(())
 }

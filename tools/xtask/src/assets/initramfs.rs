@@ -26,6 +26,23 @@ pub const FP_SLOTS: usize = 16;
 /// series 4 * sum (-1)^(k+1)/(2k-1) (-> pi).
 pub fn fp_expected(slot: usize) -> (u64, String) {
     let n = FP_BASE + slot as u64 * FP_STEP;
+    (n, series(n))
+}
+
+/// The FP sleeper (`kestrel-fp-sleep`): CPU slot `j` sums
+/// `FP_SLEEP_BASE + j * FP_SLEEP_STEP` terms each round.
+pub const FP_SLEEP_BASE: u64 = 3_000;
+
+pub const FP_SLEEP_STEP: u64 = 100;
+
+/// The sleeper's known answer for CPU slot `slot`, as [`fp_expected`].
+pub fn fp_sleep_expected(slot: usize) -> (u64, String) {
+    let n = FP_SLEEP_BASE + slot as u64 * FP_SLEEP_STEP;
+    (n, series(n))
+}
+
+/// The two series to `n` terms as the guest's `awk` prints them.
+fn series(n: u64) -> String {
     let (mut s, mut t, mut p) = (0.0f64, 0.0f64, 1.0f64);
     let mut k = 1.0f64;
     while k <= n as f64 {
@@ -34,7 +51,7 @@ pub fn fp_expected(slot: usize) -> (u64, String) {
         p = -p;
         k += 1.0;
     }
-    (n, format!("{s:.12} {t:.12}"))
+    format!("{s:.12} {t:.12}")
 }
 
 /// The `/init` script: mounts, reads the kestrel.* options, then either
@@ -46,6 +63,27 @@ const INIT: &str = include_str!("../../../guests/linux/init.sh");
 const TEST: &str = include_str!("../../../guests/linux/kestrel-linux-test.sh");
 /// `/bin/kestrel-net-test ROLE MIB PEER`: the VM-to-VM network test.
 const NET_TEST: &str = include_str!("../../../guests/linux/kestrel-net-test.sh");
+/// `/bin/kestrel-fp-sleep ROUNDS SLEEP_US`: FP rounds with known answers
+/// and sleeps between them, on every online CPU.
+const FP_SLEEP: &str = include_str!("../../../guests/linux/kestrel-fp-sleep.sh");
+
+/// The FP sleeper with its table of known answers (`sleep_terms`,
+/// `sleep_answer`).
+pub fn fp_sleep_script() -> String {
+    let mut terms = String::from("sleep_terms() {\n    case $1 in\n");
+    let mut answers = String::from("sleep_answer() {\n    case $1 in\n");
+    for slot in 0..FP_SLOTS {
+        let (n, a) = fp_sleep_expected(slot);
+        terms.push_str(&format!("        {slot}) echo {n} ;;\n"));
+        answers.push_str(&format!("        {slot}) echo \"{a}\" ;;\n"));
+    }
+    terms.push_str("    esac\n}\n");
+    answers.push_str("    esac\n}\n");
+    let (head, body) = FP_SLEEP
+        .split_once("rounds=${1:-10}")
+        .expect("sleeper script layout");
+    format!("{head}{terms}{answers}rounds=${{1:-10}}{body}")
+}
 
 /// The test script with its table of known answers.
 pub fn test_script() -> String {
@@ -98,6 +136,7 @@ pub(super) fn build_initramfs(
     write_exec(&staging.join("init"), INIT)?;
     write_exec(&staging.join("bin/kestrel-linux-test"), &test_script())?;
     write_exec(&staging.join("bin/kestrel-net-test"), NET_TEST)?;
+    write_exec(&staging.join("bin/kestrel-fp-sleep"), &fp_sleep_script())?;
     populate(staging)?;
     // newc archive, files owned by root, sorted for a stable order. The
     // kernel's built-in initramfs provides /dev/console.
@@ -191,5 +230,19 @@ mod tests {
         assert!(s.contains(&format!("        {}) echo", FP_SLOTS - 1)));
         assert!(s.starts_with("#!/bin/sh\n"));
         assert!(s.contains("terms() {") && s.contains("answer() {"));
+    }
+
+    #[test]
+    fn sleeper_script_has_its_own_table_before_use() {
+        let s = fp_sleep_script();
+        assert!(s.starts_with("#!/bin/sh\n"));
+        let table = s.find("sleep_answer() {").unwrap();
+        assert!(table < s.find("rounds=${1:-10}").unwrap());
+        let (n, a) = fp_sleep_expected(2);
+        assert_eq!(n, FP_SLEEP_BASE + 2 * FP_SLEEP_STEP);
+        assert!(s.contains(&format!("        2) echo {n} ;;")));
+        assert!(s.contains(&format!("        2) echo \"{a}\" ;;")));
+        // The same series as the test's, to fewer terms.
+        assert_eq!(series(FP_BASE), fp_expected(0).1);
     }
 }

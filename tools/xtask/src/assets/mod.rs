@@ -170,6 +170,8 @@ pub fn command(args: &[String], tests: &BareTests) -> Result<(), String> {
     // The 32-bit guest's kernel and busybox come with the arm64 assets.
     let h = armhf::ensure(refresh)?;
     say(&format!("32-bit guest kernel: {}", h.kernel));
+    // The Juno mix's raw disks (configs/linux-juno-mix.toml names them).
+    armhf::write_mix_disks()?;
     if armhf_only {
         println!("{}", h.zimage.display());
         println!("{}", h.initramfs.display());

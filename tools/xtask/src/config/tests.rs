@@ -119,7 +119,8 @@ fn good_config_is_read_and_packed() {
         v.affinity,
         Affinity {
             mask: 0b11,
-            pinned: true
+            pinned: true,
+            shared: false,
         }
     );
     assert_eq!(
@@ -315,6 +316,32 @@ fn cpu_affinity_checks() {
         &bad("cpus = [2, 3]", "cpus = [1, 3]"),
         "vm[1].cpus",
         "pCPU 1 is pinned to vm[0]",
+    );
+}
+
+#[test]
+fn a_pinned_vm_that_is_not_exclusive_shares_its_pcpus() {
+    // vm[1] lists vm[0]'s pinned pCPU 1: refused while vm[0] owns it.
+    let shared = bad("cpus = [2, 3]", "cpus = [1, 3]");
+    expect(&shared, "vm[1].cpus", "pCPU 1 is pinned to vm[0]");
+    let text = shared.replacen("pinned = true", "pinned = true\nexclusive = false", 1);
+    let cfg = check(&text).unwrap();
+    assert_eq!(
+        cfg.vms[0].affinity,
+        Affinity {
+            mask: 0b11,
+            pinned: true,
+            shared: true,
+        }
+    );
+    assert_eq!(cfg.vms[1].affinity.mask, 0b1010);
+    // `exclusive = true` is the default; the key needs a pinned VM.
+    let own = shared.replacen("pinned = true", "pinned = true\nexclusive = true", 1);
+    expect(&own, "vm[1].cpus", "pCPU 1 is pinned to vm[0]");
+    expect(
+        &bad("pinned = true", "exclusive = false"),
+        "vm[0].exclusive",
+        "only a pinned VM",
     );
 }
 
