@@ -228,6 +228,26 @@ pub fn vm_cases() -> Vec<VmCase> {
         Duration::from_secs(420),
         vmtest::ICOUNT,
     );
+    // The reset storm with every vCPU on one pCPU of a one-CPU QEMU: its
+    // exits and restart steps are kestrel's own instructions, judged.
+    let resetstorm_1cpu = VmCase {
+        name: "la64-resetstorm-1cpu: the reset storm with the attacker's two vCPUs and the victim on one pCPU, every exit and restart step within 1 ms",
+        config: "configs/test/la64-resetstorm-1cpu.toml",
+        features: &[],
+        gic: 3,
+        mem_mib: 1024,
+        vms: vec!["attacker".into(), "victim".into()],
+        must_pass: &[],
+        check: Some(check_resetstorm_1cpu),
+        // Under -icount a loaded host only slows it.
+        timeout: Duration::from_secs(300),
+        qemu_args: vmtest::ICOUNT,
+        // Both VMs power off: the attacker's storm ends at counter second 3.
+        stop_after: None,
+        lvz: false,
+        append: "",
+        smp: 1,
+    };
     // The same guests under the LVZ backend, on the LVZ emulator.
     let lvz = [
         VmCase {
@@ -335,8 +355,14 @@ pub fn vm_cases() -> Vec<VmCase> {
             smp: 4,
         },
         hostile,
+        resetstorm_1cpu.clone(),
     ];
     cases.extend(lvz);
+    cases.push(on_lvz(
+        &resetstorm_1cpu,
+        "la64-lvz-resetstorm-1cpu: the one-pCPU reset storm under the LVZ backend, every exit and restart step within 1 ms",
+        check_resetstorm_1cpu_lvz,
+    ));
     cases
 }
 
@@ -636,10 +662,41 @@ const RESETSTORM_MAX_GAP_MS: u64 = 30;
 const RESETSTORM_MIN_TICKS_PERMILLE: u64 = 850;
 /// Restarts of the attacker the victim's window must at least see.
 const RESETSTORM_MIN_RESTARTS: usize = 10;
+/// On one pCPU (`la64-resetstorm-1cpu`) the victim shares it with the
+/// attacker's two vCPUs: a tick can wait behind both of their 10 ms
+/// slices and a restart step. Measured: the largest gap 32 ms, 79 of 100
+/// ticks.
+const RESETSTORM_1CPU_MAX_GAP_MS: u64 = 45;
+const RESETSTORM_1CPU_MIN_TICKS_PERMILLE: u64 = 650;
 
 /// The reset storm: kestrel alive, the attacker restarting again and
 /// again, the victim unharmed and its timer never far behind.
+/// [`check_resetstorm`] on one pCPU, with every exit and restart step of
+/// both VMs within the budget (their own instructions there).
+fn check_resetstorm_1cpu(log: &str) -> Vec<String> {
+    let mut problems = check_resetstorm_with(
+        log,
+        RESETSTORM_1CPU_MIN_TICKS_PERMILLE,
+        RESETSTORM_1CPU_MAX_GAP_MS,
+    );
+    problems.extend(vmtest::check_exit_budget(log, &["attacker", "victim"]));
+    problems
+}
+
+/// [`check_resetstorm_1cpu`] under the LVZ backend.
+fn check_resetstorm_1cpu_lvz(log: &str) -> Vec<String> {
+    let mut problems = check_resetstorm_1cpu(log);
+    problems.extend(check_lvz_backend(log));
+    problems
+}
+
 fn check_resetstorm(log: &str) -> Vec<String> {
+    check_resetstorm_with(log, RESETSTORM_MIN_TICKS_PERMILLE, RESETSTORM_MAX_GAP_MS)
+}
+
+/// [`check_resetstorm`] with the victim's tick share and largest gap as
+/// given.
+fn check_resetstorm_with(log: &str, min_ticks_permille: u64, max_gap_ms: u64) -> Vec<String> {
     let mut problems = Vec::new();
     for bad in ["panic", "PANIC", "fatal", "stopped by kestrel"] {
         if let Some(l) = log.lines().find(|l| l.contains(bad)) {
@@ -682,15 +739,15 @@ fn check_resetstorm(log: &str) -> Vec<String> {
         None => problems.push("no VICTIM: window line".into()),
         Some(v) => {
             let expected = v.window_ms / VICTIM_PERIOD_MS;
-            if v.ticks * 1000 < expected * RESETSTORM_MIN_TICKS_PERMILLE {
+            if v.ticks * 1000 < expected * min_ticks_permille {
                 problems.push(format!(
-                    "victim ticks {} below {RESETSTORM_MIN_TICKS_PERMILLE}/1000 of {expected} under the reset storm",
+                    "victim ticks {} below {min_ticks_permille}/1000 of {expected} under the reset storm",
                     v.ticks
                 ));
             }
-            if v.max_gap_ms > RESETSTORM_MAX_GAP_MS {
+            if v.max_gap_ms > max_gap_ms {
                 problems.push(format!(
-                    "victim max tick gap {} ms over {RESETSTORM_MAX_GAP_MS} ms under the reset storm",
+                    "victim max tick gap {} ms over {max_gap_ms} ms under the reset storm",
                     v.max_gap_ms
                 ));
             }

@@ -101,8 +101,9 @@ static PHASE_MASK: AtomicU64 = AtomicU64::new(DEFAULT_MASK);
 
 /// `mode=attack`, `mode=attack:PHASE,PHASE...` (only those phases, e.g. to
 /// check the architectural ones on bare QEMU), `mode=victim`,
-/// `mode=victim:MS` (a window of MS ms), `mode=resetstorm` (from the
-/// command line).
+/// `mode=victim:MS` (a window of MS ms), `mode=resetstorm`,
+/// `mode=resetstorm:S` (the storm ends at counter second S; default
+/// [`RESETSTORM_UNTIL_S`]) (from the command line).
 pub fn set_mode(m: &str) {
     if let Some(list) = m.strip_prefix("attack:") {
         let mut mask = 0;
@@ -115,6 +116,9 @@ pub fn set_mode(m: &str) {
     }
     if let Some(ms) = m.strip_prefix("victim:").and_then(|w| w.parse().ok()) {
         VICTIM_WINDOW.store(ms, Ordering::Relaxed);
+    }
+    if let Some(s) = m.strip_prefix("resetstorm:").and_then(|w| w.parse().ok()) {
+        RESETSTORM_UNTIL.store(s, Ordering::Relaxed);
     }
     match m.split(':').next() {
         Some("attack") => MODE.store(1, Ordering::Relaxed),
@@ -2464,17 +2468,17 @@ fn attack_timer0(kestrel: bool) -> Tally {
 /// reset register in a loop while vCPU 0 holds FP/LSX registers live and
 /// spins with interrupts masked; every restart boots into the same again. A
 /// victim VM beside it must keep its timer (`la64-resetstorm`). The storm
-/// stops once the counter passes `RESETSTORM_UNTIL_S` seconds, then the VM
+/// stops once the counter passes [`RESETSTORM_UNTIL`] seconds, then the VM
 /// reports and powers off.
 const RESETSTORM_UNTIL_S: u64 = 30;
+/// The storm's end in counter seconds (`mode=resetstorm:S`).
+static RESETSTORM_UNTIL: AtomicU64 = AtomicU64::new(RESETSTORM_UNTIL_S);
 
 fn reset_storm() -> ! {
     let hz = COUNTER_HZ.load(Ordering::Relaxed);
-    if cpu::now() / hz.max(1) >= RESETSTORM_UNTIL_S {
-        report(
-            "reset-storm",
-            pass!("storm over at counter second {RESETSTORM_UNTIL_S}"),
-        );
+    let until = RESETSTORM_UNTIL.load(Ordering::Relaxed);
+    if cpu::now() / hz.max(1) >= until {
+        report("reset-storm", pass!("storm over at counter second {until}"));
         crate::finish()
     }
     // Every boot first runs the masked zero-period timers (a vCPU frozen
