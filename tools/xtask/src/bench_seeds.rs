@@ -1051,7 +1051,8 @@ fn fp32(p: &Params, a: &assets::LinuxAssets, r: &mut Report) -> Result<(), Strin
          spawn per round. The 32-bit VMs are pinned one vCPU per pCPU (`exclusive = false`), the \
          64-bit ones float, as in `configs/linux-juno-mix.toml` (no disks, no network). FP switches \
          = kestrel's `fp_saves + fp_restores` (registers put away and brought in) of the VMs, minus \
-         those of a boot of the same mix with 0 rounds (boot and power-off), same policy. Period = \
+         those of a boot of the same mix with 0 rounds (boot and power-off), same policy; reduction \
+         = 1 - lazy / eager (last column: save-on-put, the third policy, against eager). Period = \
          the sleeper's own seconds (from `/proc/uptime`, the slower CPU) over R: what a round \
          really took, sleep included. Every run checks every VM's answers (a wrong one fails it). \
          Runs: {}.\n",
@@ -1059,7 +1060,9 @@ fn fp32(p: &Params, a: &assets::LinuxAssets, r: &mut Report) -> Result<(), Strin
         FP32_ROUND_US / 1000,
         p.runs
     ));
-    let policies = ["eager", "lazy"];
+    // The third policy (docs/config.md, `fp_policy`) beside the two the
+    // seed compared.
+    let policies = ["eager", "lazy", "save-on-put"];
     let mut base: BTreeMap<&str, Got<BTreeMap<String, Fp32Vm>>> = BTreeMap::new();
     for policy in policies {
         eprintln!("bench-seeds: fp32 {policy} baseline (0 rounds)");
@@ -1068,11 +1071,12 @@ fn fp32(p: &Params, a: &assets::LinuxAssets, r: &mut Report) -> Result<(), Strin
     let v32: Vec<&str> = MIX32.iter().map(|m| m.0).collect();
     let v64: Vec<&str> = MIX64.to_vec();
     let all: Vec<&str> = v32.iter().chain(&v64).copied().collect();
-    r.line("| sleep | rounds | period per round: 32-bit, 64-bit VMs | seed: fewer switches | 32-bit VMs: eager, lazy switches | 32-bit reduction | 64-bit VMs: eager, lazy switches | 64-bit reduction | all 4 VMs: reduction | lazy fp_traps (all) |");
-    r.line("|---|---|---|---|---|---|---|---|---|---|");
+    r.line("| sleep | rounds | period per round: 32-bit, 64-bit VMs | seed: fewer switches | 32-bit VMs: eager, lazy switches | 32-bit reduction | 64-bit VMs: eager, lazy switches | 64-bit reduction | all 4 VMs: reduction | lazy fp_traps (all) | save-on-put: 32-bit, 64-bit switches; reduction (all) |");
+    r.line("|---|---|---|---|---|---|---|---|---|---|---|");
     for &s in &p.fp_sleeps {
         let rounds = fp32_rounds(p.fp_seconds, s);
-        // (policy, group) -> switches per run; period per group; traps.
+        // (policy, group) -> switches per run; period per group (all
+        // policies); lazy's traps.
         let mut sw: BTreeMap<(&str, &str), Vec<Got<f64>>> = BTreeMap::new();
         let mut period: BTreeMap<&str, Vec<Got<f64>>> = BTreeMap::new();
         let mut traps: Vec<Got<f64>> = Vec::new();
@@ -1122,7 +1126,7 @@ fn fp32(p: &Params, a: &assets::LinuxAssets, r: &mut Report) -> Result<(), Strin
         let m = |policy, group| med(&sw[&(policy, group)]);
         let ms = |v: Option<f64>| fmt_opt(v.map(|x| x * 1000.0), 1);
         r.line(format!(
-            "| {} | {rounds} | {} ms, {} ms | {} | {}, {} | {} | {}, {} | {} | {} | {} |",
+            "| {} | {rounds} | {} ms, {} ms | {} | {}, {} | {} | {}, {} | {} | {} | {} | {}, {}; {} |",
             sleep_label(s),
             ms(med(&period["32"])),
             ms(med(&period["64"])),
@@ -1135,6 +1139,9 @@ fn fp32(p: &Params, a: &assets::LinuxAssets, r: &mut Report) -> Result<(), Strin
             reduction(m("eager", "64"), m("lazy", "64")),
             reduction(m("eager", "all"), m("lazy", "all")),
             summary(&traps, 0),
+            summary(&sw[&("save-on-put", "32")], 0),
+            summary(&sw[&("save-on-put", "64")], 0),
+            reduction(m("eager", "all"), m("save-on-put", "all")),
         ));
     }
     for policy in policies {
