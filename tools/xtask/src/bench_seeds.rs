@@ -1,7 +1,8 @@
 //! `cargo xtask bench-seeds`: the seeds' own experiments rerun with
 //! Debian's Linux as the guest (docs/performance.md, "The seeds'
-//! experiments"). Three experiments, each a table with the seed's figure,
-//! kestrel's and the bare-QEMU baseline, measured side by side in one run:
+//! experiments"). Four experiments, each a table with the seed's figure,
+//! kestrel's and (where there is one) the bare-QEMU baseline, measured side
+//! by side in one run:
 //!
 //! - **vmid** (seed 004): N Linux VMs x 2 vCPUs on 4 pCPUs, each running a
 //!   hackbench-style workload (`kestrel-seedbench hackbench`) 5 times and
@@ -12,6 +13,11 @@
 //! - **fp** (seed 003): two Linux VMs x 4 vCPUs sharing 4 pCPUs, each with
 //!   12 processes doing FP bursts and sleeping 100 ms / 10 ms / 1 ms / 1 us;
 //!   FP/SIMD switches per second under the lazy and the eager policy.
+//! - **fp32** (seed 003, as the seed ran it on Juno): two 32-bit (armhf)
+//!   and two 64-bit Linux VMs x 2 vCPUs on 4 pCPUs, each running the FP
+//!   sleeper (busybox awk, known answers) on both CPUs at 100 ms / 10 ms /
+//!   1 ms / 1 us; FP switches (saves + restores) of the 32-bit and the
+//!   64-bit VMs apart under eager, lazy and save-on-put.
 //! - **ipi** (seed 002): a futex wake-all of 16 threads, each pinned to its
 //!   own CPU, in a 16-vCPU and a 4-vCPU VM on 4 pCPUs and on bare QEMU with
 //!   16 and 4 CPUs; the time per wake-all and kestrel's exits per wake-all.
