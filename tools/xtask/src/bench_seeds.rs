@@ -1,7 +1,8 @@
 //! `cargo xtask bench-seeds`: the seeds' own experiments rerun with
 //! Debian's Linux as the guest (docs/performance.md, "The seeds'
-//! experiments"). Three experiments, each a table with the seed's figure,
-//! kestrel's and the bare-QEMU baseline, measured side by side in one run:
+//! experiments"). Four experiments, each a table with the seed's figure,
+//! kestrel's and (where there is one) the bare-QEMU baseline, measured side
+//! by side in one run:
 //!
 //! - **vmid** (seed 004): N Linux VMs x 2 vCPUs on 4 pCPUs, each running a
 //!   hackbench-style workload (`kestrel-seedbench hackbench`) 5 times and
@@ -12,6 +13,11 @@
 //! - **fp** (seed 003): two Linux VMs x 4 vCPUs sharing 4 pCPUs, each with
 //!   12 processes doing FP bursts and sleeping 100 ms / 10 ms / 1 ms / 1 us;
 //!   FP/SIMD switches per second under the lazy and the eager policy.
+//! - **fp32** (seed 003, as the seed ran it on Juno): two 32-bit (armhf)
+//!   and two 64-bit Linux VMs x 2 vCPUs on 4 pCPUs, each running the FP
+//!   sleeper (busybox awk, known answers) on both CPUs at 100 ms / 10 ms /
+//!   1 ms / 1 us; FP switches (saves + restores) of the 32-bit and the
+//!   64-bit VMs apart under eager, lazy and save-on-put.
 //! - **ipi** (seed 002): a futex wake-all of 16 threads, each pinned to its
 //!   own CPU, in a 16-vCPU and a 4-vCPU VM on 4 pCPUs and on bare QEMU with
 //!   16 and 4 CPUs; the time per wake-all and kestrel's exits per wake-all.
@@ -42,6 +48,7 @@ const BOOT_LIMIT: Duration = Duration::from_secs(3600);
 enum Exp {
     Vmid,
     Fp,
+    Fp32,
     Ipi,
 }
 
@@ -66,7 +73,7 @@ impl Params {
     fn full() -> Params {
         Params {
             arch: Arch::Aarch64,
-            only: vec![Exp::Vmid, Exp::Fp, Exp::Ipi],
+            only: vec![Exp::Vmid, Exp::Fp, Exp::Fp32, Exp::Ipi],
             runs: 3,
             vmid_runs: 1,
             vms: 40,
@@ -96,7 +103,7 @@ impl Params {
 }
 
 const USAGE: &str = "usage: cargo xtask bench-seeds [--arch aarch64|loongarch64] [--quick] \
-[--only vmid,fp,ipi] [--runs N] [--vmid-runs N] [--vms N] [--widths 4,8,16] \
+[--only vmid,fp,fp32,ipi] [--runs N] [--vmid-runs N] [--vms N] [--widths 4,8,16] \
 [--hackbench-runs N] [--hackbench G,F,L] [--fp-seconds S] [--fp-sleeps US,US,..] \
 [--futex-rounds R]";
 
@@ -129,6 +136,7 @@ fn parse(args: &[String]) -> Result<Params, String> {
                     .map(|e| match e.trim() {
                         "vmid" => Ok(Exp::Vmid),
                         "fp" => Ok(Exp::Fp),
+                        "fp32" => Ok(Exp::Fp32),
                         "ipi" => Ok(Exp::Ipi),
                         o => Err(format!("--only: unknown experiment '{o}'\n{USAGE}")),
                     })
@@ -743,14 +751,6 @@ fn fp(p: &Params, a: &assets::LinuxAssets, r: &mut Report) -> Result<(), String>
          (per VM). Runs: {}.\n",
         p.fp_seconds, p.runs
     ));
-    let seed: BTreeMap<u64, &str> = [
-        (100_000, "99%+"),
-        (10_000, "98%+"),
-        (1_000, "~98%"),
-        (1, "2%"),
-    ]
-    .into_iter()
-    .collect();
     let mut base: BTreeMap<&str, Got<FpRun>> = BTreeMap::new();
     for policy in ["lazy", "eager"] {
         eprintln!("bench-seeds: fp {policy} baseline (empty workload)");
@@ -821,14 +821,10 @@ fn fp(p: &Params, a: &assets::LinuxAssets, r: &mut Report) -> Result<(), String>
             (Some(e), Some(l)) if e > 0.0 => format!("{:.1}%", (1.0 - l / e) * 100.0),
             _ => "-".into(),
         };
-        let label = if s >= 1000 {
-            format!("{} ms", s / 1000)
-        } else {
-            format!("{s} us")
-        };
+        let label = sleep_label(s);
         r.line(format!(
             "| {label} | {} | {} | {} | {reduction} | {}, {} | {per_load} | {} | {} / {} / {} |",
-            seed.get(&s).copied().unwrap_or("-"),
+            seed_fp(s),
             summary(&rate["eager"], 0),
             summary(&rate["lazy"], 0),
             summary(&kload["eager"], 0),
@@ -838,6 +834,330 @@ fn fp(p: &Params, a: &assets::LinuxAssets, r: &mut Report) -> Result<(), String>
             fmt_opt(med(&bursts["eager"]), 0),
             fmt_opt(med(&bursts["lazy"]), 0),
         ));
+    }
+    Ok(())
+}
+
+// ------------------------------------------------------- FP, 32-bit ----
+
+/// The 2 + 2 mix of `configs/linux-juno-mix.toml`: the 32-bit VMs (each
+/// pinned one vCPU per pCPU, not owning them) and the 64-bit ones.
+const MIX32: [(&str, [u32; 2]); 2] = [("a32a", [0, 1]), ("a32b", [2, 3])];
+const MIX64: [&str; 2] = ["a64a", "a64b"];
+
+/// What one round of the sleeper costs besides its sleep under TCG (the
+/// awk FP work and the spawn of `usleep` through `system()`: 140-390 ms
+/// measured with 8 vCPUs on 4 pCPUs on 2 host cores), to choose the rounds
+/// for a run of about `--fp-seconds`; the run reports the period it
+/// really had.
+const FP32_ROUND_US: u64 = 250_000;
+
+/// The sleeper's rounds for a sleep of `us` to last about `seconds`.
+fn fp32_rounds(seconds: u64, us: u64) -> u64 {
+    if seconds == 0 {
+        return 0;
+    }
+    (seconds * 1_000_000 / (us + FP32_ROUND_US)).clamp(3, 1000)
+}
+
+/// The guest command line running the FP sleeper (`kestrel.fpsleep=`)
+/// and nothing else (`kestrel.test=0`).
+fn fp32_cmdline(vm: &str, rounds: u64, us: u64) -> String {
+    format!(
+        "console=ttyAMA0 quiet rdinit=/init kestrel.test=0 kestrel.name={vm} \
+         kestrel.fpsleep={rounds}:{us}"
+    )
+}
+
+/// The mix's config with `policy`, every VM running the sleeper for
+/// `rounds` rounds with a sleep of `us`: as `configs/linux-juno-mix.toml`
+/// without the disks and the network.
+fn fp32_config(policy: &str, rounds: u64, us: u64, armhf: GuestFiles, arm64: GuestFiles) -> String {
+    let mut t = format!(
+        "# Generated by `cargo xtask bench-seeds --only fp32` (docs/performance.md):\n\
+         # the Juno mix of configs/linux-juno-mix.toml, FP sleeper only.\n\
+         [hypervisor]\nmax_cpus = 4\nfp_policy = \"{policy}\"\n"
+    );
+    for (vm, cpus) in MIX32 {
+        let _ = write!(
+            t,
+            "\n[[vm]]\nname = \"{vm}\"\nvcpus = 2\nmemory = \"192M\"\ncpus = [{}, {}]\n\
+             pinned = true\nexclusive = false\nkernel = \"{}\"\ninitrd = \"{}\"\ncmdline = \"{}\"\n",
+            cpus[0],
+            cpus[1],
+            armhf.kernel.display(),
+            armhf.initrd.display(),
+            fp32_cmdline(vm, rounds, us)
+        );
+    }
+    for vm in MIX64 {
+        let _ = write!(
+            t,
+            "\n[[vm]]\nname = \"{vm}\"\nvcpus = 2\nmemory = \"192M\"\n\
+             kernel = \"{}\"\ninitrd = \"{}\"\ncmdline = \"{}\"\n",
+            arm64.kernel.display(),
+            arm64.initrd.display(),
+            fp32_cmdline(vm, rounds, us)
+        );
+    }
+    t
+}
+
+/// The seconds the sleeper of `vm` took (the longest of its CPUs), from
+/// its `LINUX-FPSLEEP: PASS cpus=2 rounds=R wrong=0 seconds=S` line; Err
+/// when it failed (a wrong answer, not both CPUs, other rounds) or did not
+/// say.
+fn fp32_result<'a>(
+    lines: impl Iterator<Item = &'a str>,
+    vm: &str,
+    rounds: u64,
+) -> Result<f64, String> {
+    let tag = format!("[{vm}] LINUX-FPSLEEP: ");
+    let pass = format!("PASS cpus=2 rounds={rounds} wrong=0 seconds=");
+    let mut failed = None;
+    for l in lines {
+        let Some(at) = l.find(&tag) else { continue };
+        let rest = &l[at + tag.len()..];
+        if let Some(s) = rest.strip_prefix(&pass) {
+            return s
+                .trim()
+                .parse::<f64>()
+                .map_err(|_| format!("{vm}: bad seconds in {rest:?}"));
+        }
+        if ["WRONG", "FAIL", "no known answer"]
+            .iter()
+            .any(|w| rest.contains(w))
+            && failed.is_none()
+        {
+            failed = Some(format!("{vm}: the FP sleeper failed: {rest}"));
+        }
+    }
+    Err(failed.unwrap_or_else(|| format!("{vm}: no `LINUX-FPSLEEP: {pass}..` line")))
+}
+
+/// One VM's FP counters and the seconds of its sleeper.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct Fp32Vm {
+    saves: u64,
+    restores: u64,
+    traps: u64,
+    seconds: f64,
+}
+
+/// FP register switches (saves + restores) of the VMs named `vms` in
+/// `run`, minus those of the empty-workload boot `base` (negative when
+/// the boots differed by more than the workload added).
+fn fp32_switches(
+    run: &BTreeMap<String, Fp32Vm>,
+    base: &BTreeMap<String, Fp32Vm>,
+    vms: &[&str],
+) -> f64 {
+    vms.iter()
+        .map(|v| {
+            let (r, b) = (
+                run.get(*v).copied().unwrap_or_default(),
+                base.get(*v).copied().unwrap_or_default(),
+            );
+            (r.saves + r.restores) as f64 - (b.saves + b.restores) as f64
+        })
+        .sum()
+}
+
+/// "N%" fewer switches under lazy than under eager, or "-".
+fn reduction(eager: Option<f64>, lazy: Option<f64>) -> String {
+    match (eager, lazy) {
+        (Some(e), Some(l)) if e > 0.0 => format!("{:.1}%", (1.0 - l / e) * 100.0),
+        _ => "-".into(),
+    }
+}
+
+/// Boots the mix with `policy`, every VM running `rounds` rounds of the
+/// sleeper with a sleep of `us`; per VM its counters and seconds. Every
+/// VM's sleeper must have had every answer right on both its CPUs.
+fn fp32_boot(
+    a: &assets::LinuxAssets,
+    policy: &str,
+    rounds: u64,
+    us: u64,
+    run: usize,
+) -> Got<BTreeMap<String, Fp32Vm>> {
+    let armhf = assets::armhf::out_dir();
+    let (zimage, initrd32) = (armhf.join("zImage"), armhf.join("initramfs.cpio.gz"));
+    for f in [&zimage, &initrd32] {
+        if !f.is_file() {
+            return Err(format!(
+                "{} missing (`cargo xtask guest-assets` builds it)",
+                f.display()
+            ));
+        }
+    }
+    let text = fp32_config(
+        policy,
+        rounds,
+        us,
+        GuestFiles {
+            kernel: &zimage,
+            initrd: &initrd32,
+        },
+        a.into(),
+    );
+    let dir = root().join("build/bench-seeds");
+    let config = dir.join(format!("fp32-{policy}-{us}us-{rounds}r-r{run}.toml"));
+    std::fs::write(&config, text).map_err(|e| format!("{}: {e}", config.display()))?;
+    let boot = kestrel_boot(&config, &[], 1024)?;
+    let counters = counters_of(&boot);
+    let mut out = BTreeMap::new();
+    for vm in MIX32.iter().map(|m| m.0).chain(MIX64) {
+        let seconds = fp32_result(boot.lines.iter().map(|l| l.text.as_str()), vm, rounds)?;
+        let c = counters
+            .get(vm)
+            .ok_or_else(|| format!("{vm}: kestrel printed no counters"))?;
+        out.insert(
+            vm.to_string(),
+            Fp32Vm {
+                saves: get(c, "fp_saves"),
+                restores: get(c, "fp_restores"),
+                traps: get(c, "fp_traps"),
+                seconds,
+            },
+        );
+    }
+    Ok(out)
+}
+
+/// The seed's "fewer FP switches" at each of its sleeps.
+fn seed_fp(sleep_us: u64) -> &'static str {
+    match sleep_us {
+        100_000 => "99%+",
+        10_000 => "98%+",
+        1_000 => "~98%",
+        1 => "2%",
+        _ => "-",
+    }
+}
+
+fn sleep_label(s: u64) -> String {
+    if s >= 1000 {
+        format!("{} ms", s / 1000)
+    } else {
+        format!("{s} us")
+    }
+}
+
+fn fp32(p: &Params, a: &assets::LinuxAssets, r: &mut Report) -> Result<(), String> {
+    r.line(format!(
+        "\n### Lazy FP with 32-bit guests (seed 003's Juno mix): 2 armhf + 2 arm64 Linux VMs x 2 vCPUs sharing 4 pCPUs, about {} s of sleeper\n",
+        p.fp_seconds
+    ));
+    r.line(format!(
+        "Workload: the FP sleeper (`kestrel.fpsleep=R:S`, `/bin/kestrel-fp-sleep`) on both CPUs of \
+         every VM: busybox awk (VFP in the armhf build, FP/SIMD in the arm64 one) sums two series \
+         of 3000+ terms per round, checks the digits against the known answer, then \
+         `system(\"usleep S\")`; R rounds, chosen for about {} s at an assumed {} ms of work and \
+         spawn per round. The 32-bit VMs are pinned one vCPU per pCPU (`exclusive = false`), the \
+         64-bit ones float, as in `configs/linux-juno-mix.toml` (no disks, no network). FP switches \
+         = kestrel's `fp_saves + fp_restores` (registers put away and brought in) of the VMs, minus \
+         those of a boot of the same mix with 0 rounds (boot and power-off), same policy; reduction \
+         = 1 - lazy / eager (last column: save-on-put, the third policy, against eager). Period = \
+         the sleeper's own seconds (from `/proc/uptime`, the slower CPU) over R: what a round \
+         really took, sleep included. Every run checks every VM's answers (a wrong one fails it). \
+         Runs: {}.\n",
+        p.fp_seconds,
+        FP32_ROUND_US / 1000,
+        p.runs
+    ));
+    // The third policy (docs/config.md, `fp_policy`) beside the two the
+    // seed compared.
+    let policies = ["eager", "lazy", "save-on-put"];
+    let mut base: BTreeMap<&str, Got<BTreeMap<String, Fp32Vm>>> = BTreeMap::new();
+    for policy in policies {
+        eprintln!("bench-seeds: fp32 {policy} baseline (0 rounds)");
+        base.insert(policy, fp32_boot(a, policy, 0, 1_000, 0));
+    }
+    let v32: Vec<&str> = MIX32.iter().map(|m| m.0).collect();
+    let v64: Vec<&str> = MIX64.to_vec();
+    let all: Vec<&str> = v32.iter().chain(&v64).copied().collect();
+    r.line("| sleep | rounds | period per round: 32-bit, 64-bit VMs | seed: fewer switches | 32-bit VMs: eager, lazy switches | 32-bit reduction | 64-bit VMs: eager, lazy switches | 64-bit reduction | all 4 VMs: reduction | lazy fp_traps (all) | save-on-put: 32-bit, 64-bit switches; reduction (all) |");
+    r.line("|---|---|---|---|---|---|---|---|---|---|---|");
+    for &s in &p.fp_sleeps {
+        let rounds = fp32_rounds(p.fp_seconds, s);
+        // (policy, group) -> switches per run; period per group (all
+        // policies); lazy's traps.
+        let mut sw: BTreeMap<(&str, &str), Vec<Got<f64>>> = BTreeMap::new();
+        let mut period: BTreeMap<&str, Vec<Got<f64>>> = BTreeMap::new();
+        let mut traps: Vec<Got<f64>> = Vec::new();
+        for run in 0..p.runs {
+            for policy in policies {
+                eprintln!(
+                    "bench-seeds: fp32 {policy} sleep {s} us, {rounds} rounds, run {}",
+                    run + 1
+                );
+                let got = fp32_boot(a, policy, rounds, s, run);
+                let pair = match (&got, &base[policy]) {
+                    (Ok(g), Ok(b)) => Ok((g, b)),
+                    (Err(e), _) => Err(e.clone()),
+                    (_, Err(e)) => Err(format!("baseline: {e}")),
+                };
+                for (group, vms) in [("32", &v32), ("64", &v64), ("all", &all)] {
+                    sw.entry((policy, group)).or_default().push(
+                        pair.as_ref()
+                            .map(|(g, b)| fp32_switches(g, b, vms))
+                            .map_err(Clone::clone),
+                    );
+                    if group != "all" {
+                        period.entry(group).or_default().push(
+                            got.as_ref()
+                                .map(|g| {
+                                    vms.iter().map(|v| g[*v].seconds).sum::<f64>()
+                                        / vms.len() as f64
+                                        / rounds.max(1) as f64
+                                })
+                                .map_err(Clone::clone),
+                        );
+                    }
+                }
+                if policy == "lazy" {
+                    traps.push(
+                        pair.as_ref()
+                            .map(|(g, b)| {
+                                all.iter()
+                                    .map(|v| g[*v].traps as f64 - b[*v].traps as f64)
+                                    .sum()
+                            })
+                            .map_err(Clone::clone),
+                    );
+                }
+            }
+        }
+        let m = |policy, group| med(&sw[&(policy, group)]);
+        let ms = |v: Option<f64>| fmt_opt(v.map(|x| x * 1000.0), 1);
+        r.line(format!(
+            "| {} | {rounds} | {} ms, {} ms | {} | {}, {} | {} | {}, {} | {} | {} | {} | {}, {}; {} |",
+            sleep_label(s),
+            ms(med(&period["32"])),
+            ms(med(&period["64"])),
+            seed_fp(s),
+            summary(&sw[&("eager", "32")], 0),
+            summary(&sw[&("lazy", "32")], 0),
+            reduction(m("eager", "32"), m("lazy", "32")),
+            summary(&sw[&("eager", "64")], 0),
+            summary(&sw[&("lazy", "64")], 0),
+            reduction(m("eager", "64"), m("lazy", "64")),
+            reduction(m("eager", "all"), m("lazy", "all")),
+            summary(&traps, 0),
+            summary(&sw[&("save-on-put", "32")], 0),
+            summary(&sw[&("save-on-put", "64")], 0),
+            reduction(m("eager", "all"), m("save-on-put", "all")),
+        ));
+    }
+    for policy in policies {
+        if let Ok(b) = &base[policy] {
+            r.line(format!(
+                "- {policy} baseline (0 rounds, subtracted above): switches 32-bit {:.0}, 64-bit {:.0}",
+                fp32_switches(b, &BTreeMap::new(), &v32),
+                fp32_switches(b, &BTreeMap::new(), &v64)
+            ));
+        }
     }
     Ok(())
 }
@@ -1222,7 +1542,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
             if *e != Exp::Ipi {
                 r.line(format!(
                     "- {}: arm64 only (the seed's experiment is an arm64 one).",
-                    if *e == Exp::Vmid { "vmid" } else { "fp" }
+                    format!("{e:?}").to_lowercase()
                 ));
             }
         }
@@ -1255,6 +1575,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
         match e {
             Exp::Vmid => vmid(&p, &a, &mut r)?,
             Exp::Fp => fp(&p, &a, &mut r)?,
+            Exp::Fp32 => fp32(&p, &a, &mut r)?,
             Exp::Ipi => ipi(&p, &a, &mut r)?,
         }
     }
@@ -1293,5 +1614,79 @@ mod tests {
         assert_eq!(summary(&[Ok(2.0)], 2), "2.00");
         assert_eq!(summary(&[Err("x".into())], 2), "failed: x");
         assert_eq!(summary(&[Ok(2.0), Err("x".into())], 0), "2");
+    }
+
+    #[test]
+    fn fp32_parts() {
+        let p = parse(&["--only".into(), "fp32,fp".into()]).unwrap();
+        assert_eq!(p.only, vec![Exp::Fp32, Exp::Fp]);
+        assert!(Params::full().only.contains(&Exp::Fp32));
+        assert_eq!(fp32_rounds(10, 100_000), 28);
+        assert_eq!(fp32_rounds(10, 1), 39);
+        assert_eq!(fp32_rounds(0, 1), 0);
+        assert_eq!(fp32_rounds(1, 1_000_000), 3);
+        let (z, i, img, ii) = (
+            Path::new("/z"),
+            Path::new("/i32"),
+            Path::new("/Image"),
+            Path::new("/i64"),
+        );
+        let t = fp32_config(
+            "lazy",
+            7,
+            1000,
+            GuestFiles {
+                kernel: z,
+                initrd: i,
+            },
+            GuestFiles {
+                kernel: img,
+                initrd: ii,
+            },
+        );
+        assert!(t.contains("fp_policy = \"lazy\""));
+        assert_eq!(t.matches("[[vm]]").count(), 4);
+        assert_eq!(t.matches("exclusive = false").count(), 2);
+        assert_eq!(t.matches("kestrel.fpsleep=7:1000").count(), 4);
+        assert_eq!(t.matches("kernel = \"/z\"").count(), 2);
+        assert!(t.contains("name = \"a32b\"\nvcpus = 2\nmemory = \"192M\"\ncpus = [2, 3]"));
+    }
+
+    #[test]
+    fn fp32_results() {
+        let log = [
+            "[a32a] LINUX-FPSLEEP: cpu 0: 5 rounds of 3000 terms, a 1 us sleep after each, 0 wrong, in 1.20 s",
+            "[a32a] LINUX-FPSLEEP: PASS cpus=2 rounds=5 wrong=0 seconds=1.25",
+            "[a32b] LINUX-FPSLEEP: cpu 1: WRONG: got '5 1 1 1.1 1 2' (rounds wrong cpu seconds last-wrong-answer)",
+            "[a32b] LINUX-FPSLEEP: FAIL cpus=2 bad=1",
+            "[a64a] LINUX-FPSLEEP: PASS cpus=1 rounds=5 wrong=0 seconds=1.0",
+        ];
+        let r = |vm, n| fp32_result(log.iter().copied(), vm, n);
+        assert_eq!(r("a32a", 5), Ok(1.25));
+        assert!(r("a32a", 6).is_err());
+        assert!(r("a32b", 5).unwrap_err().contains("WRONG"));
+        assert!(r("a64a", 5).is_err(), "one CPU only");
+        assert!(r("a64b", 5).unwrap_err().contains("no `LINUX-FPSLEEP"));
+        let vm = |saves, restores| Fp32Vm {
+            saves,
+            restores,
+            ..Fp32Vm::default()
+        };
+        let run: BTreeMap<String, Fp32Vm> =
+            [("a".to_string(), vm(100, 110)), ("b".to_string(), vm(5, 5))]
+                .into_iter()
+                .collect();
+        let base: BTreeMap<String, Fp32Vm> =
+            [("a".to_string(), vm(10, 10)), ("b".to_string(), vm(6, 6))]
+                .into_iter()
+                .collect();
+        assert_eq!(fp32_switches(&run, &base, &["a"]), 190.0);
+        assert_eq!(fp32_switches(&run, &base, &["a", "b"]), 188.0);
+        assert_eq!(fp32_switches(&run, &BTreeMap::new(), &["b"]), 10.0);
+        assert_eq!(reduction(Some(200.0), Some(2.0)), "99.0%");
+        assert_eq!(reduction(Some(0.0), Some(2.0)), "-");
+        assert_eq!(reduction(None, Some(2.0)), "-");
+        assert_eq!(seed_fp(1), "2%");
+        assert_eq!(sleep_label(10_000), "10 ms");
     }
 }
