@@ -113,10 +113,20 @@ impl Arm64Backend {
     /// `now` is the counter read at the exit (the emulated physical
     /// timer's level is taken at that instant).
     pub fn sync_after_exit(&self, vm: &Vm<Self>, vcpu: &Vcpu<Self>, ctx: &mut VcpuState, now: u64) {
-        let mut lrs: heapless::Vec<LrEntry, MAX_LRS> = heapless::Vec::new();
-        self.hw.read_lrs(ctx.lrs_used, &mut lrs);
         let level = vtimer_level();
         let plevel = ctx.ptimer.level(now);
+        // No list register in use (a guest with nothing in flight): none
+        // to read back, and nothing for the guest to have changed.
+        if ctx.lrs_used == 0
+            && ctx.lrs_live
+            && ctx.filled.is_empty()
+            && ctx.vtimer_level == Some(level)
+            && ctx.ptimer_level == Some(plevel)
+        {
+            return;
+        }
+        let mut lrs: heapless::Vec<LrEntry, MAX_LRS> = heapless::Vec::new();
+        self.hw.read_lrs(ctx.lrs_used, &mut lrs);
         let unchanged = ctx.lrs_live
             && lrs.len() == ctx.filled.len()
             && lrs

@@ -169,13 +169,20 @@ pub struct Syndrome {
 pub fn sync(env: &mut ExitCtx<'_, B>, ctx: &mut VcpuState, syn: Syndrome) -> RunExit {
     let (be, vm, vcpu) = (env.backend(), env.vm, env.vcpu);
     let esr = syn.esr;
+    let aarch32_state = ctx.regs.pstate & PSTATE_NRW != 0;
+    // The commonest exit first, without the decoder: an HVC from AArch64
+    // (its ELR already points past it).
+    if (esr >> 26) & 0x3f == u64::from(esr::ec::HVC64) && !aarch32_state {
+        ctx.ilen = 4;
+        vm.stats.exit(ExitReason::Hypercall);
+        return call(env, ctx);
+    }
     ctx.ilen = if esr & ESR_IL != 0 { 4 } else { 2 };
     if failed_condition(ctx, esr) {
         vm.stats.exit(ExitReason::Other);
         skip(ctx);
         return RunExit::Continue;
     }
-    let aarch32_state = ctx.regs.pstate & PSTATE_NRW != 0;
     if aarch32_state {
         // Coprocessor, VMRS, HVC32 and SMC32 traps; the rest below.
         if let Some(exit) = super::aarch32::sync32(env, ctx, syn) {

@@ -31,6 +31,7 @@ use crate::dev::vdev::pl011::Pl011 as VPl011;
 use crate::dev::vdev::uart::Uart;
 use crate::dev::vgic::mmio::SharedVgic;
 use crate::dev::vgic::GicVersion;
+use crate::guest::arm64::esr::ec as class;
 use crate::guest::arm64::idregs::IdConfig;
 use crate::mem::vmid::VmidAllocator;
 use crate::vcpu::fpu::{self, pcpu::PcpuFp, FpPolicy};
@@ -266,6 +267,23 @@ impl Arm64Backend {
     }
 }
 
+/// Whether the run loop can be skipped after an AArch64 exit of class `ec`
+/// that its handler answered with `Continue`: a hypercall, a trapped
+/// system register or an MMIO access, with no physical interrupt pending
+/// at EL2 (the run loop's business), the VM not stopping (a handler may
+/// end it and still go on) and, after an MMIO access (which may have
+/// notified a virtio queue), no device work waiting for its budget.
+#[inline(always)]
+fn reenters(ec: u8, vm: &Vm<Arm64Backend>) -> bool {
+    let light = match ec as u32 {
+        class::HVC64 | class::SMC64 | class::SYS64 => true,
+        class::DABT_LOWER => !vm.virtio.pending(),
+        _ => false,
+    };
+    // ISR_EL1.I at EL2: a physical IRQ (tick, kick, timer) is pending.
+    light && mrs!("isr_el1") & (1 << 7) == 0 && !vm.is_stopping()
+}
+
 impl Backend for Arm64Backend {
     type VmState = VmState;
     type VcpuState = VcpuState;
@@ -377,42 +395,65 @@ impl Backend for Arm64Backend {
             vm.stats.note_step(timer::counter().saturating_sub(t));
             return exit;
         }
-        if cpu == 0 {
-            // The boot CPU owns the console's timed drain.
-            timer::arm_quiet(conout::wake_at());
-        }
-        self.prepare_entry(cpu, vm, vcpu, ctx);
-        let kind = switch::enter(&mut ctx.regs);
-        let exited = timer::counter();
-        let syn = exits::Syndrome {
-            esr: mrs!("esr_el2"),
-            far: mrs!("far_el2"),
-            hpfar: mrs!("hpfar_el2"),
-        };
-        self.sync_after_exit(vm, vcpu, ctx, exited);
-        let exit = match kind {
-            // Lower EL in AArch64 (8-11) or AArch32 (12-15, an EL0 the
-            // guest kernel entered although AArch32 is hidden).
-            8 | 12 => exits::sync(env, ctx, syn),
-            9 | 10 | 13 | 14 => {
-                vm.stats.exit(crate::vcpu::stats::ExitReason::Irq);
-                take_irq(hv, cpu);
-                RunExit::Continue
+        // Whether the last exit left the timers and the physical timer's
+        // backing as they were (an HVC or an MMIO access: neither touches
+        // them), so a re-entry needs only the model's look.
+        let mut timers_kept = false;
+        loop {
+            if cpu == 0 {
+                // The boot CPU owns the console's timed drain.
+                timer::arm_quiet(conout::wake_at());
             }
-            _ => RunExit::VmEnd(VmEnd::Fatal(format!(
-                "SError from the guest (ESR_EL2 {:#x}) on vCPU {}",
-                syn.esr, vcpu.index
-            ))),
-        };
-        self.service_fp(cpu);
-        ctx.blocking = matches!(exit, RunExit::Block);
-        let what = match kind {
-            8 | 12 => ((syn.esr >> 26) & 0x3f) as u8,
-            _ => stats::what::IRQ,
-        };
-        vm.stats
-            .note_exit(timer::counter().saturating_sub(exited), what);
-        exit
+            // After an exit handled in place, the timer levels are those
+            // the exit read (a level that rose since is a physical
+            // interrupt, pending now or at the entry) and the backing is
+            // armed as before: the list registers stand unless the model
+            // changed for this vCPU.
+            if !(timers_kept && ctx.lrs_live && !vm.arch.fill_hints.stale(vcpu.index)) {
+                self.prepare_entry(cpu, vm, vcpu, ctx);
+            }
+            let kind = switch::enter(&mut ctx.regs);
+            let exited = timer::counter();
+            let syn = exits::Syndrome {
+                esr: mrs!("esr_el2"),
+                far: mrs!("far_el2"),
+                hpfar: mrs!("hpfar_el2"),
+            };
+            self.sync_after_exit(vm, vcpu, ctx, exited);
+            let exit = match kind {
+                // Lower EL in AArch64 (8-11) or AArch32 (12-15, an EL0 the
+                // guest kernel entered although AArch32 is hidden).
+                8 | 12 => exits::sync(env, ctx, syn),
+                9 | 10 | 13 | 14 => {
+                    vm.stats.exit(crate::vcpu::stats::ExitReason::Irq);
+                    take_irq(hv, cpu);
+                    RunExit::Continue
+                }
+                _ => RunExit::VmEnd(VmEnd::Fatal(format!(
+                    "SError from the guest (ESR_EL2 {:#x}) on vCPU {}",
+                    syn.esr, vcpu.index
+                ))),
+            };
+            self.service_fp(cpu);
+            ctx.blocking = matches!(exit, RunExit::Block);
+            let ec = ((syn.esr >> 26) & 0x3f) as u8;
+            let what = match kind {
+                8 | 12 => ec,
+                _ => stats::what::IRQ,
+            };
+            vm.stats
+                .note_exit(timer::counter().saturating_sub(exited), what);
+            // An exit handled in place goes straight back in, without the
+            // run loop's looks: whatever they look for (a slice's end, a
+            // kick, a stop, the console's requests, a timer) arrives as a
+            // physical interrupt, which ends the next entry at once if it
+            // is pending now, as it would end a guest that takes no exits.
+            if kind == 8 && matches!(exit, RunExit::Continue) && reenters(ec, vm) {
+                timers_kept = matches!(ec as u32, class::HVC64 | class::DABT_LOWER);
+                continue;
+            }
+            return exit;
+        }
     }
 
     fn put(&self, cpu: usize, vm: &Vm<Self>, vcpu: &Vcpu<Self>, ctx: &mut VcpuState) {
