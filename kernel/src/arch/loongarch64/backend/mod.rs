@@ -438,6 +438,26 @@ impl<M: Mode> LaBackend<M> {
     }
 }
 
+/// Whether the run loop can be skipped after a guest exception with
+/// ECODE `ecode` that its handler answered with `Continue`: a hypercall
+/// (`hvcl`), an emulated privileged instruction (GSPR: `cpucfg`, IOCSR,
+/// CSRs; INE/IPE under trap-and-emulate) or a load or store its MMIO bus took (page invalid), with no host
+/// interrupt waiting (ESTAT.IS 12:2: the run loop's business), the VM not
+/// stopping, and, after an MMIO access (which may have notified a virtio
+/// queue), no device work waiting for its budget.
+#[inline(always)]
+fn reenters<M: Mode>(ecode: u8, vm: &Vm<LaBackend<M>>) -> bool {
+    use crate::guest::loongarch::csr::ecode;
+    let light = match ecode {
+        // LVZ's hypercall and emulated instructions; trap-and-emulate's
+        // privileged and hypercall instructions (its guest runs at PLV3).
+        ecode::HVC | ecode::GSPR | ecode::INE | ecode::IPE => true,
+        ecode::PIL | ecode::PIS => !vm.virtio.pending(),
+        _ => false,
+    };
+    light && csr::estat() & 0x1ffc == 0 && !vm.is_stopping()
+}
+
 impl<M: Mode> Backend for LaBackend<M> {
     type VmState = VmState;
     type VcpuState = M::Vcpu;
@@ -488,38 +508,50 @@ impl<M: Mode> Backend for LaBackend<M> {
             vm.stats.note_step(csr::rdtime().saturating_sub(t));
             return exit;
         }
-        let euen = M::prepare_entry(&vm.arch, index, ctx);
-        let owns = PCPU[cpu].fp_owned.load(Ordering::Relaxed);
-        fpu::set_guest_euen(if owns { euen & self.fp_mask() } else { 0 });
-        if !M::idle_over(&vm.arch, index, ctx) {
-            // Woken while waiting in `idle` with nothing pending (a stale
-            // wake-up, e.g. for an IPI it took before idling): wait on.
-            return RunExit::Block;
+        loop {
+            let euen = M::prepare_entry(&vm.arch, index, ctx);
+            let owns = PCPU[cpu].fp_owned.load(Ordering::Relaxed);
+            fpu::set_guest_euen(if owns { euen & self.fp_mask() } else { 0 });
+            if !M::idle_over(&vm.arch, index, ctx) {
+                // Woken while waiting in `idle` with nothing pending (a stale
+                // wake-up, e.g. for an IPI it took before idling): wait on.
+                return RunExit::Block;
+            }
+            csr::irq_disable();
+            arm_timer(hv, cpu, M::guest_timer(ctx));
+            // SAFETY: interrupts are masked; `load` and `prepare_entry` put
+            // this vCPU's translation state in place (the TLB holds nothing of
+            // another vCPU it may use); EUEN exposes the FP unit only if this
+            // vCPU owns it.
+            let (exit, exited) = unsafe { M::enter(env, ctx) };
+            // Deadlines pass only with time, and the one-shot timer armed above
+            // fires at the earliest of them (and at the tick): timers and the
+            // console are looked at after an interrupt exit, not after every
+            // trapped instruction.
+            let f = ctx.frame();
+            let (kind, estat) = (f.kind, f.estat);
+            let what = if kind == 1 {
+                stats::what::TLB_REFILL
+            } else if exits::is_interrupt(estat) {
+                hv.check_timers(cpu, csr::rdtime());
+                vmm::poll_console(hv, cpu);
+                stats::what::IRQ
+            } else {
+                ((estat >> 16) & 0x3f) as u8
+            };
+            vm.stats
+                .note_exit(csr::rdtime().saturating_sub(exited), what);
+            // An exit handled in place goes straight back in, without the
+            // run loop's looks: whatever they look for (a slice's end, a
+            // kick, a stop, the console's requests, a timer, another
+            // pCPU's call for the FP registers) arrives as a host
+            // interrupt, which ends the next entry at once if it waits now,
+            // as it would end a guest that takes no exits.
+            if kind != 1 && matches!(exit, RunExit::Continue) && reenters(what, vm) {
+                continue;
+            }
+            return exit;
         }
-        csr::irq_disable();
-        arm_timer(hv, cpu, M::guest_timer(ctx));
-        // SAFETY: interrupts are masked; `load` and `prepare_entry` put
-        // this vCPU's translation state in place (the TLB holds nothing of
-        // another vCPU it may use); EUEN exposes the FP unit only if this
-        // vCPU owns it.
-        let (exit, exited) = unsafe { M::enter(env, ctx) };
-        // Deadlines pass only with time, and the one-shot timer armed above
-        // fires at the earliest of them (and at the tick): timers and the
-        // console are looked at after an interrupt exit, not after every
-        // trapped instruction.
-        let f = ctx.frame();
-        let what = if f.kind == 1 {
-            stats::what::TLB_REFILL
-        } else if exits::is_interrupt(f.estat) {
-            hv.check_timers(cpu, csr::rdtime());
-            vmm::poll_console(hv, cpu);
-            stats::what::IRQ
-        } else {
-            ((f.estat >> 16) & 0x3f) as u8
-        };
-        vm.stats
-            .note_exit(csr::rdtime().saturating_sub(exited), what);
-        exit
     }
 
     fn put(&self, cpu: usize, vm: &Vm<Self>, vcpu: &Vcpu<Self>, ctx: &mut M::Vcpu) {
