@@ -72,6 +72,8 @@ struct Times {
     result: Option<f64>,
     off: Option<f64>,
     kstart: Option<KernelStart>,
+    /// When the kernel's printk clock started ([`clock_start`]).
+    clock: Option<f64>,
 }
 
 /// When the kernel started, in seconds from QEMU's start, and how that is
@@ -113,6 +115,7 @@ impl Times {
             result: k(self.result),
             off: k(self.off),
             kstart: None,
+            clock: k(self.clock),
         }
     }
 }
@@ -126,6 +129,7 @@ fn times_of(b: &Boot) -> Times {
             .or_else(|| b.when("LINUX-TEST: FAIL"))),
         off: s(b.ended),
         kstart: kernel_start(b),
+        clock: clock_start(b),
     }
 }
 
@@ -152,17 +156,21 @@ fn printk_stamp(text: &str) -> Option<f64> {
 }
 
 /// When (seconds from QEMU's start, host clock) the kernel's printk clock
-/// read zero: the least of arrival minus stamp over the stamped lines. A
-/// line arrives no earlier than it was printed, so each difference is an
-/// upper bound, and a line the console sent as it was printed comes within
-/// the serial port's latency of it. The clock starts with the kernel's
+/// read zero: the least of arrival minus stamp over the lines stamped
+/// after it started. Such a line arrives no earlier than it was printed,
+/// so each difference is an upper bound, and a line the console sent as it
+/// was printed comes within the serial port's latency of it. (Lines
+/// stamped 0 were printed before the clock started, earlier than it.) The clock starts with the kernel's
 /// `sched_clock` (`time_init`, early in `start_kernel`); under QEMU TCG
 /// without `-icount` the guest's counter runs with the host's clock, bare
 /// and under kestrel alike.
 fn clock_start(b: &Boot) -> Option<f64> {
     b.lines
         .iter()
-        .filter_map(|l| Some(l.at.as_secs_f64() - printk_stamp(&l.text)?))
+        .filter_map(|l| {
+            let stamp = printk_stamp(&l.text).filter(|s| *s > 0.0)?;
+            Some(l.at.as_secs_f64() - stamp)
+        })
         .reduce(f64::min)
 }
 
@@ -367,6 +375,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
         Ok(_) => {
             print_median_row("kestrel", &ks);
             print_ratios(&bare, &ks, "goal: to off at most 1.20x");
+            print_early_setup(&bare, &ks);
             let lo = creation.iter().cloned().fold(f64::INFINITY, f64::min);
             let hi = creation.iter().cloned().fold(0.0, f64::max);
             match median(creation.clone()) {
@@ -503,6 +512,7 @@ fn bench_la64(runs: usize, config: &Path) -> Result<(), String> {
         &ks,
         "goal: to off at most 1.30x; left of |, the bare side's edk2 counts too",
     );
+    print_early_setup(&bare, &ks);
     println!("kestrel exits by reason during the last boot:");
     for l in &exit_lines {
         println!("    {l}");
@@ -606,6 +616,30 @@ fn print_ratios(bare: &[Times], ks: &[Times], goal: &str) {
         "k/bare",
         cells(&|r| r.spread().map(|(lo, hi)| format!("{lo:.2}-{hi:.2}"))),
         "lowest-highest per-round ratio",
+    );
+}
+
+/// How long each side's kernel ran from its first line to its clock's
+/// start (its early setup, in the times from the kernel's start when the
+/// first line came through an early console).
+fn print_early_setup(bare: &[Times], ks: &[Times]) {
+    let setup = |ts: &[Times]| {
+        let v: Vec<f64> = ts
+            .iter()
+            .filter(|t| matches!(t.kstart, Some(KernelStart::FirstLine(_))))
+            .filter_map(|t| t.since_kernel().clock)
+            .collect();
+        let lo = v.iter().cloned().reduce(f64::min);
+        let hi = v.iter().cloned().reduce(f64::max);
+        match (median(v), lo, hi) {
+            (Some(m), Some(lo), Some(hi)) => format!("median {m:.2} s ({lo:.2}-{hi:.2})"),
+            _ => "- (no early console)".into(),
+        }
+    };
+    println!(
+        "kernel's first line to its clock's start (setup_arch and the rest before time_init): bare {}, kestrel {}",
+        setup(bare),
+        setup(ks)
     );
 }
 
@@ -784,7 +818,8 @@ mod tests {
     }
 
     /// The kernel's clock started at the least arrival-minus-stamp: lines
-    /// a console replays late and unstamped lines do not move it. The
+    /// a console replays late, lines stamped before the clock started
+    /// (0.000000, whenever they arrive) and unstamped lines do not move it. The
     /// kernel's start is its first line's arrival if an early console sent
     /// it before then, else the clock's start; the kernel-relative times
     /// count from it.
@@ -823,19 +858,21 @@ mod tests {
         assert!(near(k.init, 9.202 - clock));
         assert!(near(k.off, 13.6 - clock));
         assert_eq!(k.kstart, None);
+        assert!(near(k.clock, 0.0));
         // Through an early console it comes first, and the kernel's start
         // is its arrival.
         let mut early = boot.lines.clone();
         early[1].at = Duration::from_secs_f64(4.138);
-        early[2].at = Duration::from_secs_f64(6.3);
         let early = Boot {
             lines: early,
             ..boot
         };
+        assert!(near(clock_start(&early), clock));
         let t = times_of(&early);
         assert_eq!(t.kstart, Some(KernelStart::FirstLine(4.138)));
         assert_eq!(t.kstart.unwrap().cell(), "4.14");
         assert!(near(t.since_kernel().init, 9.202 - 4.138));
+        assert!(near(t.since_kernel().clock, clock - 4.138));
         let unstamped = Boot {
             lines: vec![line(1.0, INIT_LINE)],
             ..early
