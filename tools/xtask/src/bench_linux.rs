@@ -160,10 +160,11 @@ fn printk_stamp(text: &str) -> Option<f64> {
 /// after it started. Such a line arrives no earlier than it was printed,
 /// so each difference is an upper bound, and a line the console sent as it
 /// was printed comes within the serial port's latency of it. (Lines
-/// stamped 0 were printed before the clock started, earlier than it.) The clock starts with the kernel's
-/// `sched_clock` (`time_init`, early in `start_kernel`); under QEMU TCG
-/// without `-icount` the guest's counter runs with the host's clock, bare
-/// and under kestrel alike.
+/// stamped 0 were printed before the clock started, earlier than it.)
+/// The clock starts with the kernel's `sched_clock`, at `time_init` in
+/// `start_kernel`, after `setup_arch`; under QEMU TCG without `-icount`
+/// the guest's counter runs with the host's clock, bare and under kestrel
+/// alike.
 fn clock_start(b: &Boot) -> Option<f64> {
     b.lines
         .iter()
