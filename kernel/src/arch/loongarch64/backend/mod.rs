@@ -508,6 +508,11 @@ impl<M: Mode> Backend for LaBackend<M> {
             vm.stats.note_step(csr::rdtime().saturating_sub(t));
             return exit;
         }
+        // Whether the last exit was a hypercall handled in place: the
+        // one-shot timer armed before it still stands (a hypercall moves
+        // no deadline this pCPU arms for; under LVZ the guest's timer is
+        // its own).
+        let mut timer_armed = false;
         loop {
             let euen = M::prepare_entry(&vm.arch, index, ctx);
             let owns = PCPU[cpu].fp_owned.load(Ordering::Relaxed);
@@ -518,7 +523,9 @@ impl<M: Mode> Backend for LaBackend<M> {
                 return RunExit::Block;
             }
             csr::irq_disable();
-            arm_timer(hv, cpu, M::guest_timer(ctx));
+            if !timer_armed {
+                arm_timer(hv, cpu, M::guest_timer(ctx));
+            }
             // SAFETY: interrupts are masked; `load` and `prepare_entry` put
             // this vCPU's translation state in place (the TLB holds nothing of
             // another vCPU it may use); EUEN exposes the FP unit only if this
@@ -548,6 +555,7 @@ impl<M: Mode> Backend for LaBackend<M> {
             // interrupt, which ends the next entry at once if it waits now,
             // as it would end a guest that takes no exits.
             if kind != 1 && matches!(exit, RunExit::Continue) && reenters(what, vm) {
+                timer_armed = what == crate::guest::loongarch::csr::ecode::HVC;
                 continue;
             }
             return exit;
