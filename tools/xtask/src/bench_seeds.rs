@@ -67,6 +67,8 @@ struct Params {
     fp_seconds: u64,
     fp_sleeps: Vec<u64>,
     futex_rounds: u64,
+    /// The IPI experiment's VM shapes (16 unpinned, 4 pinned vCPUs).
+    ipi_vcpus: Vec<u32>,
 }
 
 impl Params {
@@ -85,6 +87,7 @@ impl Params {
             fp_seconds: 10,
             fp_sleeps: vec![100_000, 10_000, 1_000, 1],
             futex_rounds: 200,
+            ipi_vcpus: vec![16, 4],
         }
     }
 
@@ -105,7 +108,7 @@ impl Params {
 const USAGE: &str = "usage: cargo xtask bench-seeds [--arch aarch64|loongarch64] [--quick] \
 [--only vmid,fp,fp32,ipi] [--runs N] [--vmid-runs N] [--vms N] [--widths 4,8,16] \
 [--hackbench-runs N] [--hackbench G,F,L] [--fp-seconds S] [--fp-sleeps US,US,..] \
-[--futex-rounds R]";
+[--futex-rounds R] [--ipi-vcpus 16,4]";
 
 fn parse(args: &[String]) -> Result<Params, String> {
     let mut p = if args.iter().any(|a| a == "--quick") {
@@ -162,6 +165,15 @@ fn parse(args: &[String]) -> Result<Params, String> {
             "--fp-seconds" => p.fp_seconds = num(&val()?, "--fp-seconds")?.max(1),
             "--fp-sleeps" => p.fp_sleeps = list(&val()?, "--fp-sleeps")?,
             "--futex-rounds" => p.futex_rounds = num(&val()?, "--futex-rounds")?.max(2),
+            "--ipi-vcpus" => {
+                p.ipi_vcpus = list(&val()?, "--ipi-vcpus")?
+                    .into_iter()
+                    .map(|v| match v {
+                        4 | 16 => Ok(v as u32),
+                        _ => Err(format!("--ipi-vcpus: {v}: use 16 or 4")),
+                    })
+                    .collect::<Result<_, _>>()?
+            }
             "--help" | "-h" => return Err(USAGE.to_string()),
             o => return Err(format!("unknown option '{o}'\n{USAGE}")),
         }
@@ -1234,7 +1246,7 @@ fn ipi(p: &Params, a: &assets::LinuxAssets, r: &mut Report) -> Result<(), String
     ));
     r.line("| CPUs | seed: physical / VM IOCSR / VM PV IPI (ms) | bare QEMU median us | kestrel median us | kestrel/bare | kestrel mean us | exits per round: all, ipi, idle, irq, timer, mmio, abort, fp |");
     r.line("|---|---|---|---|---|---|---|");
-    for vcpus in [16u32, 4] {
+    for &vcpus in &p.ipi_vcpus {
         eprintln!("bench-seeds: ipi {vcpus} vCPUs baseline (1 round)");
         let base = ipi_boot(a, vcpus, 1, 0);
         let (mut bare, mut kes, mut mean, mut ratio) =
@@ -1426,7 +1438,7 @@ fn ipi_la64(p: &Params, a: &assets::loong64::Loong64Assets, r: &mut Report) -> R
         keys.join(", ")
     ));
     r.line("|---|---|---|---|---|---|---|---|");
-    for vcpus in [16u32, 4] {
+    for &vcpus in &p.ipi_vcpus {
         let mut base = BTreeMap::new();
         for pv in [true, false] {
             eprintln!("bench-seeds: la64 ipi {vcpus} vCPUs pv_ipi={pv} baseline (1 round)");
@@ -1603,6 +1615,10 @@ mod tests {
         assert_eq!((p.hb_groups, p.hb_fds, p.hb_loops), (1, 5, 10));
         assert!(parse(&["--widths".into(), "5".into()]).is_err());
         assert!(parse(&["--only".into(), "tlb".into()]).is_err());
+        let p = parse(&["--ipi-vcpus".into(), "16".into()]).unwrap();
+        assert_eq!(p.ipi_vcpus, vec![16]);
+        assert_eq!(Params::full().ipi_vcpus, vec![16, 4]);
+        assert!(parse(&["--ipi-vcpus".into(), "8".into()]).is_err());
     }
 
     #[test]

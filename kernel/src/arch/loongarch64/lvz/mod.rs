@@ -64,9 +64,9 @@ pub fn host_prcfg() -> [(u32, u64); 3] {
 /// Invalidates the guest entries (GVA -> GPA) of `gid` on this CPU.
 fn flush_guest_tlb(gid: u16) {
     // SAFETY: `invtlb 0x13` (INVGTLB_GID_GVA_TO_GPA) drops guest TLB
-    // entries of one GID; kestrel keeps nothing there. (The emulator in
-    // tools/qemu-lvz drops that GID's second-stage entries as well and
-    // flushes its whole translation cache, which only costs refills.)
+    // entries of one GID; kestrel keeps nothing there. The GID's
+    // second-stage entries stay (the emulator in tools/qemu-lvz dropped
+    // them too before its patch 0010, which only cost refills).
     unsafe {
         asm!("invtlb 0x13, {0}, $zero", in(reg) u64::from(gid) << 16, options(nostack));
     }
