@@ -96,6 +96,9 @@ static ARG: AtomicU64 = AtomicU64::new(0);
 static DONE: AtomicU32 = AtomicU32::new(0);
 /// Secondaries spin instead of sleeping between commands.
 pub static SPIN: AtomicBool = AtomicBool::new(false);
+/// Secondaries wait between commands with interrupts on, ending QEMU's
+/// turn with YIELD each round (`mode=bench-ipi`'s target).
+pub static YIELD: AtomicBool = AtomicBool::new(false);
 /// Number of CPUs in the DTB.
 pub static NCPUS: AtomicUsize = AtomicUsize::new(1);
 /// Index of the boot CPU.
@@ -165,6 +168,8 @@ extern "C" fn secondary_main(index: usize) -> ! {
             seen = c >> 32;
             execute(index, Cmd::from_u8(c as u8), ARG.load(Ordering::Acquire));
             DONE.fetch_add(1, Ordering::AcqRel);
+        } else if YIELD.load(Ordering::Relaxed) {
+            cpu::yield_now();
         } else if SPIN.load(Ordering::Relaxed) {
             core::hint::spin_loop();
         } else {
