@@ -200,16 +200,23 @@ pub fn ipi_mode(p: &Platform, boot: usize, kestrel: bool) -> ! {
         }
         cpu::yield_now();
     }
-    let theirs = &CPUS[other].sgi[SGI as usize];
-    let wait = |before: u32| {
-        while theirs.load(Ordering::Acquire) == before {
+    // The floor under the IPI rows: the same two waits and a word written
+    // to vCPU 1 and copied back by its wait loop, no interrupt, no exit.
+    let (poke, pong) = (&crate::smp::POKE, &crate::smp::PONG);
+    case("poke-other", kestrel, N / 4, || {
+        let v = poke.load(Ordering::Relaxed).wrapping_add(1);
+        poke.store(v, Ordering::Release);
+        while pong.load(Ordering::Acquire) != v {
             cpu::yield_now();
         }
-    };
+    });
+    let theirs = &CPUS[other].sgi[SGI as usize];
     case("ipi-other", kestrel, N / 4, || {
         let before = theirs.load(Ordering::Acquire);
         gic::send_sgi(SGI, 1 << other);
-        wait(before);
+        while theirs.load(Ordering::Acquire) == before {
+            cpu::yield_now();
+        }
     });
     if kestrel {
         let pv = &CPUS[other].sgi[crate::smp::PV_IPI_SGI as usize];
