@@ -53,11 +53,13 @@ const S2_VA: usize = 0x6000_0000;
 struct Page([u64; 512]);
 static mut REFILL_PAGE: Page = Page([0; 512]);
 
-/// `mode=bench-exits` / `mode=bench-switch` from the command line.
+/// `mode=bench-exits` / `mode=bench-switch` / `mode=bench-ipi` from the
+/// command line.
 pub fn set_mode(m: &str) -> bool {
     let v = match m {
         "bench-exits" => 1,
         "bench-switch" => 2,
+        "bench-ipi" => 3,
         _ => return false,
     };
     MODE.store(v, Ordering::Relaxed);
@@ -65,11 +67,13 @@ pub fn set_mode(m: &str) -> bool {
 }
 
 /// Runs the selected benchmark (never returns), or returns for the checks.
-/// Called with paging on (the refill case needs the guest's page tables).
-pub fn run_mode() {
+/// Called with paging on (the refill case needs the guest's page tables);
+/// `fdt_cpus` is the FDT's CPU count (`mode=bench-ipi` starts them).
+pub fn run_mode(fdt_cpus: usize) {
     match MODE.load(Ordering::Relaxed) {
         1 => exits_mode(),
         2 => switch_mode(),
+        3 => ipi_mode(fdt_cpus),
         _ => {}
     }
 }
@@ -244,6 +248,72 @@ fn exits_mode() -> ! {
     let period = crate::us(50);
     case("idle-timer-wake", kestrel, N / 8, || idle_for(period));
     println!("EXIT note idle-timer-wake includes the 50 us (50000 instr) timer period");
+    println!("EXIT end");
+    crate::poweroff()
+}
+
+/// `mode=bench-ipi` (a VM of two vCPUs): an interrupt to the other vCPU,
+/// one at a time. CPU 1 waits with interrupts on (`smp::Cmd::SpinYield`);
+/// CPU 0 sends a PV IPI (`hvcl`, function 1) or an IOCSR `IPI_SEND` and
+/// waits until CPU 1's handler counted it in shared memory: each operation
+/// is the round trip. Under `-icount` QEMU runs the CPUs in turn and the
+/// counter counts the instructions of both, so the figure is every
+/// instruction either CPU ran from the send to the sender seeing the
+/// count. Both waits end their QEMU turn each round (`smp::end_turn`), so
+/// a wait costs a few instructions per turn, not a time slice. kestrel
+/// only: there is no PV IPI off kestrel, and QEMU aborts under `-icount`
+/// when an IOCSR write raises an interrupt. Cold and out of line: kept
+/// apart from the code of `mode=bench-exits`.
+#[cold]
+#[inline(never)]
+fn ipi_mode(fdt_cpus: usize) -> ! {
+    let kestrel = on_kestrel();
+    println!(
+        "EXIT begin kestrel={} freq={} ncpus={fdt_cpus}",
+        kestrel as u8,
+        COUNTER_HZ.load(Ordering::Relaxed)
+    );
+    if !kestrel || fdt_cpus < 2 {
+        println!("EXIT note bench-ipi needs kestrel and two vCPUs");
+        println!("EXIT end");
+        crate::poweroff()
+    }
+    crate::console::report("smp", smp::bring_up(fdt_cpus));
+    let other = 1;
+    cpu::set_irqs(true);
+    smp::turns_begin();
+    let s = smp::post(smp::Cmd::SpinYield);
+    if !smp::wait_spinning() {
+        println!("EXIT note CPU {other} does not wait");
+        println!("EXIT end");
+        crate::poweroff()
+    }
+    // The floor under the IPI rows: the same two waits and a word written
+    // to CPU 1 and copied back by its wait loop, no interrupt, no exit.
+    case("poke-other", kestrel, N / 4, || {
+        let v = smp::POKE.load(Ordering::Relaxed).wrapping_add(1);
+        smp::POKE.store(v, Ordering::Release);
+        while smp::PONG.load(Ordering::Acquire) != v {
+            smp::end_turn();
+        }
+    });
+    case("ipi-pv-other", kestrel, N / 4, || {
+        let before = trap::SWIS[other].load(Ordering::Acquire);
+        trap::MESSAGES[other].fetch_or(1, Ordering::AcqRel);
+        let _ = trap::hvcl(FN_IPI, 1 << other, 0, 0);
+        while trap::SWIS[other].load(Ordering::Acquire) == before {
+            smp::end_turn();
+        }
+    });
+    case("ipi-iocsr-other", kestrel, N / 4, || {
+        let before = trap::IPIS[other].load(Ordering::Acquire);
+        cpu::ipi_send(other as u64, smp::TEST_VECTOR);
+        while trap::IPIS[other].load(Ordering::Acquire) == before {
+            smp::end_turn();
+        }
+    });
+    smp::turns_end();
+    smp::stop(s);
     println!("EXIT end");
     crate::poweroff()
 }
