@@ -58,8 +58,11 @@ pub static FP_ERRORS: [AtomicU64; MAX_CPUS] = [ZERO; MAX_CPUS];
 /// First bad iteration's detail, per CPU (register index << 32 | iteration).
 pub static FP_FIRST: [AtomicU64; MAX_CPUS] = [ZERO; MAX_CPUS];
 /// `mode=bench-ipi`'s `poke-other`: CPU 0 bumps POKE, a secondary in
-/// `Cmd::SpinYield` copies it to PONG (no interrupt).
+/// `Cmd::SpinYield` copies it to PONG (no interrupt). In `.bench_tail`
+/// with that mode's code (`exitbench::ipi_mode`).
+#[link_section = ".bench_tail.data"]
 pub static POKE: AtomicU64 = AtomicU64::new(0);
+#[link_section = ".bench_tail.data"]
 pub static PONG: AtomicU64 = AtomicU64::new(0);
 /// Set by a spinning secondary once it spins (bench start condition).
 pub static SPINNING: [AtomicBool; MAX_CPUS] = [NO; MAX_CPUS];
@@ -148,9 +151,9 @@ pub fn secondary_loop(me: usize) -> ! {
 }
 
 /// `Cmd::SpinYield`: waits with interrupts on until `STOP`, copying
-/// `POKE` to `PONG`, ending QEMU's turn each round. Cold and out of line:
-/// kept apart from the code the exit benchmark's other cases run.
-#[cold]
+/// `POKE` to `PONG`, ending QEMU's turn each round. In `.bench_tail`, with
+/// `mode=bench-ipi`'s code (`exitbench::ipi_mode`).
+#[link_section = ".bench_tail"]
 #[inline(never)]
 fn spin_yield(me: usize) {
     turns_begin();
@@ -171,6 +174,8 @@ fn spin_yield(me: usize) {
 const TURN_TICKS: u64 = 4;
 
 /// Masks this CPU's timer interrupt (ECFG.LIE.TI) for [`end_turn`].
+#[link_section = ".bench_tail"]
+#[inline(never)]
 pub fn turns_begin() {
     // SAFETY: only the timer line's enable; the other lines stay as they are.
     unsafe { csr_xchg!(csr::ECFG, 0u64, cpu::INT_TI) };
@@ -178,6 +183,8 @@ pub fn turns_begin() {
 
 /// Undoes [`turns_begin`]: the timer stopped, its pending interrupt
 /// cleared, the line enabled again.
+#[link_section = ".bench_tail"]
+#[inline(never)]
 pub fn turns_end() {
     // SAFETY: stops this CPU's timer, clears its interrupt, re-enables the
     // line (its handler is the trap handler's).
