@@ -175,6 +175,7 @@ extern "C" fn primary_main(dtb: usize) -> ! {
         crate::platform::Mode::Victim => crate::hostile::victim(&p),
         crate::platform::Mode::BenchExits => crate::exitbench::exits_mode(&p, kestrel),
         crate::platform::Mode::BenchSwitch => crate::exitbench::switch_mode(kestrel),
+        crate::platform::Mode::BenchIpi => crate::exitbench::ipi_mode(&p, boot, kestrel),
         crate::platform::Mode::Reboot => crate::reboot::run(&p),
         crate::platform::Mode::ResetRace => crate::resetrace::run(&p),
     }

@@ -179,6 +179,14 @@ pub fn irq_disable() {
     unsafe { asm!("msr daifset, #2", options(nomem, nostack)) };
 }
 
+/// `YIELD`: a hint only, but QEMU's TCG ends the CPU's turn on it when
+/// it runs its CPUs round robin (as under `-icount`), so a wait for
+/// another CPU lets that CPU run instead of spinning out its turn.
+pub fn yield_now() {
+    // SAFETY: YIELD is a hint with no architectural effect.
+    unsafe { asm!("yield", options(nomem, nostack)) };
+}
+
 /// Waits for an interrupt.
 pub fn wfi() {
     // SAFETY: WFI only waits; a pending interrupt (or anything else) ends it.

@@ -81,6 +81,8 @@ pub enum Mode {
     BenchExits,
     /// `mode=bench-switch`: instructions per switch between two VMs.
     BenchSwitch,
+    /// `mode=bench-ipi`: instructions per IPI round trip to vCPU 1.
+    BenchIpi,
     /// `mode=reboot`: reboot until a counter on the disk says enough
     /// (`reboot.rs`).
     Reboot,
@@ -246,6 +248,7 @@ impl Platform {
                     "mode=victim" => p.mode = Mode::Victim,
                     "mode=bench-exits" => p.mode = Mode::BenchExits,
                     "mode=bench-switch" => p.mode = Mode::BenchSwitch,
+                    "mode=bench-ipi" => p.mode = Mode::BenchIpi,
                     "mode=reboot" => p.mode = Mode::Reboot,
                     "mode=resetrace" => p.mode = Mode::ResetRace,
                     "steal=alone" => p.steal = Steal::Alone,

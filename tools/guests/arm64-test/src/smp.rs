@@ -96,6 +96,13 @@ static ARG: AtomicU64 = AtomicU64::new(0);
 static DONE: AtomicU32 = AtomicU32::new(0);
 /// Secondaries spin instead of sleeping between commands.
 pub static SPIN: AtomicBool = AtomicBool::new(false);
+/// Secondaries wait between commands with interrupts on, ending QEMU's
+/// turn with YIELD each round (`mode=bench-ipi`'s target).
+pub static YIELD: AtomicBool = AtomicBool::new(false);
+/// `mode=bench-ipi`'s `poke-other`: the boot vCPU bumps POKE, a waiting
+/// secondary copies it to PONG (no interrupt).
+pub static POKE: AtomicU32 = AtomicU32::new(0);
+pub static PONG: AtomicU32 = AtomicU32::new(0);
 /// Number of CPUs in the DTB.
 pub static NCPUS: AtomicUsize = AtomicUsize::new(1);
 /// Index of the boot CPU.
@@ -165,6 +172,12 @@ extern "C" fn secondary_main(index: usize) -> ! {
             seen = c >> 32;
             execute(index, Cmd::from_u8(c as u8), ARG.load(Ordering::Acquire));
             DONE.fetch_add(1, Ordering::AcqRel);
+        } else if YIELD.load(Ordering::Relaxed) {
+            let poke = POKE.load(Ordering::Acquire);
+            if PONG.load(Ordering::Relaxed) != poke {
+                PONG.store(poke, Ordering::Release);
+            }
+            cpu::yield_now();
         } else if SPIN.load(Ordering::Relaxed) {
             core::hint::spin_loop();
         } else {

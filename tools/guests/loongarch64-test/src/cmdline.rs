@@ -11,7 +11,7 @@
 //! | `pv_preempt=shared` | after SMP bring-up, only the `pv-preempt` check, strict: the VM's vCPUs share one pCPU, so the others' records must read preempted (`pvpreempt.rs`) |
 //! | `mode=attack` / `mode=victim` | run the hostile-guest attacker or victim instead of the checks (`hostile.rs`) |
 //! | `mode=reboot` | check that RAM is fresh and reset through the GED, at every boot (`reboot.rs`) |
-//! | `mode=bench-exits` / `mode=bench-switch` | after `exceptions` and `paging`, the exit-cost benchmark instead of the other checks (`exitbench.rs`) |
+//! | `mode=bench-exits` / `mode=bench-switch` / `mode=bench-ipi` | after `exceptions` and `paging`, the exit-cost benchmark instead of the other checks (`exitbench.rs`) |
 
 use core::sync::atomic::{AtomicU64, Ordering};
 

@@ -53,11 +53,13 @@ const S2_VA: usize = 0x6000_0000;
 struct Page([u64; 512]);
 static mut REFILL_PAGE: Page = Page([0; 512]);
 
-/// `mode=bench-exits` / `mode=bench-switch` from the command line.
+/// `mode=bench-exits` / `mode=bench-switch` / `mode=bench-ipi` from the
+/// command line.
 pub fn set_mode(m: &str) -> bool {
     let v = match m {
         "bench-exits" => 1,
         "bench-switch" => 2,
+        "bench-ipi" => 3,
         _ => return false,
     };
     MODE.store(v, Ordering::Relaxed);
@@ -65,11 +67,13 @@ pub fn set_mode(m: &str) -> bool {
 }
 
 /// Runs the selected benchmark (never returns), or returns for the checks.
-/// Called with paging on (the refill case needs the guest's page tables).
-pub fn run_mode() {
+/// Called with paging on (the refill case needs the guest's page tables);
+/// `fdt_cpus` is the FDT's CPU count (`mode=bench-ipi` starts them).
+pub fn run_mode(fdt_cpus: usize) {
     match MODE.load(Ordering::Relaxed) {
         1 => exits_mode(),
         2 => switch_mode(),
+        3 => ipi_mode(fdt_cpus),
         _ => {}
     }
 }
@@ -246,6 +250,112 @@ fn exits_mode() -> ! {
     println!("EXIT note idle-timer-wake includes the 50 us (50000 instr) timer period");
     println!("EXIT end");
     crate::poweroff()
+}
+
+/// `mode=bench-ipi` (a VM of two vCPUs): an interrupt to the other vCPU,
+/// one at a time. CPU 1 waits with interrupts on (`smp::Cmd::SpinYield`);
+/// CPU 0 sends a PV IPI (`hvcl`, function 1) or an IOCSR `IPI_SEND` and
+/// waits until CPU 1's handler counted it in shared memory: each operation
+/// is the round trip. Under `-icount` QEMU runs the CPUs in turn and the
+/// counter counts the instructions of both, so the figure is every
+/// instruction either CPU ran from the send to the sender seeing the
+/// count. Both waits end their QEMU turn each round (`smp::end_turn`), so
+/// a wait costs a few instructions per turn, not a time slice. kestrel
+/// only: there is no PV IPI off kestrel, and QEMU aborts under `-icount`
+/// when an IOCSR write raises an interrupt.
+///
+/// This mode's code lives in `.bench_tail`, after the rest of the image
+/// (`link.ld`), and times its loops without `case`'s closures, so adding
+/// it left the code and data of the other modes where they were: their
+/// figures move with the guest's layout (the TLB), and are compared
+/// across commits.
+#[link_section = ".bench_tail"]
+#[inline(never)]
+fn ipi_mode(fdt_cpus: usize) -> ! {
+    let kestrel = on_kestrel();
+    println!(
+        "EXIT begin kestrel={} freq={} ncpus={fdt_cpus}",
+        kestrel as u8,
+        COUNTER_HZ.load(Ordering::Relaxed)
+    );
+    if !kestrel || fdt_cpus < 2 {
+        println!("EXIT note bench-ipi needs kestrel and two vCPUs");
+        println!("EXIT end");
+        crate::poweroff()
+    }
+    crate::console::report("smp", smp::bring_up(fdt_cpus));
+    let other = 1;
+    cpu::set_irqs(true);
+    smp::turns_begin();
+    let s = smp::post(smp::Cmd::SpinYield);
+    if !smp::wait_spinning() {
+        println!("EXIT note CPU {other} does not wait");
+        println!("EXIT end");
+        crate::poweroff()
+    }
+    let n = N / 4;
+    // The floor under the IPI rows: the same two waits and a word written
+    // to CPU 1 and copied back by its wait loop, no interrupt, no exit.
+    // Each case runs one operation untimed first, as `case` does.
+    let mut e0 = 0;
+    let mut t0 = 0;
+    for i in 0..=n {
+        if i == 1 {
+            (e0, t0) = (exits(kestrel), cpu::now());
+        }
+        let v = smp::POKE.load(Ordering::Relaxed).wrapping_add(1);
+        smp::POKE.store(v, Ordering::Release);
+        while smp::PONG.load(Ordering::Acquire) != v {
+            smp::end_turn();
+        }
+    }
+    ipi_line("poke-other", kestrel, n, t0, e0);
+    let swis = &trap::SWIS[other];
+    for i in 0..=n {
+        if i == 1 {
+            (e0, t0) = (exits(kestrel), cpu::now());
+        }
+        let before = swis.load(Ordering::Acquire);
+        trap::MESSAGES[other].fetch_or(1, Ordering::AcqRel);
+        let _ = trap::hvcl(FN_IPI, 1 << other, 0, 0);
+        while swis.load(Ordering::Acquire) == before {
+            smp::end_turn();
+        }
+    }
+    ipi_line("ipi-pv-other", kestrel, n, t0, e0);
+    let ipis = &trap::IPIS[other];
+    for i in 0..=n {
+        if i == 1 {
+            (e0, t0) = (exits(kestrel), cpu::now());
+        }
+        let before = ipis.load(Ordering::Acquire);
+        cpu::ipi_send(other as u64, smp::TEST_VECTOR);
+        while ipis.load(Ordering::Acquire) == before {
+            smp::end_turn();
+        }
+    }
+    ipi_line("ipi-iocsr-other", kestrel, n, t0, e0);
+    smp::turns_end();
+    smp::stop(s);
+    println!("EXIT end");
+    crate::poweroff()
+}
+
+/// `case`'s line for `n` operations timed from `t0` (exits read `e0`),
+/// for [`ipi_mode`] (kestrel only).
+#[link_section = ".bench_tail"]
+#[inline(never)]
+fn ipi_line(name: &str, kestrel: bool, n: u64, t0: u64, e0: u64) {
+    let t1 = cpu::now();
+    let e1 = exits(kestrel);
+    let per = ns(t1 - t0) / n;
+    let stat_reads = stat::EXIT_OTHER - stat::EXIT_HYPERCALL + 1;
+    let ex = e1.wrapping_sub(e0).saturating_sub(stat_reads);
+    println!(
+        "EXIT {name} instr={per} exits={}.{:02} n={n}",
+        ex / n,
+        ex % n * 100 / n
+    );
 }
 
 /// `mode=bench-switch`: two VMs pinned to one pCPU, each waiting in `idle`

@@ -125,7 +125,7 @@ mod guest {
 
         report("exceptions", checks::exceptions());
         report("paging", checks::paging());
-        crate::exitbench::run_mode();
+        crate::exitbench::run_mode(fdt_cpus);
         report("timer", checks::timer());
         report("smp", smp::bring_up(fdt_cpus));
         let share_ms = cmdline::SHARE_MS.load(Ordering::Relaxed);

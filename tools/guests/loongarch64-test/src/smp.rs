@@ -10,7 +10,7 @@
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::console::{fail, pass, Outcome};
-use crate::cpu::{csr, csr_write};
+use crate::cpu::{csr, csr_write, csr_xchg};
 use crate::{asm, checks, cpu, wait_for, CPUS, MAX_CPUS};
 
 /// IPI vector used to wake secondaries for a new command (not counted as a
@@ -37,6 +37,9 @@ pub enum Cmd {
     /// Register a steal-time record and spin until `STOP`, reading its
     /// `preempted` byte (`pvpreempt`).
     PvPreempt = 6,
+    /// Wait with interrupts on until `STOP`, ending QEMU's turn each round
+    /// ([`end_turn`]; `mode=bench-ipi`'s target).
+    SpinYield = 7,
 }
 
 #[allow(clippy::declare_interior_mutable_const)] // array initialiser only
@@ -54,6 +57,13 @@ pub static STOP: AtomicBool = AtomicBool::new(false);
 pub static FP_ERRORS: [AtomicU64; MAX_CPUS] = [ZERO; MAX_CPUS];
 /// First bad iteration's detail, per CPU (register index << 32 | iteration).
 pub static FP_FIRST: [AtomicU64; MAX_CPUS] = [ZERO; MAX_CPUS];
+/// `mode=bench-ipi`'s `poke-other`: CPU 0 bumps POKE, a secondary in
+/// `Cmd::SpinYield` copies it to PONG (no interrupt). In `.bench_tail`
+/// with that mode's code (`exitbench::ipi_mode`).
+#[link_section = ".bench_tail.data"]
+pub static POKE: AtomicU64 = AtomicU64::new(0);
+#[link_section = ".bench_tail.data"]
+pub static PONG: AtomicU64 = AtomicU64::new(0);
 /// Set by a spinning secondary once it spins (bench start condition).
 pub static SPINNING: [AtomicBool; MAX_CPUS] = [NO; MAX_CPUS];
 /// The counter value a `SpinCount` window ends at.
@@ -122,6 +132,7 @@ pub fn secondary_loop(me: usize) -> ! {
                 x if x == Cmd::SpinCount as u64 => spin_count(me),
                 x if x == Cmd::ResetLoop as u64 => crate::reboot::reset_for_ever(),
                 x if x == Cmd::PvPreempt as u64 => crate::pvpreempt::secondary(me),
+                x if x == Cmd::SpinYield as u64 => spin_yield(me),
                 x if x == Cmd::SpinIrqsOn as u64 || x == Cmd::SpinIrqsOff as u64 => {
                     let on = x == Cmd::SpinIrqsOn as u64;
                     cpu::set_irqs(on);
@@ -137,6 +148,63 @@ pub fn secondary_loop(me: usize) -> ! {
             DONE[me].store(s, Ordering::Release);
         }
     }
+}
+
+/// `Cmd::SpinYield`: waits with interrupts on until `STOP`, copying
+/// `POKE` to `PONG`, ending QEMU's turn each round. In `.bench_tail`, with
+/// `mode=bench-ipi`'s code (`exitbench::ipi_mode`).
+#[link_section = ".bench_tail"]
+#[inline(never)]
+fn spin_yield(me: usize) {
+    turns_begin();
+    cpu::set_irqs(true);
+    SPINNING[me].store(true, Ordering::Release);
+    while !STOP.load(Ordering::Acquire) {
+        let poke = POKE.load(Ordering::Acquire);
+        if PONG.load(Ordering::Relaxed) != poke {
+            PONG.store(poke, Ordering::Release);
+        }
+        end_turn();
+    }
+    SPINNING[me].store(false, Ordering::Release);
+    turns_end();
+}
+
+/// Ticks ahead [`end_turn`] arms the timer (the shortest one-shot).
+const TURN_TICKS: u64 = 4;
+
+/// Masks this CPU's timer interrupt (ECFG.LIE.TI) for [`end_turn`].
+#[link_section = ".bench_tail"]
+#[inline(never)]
+pub fn turns_begin() {
+    // SAFETY: only the timer line's enable; the other lines stay as they are.
+    unsafe { csr_xchg!(csr::ECFG, 0u64, cpu::INT_TI) };
+}
+
+/// Undoes [`turns_begin`]: the timer stopped, its pending interrupt
+/// cleared, the line enabled again.
+#[link_section = ".bench_tail"]
+#[inline(never)]
+pub fn turns_end() {
+    // SAFETY: stops this CPU's timer, clears its interrupt, re-enables the
+    // line (its handler is the trap handler's).
+    unsafe {
+        csr_write!(csr::TCFG, 0);
+        csr_write!(csr::TICLR, 1);
+        csr_xchg!(csr::ECFG, cpu::INT_TI, cpu::INT_TI);
+    }
+}
+
+/// Ends this CPU's turn in QEMU's round robin, for a wait on another CPU.
+/// LoongArch has no instruction QEMU takes as a yield (arm64's YIELD);
+/// re-arming the timer [`TURN_TICKS`] ahead makes it QEMU's earliest
+/// virtual-clock deadline, on which QEMU under `-icount` ends the running
+/// CPU's turn at once, to recompute its budget, and the next CPU runs. The
+/// timer interrupt is masked ([`turns_begin`]), so it is never taken.
+#[inline(always)]
+pub fn end_turn() {
+    // SAFETY: a one-shot timer on this CPU, its interrupt masked in ECFG.
+    unsafe { csr_write!(csr::TCFG, TURN_TICKS | 1) };
 }
 
 /// Spins until the counter reaches `SPIN_END`, counting chunks of a fixed
