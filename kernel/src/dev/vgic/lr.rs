@@ -252,7 +252,9 @@ impl Vgic {
                 }
             }
         }
-        for c in chosen {
+        // By index: moving the fixed-capacity vector into an iterator
+        // copied all of it.
+        for &c in chosen.iter() {
             let entry = self.take_for_lr(vcpu, c);
             let _ = self.private[vcpu]
                 .in_lr
@@ -365,8 +367,10 @@ impl Vgic {
         let Some(p) = self.private.get_mut(vcpu) else {
             return;
         };
-        let handed_out = core::mem::take(&mut p.in_lr);
-        for (intid, source, filled) in handed_out {
+        // Walked in place and cleared after (taking the fixed-capacity
+        // vector out copied all of it); nothing below reads `in_lr`.
+        for k in 0..p.in_lr.len() {
+            let (intid, source, filled) = self.private[vcpu].in_lr[k];
             let v2_sgi = v2 && intid < 16;
             let state = lrs
                 .iter()
@@ -410,5 +414,6 @@ impl Vgic {
             irq.lr_pend_cleared = false;
             irq.lr_active_cleared = false;
         }
+        self.private[vcpu].in_lr.clear();
     }
 }
