@@ -202,8 +202,18 @@ impl Vgic {
     /// gets nothing.
     pub fn fill_lrs(&mut self, vcpu: usize, nr_lrs: usize) -> LrFill {
         let mut fill = LrFill::default();
+        self.fill_lrs_into(vcpu, nr_lrs, &mut fill);
+        fill
+    }
+
+    /// [`Vgic::fill_lrs`] into `fill` (reset first): the entry's path, where
+    /// returning the fixed-capacity result copied all of it.
+    pub fn fill_lrs_into(&mut self, vcpu: usize, nr_lrs: usize, fill: &mut LrFill) {
+        fill.lrs.clear();
+        fill.overflow = false;
+        fill.npie = false;
         if vcpu >= self.vcpus {
-            return fill;
+            return;
         }
         if !self.private[vcpu].in_lr.is_empty() {
             // The last fill was never synced: take it back as it was handed out.
@@ -282,7 +292,6 @@ impl Vgic {
         if !spis_busy {
             self.spis_quiet = true;
         }
-        fill
     }
 
     /// Moves the chosen interrupt's state into a list register entry.

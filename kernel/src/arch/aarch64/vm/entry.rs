@@ -5,7 +5,7 @@
 use core::sync::atomic::Ordering;
 
 use crate::base::haltpoll::PollEnd;
-use crate::dev::vgic::{LrEntry, MAX_LRS};
+use crate::dev::vgic::{LrEntry, LrFill, MAX_LRS};
 use crate::guest::arm64::ptimer::PhysTimer;
 use crate::vm::exitctx::ExitCtx;
 use crate::vm::{Vcpu, Vm};
@@ -84,7 +84,8 @@ impl Arm64Backend {
             ptimer_backing(&ctx.ptimer, now);
             return;
         }
-        let fill = g.fill_lrs(vcpu.index, self.hw.nr_lrs());
+        let mut fill = LrFill::default();
+        g.fill_lrs_into(vcpu.index, self.hw.nr_lrs(), &mut fill);
         drop(g);
         ptimer_backing(&ctx.ptimer, now);
         // The physical timer PPI: left active for the guest while the
