@@ -235,6 +235,12 @@ pub struct Vm<B: Backend> {
     request: AtomicU8,
     /// The platform counter when it was created or last (re)started.
     started_at: AtomicU64,
+    /// The earliest counter value at which its pending device work may
+    /// run again before an entry: a round of `t` ticks ending at `e` sets
+    /// `e + t`, so its vCPUs get at least as much of their own time as the
+    /// work takes, and a guest operation that meets several exits (its own,
+    /// then interrupts) pays for one round, not one per exit.
+    device_work_after: AtomicU64,
 }
 
 /// What a VM is doing, for the console's list.
@@ -426,6 +432,7 @@ impl<B: Backend> Hypervisor<B> {
             restarts: AtomicU64::new(0),
             request: AtomicU8::new(0),
             started_at: AtomicU64::new(self.backend.now()),
+            device_work_after: AtomicU64::new(0),
         });
         vms.push(Arc::clone(&vm));
         Ok(vm)
@@ -854,13 +861,19 @@ impl<B: Backend> Hypervisor<B> {
                 if vm.is_stopping() || self.requests.load(Ordering::Relaxed) {
                     break PutReason::Preempted;
                 }
-                // Device work a notification left: one budget before each
-                // entry, in this VM's own time.
+                // Device work a notification left: one budget before an
+                // entry, in this VM's own time, and no more than half of it
+                // (`device_work_after`).
                 if vm.virtio.pending() {
                     let t = self.backend.now();
-                    B::device_work(self, &vm, cpu);
-                    let spent = self.backend.now().saturating_sub(t);
-                    vm.stats.note_exit(spent, crate::vcpu::stats::what::DEVICES);
+                    if t >= vm.device_work_after.load(Ordering::Relaxed) {
+                        B::device_work(self, &vm, cpu);
+                        let end = self.backend.now();
+                        let spent = end.saturating_sub(t);
+                        vm.stats.note_exit(spent, crate::vcpu::stats::what::DEVICES);
+                        vm.device_work_after
+                            .store(end.saturating_add(spent), Ordering::Relaxed);
+                    }
                 }
                 match self
                     .backend

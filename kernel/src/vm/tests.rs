@@ -103,8 +103,18 @@ impl Fake {
     }
 }
 
+/// The fake clock at the start of each device-work round.
+static DEVICE_WORK_AT: StdMutex<Vec<u64>> = StdMutex::new(Vec::new());
+/// The fake clock ticks a round of device work takes.
+const DEVICE_WORK_TICKS: u64 = 4;
+
 impl DeviceWork for Fake {
-    fn device_work(_: &Hypervisor<Self>, vm: &Vm<Self>, _: usize) {
+    fn device_work(hv: &Hypervisor<Self>, vm: &Vm<Self>, _: usize) {
+        DEVICE_WORK_AT.lock().unwrap().push(
+            hv.backend
+                .clock
+                .fetch_add(DEVICE_WORK_TICKS, Ordering::Relaxed),
+        );
         let mut env = DEVICE_ENV.lock().unwrap();
         let env = env
             .as_mut()
@@ -839,6 +849,18 @@ fn pending_device_work_continues_before_entries_and_a_waiting_vcpu_keeps_running
         rounds >= (256 / BUDGET_CHAINS as usize) - 1,
         "{rounds} rounds"
     );
+    // No more than half the VM's time: after a round of t ticks, t ticks
+    // of its own (the fake's entries tick once each) before the next.
+    let at = DEVICE_WORK_AT.lock().unwrap().clone();
+    assert_eq!(at.len(), rounds);
+    for w in at.windows(2) {
+        assert!(
+            w[1] - w[0] >= 2 * DEVICE_WORK_TICKS,
+            "device work at {} and again at {}",
+            w[0],
+            w[1]
+        );
+    }
     assert_eq!(
         log.ended.lock().unwrap().as_slice(),
         [("dev".into(), VmEnd::PowerOff)]
