@@ -396,13 +396,8 @@ impl Backend for Arm64Backend {
             return exit;
         }
         // Whether the last exit left the timers and the physical timer's
-        // backing as they were (an HVC), so a re-entry needs only the
-        // model's look. Not after MMIO: there the shortcut changed no
-        // level or backing (checked over the whole `arm64-hostile-gicv2`
-        // run) but moved its timing so that one of the attacker's timed
-        // virtio reads took over 1 ms against 687 us, probably by meeting
-        // one more interrupt exit, each of which runs a device budget
-        // (docs/performance.md).
+        // backing as they were (an HVC or an MMIO access: neither touches
+        // them), so a re-entry needs only the model's look.
         let mut timers_kept = false;
         loop {
             if cpu == 0 {
@@ -454,7 +449,7 @@ impl Backend for Arm64Backend {
             // physical interrupt, which ends the next entry at once if it
             // is pending now, as it would end a guest that takes no exits.
             if kind == 8 && matches!(exit, RunExit::Continue) && reenters(ec, vm) {
-                timers_kept = matches!(ec as u32, class::HVC64);
+                timers_kept = matches!(ec as u32, class::HVC64 | class::DABT_LOWER);
                 continue;
             }
             return exit;
