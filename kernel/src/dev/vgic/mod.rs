@@ -395,7 +395,7 @@ impl Vgic {
         if intid < 32 {
             self.private
                 .get_mut(vcpu)
-                .map(|p| &mut p.irqs[intid as usize])
+                .map(|p| p.irq_mut(intid as usize))
         } else if intid < self.nr_irqs {
             self.spis.get_mut((intid - 32) as usize)
         } else {

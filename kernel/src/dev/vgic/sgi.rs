@@ -81,7 +81,7 @@ impl Vgic {
         let any_group = reg == SgiRegister::Sgi1r;
         let mut kicks = VcpuSet::EMPTY;
         for t in targets.iter() {
-            let irq = &mut self.private[t].irqs[sgi as usize];
+            let irq = self.private[t].irq_mut(sgi as usize);
             if any_group || !irq.group1 {
                 irq.set_pending();
                 kicks = kicks.union(self.kicks(t, sgi as u32, 1));
@@ -110,7 +110,7 @@ impl Vgic {
                 self.send_sgi_v2(source, s as u8, VcpuSet::single(target)),
             ));
         }
-        let irq = &mut self.private[target].irqs[s];
+        let irq = self.private[target].irq_mut(s);
         if irq.pending() {
             return Some((true, VcpuSet::EMPTY));
         }
@@ -124,7 +124,7 @@ impl Vgic {
         for t in targets.iter().filter(|&t| t < self.vcpus) {
             let p = &mut self.private[t];
             p.sgi_sources[sgi as usize & 15] |= 1 << source;
-            p.irqs[sgi as usize & 15].set_pending();
+            p.irq_mut(sgi as usize & 15).set_pending();
             kicks = kicks.union(self.kicks(t, sgi as u32, 1));
         }
         kicks
@@ -144,9 +144,10 @@ impl Vgic {
             // The instance in flight in an LR, if its source is cleared, is withdrawn.
             let in_flight = p.in_lr.iter().find(|e| e.0 == sgi).map(|e| e.1);
             if in_flight.is_some_and(|src| sources & (1 << src) != 0) {
-                p.irqs[s].lr_pend_cleared = true;
+                p.irq_mut(s).lr_pend_cleared = true;
             }
         }
-        p.irqs[s].latch = p.sgi_sources[s] != 0;
+        let latch = p.sgi_sources[s] != 0;
+        p.irq_mut(s).latch = latch;
     }
 }

@@ -113,6 +113,11 @@ pub(crate) struct Private {
     pub sleeping: bool,
     /// What the last `fill_lrs` handed out: (INTID, SGI source, state).
     pub in_lr: heapless::Vec<(u32, u8, super::LrState), { super::MAX_LRS }>,
+    /// A bit per INTID whose state may have changed since a fill last
+    /// found it idle (neither latched, line high nor active): set by every
+    /// mutable access ([`Private::irq_mut`] or a split borrow that sets it
+    /// by hand), cleared by the fill's scan, which looks at these only.
+    pub maybe_busy: u32,
 }
 
 impl Private {
@@ -127,6 +132,13 @@ impl Private {
             sgi_active_source: [0; 16],
             sleeping: true,
             in_lr: heapless::Vec::new(),
+            maybe_busy: 0,
         }
+    }
+
+    /// INTID `i` (< 32) to change: marked for the next fill's scan.
+    pub fn irq_mut(&mut self, i: usize) -> &mut Irq {
+        self.maybe_busy |= 1 << (i & 31);
+        &mut self.irqs[i]
     }
 }
