@@ -122,6 +122,8 @@ impl Vgic {
     pub(super) fn send_sgi_v2(&mut self, source: usize, sgi: u8, targets: VcpuSet) -> VcpuSet {
         let mut kicks = VcpuSet::EMPTY;
         for t in targets.iter().filter(|&t| t < self.vcpus) {
+            // `touch(t)`, on the field: the loop's filter holds `self.vcpus`.
+            self.stale.0.set(t, true);
             let p = &mut self.private[t];
             p.sgi_sources[sgi as usize & 15] |= 1 << source;
             p.irq_mut(sgi as usize & 15).set_pending();

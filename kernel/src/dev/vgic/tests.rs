@@ -419,6 +419,29 @@ fn v2_sgir_filters() {
 }
 
 #[test]
+fn v2_sgir_marks_only_its_targets_for_a_fill() {
+    let mut g = gic(GicVersion::V2, 4, 32);
+    wr(&mut g, 0, 0, 1);
+    wr(&mut g, 1, 0x100, 0xFFFF);
+    for v in 0..4 {
+        g.fill_lrs(v, 4);
+        assert!(!g.fill_needed(v), "vCPU {v} fresh after its fill");
+    }
+    // vCPU 0 sends SGI 1 to vCPU 1 only.
+    assert_eq!(wr(&mut g, 0, 0xF00, 0x0002_0001), VcpuSet::single(1));
+    assert!(g.fill_needed(1), "the target must refill to see its SGI");
+    assert!(
+        !g.fill_needed(0) && !g.fill_needed(2) && !g.fill_needed(3),
+        "the sender and the others keep their list registers"
+    );
+    let fill = g.fill_lrs(1, 4);
+    assert!(fill.lrs.iter().any(|e| e.intid == 1 && e.source_cpu == 0));
+    // Any other distributor write still marks every vCPU.
+    wr(&mut g, 0, 0x100, 0xFFFF);
+    assert!((0..4).all(|v| g.fill_needed(v)));
+}
+
+#[test]
 fn v2_sgi_sources_are_tracked_per_sender() {
     let mut g = gic(GicVersion::V2, 4, 32);
     wr(&mut g, 0, 0, 1);
