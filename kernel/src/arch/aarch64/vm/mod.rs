@@ -445,9 +445,10 @@ impl Backend for Arm64Backend {
                 .note_exit(timer::counter().saturating_sub(exited), what);
             // An exit handled in place goes straight back in, without the
             // run loop's looks: whatever they look for (a slice's end, a
-            // kick, a stop, the console's requests, a timer) arrives as a
-            // physical interrupt, which ends the next entry at once if it
-            // is pending now, as it would end a guest that takes no exits.
+            // kick, a stop, a timer) arrives as a physical interrupt, which
+            // ends the next entry at once if it is pending now, as it would
+            // end a guest that takes no exits; the console's requests are
+            // seen at the next tick, as for such a guest.
             if kind == 8 && matches!(exit, RunExit::Continue) && reenters(ec, vm) {
                 timers_kept = matches!(ec as u32, class::HVC64 | class::DABT_LOWER);
                 continue;

@@ -550,10 +550,11 @@ impl<M: Mode> Backend for LaBackend<M> {
                 .note_exit(csr::rdtime().saturating_sub(exited), what);
             // An exit handled in place goes straight back in, without the
             // run loop's looks: whatever they look for (a slice's end, a
-            // kick, a stop, the console's requests, a timer, another
-            // pCPU's call for the FP registers) arrives as a host
-            // interrupt, which ends the next entry at once if it waits now,
-            // as it would end a guest that takes no exits.
+            // kick, a stop, a timer, another pCPU's call for the FP
+            // registers) arrives as a host interrupt, which ends the next
+            // entry at once if it waits now, as it would end a guest that
+            // takes no exits; the console's requests are seen at the next
+            // tick, as for such a guest.
             if kind != 1 && matches!(exit, RunExit::Continue) && reenters(what, vm) {
                 timer_armed = what == crate::guest::loongarch::csr::ecode::HVC;
                 continue;
