@@ -50,19 +50,7 @@ fn case(name: &str, kestrel: bool, n: u64, mut op: impl FnMut()) {
     }
     let t1 = cpu::now();
     let e1 = exits(kestrel);
-    let per = ns(t1 - t0) / n;
-    if kestrel {
-        // The second counter read's own hypercalls are not the case's.
-        let stat_reads = stat::EXIT_OTHER + 1;
-        let ex = e1.saturating_sub(e0).saturating_sub(stat_reads);
-        println!(
-            "EXIT {name} instr={per} exits={}.{:02} n={n}",
-            ex / n,
-            ex % n * 100 / n
-        );
-    } else {
-        println!("EXIT {name} instr={per} exits=- n={n}");
-    }
+    line(name, kestrel, n, t1 - t0, e0, e1);
 }
 
 /// Entry of `mode=bench-exits` (boot vCPU only): never returns.
@@ -125,6 +113,7 @@ pub fn exits_mode(p: &Platform, kestrel: bool) -> ! {
 fn line(name: &str, kestrel: bool, n: u64, ticks: u64, e0: u64, e1: u64) {
     let per = ns(ticks) / n;
     if kestrel {
+        // The second counter read's own hypercalls are not the case's.
         let stat_reads = stat::EXIT_OTHER + 1;
         let ex = e1.saturating_sub(e0).saturating_sub(stat_reads);
         println!(
