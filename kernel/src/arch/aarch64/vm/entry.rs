@@ -107,6 +107,24 @@ impl Arm64Backend {
         ctx.lrs_live = true;
     }
 
+    /// Whether an exit that neither reads nor changes interrupt state (an
+    /// HVC) may skip [`Self::sync_after_exit`]: no list register is in use
+    /// and both timer levels were low at the last look, with the virtual
+    /// timer's physical PPI enabled. A level can then only have risen,
+    /// which raises a physical interrupt at EL2 (the virtual timer's PPI;
+    /// the emulated physical timer's backing, armed for its deadline): the
+    /// exit then does not re-enter in place, and the run loop's entry looks
+    /// at both levels.
+    #[inline(always)]
+    pub fn nothing_to_sync(&self, cpu: usize, ctx: &VcpuState) -> bool {
+        ctx.lrs_used == 0
+            && ctx.lrs_live
+            && ctx.filled.is_empty()
+            && ctx.vtimer_level == Some(false)
+            && ctx.ptimer_level == Some(false)
+            && PCPU[cpu].vtimer_enabled.load(Ordering::Relaxed)
+    }
+
     /// After an exit: the list registers back into the model, unless the
     /// guest changed none of them and none holds a pending interrupt (a
     /// WFI must find those in the model): then they stay live, handed out

@@ -166,9 +166,8 @@ pub struct Syndrome {
 
 /// Handles a synchronous exit (vector 8) of `env`'s vCPU, whose registers
 /// are `ctx`.
-pub fn sync(env: &mut ExitCtx<'_, B>, ctx: &mut VcpuState, syn: Syndrome) -> RunExit {
+pub fn sync(env: &mut ExitCtx<'_, B>, ctx: &mut VcpuState, esr: u64) -> RunExit {
     let (be, vm, vcpu) = (env.backend(), env.vm, env.vcpu);
-    let esr = syn.esr;
     let aarch32_state = ctx.regs.pstate & PSTATE_NRW != 0;
     // The commonest exit first, without the decoder: an HVC from AArch64
     // (its ELR already points past it).
@@ -177,6 +176,13 @@ pub fn sync(env: &mut ExitCtx<'_, B>, ctx: &mut VcpuState, syn: Syndrome) -> Run
         vm.stats.exit(ExitReason::Hypercall);
         return call(env, ctx);
     }
+    // The fault addresses, read only for the exits that may need them (no
+    // EL2 exception since the exit has changed them).
+    let syn = Syndrome {
+        esr,
+        far: mrs!("far_el2"),
+        hpfar: mrs!("hpfar_el2"),
+    };
     ctx.ilen = if esr & ESR_IL != 0 { 4 } else { 2 };
     if failed_condition(ctx, esr) {
         vm.stats.exit(ExitReason::Other);
@@ -373,23 +379,15 @@ impl ExitArch for B {
 /// HVC or trapped SMC: PSCI/SMCCC architecture calls, else kestrel's
 /// vendor hypercalls (unknown ids answer -1).
 fn call(env: &mut ExitCtx<'_, B>, ctx: &mut VcpuState) -> RunExit {
-    let x = ctx.regs.x;
-    if steal::is_standard_hyp(x[0]) {
-        let (vm, vcpu) = (env.vm, env.vcpu);
-        let (x0, effect) = steal::call(x[0], x[1], vm.pv_time.as_ref(), vcpu.index);
-        if effect == PvTimeEffect::Register {
-            vcpu.steal.register();
-            super::write_steal_record(vm, vcpu);
-        }
-        ctx.regs.x[0] = x0 as u64;
-        return RunExit::Continue;
+    // The PV time and PSCI services are out of line: inlined here, their
+    // register saves were paid by every hypercall (docs/performance.md).
+    if steal::is_standard_hyp(ctx.regs.x[0]) {
+        return call_pv_time(env, ctx);
     }
-    if psci::is_psci_or_arch(x[0]) {
-        let (be, vm, vcpu) = (env.backend(), env.vm, env.vcpu);
-        let (x0, next) = env.psci([x[0], x[1], x[2], x[3]], || be.has_work(vm, vcpu, ctx));
-        ctx.regs.x[0] = x0;
-        return next;
+    if psci::is_psci_or_arch(ctx.regs.x[0]) {
+        return call_psci(env, ctx);
     }
+    let x = &ctx.regs.x;
     let args = HypercallArgs {
         code: 0,
         function: x[0],
@@ -400,6 +398,29 @@ fn call(env: &mut ExitCtx<'_, B>, ctx: &mut VcpuState) -> RunExit {
         ctx.regs.x[i] = v;
     }
     RunExit::Continue
+}
+
+/// An SMCCC standard hypervisor service call (PV time, DEN0057A).
+#[inline(never)]
+fn call_pv_time(env: &mut ExitCtx<'_, B>, ctx: &mut VcpuState) -> RunExit {
+    let (vm, vcpu, x) = (env.vm, env.vcpu, &ctx.regs.x);
+    let (x0, effect) = steal::call(x[0], x[1], vm.pv_time.as_ref(), vcpu.index);
+    if effect == PvTimeEffect::Register {
+        vcpu.steal.register();
+        super::write_steal_record(vm, vcpu);
+    }
+    ctx.regs.x[0] = x0 as u64;
+    RunExit::Continue
+}
+
+/// A PSCI or SMCCC architecture call.
+#[inline(never)]
+fn call_psci(env: &mut ExitCtx<'_, B>, ctx: &mut VcpuState) -> RunExit {
+    let (be, vm, vcpu) = (env.backend(), env.vm, env.vcpu);
+    let x = ctx.regs.x;
+    let (x0, next) = env.psci([x[0], x[1], x[2], x[3]], || be.has_work(vm, vcpu, ctx));
+    ctx.regs.x[0] = x0;
+    next
 }
 
 /// The host value of a feature ID register the guest's view is built from.

@@ -205,13 +205,18 @@ fn update_steal(vm: &Vm<Arm64Backend>, vcpu: &Vcpu<Arm64Backend>) {
 /// A physical interrupt pending at a guest exit (or while a vCPU is loaded
 /// and not entered: `reload_step`): acknowledged, what it means to the
 /// backend done ([`host_irq`], passthrough), ended; at kestrel's tick the
-/// deadlines and the console are looked at.
-fn take_irq(hv: &Hypervisor<Arm64Backend>, cpu: usize) {
+/// deadlines and the console are looked at; other pCPUs' FP requests are
+/// answered. Returns whether it was the loaded vCPU's own timer (its
+/// virtual timer, forwarded, or its emulated physical timer's backing):
+/// nothing for the run loop then.
+fn take_irq(hv: &Hypervisor<Arm64Backend>, cpu: usize) -> bool {
+    let mut own_timer = false;
     if let Some(irq) = exceptions::ack() {
         let (intid, tick) = (irq.intid, irq.tick);
         // A forwarded device SPI is only priority-dropped: the guest's
         // deactivation ends it (list register HW bit).
         let forwarded = host_irq(intid, tick) || passthrough::on_irq(intid);
+        own_timer = (intid == VTIMER_PPI && forwarded) || intid == PTIMER_PPI;
         irq.end(forwarded);
         passthrough::drain(hv, cpu);
         if tick {
@@ -223,6 +228,11 @@ fn take_irq(hv: &Hypervisor<Arm64Backend>, cpu: usize) {
             vmm::terminal::drain();
         }
     }
+    // Another pCPU's call for FP registers live here comes with a kick
+    // (`fpu::pcpu::load_waiting`): it is answered after an interrupt, not
+    // at every exit.
+    PCPU[cpu].fp.service();
+    own_timer
 }
 
 /// What a physical interrupt taken at a guest exit means to the backend
@@ -260,24 +270,31 @@ impl Arm64Backend {
     }
 
     /// Services other pCPUs' requests to write back FP state live here
-    /// (after every exit: kept inline).
+    /// (in idle and while clearing a VM's RAM; after an interrupt exit,
+    /// `take_irq` does).
     #[inline]
     fn service_fp(&self, cpu: usize) {
         PCPU[cpu].fp.service();
     }
 }
 
-/// Whether the run loop can be skipped after an AArch64 exit of class `ec`
-/// that its handler answered with `Continue`: a hypercall, a trapped
-/// system register or an MMIO access, with no physical interrupt pending
-/// at EL2 (the run loop's business), the VM not stopping (a handler may
-/// end it and still go on) and, after an MMIO access (which may have
-/// notified a virtio queue), no device work waiting for its budget.
+/// Whether the run loop can be skipped after an exit through vector
+/// `kind` (of class `ec`) that its handler answered with `Continue`: from
+/// AArch64, a hypercall, a trapped system register or an MMIO access; an
+/// interrupt that was the vCPU's own timer (`own_timer`, from `take_irq`;
+/// the entry injects it). Only with no physical interrupt pending at EL2
+/// (the run loop's business), the VM not stopping (a handler may end it
+/// and still go on) and, after an MMIO access (which may have notified a
+/// virtio queue), no device work waiting for its budget.
 #[inline(always)]
-fn reenters(ec: u8, vm: &Vm<Arm64Backend>) -> bool {
-    let light = match ec as u32 {
-        class::HVC64 | class::SMC64 | class::SYS64 => true,
-        class::DABT_LOWER => !vm.virtio.pending(),
+fn reenters(kind: u64, ec: u8, own_timer: bool, vm: &Vm<Arm64Backend>) -> bool {
+    let light = match kind {
+        8 => match ec as u32 {
+            class::HVC64 | class::SMC64 | class::SYS64 => true,
+            class::DABT_LOWER => !vm.virtio.pending(),
+            _ => false,
+        },
+        9 | 13 => own_timer,
         _ => false,
     };
     // ISR_EL1.I at EL2: a physical IRQ (tick, kick, timer) is pending.
@@ -377,10 +394,10 @@ impl Backend for Arm64Backend {
         unsafe { core::arch::asm!("isb", options(nostack, preserves_flags)) };
     }
 
-    // Inlined into the run loop, whose only per-exit call it is: left to
-    // the compiler it was outlined as the image grew, which cost every
-    // arm64 exit about 38 instructions (docs/performance.md).
-    #[inline(always)]
+    // Out of line: the exits handled in place loop inside it, so its
+    // prologue is paid once per call from the run loop, and the run loop's
+    // registers stay out of the exit path (measured: docs/performance.md).
+    #[inline(never)]
     fn run(&self, env: &mut ExitCtx<'_, Self>, ctx: &mut VcpuState) -> RunExit {
         let (hv, cpu, vm, vcpu) = (env.hv, env.cpu, env.vm, env.vcpu);
         if vcpu.index == 0 && vm.arch.reloading.load(Ordering::Acquire) {
@@ -390,7 +407,7 @@ impl Backend for Arm64Backend {
             // interrupt is taken here, as at an exit (IRQs stay masked at
             // EL2; ISR_EL1.I is the physical IRQ line here).
             if mrs!("isr_el1") & (1 << 7) != 0 {
-                take_irq(hv, cpu);
+                let _ = take_irq(hv, cpu);
             }
             vm.stats.note_step(timer::counter().saturating_sub(t));
             return exit;
@@ -414,29 +431,29 @@ impl Backend for Arm64Backend {
             }
             let kind = switch::enter(&mut ctx.regs);
             let exited = timer::counter();
-            let syn = exits::Syndrome {
-                esr: mrs!("esr_el2"),
-                far: mrs!("far_el2"),
-                hpfar: mrs!("hpfar_el2"),
-            };
-            self.sync_after_exit(vm, vcpu, ctx, exited);
+            let esr = mrs!("esr_el2");
+            let ec = ((esr >> 26) & 0x3f) as u8;
+            // An HVC reads no interrupt state: with none in flight there is
+            // nothing to bring back (`nothing_to_sync`).
+            if !(kind == 8 && u32::from(ec) == class::HVC64 && self.nothing_to_sync(cpu, ctx)) {
+                self.sync_after_exit(vm, vcpu, ctx, exited);
+            }
+            let mut own_timer = false;
             let exit = match kind {
                 // Lower EL in AArch64 (8-11) or AArch32 (12-15, an EL0 the
                 // guest kernel entered although AArch32 is hidden).
-                8 | 12 => exits::sync(env, ctx, syn),
+                8 | 12 => exits::sync(env, ctx, esr),
                 9 | 10 | 13 | 14 => {
                     vm.stats.exit(crate::vcpu::stats::ExitReason::Irq);
-                    take_irq(hv, cpu);
+                    own_timer = take_irq(hv, cpu);
                     RunExit::Continue
                 }
                 _ => RunExit::VmEnd(VmEnd::Fatal(format!(
                     "SError from the guest (ESR_EL2 {:#x}) on vCPU {}",
-                    syn.esr, vcpu.index
+                    esr, vcpu.index
                 ))),
             };
-            self.service_fp(cpu);
             ctx.blocking = matches!(exit, RunExit::Block);
-            let ec = ((syn.esr >> 26) & 0x3f) as u8;
             let what = match kind {
                 8 | 12 => ec,
                 _ => stats::what::IRQ,
@@ -445,12 +462,12 @@ impl Backend for Arm64Backend {
                 .note_exit(timer::counter().saturating_sub(exited), what);
             // An exit handled in place goes straight back in, without the
             // run loop's looks: whatever they look for (a slice's end, a
-            // kick, a stop, a timer) arrives as a physical interrupt, which
-            // ends the next entry at once if it is pending now, as it would
-            // end a guest that takes no exits; the console's requests are
-            // seen at the next tick, as for such a guest.
-            if kind == 8 && matches!(exit, RunExit::Continue) && reenters(ec, vm) {
-                timers_kept = matches!(ec as u32, class::HVC64 | class::DABT_LOWER);
+            // kick, a stop, another timer) arrives as a physical interrupt,
+            // which ends the next entry at once if it is pending now, as it
+            // would end a guest that takes no exits; the console's requests
+            // are seen at the next tick, as for such a guest.
+            if matches!(exit, RunExit::Continue) && reenters(kind, ec, own_timer, vm) {
+                timers_kept = kind == 8 && matches!(ec as u32, class::HVC64 | class::DABT_LOWER);
                 continue;
             }
             return exit;
