@@ -163,10 +163,17 @@ impl Arm64Backend {
             g.sync_lrs(vcpu.index, &lrs);
             ctx.lrs_live = false;
         }
-        g.set_level(vcpu.index, VTIMER_PPI, level);
-        g.set_level(vcpu.index, PTIMER_PPI, plevel);
-        ctx.vtimer_level = Some(level);
-        ctx.ptimer_level = Some(plevel);
+        // Only a level that moved: the model holds the last one set (as
+        // `prepare_entry` assumes), and a look at an unchanged one still
+        // marked the PPI for the next fill's scan.
+        if ctx.vtimer_level != Some(level) {
+            g.set_level(vcpu.index, VTIMER_PPI, level);
+            ctx.vtimer_level = Some(level);
+        }
+        if ctx.ptimer_level != Some(plevel) {
+            g.set_level(vcpu.index, PTIMER_PPI, plevel);
+            ctx.ptimer_level = Some(plevel);
+        }
     }
 
     /// A WFI found nothing to take: poll for up to the vCPU's halt-poll
