@@ -156,6 +156,10 @@ struct Entry {
 
 struct Inner {
     entries: Vec<Entry>,
+    /// Per VM slot, per vCPU: its index in `entries` (entries are only
+    /// ever added), so that a wake finds its vCPU without a walk over every
+    /// vCPU under the lock.
+    by_key: Vec<Vec<Option<usize>>>,
     queues: Vec<VecDeque<usize>>,
     /// pCPUs kestrel runs vCPUs on.
     online: CpuMask,
@@ -227,6 +231,7 @@ impl Scheduler {
         Scheduler {
             inner: Mutex::new(Inner {
                 entries: Vec::new(),
+                by_key: Vec::new(),
                 queues: (0..MAX_CPUS).map(|_| VecDeque::new()).collect(),
                 online: online.and(CpuMask::first(MAX_CPUS)),
                 idle: CpuMask::default(),
@@ -266,6 +271,14 @@ impl Scheduler {
         }
         let home = s.least_loaded(affinity);
         let idx = s.entries.len();
+        let (vm, vcpu) = (usize::from(key.vm), usize::from(key.vcpu));
+        if s.by_key.len() <= vm {
+            s.by_key.resize_with(vm + 1, Vec::new);
+        }
+        if s.by_key[vm].len() <= vcpu {
+            s.by_key[vm].resize(vcpu + 1, None);
+        }
+        s.by_key[vm][vcpu] = Some(idx);
         s.entries.push(Entry {
             key,
             affinity,
@@ -654,7 +667,12 @@ impl Scheduler {
 
 impl Inner {
     fn find(&self, key: VcpuKey) -> Option<usize> {
-        self.entries.iter().position(|e| e.key == key)
+        let i = (*self
+            .by_key
+            .get(usize::from(key.vm))?
+            .get(usize::from(key.vcpu))?)?;
+        debug_assert!(self.entries[i].key == key);
+        Some(i)
     }
 
     /// After a put of a stopped vCPU of `vm`: whether that put let go of
