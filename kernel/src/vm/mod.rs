@@ -742,6 +742,17 @@ impl<B: Backend> Hypervisor<B> {
         Ok(())
     }
 
+    /// Whether the run loop has nothing to do before `vm`'s loaded vCPU
+    /// enters again: the VM is not stopping, no console operation waits,
+    /// no device work waits (the looks of the loop below between two
+    /// entries; a tick's end of the slice aside, which the backend knows).
+    /// A backend may then re-enter after an interrupt exit without
+    /// returning here.
+    #[inline]
+    pub fn nothing_between_entries(&self, vm: &Vm<B>) -> bool {
+        !vm.is_stopping() && !self.requests.load(Ordering::Relaxed) && !vm.virtio.pending()
+    }
+
     /// Carries out the operations the console asked for (on `cpu`, which
     /// holds no vCPU).
     fn serve_requests(&self, cpu: usize, observer: &dyn Observer) {

@@ -206,17 +206,18 @@ fn update_steal(vm: &Vm<Arm64Backend>, vcpu: &Vcpu<Arm64Backend>) {
 /// and not entered: `reload_step`): acknowledged, what it means to the
 /// backend done ([`host_irq`], passthrough), ended; at kestrel's tick the
 /// deadlines and the console are looked at; other pCPUs' FP requests are
-/// answered. Returns whether it was the loaded vCPU's own timer (its
-/// virtual timer, forwarded, or its emulated physical timer's backing):
-/// nothing for the run loop then.
+/// answered. Returns whether it was kestrel's tick (which may end the
+/// slice: the run loop's business). Out of line, so that the exits handled
+/// in place do not carry its registers.
+#[inline(never)]
 fn take_irq(hv: &Hypervisor<Arm64Backend>, cpu: usize) -> bool {
-    let mut own_timer = false;
+    let mut was_tick = false;
     if let Some(irq) = exceptions::ack() {
         let (intid, tick) = (irq.intid, irq.tick);
+        was_tick = tick;
         // A forwarded device SPI is only priority-dropped: the guest's
         // deactivation ends it (list register HW bit).
         let forwarded = host_irq(intid, tick) || passthrough::on_irq(intid);
-        own_timer = (intid == VTIMER_PPI && forwarded) || intid == PTIMER_PPI;
         irq.end(forwarded);
         passthrough::drain(hv, cpu);
         if tick {
@@ -232,7 +233,7 @@ fn take_irq(hv: &Hypervisor<Arm64Backend>, cpu: usize) -> bool {
     // (`fpu::pcpu::load_waiting`): it is answered after an interrupt, not
     // at every exit.
     PCPU[cpu].fp.service();
-    own_timer
+    was_tick
 }
 
 /// What a physical interrupt taken at a guest exit means to the backend
@@ -281,20 +282,23 @@ impl Arm64Backend {
 /// Whether the run loop can be skipped after an exit through vector
 /// `kind` (of class `ec`) that its handler answered with `Continue`: from
 /// AArch64, a hypercall, a trapped system register or an MMIO access; an
-/// interrupt that was the vCPU's own timer (`own_timer`, from `take_irq`;
-/// the entry injects it). Only with no physical interrupt pending at EL2
+/// interrupt that left the run loop nothing to do (`quiet_irq`: not
+/// kestrel's tick, and [`Hypervisor::nothing_between_entries`]), as
+/// `take_irq` did what it meant (a kick's interrupt for this vCPU is
+/// injected by the entry, an FP request answered). Only with no physical
+/// interrupt pending at EL2
 /// (the run loop's business), the VM not stopping (a handler may end it
 /// and still go on) and, after an MMIO access (which may have notified a
 /// virtio queue), no device work waiting for its budget.
 #[inline(always)]
-fn reenters(kind: u64, ec: u8, own_timer: bool, vm: &Vm<Arm64Backend>) -> bool {
+fn reenters(kind: u64, ec: u8, quiet_irq: bool, vm: &Vm<Arm64Backend>) -> bool {
     let light = match kind {
         8 => match ec as u32 {
             class::HVC64 | class::SMC64 | class::SYS64 => true,
             class::DABT_LOWER => !vm.virtio.pending(),
             _ => false,
         },
-        9 | 13 => own_timer,
+        9 | 13 => quiet_irq,
         _ => false,
     };
     // ISR_EL1.I at EL2: a physical IRQ (tick, kick, timer) is pending.
@@ -438,14 +442,15 @@ impl Backend for Arm64Backend {
             if !(kind == 8 && u32::from(ec) == class::HVC64 && self.nothing_to_sync(cpu, ctx)) {
                 self.sync_after_exit(vm, vcpu, ctx, exited);
             }
-            let mut own_timer = false;
+            let mut quiet_irq = false;
             let exit = match kind {
                 // Lower EL in AArch64 (8-11) or AArch32 (12-15, an EL0 the
                 // guest kernel entered although AArch32 is hidden).
                 8 | 12 => exits::sync(env, ctx, esr),
                 9 | 10 | 13 | 14 => {
                     vm.stats.exit(crate::vcpu::stats::ExitReason::Irq);
-                    own_timer = take_irq(hv, cpu);
+                    let tick = take_irq(hv, cpu);
+                    quiet_irq = !tick && hv.nothing_between_entries(vm);
                     RunExit::Continue
                 }
                 _ => RunExit::VmEnd(VmEnd::Fatal(format!(
@@ -466,7 +471,7 @@ impl Backend for Arm64Backend {
             // which ends the next entry at once if it is pending now, as it
             // would end a guest that takes no exits; the console's requests
             // are seen at the next tick, as for such a guest.
-            if matches!(exit, RunExit::Continue) && reenters(kind, ec, own_timer, vm) {
+            if matches!(exit, RunExit::Continue) && reenters(kind, ec, quiet_irq, vm) {
                 timers_kept = kind == 8 && matches!(ec as u32, class::HVC64 | class::DABT_LOWER);
                 continue;
             }
