@@ -430,8 +430,9 @@ impl<M: Mode> LaBackend<M> {
         work
     }
 
-    /// Writes back the FP registers other pCPUs asked for (before every
-    /// entry: kept inline).
+    /// Writes back the FP registers other pCPUs asked for (at each call of
+    /// `run`, after an interrupt it re-enters from, in idle: a request
+    /// comes with a kick; kept inline).
     #[inline]
     fn service_fp(&self, cpu: usize) {
         PCPU[cpu].fp.service();
@@ -439,20 +440,25 @@ impl<M: Mode> LaBackend<M> {
 }
 
 /// Whether the run loop can be skipped after a guest exception with
-/// ECODE `ecode` that its handler answered with `Continue`: a hypercall
+/// ECODE `what` that its handler answered with `Continue`: a hypercall
 /// (`hvcl`), an emulated privileged instruction (GSPR: `cpucfg`, IOCSR,
-/// CSRs; INE/IPE under trap-and-emulate) or a load or store its MMIO bus took (page invalid), with no host
-/// interrupt waiting (ESTAT.IS 12:2: the run loop's business), the VM not
-/// stopping, and, after an MMIO access (which may have notified a virtio
-/// queue), no device work waiting for its budget.
+/// CSRs; INE/IPE under trap-and-emulate) or a load or store its MMIO bus
+/// took (page invalid); or after an interrupt (`what` is
+/// [`stats::what::IRQ`]) that left the run loop nothing to do
+/// (`quiet_irq`: the slice goes on, and
+/// [`Hypervisor::nothing_between_entries`]). Only with no host interrupt
+/// waiting (ESTAT.IS 12:2: the run loop's business), the VM not stopping,
+/// and, after an MMIO access (which may have notified a virtio queue), no
+/// device work waiting for its budget.
 #[inline(always)]
-fn reenters<M: Mode>(ecode: u8, vm: &Vm<LaBackend<M>>) -> bool {
+fn reenters<M: Mode>(what: u8, quiet_irq: bool, vm: &Vm<LaBackend<M>>) -> bool {
     use crate::guest::loongarch::csr::ecode;
-    let light = match ecode {
+    let light = match what {
         // LVZ's hypercall and emulated instructions; trap-and-emulate's
         // privileged and hypercall instructions (its guest runs at PLV3).
         ecode::HVC | ecode::GSPR | ecode::INE | ecode::IPE => true,
         ecode::PIL | ecode::PIS => !vm.virtio.pending(),
+        stats::what::IRQ => quiet_irq,
         _ => false,
     };
     light && csr::estat() & 0x1ffc == 0 && !vm.is_stopping()
@@ -537,11 +543,19 @@ impl<M: Mode> Backend for LaBackend<M> {
             // trapped instruction.
             let f = ctx.frame();
             let (kind, estat) = (f.kind, f.estat);
+            let mut quiet_irq = false;
             let what = if kind == 1 {
                 stats::what::TLB_REFILL
             } else if exits::is_interrupt(estat) {
                 hv.check_timers(cpu, csr::rdtime());
                 vmm::poll_console(hv, cpu);
+                // The run loop would only enter again: the slice goes on
+                // and it has nothing to do between entries. A kick's
+                // request for FP registers is answered here then.
+                quiet_irq = !self.slice_expired(cpu) && hv.nothing_between_entries(vm);
+                if quiet_irq {
+                    self.service_fp(cpu);
+                }
                 stats::what::IRQ
             } else {
                 ((estat >> 16) & 0x3f) as u8
@@ -555,7 +569,7 @@ impl<M: Mode> Backend for LaBackend<M> {
             // entry at once if it waits now, as it would end a guest that
             // takes no exits; the console's requests are seen at the next
             // tick, as for such a guest.
-            if kind != 1 && matches!(exit, RunExit::Continue) && reenters(what, vm) {
+            if kind != 1 && matches!(exit, RunExit::Continue) && reenters(what, quiet_irq, vm) {
                 timer_armed = what == crate::guest::loongarch::csr::ecode::HVC;
                 continue;
             }
