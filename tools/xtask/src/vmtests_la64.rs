@@ -228,25 +228,34 @@ pub fn vm_cases() -> Vec<VmCase> {
         Duration::from_secs(420),
         vmtest::ICOUNT,
     );
-    // The reset storm with every vCPU on one pCPU of a one-CPU QEMU: its
-    // exits and restart steps are kestrel's own instructions, judged.
-    let resetstorm_1cpu = VmCase {
-        name: "la64-resetstorm-1cpu: the reset storm with the attacker's two vCPUs and the victim on one pCPU, every exit and restart step within 1 ms",
-        config: "configs/test/la64-resetstorm-1cpu.toml",
+    let resetstorm = VmCase {
+        name: "la64-resetstorm: resets from a second vCPU with FP live beside a victim using FP, its timer on time; masked zero-period timers at each boot",
+        config: "configs/test/la64-resetstorm.toml",
         features: &[],
         gic: 3,
         mem_mib: 1024,
         vms: vec!["attacker".into(), "victim".into()],
         must_pass: &[],
-        check: Some(check_resetstorm_1cpu),
-        // Under -icount a loaded host only slows it.
+        check: Some(check_resetstorm),
+        // Under -icount a loaded host only slows it (33-70 s here).
         timeout: Duration::from_secs(300),
         qemu_args: vmtest::ICOUNT,
-        // Both VMs power off: the attacker's storm ends at counter second 3.
-        stop_after: None,
+        // The attacker storms on; the victim's result ends the case.
+        stop_after: Some(("[victim] RESULT: ", 1)),
         lvz: false,
         append: "",
+        smp: 4,
+    };
+    // The reset storm with every vCPU on one pCPU of a one-CPU QEMU: its
+    // exits and restart steps are kestrel's own instructions, judged.
+    let resetstorm_1cpu = VmCase {
+        name: "la64-resetstorm-1cpu: the reset storm with the attacker's two vCPUs and the victim on one pCPU, every exit and restart step within 1 ms",
+        config: "configs/test/la64-resetstorm-1cpu.toml",
+        check: Some(check_resetstorm_1cpu),
+        // Both VMs power off: the attacker's storm ends at counter second 3.
+        stop_after: None,
         smp: 1,
+        ..resetstorm.clone()
     };
     // The same guests under the LVZ backend, on the LVZ emulator.
     let lvz = [
@@ -336,24 +345,7 @@ pub fn vm_cases() -> Vec<VmCase> {
             "configs/test/la64-share.toml",
             &["smp", "share"],
         ),
-        VmCase {
-            name: "la64-resetstorm: resets from a second vCPU with FP live beside a victim using FP, its timer on time; masked zero-period timers at each boot",
-            config: "configs/test/la64-resetstorm.toml",
-            features: &[],
-            gic: 3,
-            mem_mib: 1024,
-            vms: vec!["attacker".into(), "victim".into()],
-            must_pass: &[],
-            check: Some(check_resetstorm),
-            // Under -icount a loaded host only slows it (33-70 s here).
-            timeout: Duration::from_secs(300),
-            qemu_args: vmtest::ICOUNT,
-            // The attacker storms on; the victim's result ends the case.
-            stop_after: Some(("[victim] RESULT: ", 1)),
-            lvz: false,
-            append: "",
-            smp: 4,
-        },
+        resetstorm,
         hostile,
         resetstorm_1cpu.clone(),
     ];
