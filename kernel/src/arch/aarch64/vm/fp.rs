@@ -110,17 +110,24 @@ core::arch::global_asm!(
     .arch_extension fp
     .arch_extension simd
     .arch_extension sve
+
+// Every stub's start: CPTR_EL2 saved in \saved and FP and SVE untrapped
+// at EL2 (TFP and TZ clear, through \tmp), then ZCR_EL2 = \zcr.
+    .macro kestrel_sve_open saved, tmp, zcr
+    mrs     \saved, cptr_el2
+    bic     \tmp, \saved, #{tfp}
+    bic     \tmp, \tmp, #{tz}
+    msr     cptr_el2, \tmp
+    isb
+    msr     s3_4_c1_c2_0, \zcr
+    isb
+    .endm
+
     .balign 4
     .global kestrel_sve_save
 // Returns ZCR_EL1.
 kestrel_sve_save:
-    mrs     x4, cptr_el2
-    bic     x5, x4, #{tfp}
-    bic     x5, x5, #{tz}
-    msr     cptr_el2, x5
-    isb
-    msr     s3_4_c1_c2_0, x3
-    isb
+    kestrel_sve_open x4, x5, x3
     .irp n, 0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31
     str     z\n, [x0, #\n, mul vl]
     .endr
@@ -141,13 +148,7 @@ kestrel_sve_save:
     .global kestrel_sve_restore
 // x4 = ZCR_EL1.
 kestrel_sve_restore:
-    mrs     x5, cptr_el2
-    bic     x6, x5, #{tfp}
-    bic     x6, x6, #{tz}
-    msr     cptr_el2, x6
-    isb
-    msr     s3_4_c1_c2_0, x3
-    isb
+    kestrel_sve_open x5, x6, x3
     ldr     p0, [x1, #16, mul vl]
     wrffr   p0.b
     .irp n, 0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15
@@ -168,13 +169,7 @@ kestrel_sve_restore:
     .global kestrel_sve_widen
 // x0 = ZCR_EL2, x1 = ZCR_EL1. The unit holds the owner's V0-V31 (narrow).
 kestrel_sve_widen:
-    mrs     x2, cptr_el2
-    bic     x3, x2, #{tfp}
-    bic     x3, x3, #{tz}
-    msr     cptr_el2, x3
-    isb
-    msr     s3_4_c1_c2_0, x0
-    isb
+    kestrel_sve_open x2, x3, x0
     .irp n, 0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31
     mov     v\n\().16b, v\n\().16b
     .endr
@@ -191,13 +186,7 @@ kestrel_sve_widen:
     .global kestrel_sve_probe
 // x0 = ZCR_EL2.LEN to try; returns the vector length in bytes it gives.
 kestrel_sve_probe:
-    mrs     x2, cptr_el2
-    bic     x3, x2, #{tfp}
-    bic     x3, x3, #{tz}
-    msr     cptr_el2, x3
-    isb
-    msr     s3_4_c1_c2_0, x0
-    isb
+    kestrel_sve_open x2, x3, x0
     rdvl    x0, #1
     msr     cptr_el2, x2
     isb
