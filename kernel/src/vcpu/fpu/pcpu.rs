@@ -2,8 +2,8 @@
 //! [`FpEngine`], and the requests of other pCPUs that want a vCPU's
 //! registers, still live in this pCPU's FP unit, written back (the vCPU is
 //! about to run there). The requester kicks this pCPU and waits
-//! ([`load_waiting`]); this pCPU answers at its next exit or idle
-//! ([`PcpuFp::service`]).
+//! ([`load_waiting`]); this pCPU answers after the kick's interrupt exit
+//! or in its idle loop ([`PcpuFp::service`]).
 
 use crate::base::sync::{AtomicBool, Mutex, MutexGuard, Ordering};
 use alloc::sync::Arc;
@@ -47,9 +47,10 @@ impl<H: FpHw> PcpuFp<H> {
         self.asked.store(true, Ordering::Release);
     }
 
-    /// Writes back the FP registers other pCPUs asked for. Called on every
-    /// exit: the look at the flag is inlined, the work (and the register
-    /// saves of a bigger function) only when something was asked.
+    /// Writes back the FP registers other pCPUs asked for. Called after
+    /// interrupt exits (a request comes with a kick) and in idle: the look
+    /// at the flag is inlined, the work (and the register saves of a bigger
+    /// function) only when something was asked.
     #[inline]
     pub fn service(&self) {
         if self.asked.load(Ordering::Acquire) {
