@@ -878,6 +878,47 @@ mod tests {
         assert_eq!(caps(&s), before);
     }
 
+    /// The lookup by key (an index by VM slot and vCPU, not a walk): keys
+    /// added out of order, with VM slots and vCPU numbers left out, each
+    /// find their own entry; the gaps and keys past the ends are no vCPU;
+    /// a key added twice is refused.
+    #[test]
+    fn every_key_finds_its_own_entry_and_gaps_find_none() {
+        let s = Scheduler::new(CpuMask::first(2));
+        let added = [key(5, 2), key(0, 0), key(5, 0), key(2, 7), key(0, 1)];
+        for (i, &k) in added.iter().enumerate() {
+            // Every second one starts, so the states tell entries apart.
+            s.add(k, CpuMask::first(2), i % 2 == 0).unwrap();
+        }
+        for (i, &k) in added.iter().enumerate() {
+            let want = if i % 2 == 0 {
+                RunState::Runnable
+            } else {
+                RunState::Offline
+            };
+            assert_eq!(s.state(k), Some(want), "{k:?}");
+        }
+        for k in [
+            key(5, 1),
+            key(2, 0),
+            key(1, 0),
+            key(0, 2),
+            key(6, 0),
+            key(2, 8),
+        ] {
+            assert_eq!(s.state(k), None, "{k:?}");
+            assert_eq!(s.wake(k, 0, 0), Err(SchedError::NoSuchVcpu), "{k:?}");
+        }
+        assert_eq!(
+            s.add(key(2, 7), CpuMask::first(2), true),
+            Err(SchedError::WrongState(RunState::Runnable))
+        );
+        // The offline one at slot 2, vCPU 7 powers on; the other stays off.
+        s.power_on(key(2, 7), 1).unwrap();
+        assert_eq!(s.state(key(2, 7)), Some(RunState::Runnable));
+        assert_eq!(s.state(key(0, 0)), Some(RunState::Offline));
+    }
+
     #[test]
     fn offline_vcpu_waits_for_power_on() {
         let s = Scheduler::new(CpuMask::first(2));
