@@ -464,8 +464,8 @@ impl<B: Backend> Hypervisor<B> {
     /// says must wake is woken (counted as a timer exit of its VM).
     #[inline]
     pub fn check_timers(&self, cpu: usize, now: u64) {
-        // Inline, the common case (nothing set has passed) costs the
-        // exit that looks no call and no register saves.
+        // The test is inline: in the common case (no deadline has passed)
+        // an exit that looks pays no call and no register saves.
         if now >= self.deadline_bound.get() {
             self.wake_passed(cpu, now);
         }

@@ -218,8 +218,8 @@ pub fn create_vms<B: Machine>(
 /// then would make the others wait for it.
 #[inline]
 pub fn poll_console<B: DeviceHost>(hv: &Hypervisor<B>, cpu: usize) {
-    // Inline, the other pCPUs' look (at every interrupt exit on
-    // LoongArch) costs no call and no register saves.
+    // The test is inline: on the other pCPUs (which look at every
+    // interrupt exit on LoongArch) it costs no call and no register saves.
     if cpu == 0 {
         poll_console_here(hv, cpu);
     }
