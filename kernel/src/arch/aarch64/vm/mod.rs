@@ -458,7 +458,6 @@ impl Backend for Arm64Backend {
                     esr, vcpu.index
                 ))),
             };
-            ctx.blocking = matches!(exit, RunExit::Block);
             let what = match kind {
                 8 | 12 => ec,
                 _ => stats::what::IRQ,
@@ -470,11 +469,17 @@ impl Backend for Arm64Backend {
             // kick, a stop, another timer) arrives as a physical interrupt,
             // which ends the next entry at once if it is pending now, as it
             // would end a guest that takes no exits; the console's requests
-            // are seen at the next tick, as for such a guest.
-            if matches!(exit, RunExit::Continue) && reenters(kind, ec, quiet_irq, vm) {
-                timers_kept = kind == 8 && matches!(ec as u32, class::HVC64 | class::DABT_LOWER);
-                continue;
+            // are seen at the next tick, as for such a guest. (`exit` is
+            // known to be `Continue` there: nothing to drop, and `blocking`,
+            // read only by `put`, is set on the way out.)
+            if let RunExit::Continue = exit {
+                if reenters(kind, ec, quiet_irq, vm) {
+                    timers_kept =
+                        kind == 8 && matches!(ec as u32, class::HVC64 | class::DABT_LOWER);
+                    continue;
+                }
             }
+            ctx.blocking = matches!(exit, RunExit::Block);
             return exit;
         }
     }
