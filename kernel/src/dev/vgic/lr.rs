@@ -232,8 +232,14 @@ impl Vgic {
                     *overflow |= out.pending;
                 }
             }
-            // Cannot fail: there is room now.
-            let _ = chosen.insert(at, c);
+            // Cannot fail: there is room now. Appending (the common case:
+            // one candidate, or candidates met in order) needs no move,
+            // which `insert` made a call to `memmove` even for nothing.
+            if at == chosen.len() {
+                let _ = chosen.push(c);
+            } else {
+                let _ = chosen.insert(at, c);
+            }
         };
         // Only the INTIDs touched since a scan found them idle (neither
         // pending, by latch or line, nor active): most are, and a scan of
