@@ -38,6 +38,7 @@ use crate::vcpu::hypercall::{self, Abi, HypercallArgs, HypercallEnv, HypercallRe
 use crate::vcpu::ipi::{self, IpiError, IpiOutcome, IpiTarget, IpiWindow};
 use crate::vcpu::psci::{self, Effect, PsciVm};
 use crate::vcpu::sched::{Kick, RunState, Scheduler, VcpuKey};
+use crate::vcpu::stats::Counter;
 use crate::vm::{Backend, Hypervisor, RunExit, Vcpu, Vm, VmEnd};
 
 /// What an exit context needs from the architecture, beside [`Backend`].
@@ -325,7 +326,7 @@ impl<B: ExitArch> HypercallEnv for ExitCtx<'_, B> {
     }
 
     fn read_stat(&self, index: u64) -> Option<u64> {
-        self.vm.stats.read_index(index)
+        Counter::from_index(index).map(|c| self.vm.counter(c))
     }
 
     fn pv_ipi_offered(&self) -> bool {

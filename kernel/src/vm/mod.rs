@@ -27,7 +27,7 @@ use crate::base::platform::ExitStatus;
 use crate::dev::vdev::bus::Bus;
 use crate::mem::vmid::VmVmid;
 use crate::vcpu::sched::{CpuMask, Kick, PutReason, RunState, SchedError, Scheduler, VcpuKey};
-use crate::vcpu::stats::{ExitReason, Stats};
+use crate::vcpu::stats::{Counter, ExitReason, Snapshot, Stats};
 use crate::vcpu::steal::{PvTimeRegion, VcpuSteal};
 use crate::vm::exitctx::ExitCtx;
 use crate::vm::rebuild::{PendingRebuild, PostError, Rebuild};
@@ -279,6 +279,19 @@ impl<B: Backend> Vm<B> {
     /// Whether the VM has ended.
     pub fn has_ended(&self) -> bool {
         self.ended.load(Ordering::Acquire)
+    }
+
+    /// Its counters: the VM's block and its vCPUs' (which hold their
+    /// exits) added up.
+    pub fn counters(&self) -> Snapshot {
+        self.stats.snapshot() + self.vcpus.iter().map(|v| v.stats.snapshot()).sum()
+    }
+
+    /// One counter of [`Self::counters`].
+    pub fn counter(&self, c: Counter) -> u64 {
+        self.vcpus
+            .iter()
+            .fold(self.stats.get(c), |n, v| n.wrapping_add(v.stats.get(c)))
     }
 
     /// Whether its vCPUs must leave their pCPUs: it has ended or restarts.

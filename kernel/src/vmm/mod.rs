@@ -296,7 +296,7 @@ impl<B: Machine> Observer for LogObserver<'_, B> {
             }
             drop(mux);
             crate::vmm::terminal::drain();
-            log::info!("VM \"{vm}\" {why}; stats: {}", v.stats);
+            log::info!("VM \"{vm}\" {why}; stats: {}", v.counters());
             log::info!("VM \"{vm}\" {}", worst_line(&v.stats.worst()));
             if let Some(s) = v.virtio.summary() {
                 log::info!("VM \"{vm}\" virtio: {s}");

@@ -76,7 +76,7 @@ pub struct Row<'a> {
 }
 
 fn sample<B: DeviceHost>(vm: &Vm<B>, now: u64) -> Sample {
-    let stats = vm.stats.snapshot() + vm.vcpus.iter().map(|v| v.stats.snapshot()).sum();
+    let stats = vm.counters();
     Sample {
         at: now,
         stats,

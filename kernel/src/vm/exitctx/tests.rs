@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::vcpu::sched::{CpuMask, PutReason};
-use crate::vcpu::stats::Stats;
+use crate::vcpu::stats::{ExitReason, Stats};
 use crate::vm::{DeviceWork, Vcpu, VmParts};
 use alloc::string::String;
 use alloc::sync::Arc;
@@ -358,4 +358,33 @@ fn the_context_names_its_vcpu_and_wakes_a_set_but_never_the_caller() {
         RunState::Blocked,
         "no wake was recorded for the caller"
     );
+}
+
+#[test]
+fn the_stats_hypercall_reads_each_exit_once_whoever_counted_it() {
+    // vCPU exits are counted in the vCPU's own block by its pCPU; a
+    // timer wake-up found by another pCPU in the VM's. The guest's
+    // statistics call and the VM's summary add them up, each once.
+    let (hv, vm) = setup(2, 2, 2);
+    vm.vcpus[0].stats.exit_owned(ExitReason::Hypercall);
+    vm.vcpus[0].stats.exit_owned(ExitReason::Mmio);
+    vm.vcpus[1].stats.exit_owned(ExitReason::Mmio);
+    vm.stats.exit(ExitReason::Timer);
+    let mut ctx = ExitCtx::new(&hv, &vm, 0, &vm.vcpus[0]);
+    let stat_of = |ctx: &mut ExitCtx<'_, Mock>, index: u64| {
+        let args = HypercallArgs {
+            code: loongarch::SERVICE_KVM,
+            function: loongarch::FN_KESTREL_STATS,
+            args: [index, 0, 0, 0, 0],
+        };
+        ctx.hypercall(Abi::LoongArch, &args).code()
+    };
+    assert_eq!(stat_of(&mut ctx, stat::EXIT_MMIO), 2);
+    assert_eq!(stat_of(&mut ctx, stat::EXIT_HYPERCALL), 1);
+    assert_eq!(stat_of(&mut ctx, stat::EXIT_TIMER), 1);
+    assert_eq!(stat_of(&mut ctx, stat::EXIT_IDLE), 0);
+    assert_eq!(stat_of(&mut ctx, stat::COUNT), ret::INVALID_PARAMETER);
+    let total = vm.counters();
+    assert_eq!(total.exits(), 4);
+    assert_eq!(total.get(Counter::ExitMmio), 2);
 }

@@ -251,7 +251,7 @@ pub fn sync32(env: &mut ExitCtx<'_, B>, ctx: &mut VcpuState, syn: Syndrome) -> O
             // Debug (MDCR_EL2.TDA/TDOSA/TDRA): the vCPU's debug shadow in
             // its AArch32 views (cp14::access); trace (CPTR_EL2.TTA) and
             // anything unknown are UNDEFINED.
-            vm.stats.exit(ExitReason::Sysreg);
+            env.vcpu.stats.exit_owned(ExitReason::Sysreg);
             let dfr0 = idregs::guest_view(
                 sysreg::ID_AA64DFR0_EL1,
                 mrs!("id_aa64dfr0_el1"),
@@ -277,7 +277,7 @@ pub fn sync32(env: &mut ExitCtx<'_, B>, ctx: &mut VcpuState, syn: Syndrome) -> O
         }
         Exit32::Cp14Pair(m) => {
             // MRRC of DBGDRAR/DBGDSAR (TDRA): no ROM table; else UNDEFINED.
-            vm.stats.exit(ExitReason::Sysreg);
+            env.vcpu.stats.exit_owned(ExitReason::Sysreg);
             match cp14::access64(m.opc1, m.crm, m.read) {
                 DebugAnswer::Read(v) => {
                     let (lo, hi) = cp15::split(v);
@@ -291,12 +291,12 @@ pub fn sync32(env: &mut ExitCtx<'_, B>, ctx: &mut VcpuState, syn: Syndrome) -> O
         }
         Exit32::Cp14Mem(_) => {
             // LDC/STC to the DCC: there is no DCC.
-            vm.stats.exit(ExitReason::Sysreg);
+            env.vcpu.stats.exit_owned(ExitReason::Sysreg);
             exits::inject_undef(ctx);
             RunExit::Continue
         }
         Exit32::Vmrs { reg, rt } => {
-            vm.stats.exit(ExitReason::Sysreg);
+            env.vcpu.stats.exit_owned(ExitReason::Sysreg);
             let host = match reg {
                 VmrsReg::Mvfr0 => Some(mrs!("mvfr0_el1")),
                 VmrsReg::Mvfr1 => Some(mrs!("mvfr1_el1")),
@@ -314,11 +314,11 @@ pub fn sync32(env: &mut ExitCtx<'_, B>, ctx: &mut VcpuState, syn: Syndrome) -> O
             RunExit::Continue
         }
         Exit32::Hvc { .. } => {
-            vm.stats.exit(ExitReason::Hypercall);
+            env.vcpu.stats.exit_owned(ExitReason::Hypercall);
             call32(env, ctx)
         }
         Exit32::Smc => {
-            vm.stats.exit(ExitReason::Hypercall);
+            env.vcpu.stats.exit_owned(ExitReason::Hypercall);
             // A trapped SMC's ELR points at the SMC itself.
             exits::skip(ctx);
             call32(env, ctx)
@@ -326,7 +326,7 @@ pub fn sync32(env: &mut ExitCtx<'_, B>, ctx: &mut VcpuState, syn: Syndrome) -> O
         Exit32::Svc { .. } => {
             // SVC is never routed to EL2 (HCR_EL2.TGE = 0): a guest cannot
             // cause this; answer as for any unexpected class.
-            vm.stats.exit(ExitReason::Other);
+            env.vcpu.stats.exit_owned(ExitReason::Other);
             exits::inject_undef(ctx);
             RunExit::Continue
         }
@@ -456,7 +456,7 @@ fn access(
         Kind::Sys { reg, .. } => match trap {
             // The feature ID registers (HCR_EL2.TID3): kestrel's view.
             Trap::Tid3 => {
-                vm.stats.exit(ExitReason::Sysreg);
+                env.vcpu.stats.exit_owned(ExitReason::Sysreg);
                 Answer::Read(u64::from(guest_view32(
                     reg,
                     host_id32(reg),
@@ -466,7 +466,7 @@ fn access(
             // ACTLR/ACTLR2 (HCR_EL2.TACR): read as zero, writes ignored,
             // as ACTLR_EL1.
             Trap::Tacr => {
-                vm.stats.exit(ExitReason::Sysreg);
+                env.vcpu.stats.exit_owned(ExitReason::Sysreg);
                 if read {
                     Answer::Read(0)
                 } else {
@@ -475,7 +475,7 @@ fn access(
             }
             // The emulated EL1 physical timer (CNTHCTL_EL2.EL1PCEN clear).
             Trap::Timer if PhysTimer::handles(reg) => {
-                vm.stats.exit(ExitReason::Sysreg);
+                env.vcpu.stats.exit_owned(ExitReason::Sysreg);
                 let now = super::timer::counter();
                 if read {
                     Answer::Read(ctx.ptimer.read(reg, now).unwrap_or(0))
@@ -494,15 +494,15 @@ fn access(
                     sysreg::ICC_ASGI1R_EL1 => SgiRegister::Asgi1r,
                     sysreg::ICC_SGI0R_EL1 => SgiRegister::Sgi0r,
                     _ => {
-                        vm.stats.exit(ExitReason::Sysreg);
+                        env.vcpu.stats.exit_owned(ExitReason::Sysreg);
                         return Answer::Undef;
                     }
                 };
                 if !vm.arch.ids.gic_v3 {
-                    vm.stats.exit(ExitReason::Sysreg);
+                    env.vcpu.stats.exit_owned(ExitReason::Sysreg);
                     return Answer::Undef;
                 }
-                vm.stats.exit(ExitReason::Ipi);
+                env.vcpu.stats.exit_owned(ExitReason::Ipi);
                 let kicks = vm.arch.vgic.lock().write_icc_sgi(env.index(), which, value);
                 env.wake_set(kicks);
                 exits::skip(ctx);
@@ -511,12 +511,12 @@ fn access(
             // Nothing else kestrel's trap controls send here: a register
             // that traps unexpectedly is not given to the guest.
             _ => {
-                vm.stats.exit(ExitReason::Sysreg);
+                env.vcpu.stats.exit_owned(ExitReason::Sysreg);
                 Answer::Undef
             }
         },
         Kind::Const(v) => {
-            vm.stats.exit(ExitReason::Sysreg);
+            env.vcpu.stats.exit_owned(ExitReason::Sysreg);
             if read {
                 Answer::Read(u64::from(v))
             } else {
@@ -525,7 +525,7 @@ fn access(
         }
         // The PMU (MDCR_EL2.TPM/TPMCR) and FCSEIDR: RAZ/WI.
         Kind::RazWi => {
-            vm.stats.exit(ExitReason::Sysreg);
+            env.vcpu.stats.exit_owned(ExitReason::Sysreg);
             if read {
                 Answer::Read(0)
             } else {
@@ -536,14 +536,14 @@ fn access(
         // coherent (as DC ISW/CSW/CISW from AArch64); CP15 barriers: the
         // trap itself is a context synchronization.
         Kind::SetWay(_) | Kind::Barrier(_) => {
-            vm.stats.exit(ExitReason::Sysreg);
+            env.vcpu.stats.exit_owned(ExitReason::Sysreg);
             Answer::Done
         }
         // Maintenance by VA, invalidate-all, TLBI and AT do not trap with
         // kestrel's controls; the IMPLEMENTATION DEFINED space and every
         // unallocated encoding are UNDEFINED.
         Kind::ByVa(_) | Kind::InvalidateAll(_) | Kind::Tlbi(_) | Kind::At(_) | Kind::Undef => {
-            vm.stats.exit(ExitReason::Sysreg);
+            env.vcpu.stats.exit_owned(ExitReason::Sysreg);
             Answer::Undef
         }
     }

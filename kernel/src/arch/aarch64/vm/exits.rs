@@ -23,7 +23,7 @@ use crate::vm::exitctx::{ExitArch, ExitCtx};
 use crate::vmm::devices::VmDeviceEnv;
 
 use crate::dev::vgic::SgiRegister;
-use crate::vm::{RunExit, Vm, VmEnd};
+use crate::vm::{RunExit, Vcpu, Vm, VmEnd};
 
 use super::regs::{mrs, msr, PSTATE_EL1H_MASKED};
 use super::{Arm64Backend, VcpuState};
@@ -173,7 +173,7 @@ pub fn sync(env: &mut ExitCtx<'_, B>, ctx: &mut VcpuState, esr: u64) -> RunExit 
     // (its ELR already points past it).
     if (esr >> 26) & 0x3f == u64::from(esr::ec::HVC64) && !aarch32_state {
         ctx.ilen = 4;
-        vm.stats.exit(ExitReason::Hypercall);
+        vcpu.stats.exit_owned(ExitReason::Hypercall);
         return call(env, ctx);
     }
     // The fault addresses, read only for the exits that may need them (no
@@ -185,7 +185,7 @@ pub fn sync(env: &mut ExitCtx<'_, B>, ctx: &mut VcpuState, esr: u64) -> RunExit 
     };
     ctx.ilen = if esr & ESR_IL != 0 { 4 } else { 2 };
     if failed_condition(ctx, esr) {
-        vm.stats.exit(ExitReason::Other);
+        vcpu.stats.exit_owned(ExitReason::Other);
         skip(ctx);
         return RunExit::Continue;
     }
@@ -205,7 +205,7 @@ pub fn sync(env: &mut ExitCtx<'_, B>, ctx: &mut VcpuState, esr: u64) -> RunExit 
     }
     match exit {
         Exit::Wfi => {
-            vm.stats.exit(ExitReason::Idle);
+            vcpu.stats.exit_owned(ExitReason::Idle);
             skip(ctx);
             if be.has_work(vm, vcpu, ctx) || be.halt_poll(env, ctx) {
                 RunExit::Continue
@@ -216,7 +216,7 @@ pub fn sync(env: &mut ExitCtx<'_, B>, ctx: &mut VcpuState, esr: u64) -> RunExit 
             }
         }
         Exit::Wfit { rt } => {
-            vm.stats.exit(ExitReason::Idle);
+            vcpu.stats.exit_owned(ExitReason::Idle);
             // The timeout is a CNTVCT_EL0 value: in physical counter ticks
             // it is CNTVOFF_EL2 later.
             let deadline = reg(ctx, rt).saturating_add(vm.arch.cntvoff);
@@ -231,7 +231,7 @@ pub fn sync(env: &mut ExitCtx<'_, B>, ctx: &mut VcpuState, esr: u64) -> RunExit 
         }
         // WFET: like WFE (which may return early), whatever its timeout.
         Exit::Wfe | Exit::Wfet { .. } => {
-            vm.stats.exit(ExitReason::Idle);
+            vcpu.stats.exit_owned(ExitReason::Idle);
             skip(ctx);
             if env.should_preempt() {
                 RunExit::Yield
@@ -240,7 +240,7 @@ pub fn sync(env: &mut ExitCtx<'_, B>, ctx: &mut VcpuState, esr: u64) -> RunExit 
             }
         }
         Exit::FpAccess => {
-            vm.stats.exit(ExitReason::FpTrap);
+            vcpu.stats.exit_owned(ExitReason::FpTrap);
             let mut e = super::PCPU[env.cpu].fp.lock();
             if let Some(engine) = e.as_mut() {
                 // Counts the trap and restore in this VM, and the save of
@@ -256,37 +256,37 @@ pub fn sync(env: &mut ExitCtx<'_, B>, ctx: &mut VcpuState, esr: u64) -> RunExit 
         // SVE of a VM that has it: the lazy trap, like FP's (counted as
         // one, and as an SVE trap).
         Exit::SveAccess if vm.arch.sve_vq.is_some() => {
-            vm.stats.exit(ExitReason::FpTrap);
+            vcpu.stats.exit_owned(ExitReason::FpTrap);
             if let Some(engine) = super::PCPU[env.cpu].fp.lock().as_mut() {
                 engine.wide_trap();
             }
             RunExit::Continue
         }
         Exit::SveAccess | Exit::SmeAccess => {
-            vm.stats.exit(ExitReason::Other);
+            vcpu.stats.exit_owned(ExitReason::Other);
             inject_undef(ctx);
             RunExit::Continue
         }
         Exit::Hvc { .. } => {
-            vm.stats.exit(ExitReason::Hypercall);
+            vcpu.stats.exit_owned(ExitReason::Hypercall);
             call(env, ctx)
         }
         Exit::Smc { .. } => {
-            vm.stats.exit(ExitReason::Hypercall);
+            vcpu.stats.exit_owned(ExitReason::Hypercall);
             // A trapped SMC's ELR points at the SMC itself.
             skip(ctx);
             call(env, ctx)
         }
         Exit::SysReg(acc) => sysreg_trap(env, ctx, acc),
-        Exit::DataAbort(a) | Exit::InstAbort(a) if first_touch(vm, &a) => RunExit::Continue,
+        Exit::DataAbort(a) | Exit::InstAbort(a) if first_touch(vm, vcpu, &a) => RunExit::Continue,
         Exit::DataAbort(a) => data_abort(env, ctx, &a),
         Exit::InstAbort(a) => {
-            vm.stats.exit(ExitReason::Abort);
+            vcpu.stats.exit_owned(ExitReason::Abort);
             inject_abort(ctx, &a, false);
             RunExit::Continue
         }
         Exit::Unknown { ec, .. } => {
-            vm.stats.exit(ExitReason::Other);
+            vcpu.stats.exit_owned(ExitReason::Other);
             if ec == esr::ec::SERROR {
                 return RunExit::VmEnd(VmEnd::Fatal(format!(
                     "SError from the guest (ESR_EL2 {esr:#x})"
@@ -303,7 +303,7 @@ pub fn sync(env: &mut ExitCtx<'_, B>, ctx: &mut VcpuState, esr: u64) -> RunExit 
 /// block, which is zeroed and mapped now (or by the pCPU already at it).
 /// The guest retries the access (the PC is not moved). Returns whether it
 /// was one; anything else is for the MMIO bus or an abort.
-fn first_touch(vm: &Vm<B>, a: &Abort) -> bool {
+fn first_touch(vm: &Vm<B>, vcpu: &Vcpu<B>, a: &Abort) -> bool {
     if a.external || !esr::is_translation_fault(a.fsc) {
         return false;
     }
@@ -315,7 +315,7 @@ fn first_touch(vm: &Vm<B>, a: &Abort) -> bool {
     {
         return false;
     }
-    vm.stats.exit(ExitReason::Abort);
+    vcpu.stats.exit_owned(ExitReason::Abort);
     true
 }
 
@@ -468,11 +468,11 @@ fn sysreg_trap(env: &ExitCtx<'_, B>, ctx: &mut VcpuState, acc: SysRegAccess) -> 
     };
     if let Some(which) = sgi {
         if acc.read || !vm.arch.ids.gic_v3 {
-            vm.stats.exit(ExitReason::Sysreg);
+            env.vcpu.stats.exit_owned(ExitReason::Sysreg);
             inject_undef(ctx);
             return RunExit::Continue;
         }
-        vm.stats.exit(ExitReason::Ipi);
+        env.vcpu.stats.exit_owned(ExitReason::Ipi);
         let value = reg(ctx, acc.rt);
         let kicks = vm.arch.vgic.lock().write_icc_sgi(env.index(), which, value);
         // The caller refills its list registers before its next entry anyway.
@@ -480,7 +480,7 @@ fn sysreg_trap(env: &ExitCtx<'_, B>, ctx: &mut VcpuState, acc: SysRegAccess) -> 
         skip(ctx);
         return RunExit::Continue;
     }
-    vm.stats.exit(ExitReason::Sysreg);
+    env.vcpu.stats.exit_owned(ExitReason::Sysreg);
     if r.is_feature_id() {
         if acc.read {
             let v = idregs::guest_view(r, host_id(r), vm.arch.ids);
@@ -549,11 +549,11 @@ fn data_abort(env: &ExitCtx<'_, B>, ctx: &mut VcpuState, a: &Abort) -> RunExit {
     let (Some(acc), Some(hit)) = (a.access, vm.bus.find(a.ipa)) else {
         // Outside every emulated region (or an access the syndrome does not
         // describe, e.g. a load pair): the guest gets an external abort.
-        vm.stats.exit(ExitReason::Abort);
+        env.vcpu.stats.exit_owned(ExitReason::Abort);
         inject_abort(ctx, a, true);
         return RunExit::Continue;
     };
-    vm.stats.exit(ExitReason::Mmio);
+    env.vcpu.stats.exit_owned(ExitReason::Mmio);
     // From AArch32 the SRT is the AArch64 view, or (QEMU) the AArch32
     // number: aarch32::regs::trap_reg.
     let rt = if ctx.regs.pstate & PSTATE_NRW != 0 {
@@ -591,7 +591,7 @@ fn data_abort(env: &ExitCtx<'_, B>, ctx: &mut VcpuState, a: &Abort) -> RunExit {
         }
         Err(_) => {
             // A width or offset the device's registers do not take.
-            vm.stats.exit(ExitReason::Abort);
+            env.vcpu.stats.exit_owned(ExitReason::Abort);
             inject_abort(ctx, a, true);
         }
     }

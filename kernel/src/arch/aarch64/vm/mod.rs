@@ -448,7 +448,7 @@ impl Backend for Arm64Backend {
                 // guest kernel entered although AArch32 is hidden).
                 8 | 12 => exits::sync(env, ctx, esr),
                 9 | 10 | 13 | 14 => {
-                    vm.stats.exit(crate::vcpu::stats::ExitReason::Irq);
+                    vcpu.stats.exit_owned(crate::vcpu::stats::ExitReason::Irq);
                     let tick = take_irq(hv, cpu);
                     quiet_irq = !tick && hv.nothing_between_entries(vm);
                     RunExit::Continue

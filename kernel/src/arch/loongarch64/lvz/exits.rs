@@ -44,8 +44,7 @@ pub const S2_PS: u64 = 21;
 const S2_PAGE: u64 = 1 << S2_PS;
 
 fn count(env: &ExitCtx<'_, B>, r: ExitReason) {
-    env.vm.stats.exit(r);
-    env.vcpu.stats.exit(r);
+    env.vcpu.stats.exit_owned(r);
 }
 
 /// Handles the exit `env`'s vCPU just took (registers in `ctx`).

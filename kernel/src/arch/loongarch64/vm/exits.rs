@@ -43,8 +43,7 @@ pub fn handle(env: &mut ExitCtx<'_, B>, ctx: &mut VcpuState) -> RunExit {
     };
     let exit = exit::decode(&trap);
     if let Some(r) = exit.reason() {
-        vm.stats.exit(r);
-        env.vcpu.stats.exit(r);
+        env.vcpu.stats.exit_owned(r);
     }
     match exit {
         Exit::Interrupt => {
@@ -205,7 +204,7 @@ fn mmio(env: &ExitCtx<'_, B>, ctx: &mut VcpuState, at: GuestAccess) -> RunExit {
     match done {
         Some(r) => {
             if r == RunExit::Continue {
-                vm.stats.exit(ExitReason::Mmio);
+                env.vcpu.stats.exit_owned(ExitReason::Mmio);
             }
             r
         }
