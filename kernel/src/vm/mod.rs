@@ -294,6 +294,19 @@ impl<B: Backend> Vm<B> {
             .fold(self.stats.get(c), |n, v| n.wrapping_add(v.stats.get(c)))
     }
 
+    /// Whether a synchronous exit its backend handled in place (a
+    /// hypercall, an emulated instruction or register, or an MMIO access:
+    /// `mmio`) leaves the run loop nothing to do before the next entry of
+    /// this VM's vCPU: the VM is not stopping and, after an MMIO access
+    /// (which may have notified a virtio queue), no device work waits for
+    /// its budget. The backend adds its own look (no host interrupt
+    /// pending); an interrupt exit's rule is
+    /// [`Hypervisor::nothing_between_entries`].
+    #[inline(always)]
+    pub fn quiet_after_sync_exit(&self, mmio: bool) -> bool {
+        !self.is_stopping() && !(mmio && self.virtio.pending())
+    }
+
     /// Whether its vCPUs must leave their pCPUs: it has ended or restarts.
     pub fn is_stopping(&self) -> bool {
         self.has_ended() || self.resetting.load(Ordering::Acquire)

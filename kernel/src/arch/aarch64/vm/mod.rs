@@ -281,28 +281,28 @@ impl Arm64Backend {
 
 /// Whether the run loop can be skipped after an exit through vector
 /// `kind` (of class `ec`) that its handler answered with `Continue`: from
-/// AArch64, a hypercall, a trapped system register or an MMIO access; an
-/// interrupt that left the run loop nothing to do (`quiet_irq`: not
-/// kestrel's tick, and [`Hypervisor::nothing_between_entries`]), as
-/// `take_irq` did what it meant (a kick's interrupt for this vCPU is
-/// injected by the entry, an FP request answered). Only with no physical
-/// interrupt pending at EL2
-/// (the run loop's business), the VM not stopping (a handler may end it
-/// and still go on) and, after an MMIO access (which may have notified a
-/// virtio queue), no device work waiting for its budget.
+/// AArch64, a hypercall, a trapped system register or an MMIO access that
+/// left the VM's side quiet ([`Vm::quiet_after_sync_exit`]: the VM not
+/// stopping, as a handler may end it and still go on; after MMIO, no
+/// device work waiting); an interrupt that left the run loop nothing to
+/// do (`quiet_irq`: not kestrel's tick, and
+/// [`Hypervisor::nothing_between_entries`]), as `take_irq` did what it
+/// meant (a kick's interrupt for this vCPU is injected by the entry, an
+/// FP request answered). Only with no physical interrupt pending at EL2
+/// (the run loop's business).
 #[inline(always)]
 fn reenters(kind: u64, ec: u8, quiet_irq: bool, vm: &Vm<Arm64Backend>) -> bool {
-    let light = match kind {
+    let quiet = match kind {
         8 => match ec as u32 {
-            class::HVC64 | class::SMC64 | class::SYS64 => true,
-            class::DABT_LOWER => !vm.virtio.pending(),
+            class::HVC64 | class::SMC64 | class::SYS64 => vm.quiet_after_sync_exit(false),
+            class::DABT_LOWER => vm.quiet_after_sync_exit(true),
             _ => false,
         },
         9 | 13 => quiet_irq,
         _ => false,
     };
     // ISR_EL1.I at EL2: a physical IRQ (tick, kick, timer) is pending.
-    light && mrs!("isr_el1") & (1 << 7) == 0 && !vm.is_stopping()
+    quiet && mrs!("isr_el1") & (1 << 7) == 0
 }
 
 impl Backend for Arm64Backend {

@@ -446,22 +446,22 @@ impl<M: Mode> LaBackend<M> {
 /// took (page invalid); or after an interrupt (`what` is
 /// [`stats::what::IRQ`]) that left the run loop nothing to do
 /// (`quiet_irq`: the slice goes on, and
-/// [`Hypervisor::nothing_between_entries`]). Only with no host interrupt
-/// waiting (ESTAT.IS 12:2: the run loop's business), the VM not stopping,
-/// and, after an MMIO access (which may have notified a virtio queue), no
-/// device work waiting for its budget.
+/// [`Hypervisor::nothing_between_entries`]). A synchronous exit must have
+/// left the VM's side quiet ([`Vm::quiet_after_sync_exit`]: the VM not
+/// stopping; after MMIO, no device work waiting). Only with no host
+/// interrupt waiting (ESTAT.IS 12:2: the run loop's business).
 #[inline(always)]
 fn reenters<M: Mode>(what: u8, quiet_irq: bool, vm: &Vm<LaBackend<M>>) -> bool {
     use crate::guest::loongarch::csr::ecode;
-    let light = match what {
+    let quiet = match what {
         // LVZ's hypercall and emulated instructions; trap-and-emulate's
         // privileged and hypercall instructions (its guest runs at PLV3).
-        ecode::HVC | ecode::GSPR | ecode::INE | ecode::IPE => true,
-        ecode::PIL | ecode::PIS => !vm.virtio.pending(),
+        ecode::HVC | ecode::GSPR | ecode::INE | ecode::IPE => vm.quiet_after_sync_exit(false),
+        ecode::PIL | ecode::PIS => vm.quiet_after_sync_exit(true),
         stats::what::IRQ => quiet_irq,
         _ => false,
     };
-    light && csr::estat() & 0x1ffc == 0 && !vm.is_stopping()
+    quiet && csr::estat() & 0x1ffc == 0
 }
 
 impl<M: Mode> Backend for LaBackend<M> {
