@@ -16,11 +16,12 @@
 //!
 //! Shown to fail when the ordering is broken (each change made by hand,
 //! the model run, the change reverted):
-//! - `ipi::send` reading `running_on` before `set_pending` (the two steps
-//!   swapped): "IPI pending, vCPU 1 in its guest on pCPU 1, no kick" (the
-//!   sender saw the target not running, the target entered and sampled
-//!   nothing, then the bit was set).
-//! - `PvIpiRoute::set_pending` without its `wake_quiet` (a blocked target
+//! - `PvIpiRoute::deliver` asking the scheduler (the wake and where the
+//!   target runs) before raising the bit: "IPI pending, vCPU 1 in its
+//!   guest on pCPU 1, no kick" (the sender saw the target not running,
+//!   the target entered and sampled nothing, then the bit was set), in
+//!   both models.
+//! - `PvIpiRoute::deliver` without its `wake_quiet` (a blocked target
 //!   not woken): "IPI pending, pCPU 1 asleep, no kick".
 //!
 //! The model's own flags are set with `swap`, not `store` (loom issue #254,

@@ -19,19 +19,20 @@
 //!
 //! For each target the VM marks the software interrupt pending (LoongArch
 //! SWI0 in the guest ESTAT, arm64 an SGI in the vGIC) through
-//! [`IpiTarget::set_pending`]. A target that was already pending costs
+//! [`IpiTarget::deliver`]. A target that was already pending costs
 //! nothing more (coalesced: the guest handler drains its message word anyway).
 //! A newly pending target that is running a guest on some pCPU is kicked so
 //! it exits and sees the interrupt; one that is not running picks it up on
-//! its next entry (`set_pending` must also wake it if it is blocked). The
+//! its next entry (`deliver` must also wake it if it is blocked). The
 //! sender is never kicked: it is in the hypervisor already and re-enters
 //! with the interrupt injected.
 //!
 //! Ordering the implementation must provide: a vCPU publishes "running on
-//! p" before it samples its pending interrupts on entry, and `set_pending`
-//! publishes before `running_on` is read, so a target is either kicked or
-//! sees the bit. [`crate::vm::exitctx::ExitCtx`] is the implementation for
-//! every backend: `running_on` is the scheduler's view, `kick` a physical
+//! p" before it samples its pending interrupts on entry, and `deliver`
+//! publishes the bit before it reads where the target runs, so a target is
+//! either kicked or sees the bit. [`crate::vm::exitctx::ExitCtx`] is the
+//! implementation for every backend: the scheduler's view, read once under
+//! its lock for both the wake and the pCPU to kick; a kick is a physical
 //! IPI, and [`IpiOutcome::kicked`] counts exactly those IPIs.
 
 pub use kestrel_abi::IpiWindow;
@@ -40,13 +41,24 @@ pub use kestrel_abi::IpiWindow;
 pub trait IpiTarget {
     /// Number of vCPUs (ids `0..vcpu_count`).
     fn vcpu_count(&self) -> usize;
-    /// Mark the IPI software interrupt pending on `vcpu` (and wake it if it is
-    /// blocked). Returns whether it was already pending.
-    fn set_pending(&self, vcpu: usize) -> bool;
-    /// The pCPU on which `vcpu` is running a guest right now, if any.
-    fn running_on(&self, vcpu: usize) -> Option<usize>;
+    /// Mark the IPI software interrupt pending on `vcpu` (and wake it if it
+    /// is blocked), then say where it runs: published before that look.
+    fn deliver(&self, vcpu: usize) -> Delivery;
     /// Make `pcpu` leave the guest (physical IPI).
     fn kick(&self, pcpu: usize);
+}
+
+/// What [`IpiTarget::deliver`] did to one target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delivery {
+    /// It was pending already: nothing changed.
+    Coalesced,
+    /// Newly pending; it takes the interrupt at its next entry (not
+    /// running a guest, or it is the caller).
+    Pending,
+    /// Newly pending, and it runs a guest on this pCPU (never the
+    /// caller's): kick it.
+    Running(usize),
 }
 
 /// What one send did.
@@ -120,15 +132,15 @@ pub fn send(vm: &impl IpiTarget, sender: usize, w: &IpiWindow) -> Result<IpiOutc
     let targets = validate(w, vm.vcpu_count())?;
     let mut out = IpiOutcome::default();
     for vcpu in targets {
-        if vm.set_pending(vcpu) {
-            out.coalesced += 1;
-            continue;
-        }
-        out.delivered += 1;
-        if vcpu != sender {
-            if let Some(pcpu) = vm.running_on(vcpu) {
-                vm.kick(pcpu);
-                out.kicked += 1;
+        match vm.deliver(vcpu) {
+            Delivery::Coalesced => out.coalesced += 1,
+            Delivery::Pending => out.delivered += 1,
+            Delivery::Running(pcpu) => {
+                out.delivered += 1;
+                if vcpu != sender {
+                    vm.kick(pcpu);
+                    out.kicked += 1;
+                }
             }
         }
     }
@@ -167,11 +179,14 @@ pub(crate) mod tests {
         fn vcpu_count(&self) -> usize {
             self.pending.len()
         }
-        fn set_pending(&self, vcpu: usize) -> bool {
-            self.pending[vcpu].replace(true)
-        }
-        fn running_on(&self, vcpu: usize) -> Option<usize> {
-            self.running[vcpu].then_some(vcpu)
+        fn deliver(&self, vcpu: usize) -> Delivery {
+            if self.pending[vcpu].replace(true) {
+                Delivery::Coalesced
+            } else if self.running[vcpu] {
+                Delivery::Running(vcpu)
+            } else {
+                Delivery::Pending
+            }
         }
         fn kick(&self, pcpu: usize) {
             self.kicks.borrow_mut().push(pcpu);
@@ -255,11 +270,8 @@ pub(crate) mod tests {
             fn vcpu_count(&self) -> usize {
                 usize::MAX
             }
-            fn set_pending(&self, _: usize) -> bool {
+            fn deliver(&self, _: usize) -> Delivery {
                 panic!("must not deliver")
-            }
-            fn running_on(&self, _: usize) -> Option<usize> {
-                None
             }
             fn kick(&self, _: usize) {}
         }

@@ -217,6 +217,20 @@ pub enum Kick {
     Cpu(usize),
 }
 
+/// What [`Scheduler::wake_quiet`] found, for the caller to act on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QuietWake {
+    /// Nothing to do: runnable already, offline, stopped, or running on
+    /// the caller's own pCPU.
+    None,
+    /// It was blocked and is queued on this idle pCPU now: send it a
+    /// physical IPI (that is the wake).
+    Idle(usize),
+    /// It runs on this pCPU (not the caller's); the wake is remembered,
+    /// so it cannot block past it. A kick makes it see its interrupt.
+    Running(usize),
+}
+
 /// A runnable vCPU a pCPU may take: which queue, where in it, which entry.
 #[derive(Clone, Copy)]
 struct Candidate {
@@ -470,47 +484,39 @@ impl Scheduler {
     /// `now` the counter value, from which a woken vCPU waits (its stolen
     /// time until a pCPU picks it).
     pub fn wake(&self, key: VcpuKey, from: usize, now: u64) -> Result<Kick, SchedError> {
-        self.wake_inner(key, from, now, true)
+        Ok(match self.wake_quiet(key, from, now)? {
+            QuietWake::None => Kick::None,
+            QuietWake::Idle(c) | QuietWake::Running(c) => Kick::Cpu(c),
+        })
     }
 
-    /// As [`wake`](Self::wake), but a running vCPU's pCPU is never
-    /// returned: the wake is remembered (a vCPU about to block stays
-    /// runnable) and the caller kicks that pCPU itself if it must (the PV
-    /// IPI router does, through `IpiTarget::running_on` and `kick`). A
-    /// blocked vCPU's idle pCPU is still returned: that kick is the wake.
-    pub fn wake_quiet(&self, key: VcpuKey, from: usize, now: u64) -> Result<Kick, SchedError> {
-        self.wake_inner(key, from, now, false)
-    }
-
-    fn wake_inner(
-        &self,
-        key: VcpuKey,
-        from: usize,
-        now: u64,
-        kick_running: bool,
-    ) -> Result<Kick, SchedError> {
+    /// As [`wake`](Self::wake), but telling a running vCPU's pCPU apart
+    /// from a blocked vCPU's idle one: the wake is remembered either way (a
+    /// vCPU about to block stays runnable), the idle pCPU is to be sent the
+    /// wake, and the running one is the caller's to kick if it must (the PV
+    /// IPI router does, to count its kicks). One look under the lock.
+    pub fn wake_quiet(&self, key: VcpuKey, from: usize, now: u64) -> Result<QuietWake, SchedError> {
         let mut s = self.inner.lock();
         let i = s.find(key).ok_or(SchedError::NoSuchVcpu)?;
-        let kick = match s.entries[i].state {
+        Ok(match s.entries[i].state {
             RunState::Blocked => {
                 let cpu = s.make_runnable(i, Some(now));
                 if s.idle.contains(cpu) && cpu != from {
-                    Kick::Cpu(cpu)
+                    QuietWake::Idle(cpu)
                 } else {
-                    Kick::None
+                    QuietWake::None
                 }
             }
             RunState::Running(c) => {
                 s.entries[i].wake_pending = true;
-                if kick_running && c != from {
-                    Kick::Cpu(c)
+                if c != from {
+                    QuietWake::Running(c)
                 } else {
-                    Kick::None
+                    QuietWake::None
                 }
             }
-            RunState::Runnable | RunState::Offline | RunState::Stopped => Kick::None,
-        };
-        Ok(kick)
+            RunState::Runnable | RunState::Offline | RunState::Stopped => QuietWake::None,
+        })
     }
 
     /// PSCI CPU_ON: an offline vCPU becomes runnable. Returns the pCPU to
@@ -1131,12 +1137,14 @@ mod tests {
     }
 
     #[test]
-    fn quiet_wake_kicks_only_an_idle_pcpu_and_is_not_lost() {
+    fn quiet_wake_tells_an_idle_pcpu_from_a_running_one_and_is_not_lost() {
         let s = Scheduler::new(CpuMask::first(2));
         s.add(key(0, 0), CpuMask::single(0), true).unwrap();
         let k = s.pick(0, 0).unwrap();
-        // Running on cpu0: no kick, but the wake is remembered.
-        assert_eq!(s.wake_quiet(k, 1, 0).unwrap(), Kick::None);
+        // From its own pCPU: nothing to send.
+        assert_eq!(s.wake_quiet(k, 0, 0).unwrap(), QuietWake::None);
+        // Running on cpu0: named as running, and the wake is remembered.
+        assert_eq!(s.wake_quiet(k, 1, 0).unwrap(), QuietWake::Running(0));
         assert_eq!(
             s.put(0, k, PutReason::Blocked, 0).unwrap(),
             RunState::Runnable
@@ -1146,9 +1154,9 @@ mod tests {
             s.put(0, k, PutReason::Blocked, 0).unwrap(),
             RunState::Blocked
         );
-        // Blocked with cpu0 idle: the kick is the wake.
+        // Blocked with cpu0 idle: the IPI to it is the wake.
         assert_eq!(s.pick(0, 0), None);
-        assert_eq!(s.wake_quiet(k, 1, 0).unwrap(), Kick::Cpu(0));
+        assert_eq!(s.wake_quiet(k, 1, 0).unwrap(), QuietWake::Idle(0));
         assert_eq!(s.pick(0, 0), Some(k));
     }
 

@@ -13,31 +13,30 @@
 //!
 //! The router ([`crate::vcpu::ipi::send`]) calls, per target:
 //!
-//! - [`IpiTarget::set_pending`]: the arch marks the interrupt pending
+//! - [`IpiTarget::deliver`]: the arch marks the interrupt pending
 //!   ([`ExitArch::raise_pv_ipi`]); a newly pending target other than the
 //!   sender is then woken through the scheduler
-//!   ([`crate::vcpu::sched::Scheduler::wake_quiet`]): a blocked one becomes
-//!   runnable (its idle pCPU is sent a physical IPI: that is the wake, not
-//!   a kick), a running one has the wake remembered so it cannot block
-//!   past it. No running pCPU is kicked here.
-//! - [`IpiTarget::running_on`]: the pCPU the scheduler has the target
-//!   running on (read under the scheduler's lock, after `set_pending`
-//!   published the bit), never the caller's own.
+//!   ([`crate::vcpu::sched::Scheduler::wake_quiet`]), which in the same
+//!   look under its lock says where the target stands: a blocked one
+//!   becomes runnable (its idle pCPU is sent a physical IPI here: that is
+//!   the wake, not a kick); a running one has the wake remembered so it
+//!   cannot block past it, and its pCPU (never the caller's own) is
+//!   returned to be kicked.
 //! - [`IpiTarget::kick`]: a physical IPI to that pCPU
 //!   ([`Backend::kick`]), counted in [`crate::vcpu::ipi::IpiOutcome::kicked`].
 //!
 //! That is the ordering contract of [`crate::vcpu::ipi`]: the scheduler marks a
 //! vCPU running on `p` (under its lock) before the backend samples pending
-//! interrupts for its entry, and `set_pending` publishes the bit before
-//! `running_on` takes that lock, so the target either sees the bit at its
-//! entry or is kicked. The sender is never woken or kicked: it is in the
-//! hypervisor and samples its interrupts before it re-enters.
+//! interrupts for its entry, and `deliver` publishes the bit before it
+//! takes that lock, so the target either sees the bit at its entry or is
+//! kicked. The sender is never woken or kicked: it is in the hypervisor
+//! and samples its interrupts before it re-enters.
 
 use crate::vcpu::cpuset::VcpuSet;
 use crate::vcpu::hypercall::{self, Abi, HypercallArgs, HypercallEnv, HypercallRet};
-use crate::vcpu::ipi::{self, IpiError, IpiOutcome, IpiTarget, IpiWindow};
+use crate::vcpu::ipi::{self, Delivery, IpiError, IpiOutcome, IpiTarget, IpiWindow};
 use crate::vcpu::psci::{self, Effect, PsciVm};
-use crate::vcpu::sched::{Kick, RunState, Scheduler, VcpuKey};
+use crate::vcpu::sched::{QuietWake, Scheduler, VcpuKey};
 use crate::vcpu::stats::Counter;
 use crate::vm::{Backend, Hypervisor, RunExit, Vcpu, Vm, VmEnd};
 
@@ -219,12 +218,8 @@ impl<B: ExitArch> IpiTarget for ExitCtx<'_, B> {
         self.vm.vcpus.len()
     }
 
-    fn set_pending(&self, vcpu: usize) -> bool {
-        self.pv_ipi().set_pending(vcpu)
-    }
-
-    fn running_on(&self, vcpu: usize) -> Option<usize> {
-        self.pv_ipi().running_on(vcpu)
+    fn deliver(&self, vcpu: usize) -> Delivery {
+        self.pv_ipi().deliver(vcpu)
     }
 
     fn kick(&self, pcpu: usize) {
@@ -294,22 +289,22 @@ impl<A: PvIpiArch> IpiTarget for PvIpiRoute<'_, A> {
         self.vcpus
     }
 
-    fn set_pending(&self, vcpu: usize) -> bool {
+    fn deliver(&self, vcpu: usize) -> Delivery {
         if self.arch.raise(self.sender, vcpu) {
-            return true;
+            return Delivery::Coalesced;
         }
-        if vcpu != self.sender {
-            if let Ok(Kick::Cpu(c)) = self.sched.wake_quiet(self.key(vcpu), self.cpu, self.now) {
+        if vcpu == self.sender {
+            return Delivery::Pending;
+        }
+        // One look under the scheduler's lock, after the bit is published:
+        // the wake (remembered for a running target), and where it runs.
+        match self.sched.wake_quiet(self.key(vcpu), self.cpu, self.now) {
+            Ok(QuietWake::Idle(c)) => {
                 self.arch.kick(c);
+                Delivery::Pending
             }
-        }
-        false
-    }
-
-    fn running_on(&self, vcpu: usize) -> Option<usize> {
-        match self.sched.state(self.key(vcpu)) {
-            Some(RunState::Running(c)) if c != self.cpu => Some(c),
-            _ => None,
+            Ok(QuietWake::Running(c)) => Delivery::Running(c),
+            Ok(QuietWake::None) | Err(_) => Delivery::Pending,
         }
     }
 

@@ -2,7 +2,8 @@
 //! backend that records what the arch is asked to do.
 
 use super::*;
-use crate::vcpu::sched::{CpuMask, PutReason};
+use crate::vcpu::ipi::Delivery;
+use crate::vcpu::sched::{CpuMask, PutReason, RunState};
 use crate::vcpu::stats::{ExitReason, Stats};
 use crate::vm::{DeviceWork, Vcpu, VmParts};
 use alloc::string::String;
@@ -228,16 +229,18 @@ fn self_ipi_marks_pending_and_touches_nobody() {
 }
 
 #[test]
-fn running_on_never_names_the_callers_pcpu_or_a_stopped_vcpu() {
+fn delivery_never_names_the_callers_pcpu_or_an_off_vcpu_as_running() {
     let (hv, vm) = setup(2, 3, 1);
     run(&hv, 0);
     let ctx = ExitCtx::new(&hv, &vm, 0, &vm.vcpus[0]);
-    assert_eq!(ctx.running_on(0), None, "the caller's own pCPU");
-    assert_eq!(ctx.running_on(1), None, "off");
-    assert_eq!(ctx.running_on(2), None, "off");
-    // An IPI to an off vCPU marks it pending but wakes nothing.
+    assert_eq!(ctx.deliver(0), Delivery::Pending, "the caller itself");
+    assert_eq!(ctx.deliver(0), Delivery::Coalesced);
+    assert_eq!(ctx.deliver(1), Delivery::Pending, "off");
+    assert_eq!(ctx.deliver(2), Delivery::Pending, "off");
+    assert!(kicks(&hv).is_empty());
+    // Through the router: all coalesced now, nobody woken or kicked.
     let out = ipi::send(&ctx, 0, &window(&[1, 2])).unwrap();
-    assert_eq!((out.delivered, out.kicked), (2, 0));
+    assert_eq!((out.delivered, out.coalesced, out.kicked), (0, 2, 0));
     assert!(kicks(&hv).is_empty());
     assert_eq!(state(&hv, &vm, 1), Some(RunState::Offline));
 }
