@@ -514,10 +514,11 @@ impl<M: Mode> Backend for LaBackend<M> {
             vm.stats.note_step(csr::rdtime().saturating_sub(t));
             return exit;
         }
-        // Whether the last exit was a hypercall handled in place: the
-        // one-shot timer armed before it still stands (a hypercall moves
-        // no deadline this pCPU arms for; under LVZ the guest's timer is
-        // its own).
+        // Whether the last exit, handled in place, left the one-shot timer
+        // armed before it standing: a hypercall (it moves no deadline this
+        // pCPU arms for; under LVZ the guest's timer is its own) or an
+        // interrupt other than the timer's (a kick: the timer has not
+        // fired, and what the interrupt did moves no deadline either).
         let mut timer_armed = false;
         loop {
             let euen = M::prepare_entry(&vm.arch, index, ctx);
@@ -570,7 +571,9 @@ impl<M: Mode> Backend for LaBackend<M> {
             // takes no exits; the console's requests are seen at the next
             // tick, as for such a guest.
             if kind != 1 && matches!(exit, RunExit::Continue) && reenters(what, quiet_irq, vm) {
-                timer_armed = what == crate::guest::loongarch::csr::ecode::HVC;
+                timer_armed = what == crate::guest::loongarch::csr::ecode::HVC
+                    || (what == stats::what::IRQ
+                        && !csr::Irqs::from_bits_truncate(estat).contains(csr::Irqs::TI));
                 continue;
             }
             return exit;
