@@ -304,7 +304,7 @@ impl<B: Backend> Vm<B> {
     /// [`Hypervisor::nothing_between_entries`].
     #[inline(always)]
     pub fn quiet_after_sync_exit(&self, mmio: bool) -> bool {
-        !self.is_stopping() && !(mmio && self.virtio.pending())
+        !(self.is_stopping() || (mmio && self.virtio.pending()))
     }
 
     /// Whether its vCPUs must leave their pCPUs: it has ended or restarts.

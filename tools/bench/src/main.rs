@@ -4,7 +4,7 @@
 
 use kernel::mem::vmid::{VmVmid, VmidAllocator};
 use kernel::vcpu::fpu::{FpCounters, FpEngine, FpHw, FpLoad, FpPolicy, VcpuFp};
-use kernel::vcpu::ipi::{self, IpiTarget};
+use kernel::vcpu::ipi::{self, Delivery, IpiTarget};
 use kestrel_abi::IpiWindows;
 use std::cell::{Cell, RefCell};
 use std::sync::Arc;
@@ -320,11 +320,12 @@ impl IpiTarget for SimVm {
     fn vcpu_count(&self) -> usize {
         self.pending.len()
     }
-    fn set_pending(&self, v: usize) -> bool {
-        self.pending[v].replace(true)
-    }
-    fn running_on(&self, v: usize) -> Option<usize> {
-        Some(v)
+    fn deliver(&self, v: usize) -> Delivery {
+        if self.pending[v].replace(true) {
+            Delivery::Coalesced
+        } else {
+            Delivery::Running(v)
+        }
     }
     fn kick(&self, _: usize) {
         *self.kicks.borrow_mut() += 1;

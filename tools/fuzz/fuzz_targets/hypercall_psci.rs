@@ -9,7 +9,7 @@
 
 use arbitrary::{Arbitrary, Unstructured};
 use kernel::vcpu::hypercall::{dispatch, Abi, HypercallArgs, HypercallEnv};
-use kernel::vcpu::ipi::{self, IpiError, IpiOutcome, IpiTarget, IpiWindow};
+use kernel::vcpu::ipi::{self, Delivery, IpiError, IpiOutcome, IpiTarget, IpiWindow};
 use kernel::vcpu::psci::{self, fid, PsciVm};
 use kernel::vcpu::steal::{self, PvTimeEffect, PvTimeRegion};
 use kestrel_abi::ret;
@@ -34,11 +34,14 @@ impl IpiTarget for Vm {
     fn vcpu_count(&self) -> usize {
         self.pending.len()
     }
-    fn set_pending(&self, vcpu: usize) -> bool {
-        self.pending[vcpu].replace(true)
-    }
-    fn running_on(&self, vcpu: usize) -> Option<usize> {
-        self.running[vcpu]
+    fn deliver(&self, vcpu: usize) -> Delivery {
+        if self.pending[vcpu].replace(true) {
+            return Delivery::Coalesced;
+        }
+        match self.running[vcpu] {
+            Some(pcpu) => Delivery::Running(pcpu),
+            None => Delivery::Pending,
+        }
     }
     fn kick(&self, pcpu: usize) {
         self.kicked.borrow_mut().push(pcpu);
