@@ -295,7 +295,10 @@ impl Stats {
         c.store(c.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
     }
 
-    /// Value at a guest-supplied index (`None`: no such counter).
+    /// Value at a guest-supplied index (`None`: no such counter), of this
+    /// block alone: the tests' view. The guest's statistics call reads
+    /// its VM's figures with its vCPUs' added (`Vm::counter`).
+    #[cfg(test)]
     pub fn read_index(&self, index: u64) -> Option<u64> {
         Counter::from_index(index).map(|c| self.get(c))
     }
