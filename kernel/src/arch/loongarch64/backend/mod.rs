@@ -561,8 +561,9 @@ impl<M: Mode> Backend for LaBackend<M> {
             } else {
                 ((estat >> 16) & 0x3f) as u8
             };
-            vm.stats
-                .note_exit(csr::rdtime().saturating_sub(exited), what);
+            // The stable counter, read on this pCPU since `exited`, is not
+            // behind it: a plain subtraction.
+            vm.stats.note_exit(csr::rdtime().wrapping_sub(exited), what);
             // An exit handled in place goes straight back in, without the
             // run loop's looks: whatever they look for (a slice's end, a
             // kick, a stop, a timer, another pCPU's call for the FP
