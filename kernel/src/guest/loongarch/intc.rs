@@ -95,6 +95,12 @@ impl Intc {
         self.lines.len()
     }
 
+    /// vCPU `vcpu`'s HWI lines ([`Intc::hwi`]'s word), for a caller that
+    /// reads them before every entry and looks the vCPU up once.
+    pub fn hwi_lines(&self, vcpu: usize) -> Option<&AtomicU8> {
+        self.lines.get(vcpu)
+    }
+
     /// HWI lines up for vCPU `vcpu`: bit n = HWIn = ESTAT.IS[2 + n].
     #[inline]
     pub fn hwi(&self, vcpu: usize) -> u8 {

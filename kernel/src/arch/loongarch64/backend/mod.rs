@@ -29,7 +29,7 @@ use alloc::string::String;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::marker::PhantomData;
-use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
 use crate::base::haltpoll::{HaltPoll, PollEnd};
 use crate::dev::vdev::ns16550::Ns16550 as VNs16550;
@@ -99,7 +99,7 @@ pub trait Mode: Sized + 'static {
     /// the interrupt controllers' lines) into the guest's ESTAT, and the
     /// mode's translation state. Returns the FP/LSX/LASX enables the guest
     /// runs with if it owns the unit (cut to what the CPU has).
-    fn prepare_entry(st: &VmState, index: usize, ctx: &mut Self::Vcpu) -> u64;
+    fn prepare_entry(irqs: &VcpuIrqs<'_>, ctx: &mut Self::Vcpu) -> u64;
     /// Whether the vCPU may enter: not waiting in `idle` with nothing
     /// pending (a stale wake-up waits on).
     fn idle_over(st: &VmState, index: usize, ctx: &mut Self::Vcpu) -> bool;
@@ -273,16 +273,53 @@ impl VmState {
 
     /// Puts vCPU `index`'s IPI and HWI lines into its virtual ESTAT.
     pub fn merge_lines(&self, index: usize, csr: &mut vcsr::CsrFile) {
-        csr.set_line(vcsr::IRQ_IPI, self.ipi.get(index).is_some_and(VIpi::line));
-        let hwi = self.intc.hwi(index);
-        for n in 0..8 {
-            csr.set_line(IRQ_HWI0 + n, hwi & (1 << n) != 0);
+        self.irqs(index).merge_lines(csr);
+    }
+
+    /// vCPU `index`'s share of the VM's interrupt state.
+    pub fn irqs(&self, index: usize) -> VcpuIrqs<'_> {
+        VcpuIrqs {
+            shared: &self.shared[index],
+            ipi: self.ipi.get(index),
+            hwi: self.intc.hwi_lines(index),
         }
     }
 
     /// Copies `data` to offset `off` of the VM's RAM.
     pub fn copy_in(&self, off: u64, data: &[u8]) -> Result<(), String> {
         mem::copy_in(&self.ram, off, data)
+    }
+}
+
+/// One vCPU's share of its VM's interrupt state (its SWI bits, its IOCSR
+/// IPI block, its HWI lines), looked up once per `run`: the entry reads it
+/// before every entry.
+pub struct VcpuIrqs<'a> {
+    pub shared: &'a VcpuShared,
+    ipi: Option<&'a VIpi>,
+    hwi: Option<&'a AtomicU8>,
+}
+
+impl VcpuIrqs<'_> {
+    /// The IOCSR IPI line (ESTAT.IS[12]).
+    #[inline]
+    pub fn ipi_line(&self) -> bool {
+        self.ipi.is_some_and(VIpi::line)
+    }
+
+    /// The HWI lines up ([`Intc::hwi`]).
+    #[inline]
+    pub fn hwi(&self) -> u8 {
+        self.hwi.map_or(0, |l| l.load(Ordering::Acquire))
+    }
+
+    /// Puts the IPI and HWI lines into the vCPU's virtual ESTAT.
+    pub fn merge_lines(&self, csr: &mut vcsr::CsrFile) {
+        csr.set_line(vcsr::IRQ_IPI, self.ipi_line());
+        let hwi = self.hwi();
+        for n in 0..8 {
+            csr.set_line(IRQ_HWI0 + n, hwi & (1 << n) != 0);
+        }
     }
 }
 
@@ -520,8 +557,9 @@ impl<M: Mode> Backend for LaBackend<M> {
         // interrupt other than the timer's (a kick: the timer has not
         // fired, and what the interrupt did moves no deadline either).
         let mut timer_armed = false;
+        let irqs = vm.arch.irqs(index);
         loop {
-            let euen = M::prepare_entry(&vm.arch, index, ctx);
+            let euen = M::prepare_entry(&irqs, ctx);
             let owns = PCPU[cpu].fp_owned.load(Ordering::Relaxed);
             fpu::set_guest_euen(if owns { euen & self.fp_mask() } else { 0 });
             if !M::idle_over(&vm.arch, index, ctx) {

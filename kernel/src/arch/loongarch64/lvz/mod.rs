@@ -40,7 +40,7 @@ use crate::vcpu::fpu::FpPolicy;
 use crate::vm::exitctx::ExitCtx;
 use crate::vm::{RunExit, Vcpu, Vm};
 
-use super::backend::{LaBackend, Mode, VmState, PCPU};
+use super::backend::{LaBackend, Mode, VcpuIrqs, VmState, PCPU};
 use super::csr;
 use gcsr::{g, gcsr_read, gcsr_xchg};
 pub use vcpu::VcpuState;
@@ -246,11 +246,10 @@ impl Mode for Lvz {
     /// ESTAT. The guest gets the whole FP unit (its own EUEN, a guest CSR,
     /// gates it further).
     #[inline(always)]
-    fn prepare_entry(st: &VmState, index: usize, _ctx: &mut VcpuState) -> u64 {
-        let sh = &st.shared[index];
-        let swi = u64::from(sh.swi.swap(0, Ordering::AcqRel) & 3);
-        let ipi = if st.ipi[index].line() { IS_IPI } else { 0 };
-        let hwi = u64::from(st.intc.hwi(index)) << 2;
+    fn prepare_entry(irqs: &VcpuIrqs<'_>, _ctx: &mut VcpuState) -> u64 {
+        let swi = u64::from(irqs.shared.swi.swap(0, Ordering::AcqRel) & 3);
+        let ipi = if irqs.ipi_line() { IS_IPI } else { 0 };
+        let hwi = u64::from(irqs.hwi()) << 2;
         // Only the bits kestrel owns, and only when they change: the guest
         // timer sets TI meanwhile (the masked exchange leaves it alone).
         let (set, mask) = (swi | ipi | hwi, swi | IS_IPI | IS_HWI);

@@ -20,7 +20,7 @@ use crate::vcpu::fpu::FpPolicy;
 use crate::vm::exitctx::ExitCtx;
 use crate::vm::{RunExit, Vcpu, Vm};
 
-use super::backend::{switch, LaBackend, Mode, VmState, PCPU};
+use super::backend::{switch, LaBackend, Mode, VcpuIrqs, VmState, PCPU};
 use super::csr;
 pub use vcpu::VcpuState;
 
@@ -95,11 +95,10 @@ impl Mode for Tne {
     /// runs with its virtual EUEN: FP it disabled itself raises its own
     /// exception.
     #[inline(always)]
-    fn prepare_entry(st: &VmState, index: usize, ctx: &mut VcpuState) -> u64 {
-        let sh = &st.shared[index];
+    fn prepare_entry(irqs: &VcpuIrqs<'_>, ctx: &mut VcpuState) -> u64 {
         ctx.csr.update_timer(csr::rdtime());
-        st.merge_lines(index, &mut ctx.csr);
-        let swi = sh.swi.swap(0, Ordering::AcqRel);
+        irqs.merge_lines(&mut ctx.csr);
+        let swi = irqs.shared.swi.swap(0, Ordering::AcqRel);
         if swi != 0 {
             ctx.csr.estat |= u64::from(swi & 3);
         }
