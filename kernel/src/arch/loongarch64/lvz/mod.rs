@@ -173,6 +173,9 @@ impl Mode for Lvz {
             gcsr::write_gintc(0);
             gcsr::xchg_gtlbc(0, gcsr::GTLBC_USETGID | gcsr::GTLBC_TOTI);
         }
+        // With GSTAT clear: the entries that tell a guest's exit from
+        // kestrel's own exception (`switch`).
+        switch::install_entries();
         flush_all_gids();
     }
 
