@@ -462,8 +462,10 @@ impl Backend for Arm64Backend {
                 8 | 12 => ec,
                 _ => stats::what::IRQ,
             };
+            // The counter, read on this pCPU since `exited`, is not behind
+            // it: a plain subtraction.
             vm.stats
-                .note_exit(timer::counter().saturating_sub(exited), what);
+                .note_exit(timer::counter().wrapping_sub(exited), what);
             // An exit handled in place goes straight back in, without the
             // run loop's looks: whatever they look for (a slice's end, a
             // kick, a stop, another timer) arrives as a physical interrupt,
