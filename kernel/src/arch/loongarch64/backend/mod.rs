@@ -100,6 +100,16 @@ pub trait Mode: Sized + 'static {
     /// mode's translation state. Returns the FP/LSX/LASX enables the guest
     /// runs with if it owns the unit (cut to what the CPU has).
     fn prepare_entry(irqs: &VcpuIrqs<'_>, ctx: &mut Self::Vcpu) -> u64;
+    /// [`Mode::prepare_entry`] for a re-entry in place after a hypercall:
+    /// a hypercall changes no interrupt line of its caller but the SWI
+    /// bits of a PV IPI it sent itself, and another pCPU's change to them
+    /// comes with a kick to this pCPU, a host interrupt that keeps the
+    /// exit from re-entering in place or ends the entry at once (whose
+    /// exit then takes the whole look). The whole look unless a mode has
+    /// a shorter one.
+    fn prepare_after_call(irqs: &VcpuIrqs<'_>, ctx: &mut Self::Vcpu) -> u64 {
+        Self::prepare_entry(irqs, ctx)
+    }
     /// Whether the vCPU may enter: not waiting in `idle` with nothing
     /// pending (a stale wake-up waits on).
     fn idle_over(st: &VmState, index: usize, ctx: &mut Self::Vcpu) -> bool;
@@ -558,8 +568,8 @@ impl<M: Mode> Backend for LaBackend<M> {
         // fired, and what the interrupt did moves no deadline either).
         let mut timer_armed = false;
         let irqs = vm.arch.irqs(index);
+        let mut euen = M::prepare_entry(&irqs, ctx);
         loop {
-            let euen = M::prepare_entry(&irqs, ctx);
             let owns = PCPU[cpu].fp_owned.load(Ordering::Relaxed);
             fpu::set_guest_euen(if owns { euen & self.fp_mask() } else { 0 });
             if !M::idle_over(&vm.arch, index, ctx) {
@@ -610,9 +620,15 @@ impl<M: Mode> Backend for LaBackend<M> {
             // takes no exits; the console's requests are seen at the next
             // tick, as for such a guest.
             if kind != 1 && matches!(exit, RunExit::Continue) && reenters(what, quiet_irq, vm) {
-                timer_armed = what == crate::guest::loongarch::csr::ecode::HVC
+                let after_call = what == crate::guest::loongarch::csr::ecode::HVC;
+                timer_armed = after_call
                     || (what == stats::what::IRQ
                         && !csr::Irqs::from_bits_truncate(estat).contains(csr::Irqs::TI));
+                euen = if after_call {
+                    M::prepare_after_call(&irqs, ctx)
+                } else {
+                    M::prepare_entry(&irqs, ctx)
+                };
                 continue;
             }
             return exit;
