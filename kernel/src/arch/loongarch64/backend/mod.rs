@@ -105,10 +105,11 @@ pub trait Mode: Sized + 'static {
     /// bits of a PV IPI it sent itself, and another pCPU's change to them
     /// comes with a kick to this pCPU, a host interrupt that keeps the
     /// exit from re-entering in place or ends the entry at once (whose
-    /// exit then takes the whole look). The whole look unless a mode has
-    /// a shorter one.
-    fn prepare_after_call(irqs: &VcpuIrqs<'_>, ctx: &mut Self::Vcpu) -> u64 {
-        Self::prepare_entry(irqs, ctx)
+    /// exit then takes the whole look). It changes neither the guest's
+    /// EUEN nor the FP unit's owner, so the FP enables stand. The whole
+    /// look unless a mode has a shorter one.
+    fn prepare_after_call(irqs: &VcpuIrqs<'_>, ctx: &mut Self::Vcpu) {
+        let _ = Self::prepare_entry(irqs, ctx);
     }
     /// Whether the vCPU may enter: not waiting in `idle` with nothing
     /// pending (a stale wake-up waits on).
@@ -477,6 +478,15 @@ impl<M: Mode> LaBackend<M> {
         work
     }
 
+    /// Before an entry: the mode's look ([`Mode::prepare_entry`]) and the
+    /// FP enables, the unit's only if this vCPU owns it.
+    #[inline(always)]
+    fn prepare_entry(&self, cpu: usize, irqs: &VcpuIrqs<'_>, ctx: &mut M::Vcpu) {
+        let euen = M::prepare_entry(irqs, ctx);
+        let owns = PCPU[cpu].fp_owned.load(Ordering::Relaxed);
+        fpu::set_guest_euen(if owns { euen & self.fp_mask() } else { 0 });
+    }
+
     /// Writes back the FP registers other pCPUs asked for (at each call of
     /// `run`, after an interrupt it re-enters from, in idle: a request
     /// comes with a kick; kept inline).
@@ -568,15 +578,16 @@ impl<M: Mode> Backend for LaBackend<M> {
         // fired, and what the interrupt did moves no deadline either).
         let mut timer_armed = false;
         let irqs = vm.arch.irqs(index);
-        let mut euen = M::prepare_entry(&irqs, ctx);
+        self.prepare_entry(cpu, &irqs, ctx);
+        // A vCPU that exits and re-enters in place is not waiting in `idle`
+        // (its `idle` exit blocks), so this is looked at once per `run`,
+        // after the lines are merged.
+        if !M::idle_over(&vm.arch, index, ctx) {
+            // Woken while waiting in `idle` with nothing pending (a stale
+            // wake-up, e.g. for an IPI it took before idling): wait on.
+            return RunExit::Block;
+        }
         loop {
-            let owns = PCPU[cpu].fp_owned.load(Ordering::Relaxed);
-            fpu::set_guest_euen(if owns { euen & self.fp_mask() } else { 0 });
-            if !M::idle_over(&vm.arch, index, ctx) {
-                // Woken while waiting in `idle` with nothing pending (a stale
-                // wake-up, e.g. for an IPI it took before idling): wait on.
-                return RunExit::Block;
-            }
             csr::irq_disable();
             if !timer_armed {
                 arm_timer(hv, cpu, M::guest_timer(ctx));
@@ -624,11 +635,13 @@ impl<M: Mode> Backend for LaBackend<M> {
                 timer_armed = after_call
                     || (what == stats::what::IRQ
                         && !csr::Irqs::from_bits_truncate(estat).contains(csr::Irqs::TI));
-                euen = if after_call {
-                    M::prepare_after_call(&irqs, ctx)
+                if after_call {
+                    M::prepare_after_call(&irqs, ctx);
                 } else {
-                    M::prepare_entry(&irqs, ctx)
-                };
+                    self.prepare_entry(cpu, &irqs, ctx);
+                }
+                // `Continue`: nothing to drop.
+                core::mem::forget(exit);
                 continue;
             }
             return exit;

@@ -264,12 +264,11 @@ impl Mode for Lvz {
 
     /// The SWI bits alone (a PV IPI the call sent its own vCPU); the IPI
     /// and HWI lines are left as the last entry put them.
-    fn prepare_after_call(irqs: &VcpuIrqs<'_>, _ctx: &mut VcpuState) -> u64 {
+    fn prepare_after_call(irqs: &VcpuIrqs<'_>, _ctx: &mut VcpuState) {
         let swi = u64::from(irqs.shared.swi.swap(0, Ordering::AcqRel) & 3);
         if swi != 0 {
             gcsr_xchg!(g::ESTAT, swi, swi);
         }
-        7
     }
 
     fn idle_over(st: &VmState, index: usize, ctx: &mut VcpuState) -> bool {
