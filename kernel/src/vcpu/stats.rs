@@ -17,7 +17,7 @@
 use crate::mem::vmid::VmidLoad;
 use crate::vcpu::ipi::IpiOutcome;
 use core::fmt;
-use core::sync::atomic::{AtomicU64, Ordering};
+use core::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use kestrel_abi::stat;
 
 /// kestrel's own counters: events of the host rather than of one VM,
@@ -191,8 +191,9 @@ impl ExitReason {
 pub struct Stats {
     counters: [AtomicU64; COUNT],
     /// The longest stretch of kestrel's work in one exit for this VM:
-    /// counter ticks << 8 | what the exit was ([`Stats::note_exit`]).
-    worst_exit: AtomicU64,
+    /// counter ticks << 8 | what the exit was ([`Stats::note_exit`]), never
+    /// negative.
+    worst_exit: AtomicI64,
     /// The longest step of its restarts, in counter ticks.
     worst_step: AtomicU64,
 }
@@ -229,19 +230,22 @@ impl Stats {
     pub const fn new() -> Self {
         Self {
             counters: [const { AtomicU64::new(0) }; COUNT],
-            worst_exit: AtomicU64::new(0),
+            worst_exit: AtomicI64::new(0),
             worst_step: AtomicU64::new(0),
         }
     }
 
     /// kestrel spent `ticks` of the counter on one exit of this VM, from
     /// the guest's exit to its next entry's start (or to the decision not
-    /// to enter), `what` being the kind of exit. `ticks` is below 2^56.
+    /// to enter), `what` being the kind of exit. `ticks` is the wrapping
+    /// difference of two counter reads: one that went backwards (on a CPU
+    /// that may take a counter read before an earlier one) is below zero
+    /// as a signed value and is never a worst.
     pub fn note_exit(&self, ticks: u64, what: u8) {
-        // 56 bits of ticks are more than one exit can take (22 years at
-        // LoongArch's 100 MHz, 2 at 1 GHz): no clamp on the path of every
-        // exit.
-        let v = (ticks << 8) | u64::from(what);
+        // Signed, so that a backwards difference needs no test of its own
+        // on the path of every exit; 55 bits of ticks are more than one
+        // exit can take (11 years at LoongArch's 100 MHz, 1 at 1 GHz).
+        let v = ((ticks << 8) | u64::from(what)) as i64;
         // Called after every exit: a plain load decides, and only a new
         // worst pays for the atomic read-modify-write (which settles a race
         // between two pCPUs).
@@ -257,7 +261,8 @@ impl Stats {
 
     /// The longest exit and restart step so far.
     pub fn worst(&self) -> Worst {
-        let e = self.worst_exit.load(Ordering::Relaxed);
+        // Never below zero (it starts at 0 and only rises).
+        let e = self.worst_exit.load(Ordering::Relaxed) as u64;
         Worst {
             exit_ticks: e >> 8,
             exit_what: e as u8,
@@ -432,10 +437,15 @@ mod tests {
                 step_ticks: 7
             }
         );
-        // Up to 56 bits of ticks are kept exactly (no exit takes more).
-        s.note_exit((1 << 56) - 1, 1);
-        assert_eq!(s.worst().exit_ticks, (1 << 56) - 1);
+        // Up to 55 bits of ticks are kept exactly (no exit takes more).
+        s.note_exit((1 << 55) - 1, 1);
+        assert_eq!(s.worst().exit_ticks, (1 << 55) - 1);
         assert_eq!(s.worst().exit_what, 1);
+        // Two counter reads that went backwards are not a worst exit.
+        let t = Stats::new();
+        t.note_exit(10, 0x16);
+        t.note_exit(3u64.wrapping_sub(5), 0x16);
+        assert_eq!(t.worst().exit_ticks, 10);
     }
 
     #[test]

@@ -462,8 +462,8 @@ impl Backend for Arm64Backend {
                 8 | 12 => ec,
                 _ => stats::what::IRQ,
             };
-            // The counter, read on this pCPU since `exited`, is not behind
-            // it: a plain subtraction.
+            // A wrapping difference: one that went backwards is no worst
+            // (`Stats::note_exit`).
             vm.stats
                 .note_exit(timer::counter().wrapping_sub(exited), what);
             // An exit handled in place goes straight back in, without the

@@ -620,8 +620,8 @@ impl<M: Mode> Backend for LaBackend<M> {
             } else {
                 ((estat >> 16) & 0x3f) as u8
             };
-            // The stable counter, read on this pCPU since `exited`, is not
-            // behind it: a plain subtraction.
+            // A wrapping difference: one that went backwards is no worst
+            // (`Stats::note_exit`).
             vm.stats.note_exit(csr::rdtime().wrapping_sub(exited), what);
             // An exit handled in place goes straight back in, without the
             // run loop's looks: whatever they look for (a slice's end, a
