@@ -104,8 +104,7 @@ impl Intc {
     /// HWI lines up for vCPU `vcpu`: bit n = HWIn = ESTAT.IS[2 + n].
     #[inline]
     pub fn hwi(&self, vcpu: usize) -> u8 {
-        self.lines
-            .get(vcpu)
+        self.hwi_lines(vcpu)
             .map_or(0, |l| l.load(Ordering::Acquire))
     }
 

@@ -312,6 +312,19 @@ pub struct VcpuIrqs<'a> {
 }
 
 impl VcpuIrqs<'_> {
+    /// The SWI bits (ESTAT.IS[1:0]) PV IPIs raised since they were last
+    /// taken, left in place.
+    #[inline]
+    pub fn swi(&self) -> u64 {
+        u64::from(self.shared.swi.load(Ordering::Acquire) & 3)
+    }
+
+    /// The SWI bits PV IPIs raised, taken (cleared) for the next entry.
+    #[inline]
+    pub fn take_swi(&self) -> u64 {
+        u64::from(self.shared.swi.swap(0, Ordering::AcqRel) & 3)
+    }
+
     /// The IOCSR IPI line (ESTAT.IS[12]).
     #[inline]
     pub fn ipi_line(&self) -> bool {

@@ -30,7 +30,6 @@ pub mod switch;
 pub mod vcpu;
 
 use core::arch::asm;
-use core::sync::atomic::Ordering;
 
 use crate::guest::loongarch::gtimer::{self, GuestTimer};
 use crate::guest::loongarch::steal;
@@ -250,7 +249,7 @@ impl Mode for Lvz {
     /// gates it further).
     #[inline(always)]
     fn prepare_entry(irqs: &VcpuIrqs<'_>, _ctx: &mut VcpuState) -> u64 {
-        let swi = u64::from(irqs.shared.swi.swap(0, Ordering::AcqRel) & 3);
+        let swi = irqs.take_swi();
         let ipi = if irqs.ipi_line() { IS_IPI } else { 0 };
         let hwi = u64::from(irqs.hwi()) << 2;
         // Only the bits kestrel owns, and only when they change: the guest
@@ -265,7 +264,7 @@ impl Mode for Lvz {
     /// The SWI bits alone (a PV IPI the call sent its own vCPU); the IPI
     /// and HWI lines are left as the last entry put them.
     fn prepare_after_call(irqs: &VcpuIrqs<'_>, _ctx: &mut VcpuState) {
-        let swi = u64::from(irqs.shared.swi.swap(0, Ordering::AcqRel) & 3);
+        let swi = irqs.take_swi();
         if swi != 0 {
             gcsr_xchg!(g::ESTAT, swi, swi);
         }
@@ -329,11 +328,11 @@ impl Mode for Lvz {
     /// In its ESTAT (the vCPU is loaded: its CSRs are in the hardware),
     /// or a line kestrel has not written there yet.
     fn wake_pending(st: &VmState, index: usize, _ctx: &VcpuState) -> bool {
-        let sh = &st.shared[index];
+        let irqs = st.irqs(index);
         let estat = gcsr_read!(g::ESTAT)
-            | u64::from(sh.swi.load(Ordering::Acquire) & 3)
-            | if st.ipi[index].line() { IS_IPI } else { 0 }
-            | u64::from(st.intc.hwi(index)) << 2;
+            | irqs.swi()
+            | if irqs.ipi_line() { IS_IPI } else { 0 }
+            | u64::from(irqs.hwi()) << 2;
         estat & gcsr_read!(g::ECFG) & 0x1fff != 0
     }
 

@@ -11,8 +11,6 @@ pub mod exits;
 pub mod hwtlb;
 pub mod vcpu;
 
-use core::sync::atomic::Ordering;
-
 use crate::guest::loongarch::csr::{self as vcsr};
 use crate::host::board::BoardInfo;
 use crate::mem::vmid::VmVmid;
@@ -98,9 +96,9 @@ impl Mode for Tne {
     fn prepare_entry(irqs: &VcpuIrqs<'_>, ctx: &mut VcpuState) -> u64 {
         ctx.csr.update_timer(csr::rdtime());
         irqs.merge_lines(&mut ctx.csr);
-        let swi = irqs.shared.swi.swap(0, Ordering::AcqRel);
+        let swi = irqs.take_swi();
         if swi != 0 {
-            ctx.csr.estat |= u64::from(swi & 3);
+            ctx.csr.estat |= swi;
         }
         if let Some(line) = ctx.csr.pending_irq() {
             ctx.frame.pc = ctx.csr.raise_irq(ctx.frame.pc, line);
@@ -139,7 +137,7 @@ impl Mode for Tne {
 
     /// In its virtual ESTAT, or a PV IPI not merged yet.
     fn wake_pending(st: &VmState, index: usize, ctx: &VcpuState) -> bool {
-        let swi = u64::from(st.shared[index].swi.load(Ordering::Acquire) & 3);
+        let swi = st.irqs(index).swi();
         ctx.csr.wake_pending().is_some() || swi & ctx.csr.get(vcsr::num::ECFG) != 0
     }
 
